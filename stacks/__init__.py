@@ -1,0 +1,1 @@
+"""CDK stacks of the telemetry platform and the constructs they assemble."""

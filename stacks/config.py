@@ -1,0 +1,241 @@
+"""Per-environment configuration: typed, frozen, and validated once when loaded.
+
+`cdk.json` holds one entry per environment under the `environments` context key. `app.py` hands
+that mapping to `load_environment`, which either returns an `EnvironmentConfig` or raises
+`ConfigError` with one line that names the key, what was wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+SUPPORTED_AZ_COUNT = 3
+SEED_NODE_COUNTS = (3, 5, 7, 9)  # Bronze, Silver, Gold, Platinum reliability
+MSK_KAFKA_VERSIONS = (
+    "3.7.x",
+    "3.8.x",
+    "3.9.x",
+    "3.7.x.kraft",
+    "3.8.x.kraft",
+    "3.9.x.kraft",
+    "4.0.x.kraft",
+    "4.1.x.kraft",
+)
+# The only values CloudWatch Logs accepts for a log group's retention.
+LOG_RETENTION_DAYS = (
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731,
+    1096, 1827, 2192, 2557, 2922, 3288, 3653,
+)  # fmt: skip
+MIN_INSYNC_REPLICAS = 2
+
+CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
+
+
+class ConfigError(Exception):
+    """A configuration problem, worded for the person who edits cdk.json."""
+
+
+class _Section(BaseModel):
+    # Strict: "3" is not 3, unknown keys are typos, and nothing changes after loading.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+def _parse_cidr(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value, strict=True))
+    except ValueError:
+        raise ValueError(f"'{value}' is not a CIDR block (expected a network such as 10.20.0.0/16)")
+
+
+def _check_retention(days: int) -> int:
+    if days not in LOG_RETENTION_DAYS:
+        allowed = ", ".join(str(d) for d in LOG_RETENTION_DAYS)
+        raise ValueError(f"{days} is not a CloudWatch Logs retention; allowed: {allowed}")
+    return days
+
+
+class NetworkConfig(_Section):
+    cidr: str
+    nat_gateways: int = Field(ge=1, le=SUPPORTED_AZ_COUNT)
+    flow_log_retention_days: int
+
+    _cidr = field_validator("cidr")(_parse_cidr)
+    _retention = field_validator("flow_log_retention_days")(_check_retention)
+
+    @field_validator("cidr")
+    @classmethod
+    def _room_for_subnets(cls, value: str) -> str:
+        if ipaddress.ip_network(value).prefixlen > 19:
+            raise ValueError(f"'{value}' is too small for three tiers over three zones; use /19 or larger")
+        return value
+
+
+class TopicConfig(_Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    partitions: int = Field(ge=1, le=10_000)
+    replication_factor: int = Field(ge=MIN_INSYNC_REPLICAS + 1)
+    retention_hours: int = Field(ge=1)
+
+
+class MskConfig(_Section):
+    kafka_version: Literal[MSK_KAFKA_VERSIONS]  # type: ignore[valid-type]
+    broker_instance_type: str = Field(pattern=r"^kafka\.[a-z0-9]+\.[a-z0-9]+$")
+    broker_count: int = Field(ge=SUPPORTED_AZ_COUNT)
+    ebs_volume_gib: int = Field(ge=1, le=16_384)
+    enhanced_monitoring: Literal["DEFAULT", "PER_BROKER", "PER_TOPIC_PER_BROKER", "PER_TOPIC_PER_PARTITION"]
+    log_retention_hours: int = Field(ge=1)
+    broker_log_retention_days: int
+    cpu_alarm_percent: int = Field(default=60, ge=1, le=100)
+    disk_alarm_percent: int = Field(default=85, ge=1, le=100)
+    topics: tuple[TopicConfig, ...] = Field(min_length=1)
+
+    _retention = field_validator("broker_log_retention_days")(_check_retention)
+
+    @model_validator(mode="after")
+    def _topics_fit_cluster(self) -> MskConfig:
+        names = [t.name for t in self.topics]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"topics: duplicate topic names {duplicates}")
+        for topic in self.topics:
+            if topic.replication_factor > self.broker_count:
+                raise ValueError(
+                    f"topics: '{topic.name}' replication_factor {topic.replication_factor} exceeds "
+                    f"broker_count {self.broker_count}"
+                )
+        return self
+
+
+class MonitoringConfig(_Section):
+    alarm_emails: tuple[str, ...] = ()
+
+    @field_validator("alarm_emails")
+    @classmethod
+    def _emails(cls, emails: tuple[str, ...]) -> tuple[str, ...]:
+        for email in emails:
+            if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", email):
+                raise ValueError(f"'{email}' is not an email address")
+        return emails
+
+
+class ServiceFabricConfig(_Section):
+    seed_node_count: int
+    seed_instance_type: str = Field(pattern=r"^[a-z0-9]+\.[a-z0-9]+$")
+    node_instance_type: str = Field(pattern=r"^[a-z0-9]+\.[a-z0-9]+$")
+    scaling_min_nodes: int = Field(ge=0)
+    scaling_max_nodes: int = Field(ge=1)
+    scaling_desired_nodes: int = Field(ge=0)
+    management_cidrs: tuple[str, ...] = Field(min_length=1)
+
+    @field_validator("seed_node_count")
+    @classmethod
+    def _seed_count(cls, count: int) -> int:
+        if count not in SEED_NODE_COUNTS:
+            allowed = ", ".join(str(c) for c in SEED_NODE_COUNTS)
+            raise ValueError(f"{count} seed nodes is not a Service Fabric reliability level; allowed: {allowed}")
+        return count
+
+    @field_validator("management_cidrs")
+    @classmethod
+    def _cidrs(cls, cidrs: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_parse_cidr(c) for c in cidrs)
+
+    @model_validator(mode="after")
+    def _group_sizes(self) -> ServiceFabricConfig:
+        if not self.scaling_min_nodes <= self.scaling_desired_nodes <= self.scaling_max_nodes:
+            raise ValueError(
+                "scaling group sizes must satisfy scaling_min_nodes <= scaling_desired_nodes <= "
+                f"scaling_max_nodes (got {self.scaling_min_nodes}, {self.scaling_desired_nodes}, "
+                f"{self.scaling_max_nodes})"
+            )
+        return self
+
+
+class EnvironmentConfig(_Section):
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,15}$")
+    account: str = Field(pattern=r"^\d{12}$")
+    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    availability_zones: tuple[str, ...]
+    # Production keeps stateful resources on stack deletion and refuses world-open management.
+    production: bool
+    network: NetworkConfig
+    monitoring: MonitoringConfig
+    msk: MskConfig
+    service_fabric: ServiceFabricConfig
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> EnvironmentConfig:
+        zones = self.availability_zones
+        if len(zones) != SUPPORTED_AZ_COUNT or len(set(zones)) != len(zones):
+            raise ValueError(
+                f"availability_zones: the stacks support exactly {SUPPORTED_AZ_COUNT} distinct zones; "
+                f"got {len(set(zones))} ({', '.join(zones) or 'none'})"
+            )
+        for zone in zones:
+            if not re.fullmatch(re.escape(self.region) + r"[a-z]", zone):
+                raise ValueError(f"availability_zones: '{zone}' is not a zone of region {self.region}")
+        if self.msk.broker_count % SUPPORTED_AZ_COUNT:
+            raise ValueError(
+                f"msk.broker_count: {self.msk.broker_count} is not a multiple of the "
+                f"{SUPPORTED_AZ_COUNT} availability zones (use 3, 6, 9, ...)"
+            )
+        if self.production:
+            for cidr in self.service_fabric.management_cidrs:
+                if ipaddress.ip_network(cidr).prefixlen == 0:
+                    raise ValueError(
+                        f"service_fabric.management_cidrs: {cidr} opens cluster management to the "
+                        "whole internet, which production refuses; list your Azure DevOps and "
+                        "office egress ranges"
+                    )
+        return self
+
+    @property
+    def stack_prefix(self) -> str:
+        return f"Telemetry-{self.name}"
+
+    @property
+    def resource_prefix(self) -> str:
+        """Lower-case prefix for physical names, so two environments can share an account."""
+        return f"telemetry-{self.name}"
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        location = ".".join(str(p) for p in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "missing":
+            message = "required key is missing"
+        elif item["type"] == "extra_forbidden":
+            message = "unknown key"
+        parts.append(f"{location}: {message}" if location else message)
+    return "; ".join(parts)
+
+
+def load_environment(environments: Mapping[str, Any] | None, name: str) -> EnvironmentConfig:
+    """Validate the named entry of the `environments` context mapping."""
+    if not environments:
+        raise ConfigError("cdk.json has no 'environments' context: add one entry per environment")
+    if name not in environments:
+        known = ", ".join(sorted(environments))
+        raise ConfigError(f"unknown environment '{name}'; known environments: {known}")
+    raw = environments[name]
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"environment '{name}': expected an object of settings")
+    try:
+        # JSON mode: strict typing that still reads JSON arrays as tuples.
+        return EnvironmentConfig.model_validate_json(json.dumps({"name": name, **raw}))
+    except ValidationError as error:
+        raise ConfigError(f"environment '{name}': {_describe(error)}") from None
+
+
+def read_environments(cdk_json: Path = CDK_JSON) -> dict[str, Any]:
+    """The `environments` mapping of cdk.json, for operator scripts that run outside the CDK CLI."""
+    return json.loads(cdk_json.read_text())["context"]["environments"]

@@ -1,0 +1,54 @@
+"""The environment's alarm topic: encrypted, TLS-only, and publishable by CloudWatch alarms."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+
+class AlarmTopic(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        topic_name: str,
+        email_addresses: Sequence[str],
+        removal_policy: RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+
+        # A customer-managed key, because CloudWatch cannot publish to a topic encrypted with
+        # the AWS-managed SNS key: its key policy cannot be changed to let CloudWatch use it.
+        self.key = kms.Key(
+            self,
+            "Key",
+            description=f"Encrypts the {topic_name} SNS topic",
+            enable_key_rotation=True,
+            pending_window=Duration.days(7),
+            removal_policy=removal_policy,
+        )
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowCloudWatchAlarmsToPublish",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],
+            )
+        )
+        self.topic = sns.Topic(
+            self,
+            "Topic",
+            topic_name=topic_name,
+            display_name=topic_name,
+            master_key=self.key,
+            enforce_ssl=True,
+        )
+        for address in email_addresses:
+            self.topic.add_subscription(subscriptions.EmailSubscription(address))

@@ -1,0 +1,181 @@
+"""The MSK cluster: IAM-authenticated, TLS-only, encrypted with its own key, logging to CloudWatch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aws_cdk import Duration, Fn, RemovalPolicy, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_msk as msk
+from constructs import Construct
+
+from stacks.constructs.log_group import log_group
+
+IAM_PORT = 9098
+
+
+def server_properties(*, log_retention_hours: int, min_insync_replicas: int) -> str:
+    """Broker settings for durable, low-latency ingestion."""
+    settings: Mapping[str, object] = {
+        # Topics are declared in config and created by scripts/manage_topics.py, never by a typo.
+        "auto.create.topics.enable": "false",
+        "default.replication.factor": 3,
+        # With acks=all, a write survives the loss of any one broker (or one zone).
+        "min.insync.replicas": min_insync_replicas,
+        "unclean.leader.election.enable": "false",
+        "log.retention.hours": log_retention_hours,
+    }
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+class MskCluster(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        cluster_name: str,
+        kafka_version: str,
+        broker_instance_type: str,
+        broker_count: int,
+        ebs_volume_gib: int,
+        enhanced_monitoring: str,
+        log_retention_hours: int,
+        min_insync_replicas: int,
+        broker_log_retention_days: int,
+        removal_policy: RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.cluster_name = cluster_name
+        self.broker_count = broker_count
+
+        self.key = kms.Key(
+            self,
+            "DataKey",
+            description=f"Encrypts the data volumes of MSK cluster {cluster_name}",
+            enable_key_rotation=True,
+            pending_window=Duration.days(30),
+            removal_policy=removal_policy,
+        )
+
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "BrokerSecurityGroup",
+            vpc=vpc,
+            description=f"MSK brokers of {cluster_name}: IAM listener from client groups only",
+            allow_all_outbound=False,
+        )
+        # Members of this group may reach the brokers. Other stacks attach it to their instances
+        # and functions instead of handing their own groups back (which would make a cycle).
+        self.client_security_group = ec2.SecurityGroup(
+            self,
+            "ClientSecurityGroup",
+            vpc=vpc,
+            description=f"Clients of MSK cluster {cluster_name}",
+            allow_all_outbound=False,
+        )
+        self.allow_client(self.client_security_group)
+
+        configuration = msk.CfnConfiguration(
+            self,
+            "Configuration",
+            name=f"{cluster_name}-brokers",
+            description="Durable low-latency ingestion: no auto-created topics, RF 3, min ISR 2",
+            kafka_versions_list=[kafka_version],
+            server_properties=server_properties(
+                log_retention_hours=log_retention_hours, min_insync_replicas=min_insync_replicas
+            ),
+        )
+
+        broker_logs = log_group(
+            self, "BrokerLogs", retention_days=broker_log_retention_days, removal_policy=removal_policy
+        )
+
+        self.cluster = msk.CfnCluster(
+            self,
+            "Cluster",
+            cluster_name=cluster_name,
+            kafka_version=kafka_version,
+            number_of_broker_nodes=broker_count,
+            broker_node_group_info=msk.CfnCluster.BrokerNodeGroupInfoProperty(
+                instance_type=broker_instance_type,
+                client_subnets=vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED).subnet_ids,
+                security_groups=[self.security_group.security_group_id],
+                storage_info=msk.CfnCluster.StorageInfoProperty(
+                    ebs_storage_info=msk.CfnCluster.EBSStorageInfoProperty(volume_size=ebs_volume_gib)
+                ),
+            ),
+            client_authentication=msk.CfnCluster.ClientAuthenticationProperty(
+                sasl=msk.CfnCluster.SaslProperty(iam=msk.CfnCluster.IamProperty(enabled=True)),
+                unauthenticated=msk.CfnCluster.UnauthenticatedProperty(enabled=False),
+            ),
+            encryption_info=msk.CfnCluster.EncryptionInfoProperty(
+                encryption_at_rest=msk.CfnCluster.EncryptionAtRestProperty(data_volume_kms_key_id=self.key.key_arn),
+                encryption_in_transit=msk.CfnCluster.EncryptionInTransitProperty(client_broker="TLS", in_cluster=True),
+            ),
+            configuration_info=msk.CfnCluster.ConfigurationInfoProperty(
+                arn=configuration.attr_arn, revision=configuration.attr_latest_revision_revision
+            ),
+            enhanced_monitoring=enhanced_monitoring,
+            logging_info=msk.CfnCluster.LoggingInfoProperty(
+                broker_logs=msk.CfnCluster.BrokerLogsProperty(
+                    cloud_watch_logs=msk.CfnCluster.CloudWatchLogsProperty(
+                        enabled=True, log_group=broker_logs.log_group_name
+                    )
+                )
+            ),
+        )
+        self.cluster.apply_removal_policy(removal_policy)
+        self.cluster_arn = self.cluster.attr_arn
+
+    def allow_client(self, peer: ec2.ISecurityGroup) -> None:
+        """Let members of `peer` reach the brokers' IAM listener, and nothing else."""
+        self.security_group.add_ingress_rule(
+            peer, ec2.Port.tcp(IAM_PORT), "Kafka clients, SASL/IAM over TLS"
+        )
+        peer.add_egress_rule(self.security_group, ec2.Port.tcp(IAM_PORT), "MSK brokers, SASL/IAM over TLS")
+
+    def _resource_arn(self, kind: str, name: str) -> str:
+        # arn:aws:kafka:REGION:ACCOUNT:cluster/NAME/UUID -> arn:...:KIND/NAME/UUID/NAME
+        stack = Stack.of(self)
+        cluster_uuid = Fn.select(2, Fn.split("/", self.cluster_arn))
+        return stack.format_arn(
+            service="kafka", resource=kind, resource_name=f"{self.cluster_name}/{cluster_uuid}/{name}"
+        )
+
+    def topic_arn(self, topic: str) -> str:
+        return self._resource_arn("topic", topic)
+
+    def group_arn(self, group: str) -> str:
+        return self._resource_arn("group", group)
+
+    def grant_produce(self, grantee: iam.IGrantable, topic: str) -> None:
+        self._grant_connect(grantee)
+        iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["kafka-cluster:DescribeTopic", "kafka-cluster:WriteData"],
+            resource_arns=[self.topic_arn(topic)],
+        )
+
+    def grant_consume(self, grantee: iam.IGrantable, topic: str, group: str) -> None:
+        self._grant_connect(grantee)
+        iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["kafka-cluster:DescribeTopic", "kafka-cluster:ReadData"],
+            resource_arns=[self.topic_arn(topic)],
+        )
+        iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["kafka-cluster:AlterGroup", "kafka-cluster:DescribeGroup"],
+            resource_arns=[self.group_arn(group)],
+        )
+
+    def _grant_connect(self, grantee: iam.IGrantable) -> None:
+        iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["kafka-cluster:Connect", "kafka-cluster:DescribeCluster"],
+            resource_arns=[self.cluster_arn],
+        )

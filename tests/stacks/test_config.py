@@ -1,0 +1,142 @@
+"""Config validation: every bad input is refused with one line naming the key and what is allowed."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from stacks.config import ConfigError, EnvironmentConfig, load_environment
+from tests.conftest import ENVIRONMENTS, cdk_context
+
+
+@pytest.fixture
+def environments() -> dict:
+    return copy.deepcopy(cdk_context()["environments"])
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_every_shipped_environment_loads(environments, name):
+    config = load_environment(environments, name)
+    assert isinstance(config, EnvironmentConfig)
+    assert config.name == name
+    assert config.stack_prefix == f"Telemetry-{name}"
+
+
+def test_prod_defaults_match_the_reference_poc(environments):
+    prod = load_environment(environments, "prod")
+    assert prod.production
+    assert prod.msk.broker_count == 6
+    assert prod.service_fabric.seed_node_count == 5
+
+
+def test_config_is_frozen(environments):
+    config = load_environment(environments, "dev")
+    with pytest.raises(Exception):
+        config.msk.broker_count = 9  # type: ignore[misc]
+
+
+def refused(environments, name: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_environment(environments, name)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_unknown_environment_lists_the_known_ones(environments):
+    assert refused(environments, "qa") == "unknown environment 'qa'; known environments: dev, prod, staging"
+
+
+def test_missing_environments_context():
+    with pytest.raises(ConfigError, match="no 'environments' context"):
+        load_environment({}, "dev")
+
+
+@pytest.mark.parametrize(
+    ("env", "path", "value", "expected"),
+    [
+        ("dev", ("network", "cidr"), "10.0.0.0/33", "network.cidr: '10.0.0.0/33' is not a CIDR block"),
+        ("dev", ("network", "cidr"), "10.0.0.1/16", "network.cidr: '10.0.0.1/16' is not a CIDR block"),
+        ("dev", ("network", "cidr"), "10.0.0.0/24", "use /19 or larger"),
+        (
+            "prod",
+            ("service_fabric", "management_cidrs"),
+            ["10.0.0.0/8", "300.1.1.0/24"],
+            "service_fabric.management_cidrs: '300.1.1.0/24' is not a CIDR block",
+        ),
+        (
+            "dev",
+            ("availability_zones",),
+            ["eu-west-1a", "eu-west-1b"],
+            "availability_zones: the stacks support exactly 3 distinct zones; got 2",
+        ),
+        (
+            "dev",
+            ("availability_zones",),
+            ["eu-west-1a", "eu-west-1b", "eu-west-1b"],
+            "the stacks support exactly 3 distinct zones; got 2",
+        ),
+        (
+            "dev",
+            ("availability_zones",),
+            ["eu-west-1a", "eu-west-1b", "us-east-1c"],
+            "'us-east-1c' is not a zone of region eu-west-1",
+        ),
+        ("prod", ("msk", "broker_count"), 4, "msk.broker_count: 4 is not a multiple of the 3 availability zones"),
+        (
+            "dev",
+            ("service_fabric", "seed_node_count"),
+            4,
+            "service_fabric.seed_node_count: 4 seed nodes is not a Service Fabric reliability level; "
+            "allowed: 3, 5, 7, 9",
+        ),
+        (
+            "prod",
+            ("service_fabric", "management_cidrs"),
+            ["10.0.0.0/8", "0.0.0.0/0"],
+            "service_fabric.management_cidrs: 0.0.0.0/0 opens cluster management to the whole internet",
+        ),
+        ("dev", ("msk", "broker_count"), "3", "msk.broker_count: Input should be a valid integer"),
+        ("dev", ("msk", "kafka_version"), "2.8.1", "msk.kafka_version: Input should be '3.7.x'"),
+        ("dev", ("msk", "broker_log_retention_days"), 10, "10 is not a CloudWatch Logs retention; allowed: 1, 3"),
+        ("dev", ("msk", "surprise"), 1, "msk.surprise: unknown key"),
+        ("dev", ("account",), "1234", "account: String should match pattern"),
+        ("dev", ("monitoring", "alarm_emails"), ["not-an-email"], "'not-an-email' is not an email address"),
+        (
+            "dev",
+            ("service_fabric", "scaling_desired_nodes"),
+            9,
+            "scaling_min_nodes <= scaling_desired_nodes <= scaling_max_nodes (got 0, 9, 3)",
+        ),
+    ],
+)
+def test_bad_values_are_refused_with_one_line(environments, env, path, value, expected):
+    target = environments[env]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    message = refused(environments, env)
+    assert message.startswith(f"environment '{env}': ")
+    assert expected in message
+
+
+def test_world_open_management_is_allowed_outside_production(environments):
+    environments["dev"]["service_fabric"]["management_cidrs"] = ["0.0.0.0/0"]
+    assert load_environment(environments, "dev").service_fabric.management_cidrs == ("0.0.0.0/0",)
+
+
+def test_missing_key_is_named(environments):
+    del environments["staging"]["msk"]["topics"]
+    assert "msk.topics: required key is missing" in refused(environments, "staging")
+
+
+def test_topic_replication_cannot_exceed_brokers(environments):
+    environments["dev"]["msk"]["topics"][0]["replication_factor"] = 6
+    assert "'telemetry' replication_factor 6 exceeds broker_count 3" in refused(environments, "dev")
+
+
+def test_duplicate_topics_are_refused(environments):
+    topics = environments["dev"]["msk"]["topics"]
+    topics.append(dict(topics[0]))
+    assert "duplicate topic names ['telemetry']" in refused(environments, "dev")

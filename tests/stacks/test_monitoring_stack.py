@@ -1,0 +1,52 @@
+"""Monitoring stack: the alarm topic and the environment's dashboard."""
+
+from __future__ import annotations
+
+import json
+
+from aws_cdk.assertions import Match
+
+
+def test_alarm_topic_is_encrypted_and_tls_only(synthesized):
+    template = synthesized("prod").template("monitoring")
+    (topic,) = template.find_resources("AWS::SNS::Topic").values()
+    assert topic["Properties"]["TopicName"] == "telemetry-prod-alarms"
+    key_id = topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    key = synthesized("prod").stacks["monitoring"]["Resources"][key_id]
+    assert key["Properties"]["EnableKeyRotation"] is True
+    # CloudWatch may use the key, or alarms could not publish to the encrypted topic.
+    statements = key["Properties"]["KeyPolicy"]["Statement"]
+    assert any(
+        s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+        and set(s["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+        for s in statements
+    )
+    template.has_resource_properties(
+        "AWS::SNS::TopicPolicy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [Match.object_like({"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})]
+                )
+            }
+        },
+    )
+
+
+def test_email_subscriptions_come_from_config(synthesized):
+    synthesized("prod").template("monitoring").has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "platform-oncall@example.com"}
+    )
+    synthesized("dev").template("monitoring").resource_count_is("AWS::SNS::Subscription", 0)
+
+
+def test_one_dashboard_per_environment_with_msk_widgets_first(synthesized):
+    template = synthesized("prod").template("monitoring")
+    (dashboard,) = template.find_resources("AWS::CloudWatch::Dashboard").values()
+    assert dashboard["Properties"]["DashboardName"] == "telemetry-prod"
+    body = json.loads("".join(part for part in dashboard["Properties"]["DashboardBody"]["Fn::Join"][1] if isinstance(part, str)))
+    titles = [w["properties"].get("title") or w["properties"].get("markdown") for w in body["widgets"]]
+    assert titles[0] == "## MSK cluster `telemetry-prod`"
+    assert "Broker CPU (user + system, %)" in titles
+    cpu = next(w for w in body["widgets"] if w["properties"].get("title") == "Broker CPU (user + system, %)")
+    assert len([m for m in cpu["properties"]["metrics"] if "expression" in json.dumps(m)]) == 6

@@ -1,0 +1,146 @@
+"""MSK stack: the cluster, its configuration, bootstrap broker parameter, alarms and widgets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aws_cdk.assertions import Match
+
+from tests.conftest import ENVIRONMENTS
+
+BROKERS = {"dev": 3, "staging": 3, "prod": 6}
+
+
+def cluster(synthesized, env) -> dict:
+    (resource,) = synthesized(env).template("msk").find_resources("AWS::MSK::Cluster").values()
+    return resource
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_broker_count_type_and_storage_follow_config(synthesized, env):
+    props = cluster(synthesized, env)["Properties"]
+    assert props["NumberOfBrokerNodes"] == BROKERS[env]
+    assert props["ClusterName"] == f"telemetry-{env}"
+    assert props["KafkaVersion"] == "3.9.x"
+    nodes = props["BrokerNodeGroupInfo"]
+    assert nodes["InstanceType"] == ("kafka.m7g.xlarge" if env == "prod" else "kafka.m7g.large")
+    assert nodes["StorageInfo"]["EBSStorageInfo"]["VolumeSize"] == {"dev": 100, "staging": 500, "prod": 1000}[env]
+    # One client subnet per zone, in the isolated tier.
+    assert len(nodes["ClientSubnets"]) == 3
+    assert all("Isolated" in json.dumps(s) for s in nodes["ClientSubnets"])
+
+
+def test_tls_only_iam_auth_and_customer_managed_key(synthesized):
+    props = cluster(synthesized, "prod")["Properties"]
+    assert props["EncryptionInfo"]["EncryptionInTransit"] == {"ClientBroker": "TLS", "InCluster": True}
+    assert props["ClientAuthentication"] == {
+        "Sasl": {"Iam": {"Enabled": True}},
+        "Unauthenticated": {"Enabled": False},
+    }
+    key_ref = props["EncryptionInfo"]["EncryptionAtRest"]["DataVolumeKMSKeyId"]
+    key_id = key_ref["Fn::GetAtt"][0]
+    template = synthesized("prod").stacks["msk"]
+    key = template["Resources"][key_id]
+    assert key["Type"] == "AWS::KMS::Key"
+    assert key["Properties"]["EnableKeyRotation"] is True
+
+
+def test_monitoring_and_broker_logs(synthesized):
+    props = cluster(synthesized, "prod")["Properties"]
+    assert props["EnhancedMonitoring"] == "PER_TOPIC_PER_BROKER"
+    logs = props["LoggingInfo"]["BrokerLogs"]["CloudWatchLogs"]
+    assert logs["Enabled"] is True and "Ref" in logs["LogGroup"]
+    synthesized("prod").template("msk").has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 90})
+
+
+def test_configuration_is_tuned_for_durable_ingestion(synthesized):
+    template = synthesized("prod").template("msk")
+    ((config_id, config),) = template.find_resources("AWS::MSK::Configuration").items()
+    lines = set(config["Properties"]["ServerProperties"].splitlines())
+    assert {
+        "auto.create.topics.enable=false",
+        "default.replication.factor=3",
+        "min.insync.replicas=2",
+        "unclean.leader.election.enable=false",
+        "log.retention.hours=168",
+    } <= lines
+    assert config["Properties"]["KafkaVersionsList"] == ["3.9.x"]
+    info = cluster(synthesized, "prod")["Properties"]["ConfigurationInfo"]
+    assert info == {
+        "Arn": {"Fn::GetAtt": [config_id, "Arn"]},
+        "Revision": {"Fn::GetAtt": [config_id, "LatestRevision.Revision"]},
+    }
+
+
+@pytest.mark.parametrize(("env", "policy"), [("prod", "Retain"), ("dev", "Delete")])
+def test_data_is_retained_in_production_only(synthesized, env, policy):
+    assert cluster(synthesized, env)["DeletionPolicy"] == policy
+    assert cluster(synthesized, env)["UpdateReplacePolicy"] == policy
+
+
+def test_brokers_admit_only_the_iam_port_from_client_groups(synthesized):
+    template = synthesized("dev").template("msk")
+    groups = template.find_resources("AWS::EC2::SecurityGroup")
+    for group in groups.values():
+        assert "SecurityGroupIngress" not in group["Properties"], "no inline (CIDR) ingress on any group"
+    ingress = template.find_resources("AWS::EC2::SecurityGroupIngress")
+    assert len(ingress) == 1
+    (rule,) = ingress.values()
+    props = rule["Properties"]
+    assert (props["IpProtocol"], props["FromPort"], props["ToPort"]) == ("tcp", 9098, 9098)
+    assert "SourceSecurityGroupId" in props and "CidrIp" not in props
+    client_group = props["SourceSecurityGroupId"]["Fn::GetAtt"][0]
+    assert "ClientSecurityGroup" in client_group
+
+
+def test_bootstrap_brokers_are_read_at_deploy_time_and_published(synthesized):
+    template = synthesized("prod").template("msk")
+    (lookup,) = template.find_resources("Custom::AWS").values()
+    create = json.dumps(lookup["Properties"]["Create"])
+    assert '\\"service\\":\\"Kafka\\"' in create and '\\"action\\":\\"GetBootstrapBrokers\\"' in create
+    assert "BootstrapBrokerStringSaslIam" in create
+    template.has_resource_properties(
+        "AWS::SSM::Parameter",
+        {
+            "Name": "/telemetry-prod/msk/bootstrap-brokers-iam",
+            "Type": "String",
+            "Value": {"Fn::GetAtt": [Match.any_value(), "BootstrapBrokerStringSaslIam"]},
+        },
+    )
+    # The lookup function's role may call GetBootstrapBrokers on this cluster only.
+    policies = template.find_resources("AWS::IAM::Policy")
+    statements = [s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    (get_brokers,) = [s for s in statements if s["Action"] == "kafka:GetBootstrapBrokers"]
+    (cluster_id,) = template.find_resources("AWS::MSK::Cluster")
+    assert get_brokers["Resource"] == {"Fn::GetAtt": [cluster_id, "Arn"]}
+    roles = template.find_resources("AWS::IAM::Role")
+    assert not any("ManagedPolicyArns" in r["Properties"] for r in roles.values())
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_alarms_cover_cpu_disk_partitions_and_controller(synthesized, env):
+    template = synthesized(env).template("msk")
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    brokers = BROKERS[env]
+    assert len(alarms) == 2 * brokers + 3
+    text = json.dumps(alarms)
+    for metric in ("CpuUser", "CpuSystem", "KafkaDataLogsDiskUsed", "OfflinePartitionsCount",
+                   "UnderReplicatedPartitions", "ActiveControllerCount"):
+        assert f'"MetricName": "{metric}"' in text, metric
+    for alarm in alarms.values():
+        props = alarm["Properties"]
+        # Every alarm goes to the environment's alarm topic, imported from the monitoring stack.
+        assert len(props["AlarmActions"]) == 1 and "Fn::ImportValue" in props["AlarmActions"][0]
+        assert props["OKActions"] == props["AlarmActions"]
+        assert props["AlarmName"].startswith(f"telemetry-{env}-msk-")
+
+
+def test_cpu_alarm_threshold_from_config(synthesized):
+    template = synthesized("dev").template("msk")
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm", {"AlarmName": "telemetry-dev-msk-Broker1Cpu", "Threshold": 60, "EvaluationPeriods": 15}
+    )
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm", {"AlarmName": "telemetry-dev-msk-Broker3Disk", "Threshold": 85}
+    )

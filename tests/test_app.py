@@ -1,0 +1,58 @@
+"""app.py as the CDK CLI runs it: bad input gives one line and a non-zero exit, no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, cdk_context
+
+
+def run_app(context: dict, tmp_path) -> subprocess.CompletedProcess:
+    # The CLI hands context to the app through CDK_CONTEXT_JSON; do the same.
+    env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(tmp_path)}
+    return subprocess.run(
+        [sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, expected: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and expected in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_environment(tmp_path):
+    result = run_app({**cdk_context(), "env": "qa"}, tmp_path)
+    assert_one_line_error(result, "unknown environment 'qa'; known environments: dev, prod, staging")
+
+
+def test_bad_config(tmp_path):
+    context = cdk_context()
+    context["environments"]["prod"]["msk"]["broker_count"] = 4
+    result = run_app({**context, "env": "prod"}, tmp_path)
+    assert_one_line_error(result, "msk.broker_count: 4 is not a multiple of the 3 availability zones")
+
+
+@pytest.mark.integration
+def test_cdk_cli_reports_an_unknown_environment(tmp_path):
+    cdk = shutil.which("cdk")
+    assert cdk, "the CDK CLI is not on PATH; run the tests through `make test`"
+    result = subprocess.run(
+        [cdk, "synth", "-c", "env=nope", "--quiet", "--output", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true"},
+    )
+    assert result.returncode != 0
+    assert "error: unknown environment 'nope'; known environments: dev, prod, staging" in result.stderr
+    assert "Traceback" not in result.stderr
