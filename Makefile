@@ -42,9 +42,7 @@ $(STAMP): $(REQUIREMENTS)
 
 synth: $(STAMP)
 	$(CDK) synth $(CDK_FLAGS) --quiet --output cdk.out
-	@$(BIN)/python -c 'import json; m = json.load(open("cdk.out/manifest.json")); \
-	print("\n".join(f"wrote cdk.out/{a[\"properties\"][\"templateFile\"]}" for a in m["artifacts"].values() \
-	if a["type"] == "aws:cloudformation:stack"))'
+	@for t in cdk.out/*.template.json; do echo "wrote $$t"; done
 
 lint: synth
 	$(BIN)/cfn-lint cdk.out/*.template.json
