@@ -1,0 +1,52 @@
+"""Service Fabric REST client shared by the node lifecycle Lambdas and operator scripts."""
+
+from .client import ServiceFabricClient
+from .client_certificate import (
+    ClientCertificate,
+    remove_client_certificate,
+    write_client_certificate,
+)
+from .errors import (
+    FabricError,
+    GatewayUnavailableError,
+    InvalidArgumentError,
+    NodeIsUpError,
+    NodeNotFoundError,
+    TlsError,
+    UpgradeInProgressError,
+)
+from .gateway import Timeouts
+from .models import (
+    ClusterConfigurationUpgradeStatus,
+    DeactivationIntent,
+    DeactivationStatus,
+    NodeInfo,
+    NodeStatus,
+    UpgradeHealthPolicy,
+    UpgradeState,
+)
+from .retry import NO_RETRY, RetryPolicy
+
+__all__ = [
+    "ClientCertificate",
+    "ClusterConfigurationUpgradeStatus",
+    "DeactivationIntent",
+    "DeactivationStatus",
+    "FabricError",
+    "GatewayUnavailableError",
+    "InvalidArgumentError",
+    "NO_RETRY",
+    "NodeInfo",
+    "NodeIsUpError",
+    "NodeNotFoundError",
+    "NodeStatus",
+    "RetryPolicy",
+    "ServiceFabricClient",
+    "Timeouts",
+    "TlsError",
+    "UpgradeHealthPolicy",
+    "UpgradeInProgressError",
+    "UpgradeState",
+    "remove_client_certificate",
+    "write_client_certificate",
+]

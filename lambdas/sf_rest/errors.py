@@ -1,0 +1,135 @@
+"""Errors raised by the Service Fabric REST client.
+
+Every failure is a `FabricError` carrying the Fabric error code, so callers branch on
+`err.code` (or catch a subclass) instead of parsing messages. Failures that never got a
+Fabric answer (connection refused, timeouts, TLS) use codes outside the FABRIC_E_ space.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+NODE_NOT_FOUND = "FABRIC_E_NODE_NOT_FOUND"
+NODE_IS_UP = "FABRIC_E_NODE_IS_UP"
+NOT_READY = "FABRIC_E_NOT_READY"
+TIMEOUT = "FABRIC_E_TIMEOUT"
+COMMUNICATION_ERROR = "FABRIC_E_COMMUNICATION_ERROR"
+INVALID_ARGUMENT = "E_INVALIDARG"
+UPGRADE_IN_PROGRESS = "FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS"
+
+# The gateway refused the request before acting on it: safe to resend any request.
+REJECTED_BEFORE_ACTING = frozenset(
+    {
+        NOT_READY,
+        "FABRIC_E_NOT_PRIMARY",
+        "FABRIC_E_NO_WRITE_QUORUM",
+        "FABRIC_E_RECONFIGURATION_PENDING",
+        "FABRIC_E_SERVICE_OFFLINE",
+    }
+)
+# The outcome is unknown (the operation may have been carried out): resend only
+# requests whose repetition is harmless.
+OUTCOME_UNKNOWN = frozenset(
+    {TIMEOUT, COMMUNICATION_ERROR, "FABRIC_E_OPERATION_NOT_COMPLETE", "E_ABORT"}
+)
+TRANSIENT_CODES = REJECTED_BEFORE_ACTING | OUTCOME_UNKNOWN
+
+# Codes for failures that got no Fabric answer at all.
+CONNECT_FAILED = "CONNECT_FAILED"
+CONNECTION_LOST = "CONNECTION_LOST"
+READ_TIMEOUT = "READ_TIMEOUT"
+TLS_FAILED = "TLS_FAILED"
+
+
+class FabricError(Exception):
+    """A Service Fabric REST call failed; `code` names why."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str = "",
+        *,
+        status: int | None = None,
+        method: str = "",
+        path: str = "",
+        attempts: int = 1,
+    ) -> None:
+        self.code = code
+        self.message = message
+        self.status = status
+        self.method = method
+        self.path = path
+        self.attempts = attempts
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.method} {self.path}".strip()
+        status = f" HTTP {self.status}" if self.status is not None else ""
+        tries = f" after {self.attempts} attempts" if self.attempts > 1 else ""
+        text = f"{self.code}{status}"
+        if where:
+            text += f" on {where}"
+        if self.message:
+            text += f": {self.message}"
+        return text + tries
+
+    @property
+    def is_transient(self) -> bool:
+        return self.code in TRANSIENT_CODES
+
+
+class NodeNotFoundError(FabricError):
+    """FABRIC_E_NODE_NOT_FOUND: the cluster does not know the node."""
+
+
+class NodeIsUpError(FabricError):
+    """FABRIC_E_NODE_IS_UP: RemoveNodeState refused because the node is not Down."""
+
+
+class InvalidArgumentError(FabricError):
+    """E_INVALIDARG: the gateway rejected a parameter (e.g. an unsupported intent)."""
+
+
+class UpgradeInProgressError(FabricError):
+    """An upgrade is already running; membership changes must wait for it."""
+
+
+class GatewayUnavailableError(FabricError):
+    """No usable answer from the HTTP gateway: connection, timeout or 5xx exhausted."""
+
+
+class TlsError(FabricError):
+    """The TLS handshake failed: wrong CA, wrong thumbprint, or client cert refused."""
+
+
+_BY_CODE: dict[str, type[FabricError]] = {
+    NODE_NOT_FOUND: NodeNotFoundError,
+    NODE_IS_UP: NodeIsUpError,
+    INVALID_ARGUMENT: InvalidArgumentError,
+    UPGRADE_IN_PROGRESS: UpgradeInProgressError,
+}
+
+
+def error_class_for(code: str) -> type[FabricError]:
+    return _BY_CODE.get(code, FabricError)
+
+
+def parse_error_body(text: str) -> tuple[str | None, str]:
+    """Return (code, message) from a FabricError body, or (None, text) if it is not one."""
+    try:
+        document: Any = json.loads(text)
+    except ValueError:
+        return None, text.strip()[:500]
+    error = document.get("Error") if isinstance(document, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("Code"), str):
+        return error["Code"], str(error.get("Message") or "")
+    return None, text.strip()[:500]
+
+
+def error_from_response(status: int, text: str, *, method: str, path: str) -> FabricError:
+    code, message = parse_error_body(text)
+    if code is None:
+        cls: type[FabricError] = GatewayUnavailableError if status >= 500 else FabricError
+        return cls(f"HTTP_{status}", message, status=status, method=method, path=path)
+    return error_class_for(code)(code, message, status=status, method=method, path=path)

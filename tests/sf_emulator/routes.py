@@ -1,0 +1,94 @@
+"""Gateway routes: (method, path, query, body) -> (status, JSON document or None)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import unquote
+
+from .cluster import EmulatedCluster, EmulatedFabricError
+
+Handler = Callable[[EmulatedCluster, Mapping[str, str], Mapping[str, str], Any], tuple[int, Any]]
+
+
+def _version_at_least(value: str, minimum: str) -> bool:
+    try:
+        return tuple(int(p) for p in value.split(".")) >= tuple(int(p) for p in minimum.split("."))
+    except ValueError:
+        return False
+
+
+def _get_node(cluster, match, query, body):
+    node = cluster.get_node(match["name"])
+    return (204, None) if node is None else (200, node)
+
+
+def _list_nodes(cluster, match, query, body):
+    try:
+        max_results = int(query.get("MaxResults", "0") or 0)
+    except ValueError as exc:
+        raise EmulatedFabricError(400, "E_INVALIDARG", "MaxResults") from exc
+    return 200, cluster.list_nodes(
+        query.get("ContinuationToken", ""), query.get("NodeStatusFilter", "default"), max_results
+    )
+
+
+def _deactivate(cluster, match, query, body):
+    intent = body.get("DeactivationIntent") if isinstance(body, dict) else None
+    if not intent:
+        raise EmulatedFabricError(400, "E_INVALIDARG", "DeactivationIntent required")
+    cluster.deactivate(match["name"], intent)
+    return 200, None
+
+
+def _activate(cluster, match, query, body):
+    cluster.activate(match["name"])
+    return 200, None
+
+
+def _remove_node_state(cluster, match, query, body):
+    cluster.remove_node_state(match["name"])
+    return 200, None
+
+
+def _get_configuration(cluster, match, query, body):
+    if not query.get("ConfigurationApiVersion"):
+        raise EmulatedFabricError(400, "E_INVALIDARG", "ConfigurationApiVersion required")
+    return 200, cluster.get_configuration()
+
+
+def _start_upgrade(cluster, match, query, body):
+    cluster.start_upgrade(body)
+    return 202, None
+
+
+def _upgrade_status(cluster, match, query, body):
+    return 200, cluster.upgrade_status()
+
+
+_NODE = r"/Nodes/(?P<name>[^/]+)"
+ROUTES: list[tuple[str, re.Pattern[str], str, Handler]] = [
+    ("GET", re.compile(r"^/Nodes$"), "6.3", _list_nodes),
+    ("GET", re.compile(rf"^{_NODE}$"), "6.0", _get_node),
+    ("POST", re.compile(rf"^{_NODE}/\$/Deactivate$"), "6.0", _deactivate),
+    ("POST", re.compile(rf"^{_NODE}/\$/Activate$"), "6.0", _activate),
+    ("POST", re.compile(rf"^{_NODE}/\$/RemoveNodeState$"), "6.0", _remove_node_state),
+    ("GET", re.compile(r"^/\$/GetClusterConfiguration$"), "6.0", _get_configuration),
+    ("POST", re.compile(r"^/\$/StartClusterConfigurationUpgrade$"), "6.0", _start_upgrade),
+    ("GET", re.compile(r"^/\$/GetClusterConfigurationUpgradeStatus$"), "6.0", _upgrade_status),
+]
+
+
+def dispatch(
+    cluster: EmulatedCluster, method: str, path: str, query: Mapping[str, str], body: Any
+) -> tuple[int, Any]:
+    for route_method, pattern, api_version, handler in ROUTES:
+        found = pattern.match(path)
+        if route_method != method or not found:
+            continue
+        if not _version_at_least(query.get("api-version", ""), api_version):
+            raise EmulatedFabricError(400, "E_INVALIDARG", f"api-version {api_version} required")
+        groups = {key: unquote(value) for key, value in found.groupdict().items()}
+        return handler(cluster, groups, query, body)
+    raise EmulatedFabricError(404, "EMULATOR_UNKNOWN_ROUTE", f"{method} {path}")
