@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from sf_rest import RetryPolicy, ServiceFabricClient, Timeouts
 
-from tests.sf_emulator.fixtures import sf_cluster, sf_emulator, sf_pki  # noqa: F401
 
 
 @dataclass
@@ -52,8 +51,8 @@ TEST_TIMEOUTS = Timeouts(connect_seconds=5.0, read_seconds=5.0, server_seconds=1
 
 @pytest.fixture
 def make_client(
-    sf_emulator,  # noqa: F811 - a fixture, named like the import that provides it
-    sf_pki,  # noqa: F811
+    sf_emulator,
+    sf_pki,
     fast_retry,
 ) -> Iterator[Callable[..., ServiceFabricClient]]:
     """Builds clients of the emulator; keyword arguments override the defaults."""

@@ -1,0 +1,66 @@
+"""FabricHost over SSM Run Command: AWS-RunPowerShellScript with stop_fabric_host.ps1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from .interfaces import CommandStatus
+
+STOP_SCRIPT = Path(__file__).with_name("stop_fabric_host.ps1")
+DOCUMENT = "AWS-RunPowerShellScript"
+
+
+def stop_script_lines() -> list[str]:
+    """The PowerShell script as the document's `commands` parameter (one entry per line)."""
+    return STOP_SCRIPT.read_text(encoding="utf-8").splitlines()
+
+
+class SsmFabricHost:
+    """Sends the stop script to an instance and reads how it went; create once per container."""
+
+    def __init__(
+        self,
+        ssm_client: Any,
+        *,
+        execution_timeout_seconds: int = 600,
+        delivery_timeout_seconds: int = 600,
+    ) -> None:
+        self._client = ssm_client
+        self._execution_timeout = execution_timeout_seconds
+        self._delivery_timeout = delivery_timeout_seconds
+        self._commands = stop_script_lines()  # read once, not per call
+
+    def check_access(self, instance_id: str) -> None:
+        """A read-only call that fails now, before a drain changes anything, when the
+        credentials or permissions for Run Command are missing."""
+        self._client.list_commands(InstanceId=instance_id, MaxResults=1)
+
+    def send_stop_command(self, instance_id: str) -> str:
+        answer = self._client.send_command(
+            InstanceIds=[instance_id],
+            DocumentName=DOCUMENT,
+            Comment="Service Fabric scale-in: stop FabricHostSvc",
+            TimeoutSeconds=self._delivery_timeout,
+            Parameters={
+                "commands": self._commands,
+                "executionTimeout": [str(self._execution_timeout)],
+            },
+        )
+        return str(answer["Command"]["CommandId"])
+
+    def command_status(self, command_id: str, instance_id: str) -> CommandStatus:
+        try:
+            answer = self._client.get_command_invocation(
+                CommandId=command_id, InstanceId=instance_id
+            )
+        except ClientError as err:
+            # Run Command is eventually consistent: right after send_command the
+            # invocation may not be visible yet.
+            if err.response.get("Error", {}).get("Code") == "InvocationDoesNotExist":
+                return CommandStatus(command_id, "Pending", "invocation not visible yet")
+            raise
+        detail = (answer.get("StandardErrorContent") or answer.get("StatusDetails") or "").strip()
+        return CommandStatus(command_id, str(answer.get("Status", "")), detail[:500])

@@ -1,0 +1,129 @@
+"""What the scale-in logic needs from AWS, as small interfaces.
+
+The step functions take these, never boto3 clients, so a Lambda creates the AWS
+adapters once (see lifecycle_hooks.py, instances.py, fabric_host.py,
+membership_lock.py) and tests pass moto-backed adapters or stand-ins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+NODE_NAME_TAG = "sf:nodename"
+
+
+@dataclass(frozen=True)
+class LifecycleHook:
+    """One pending lifecycle action of the scaling group (from the EventBridge event)."""
+
+    group_name: str
+    hook_name: str
+    instance_id: str
+    token: str = ""  # without a token the action is addressed by instance id
+
+    @classmethod
+    def from_event_detail(cls, detail: Mapping[str, Any]) -> LifecycleHook:
+        """From the `detail` of an "EC2 Instance-terminate Lifecycle Action" event."""
+        return cls(
+            group_name=str(detail["AutoScalingGroupName"]),
+            hook_name=str(detail["LifecycleHookName"]),
+            instance_id=str(detail["EC2InstanceId"]),
+            token=str(detail.get("LifecycleActionToken") or ""),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    instance_id: str
+    state: str  # EC2 state name: pending, running, shutting-down, terminated, ...
+    private_ip: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def node_name(self) -> str:
+        """The Service Fabric node name that scale-out tagged the instance with ('' if none)."""
+        return self.tags.get(NODE_NAME_TAG, "")
+
+
+# get_command_invocation statuses that end a command.
+COMMAND_SUCCEEDED = "Success"
+COMMAND_FAILED = frozenset({"Failed", "Cancelled", "TimedOut", "Cancelling"})
+
+
+@dataclass(frozen=True)
+class CommandStatus:
+    command_id: str
+    status: str  # Pending, InProgress, Delayed, Success, Failed, Cancelled, TimedOut, ...
+    detail: str = ""
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == COMMAND_SUCCEEDED
+
+    @property
+    def failed(self) -> bool:
+        return self.status in COMMAND_FAILED
+
+
+@dataclass(frozen=True)
+class LockGrant:
+    """The answer to an acquire: whether we hold the lock, and who does."""
+
+    acquired: bool
+    holder: str  # '' when nobody holds it
+    expires_at: float  # epoch seconds; 0 when nobody holds it
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LockRelease:
+    released: bool  # True when this owner's lock was deleted
+    holder: str  # who holds it now ('' = nobody), e.g. when another owner does
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class AutoScalingLifecycle(Protocol):
+    def complete_lifecycle_action(self, hook: LifecycleHook, result: str) -> bool:
+        """Complete the action; False when no such action is pending (already completed)."""
+        ...
+
+    def record_lifecycle_action_heartbeat(self, hook: LifecycleHook) -> bool:
+        """Restart the hook's heartbeat timer; False when no such action is pending."""
+        ...
+
+
+class InstanceDirectory(Protocol):
+    def describe_instance(self, instance_id: str) -> InstanceInfo | None:
+        """The instance, or None when EC2 no longer knows it."""
+        ...
+
+    def list_node_instances(self) -> list[InstanceInfo]:
+        """Instances tagged with a node name, in any state (terminated ones while EC2 lists them)."""
+        ...
+
+
+class FabricHost(Protocol):
+    def send_stop_command(self, instance_id: str) -> str:
+        """Ask the instance to stop its Fabric host service; returns the command id."""
+        ...
+
+    def command_status(self, command_id: str, instance_id: str) -> CommandStatus: ...
+
+
+class MembershipLock(Protocol):
+    def acquire(self, owner: str, *, ttl_seconds: float) -> LockGrant:
+        """Take the lock, or renew it when `owner` holds it already; expired locks are taken over."""
+        ...
+
+    def release(self, owner: str) -> LockRelease:
+        """Give the lock up; only its owner can."""
+        ...

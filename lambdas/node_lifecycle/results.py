@@ -1,0 +1,89 @@
+"""Typed results of the scale-in steps; `to_dict()` gives the JSON a state machine passes on."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Outcome(StrEnum):
+    REQUESTED = "requested"  # this call sent the write
+    ALREADY_DONE = "already_done"  # an earlier (or concurrent) run did it
+    NOT_NEEDED = "not_needed"  # the node is past the point where this step matters
+    NOT_A_MEMBER = "not_a_member"  # the cluster does not know the node
+    WAIT_FOR_UPGRADE = "wait_for_upgrade"  # another configuration upgrade runs: wait, then retry
+
+
+class _Result:
+    def to_dict(self) -> dict[str, Any]:
+        document = asdict(self)  # type: ignore[call-overload]
+        if "outcome" in document:
+            document["changed"] = self.changed  # type: ignore[attr-defined]
+        return document
+
+    @property
+    def changed(self) -> bool:
+        return getattr(self, "outcome", None) == Outcome.REQUESTED
+
+
+@dataclass(frozen=True)
+class NodeResolution(_Result):
+    instance_id: str
+    node_name: str  # '' when no node could be found for the instance
+    found_by: str  # "tag", "ip" or ''
+    is_member: bool  # False: nothing to drain, complete the lifecycle action at once
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class SeedCheck(_Result):
+    node_name: str
+    refused: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Deactivation(_Result):
+    node_name: str
+    outcome: Outcome
+    intent: str = ""  # the intent asked for (or found), RemoveNode or RemoveData
+
+
+@dataclass(frozen=True)
+class HostStop(_Result):
+    node_name: str
+    instance_id: str
+    outcome: Outcome
+    command_id: str = ""  # pass to poll_node_down to watch the command
+
+
+@dataclass(frozen=True)
+class NodeStateRemoval(_Result):
+    node_name: str
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class ConfigurationRemoval(_Result):
+    node_name: str
+    outcome: Outcome
+    target_version: str = ""  # the version our upgrade moves to (pass to the upgrade poll)
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class LifecycleCompletion(_Result):
+    instance_id: str
+    outcome: Outcome
+    result: str = "CONTINUE"
+
+
+@dataclass(frozen=True)
+class WaitStatus(_Result):
+    """One poll of a wait step: the state machine loops (with a Wait state) until `done`."""
+
+    done: bool
+    status: str  # NodeStatus, UpgradeState, ... as the cluster reports it
+    detail: str = ""
+    heartbeat: bool | None = None  # None: no hook given; False: no pending lifecycle action

@@ -1,0 +1,385 @@
+#!/usr/bin/env python3
+"""Drain one Service Fabric node out of the cluster, from an operator's shell.
+
+Runs the scale-in steps of the node lifecycle state machine (lambdas/node_lifecycle)
+with the same REST client, looping their wait steps itself: deactivate (RemoveNode),
+wait for Disabled, stop FabricHostSvc (over SSM with --instance-id, else by you), wait
+for Down, RemoveNodeState, then a configuration upgrade that lists the node in
+NodesToBeRemoved. Every step picks up where the node is, so re-running after a failure
+or an interruption is safe.
+
+exit status: 0 the node is out of the cluster and its configuration (or already was);
+1 failed (unknown node, TLS, the cluster refused); 2 bad usage; 3 refused (seed node,
+nothing changed); 4 timed out (re-run to go on); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+from urllib.parse import urlsplit
+
+# Runnable from any working directory: the shared logic lives in lambdas/.
+LAMBDAS = Path(__file__).resolve().parent.parent / "lambdas"
+if str(LAMBDAS) not in sys.path:
+    sys.path.insert(0, str(LAMBDAS))
+
+from node_lifecycle import (
+    FabricHost,
+    NodeStage,
+    Outcome,
+    ScaleInError,
+    SeedNodeRefused,
+    WaitStatus,
+    WaitTimedOut,
+    deactivate_node,
+    node_stage,
+    poll_configuration_upgrade,
+    poll_deactivation,
+    poll_node_down,
+    refuse_seed_node,
+    remove_node_state,
+    start_configuration_removal,
+    stop_fabric_host,
+    wait_until_done,
+)
+from node_lifecycle.node_stage import describe
+from sf_rest import FabricError, ServiceFabricClient, TlsError
+from sf_rest.cluster_config import node_names, nodes_to_be_removed, remove_node
+
+PROG = "drain_node.py"
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_TIMED_OUT = 4
+EXIT_INTERRUPTED = 130
+PROGRESS_EVERY_SECONDS = 30.0
+
+
+class UsageError(Exception):
+    pass
+
+
+class UnknownNode(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+        epilog=__doc__.split("\n\n")[2].replace("\n", " "),
+    )
+    parser.add_argument("--endpoint", required=True, help="HTTP gateway, https://HOST:19080")
+    parser.add_argument("--node", required=True, help="Service Fabric node name to drain")
+    parser.add_argument("--client-cert", metavar="PEM", help="admin client certificate")
+    parser.add_argument("--client-key", metavar="PEM", help="its private key")
+    trust = parser.add_mutually_exclusive_group()
+    trust.add_argument("--ca-bundle", metavar="PEM", help="cluster CA to verify the gateway")
+    trust.add_argument("--insecure", action="store_true", help="do not verify the gateway")
+    parser.add_argument(
+        "--instance-id", help="stop Fabric on this EC2 instance over SSM once the node is Disabled"
+    )
+    parser.add_argument("--region", help="AWS region for SSM (default: the AWS environment's)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="give up after this long in all (default 1800)",
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between looks at the cluster (default 10)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="show what a drain would do from the node's current state; change nothing",
+    )
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    if bool(args.client_cert) != bool(args.client_key):
+        raise UsageError("--client-cert and --client-key go together")
+    for flag in ("client_cert", "client_key", "ca_bundle"):
+        path = getattr(args, flag)
+        if path and not Path(path).is_file():
+            raise UsageError(f"--{flag.replace('_', '-')} {path}: no such file")
+    scheme = urlsplit(args.endpoint).scheme
+    if scheme not in ("http", "https") or not urlsplit(args.endpoint).netloc:
+        raise UsageError(f"--endpoint must be https://HOST:PORT, got {args.endpoint!r}")
+    if scheme == "https" and not (args.ca_bundle or args.insecure):
+        raise UsageError("an https endpoint needs --ca-bundle PEM or --insecure")
+    if args.timeout <= 0 or args.poll_interval <= 0:
+        raise UsageError("--timeout and --poll-interval must be positive")
+    return args
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+class Drain:
+    """The scale-in steps in order, each wait looped until done or out of time."""
+
+    def __init__(
+        self, client: ServiceFabricClient, args: argparse.Namespace, host: FabricHost | None
+    ) -> None:
+        self.client, self.name, self.host, self.args = client, args.node, host, args
+        self.started = time.monotonic()
+        self.last_said: dict[str, str] = {}  # label -> the state last printed for it
+
+    def wait(self, what: str, poll: Callable[[], WaitStatus], label: str) -> WaitStatus:
+        said_at = [0.0]
+
+        def progress(result: WaitStatus, elapsed: float) -> None:
+            state = result.detail or result.status
+            if state != self.last_said.get(label):
+                say(f"  {label}: {state}")
+                self.last_said[label], said_at[0] = state, elapsed
+            elif elapsed - said_at[0] >= PROGRESS_EVERY_SECONDS:
+                say(f"  still waiting for {what}: {state} ({elapsed:.0f} s)")
+                said_at[0] = elapsed
+
+        remaining = self.args.timeout - (time.monotonic() - self.started)
+        try:
+            return wait_until_done(
+                poll,
+                what=what,
+                timeout_seconds=max(remaining, 0.0),
+                interval_seconds=self.args.poll_interval,
+                on_poll=progress,
+            )
+        except WaitTimedOut as err:
+            last_seen = err.last.detail if isinstance(err.last, WaitStatus) else "?"
+            raise WaitTimedOut(
+                f"--timeout {self.args.timeout:g} s passed waiting for {what} "
+                f"(last: {last_seen}); re-run to go on",
+                err.last,
+            ) from err
+
+    def run(self) -> int:
+        client, name = self.client, self.name
+        deactivation = deactivate_node(client, name)
+        if deactivation.outcome == Outcome.REQUESTED:
+            say(f"deactivating {name} (intent {deactivation.intent})")
+        elif deactivation.outcome == Outcome.ALREADY_DONE:
+            say(f"{name} is already deactivated for removal (intent {deactivation.intent})")
+        self.wait(f"{name} to be Disabled", lambda: poll_deactivation(client, name), name)
+        self.wait(f"{name} to go Down", self.stop_host(), name)
+        if remove_node_state(client, name).changed:
+            say(f"removed the node state of {name}")
+        self.remove_from_configuration()
+        return self.confirm_removed()
+
+    def stop_host(self) -> Callable[[], WaitStatus]:
+        """Stop Fabric over SSM when we can, else leave it to the operator; return the poll."""
+        client, name = self.client, self.name
+        if self.host is None:
+            if node_stage(client.get_node_info(name)) < NodeStage.REMOVE_STATE:
+                say(
+                    f"{name} is Disabled: stop FabricHostSvc on its machine (no --instance-id "
+                    "given); waiting for the node to go Down"
+                )
+            return lambda: poll_node_down(client, name)
+        stop = stop_fabric_host(client, self.host, name, self.args.instance_id)
+        if stop.changed:
+            say(
+                f"stopping FabricHostSvc on {stop.instance_id} over SSM (command {stop.command_id})"
+            )
+        host = self.host
+        return lambda: poll_node_down(
+            client, name, host=host, instance_id=stop.instance_id, command_id=stop.command_id
+        )
+
+    def remove_from_configuration(self) -> None:
+        client, name = self.client, self.name
+        while True:
+            start = start_configuration_removal(client, name)
+            if start.outcome != Outcome.WAIT_FOR_UPGRADE:
+                break
+            say(f"a configuration upgrade is running ({start.detail}); waiting for it first")
+            self.wait(
+                "the running configuration upgrade",
+                lambda: poll_configuration_upgrade(client),
+                "upgrade",
+            )
+        if start.changed:
+            say(
+                f"configuration upgrade to version {start.target_version}: {name} out of "
+                "nodes, into NodesToBeRemoved"
+            )
+            self.wait(
+                f"the configuration upgrade to {start.target_version}",
+                lambda: poll_configuration_upgrade(client, target_version=start.target_version),
+                "upgrade",
+            )
+
+    def confirm_removed(self) -> int:
+        node = self.client.get_node_info(self.name)
+        if self.name in node_names(self.client.get_cluster_configuration()):
+            raise ScaleInError(
+                f"the upgrade completed but {self.name} is still in the configuration"
+            )
+        state = "gone from the node list" if node is None else f"{node.status}"
+        say(
+            f"done: {self.name} is out of the cluster ({state}) and out of its configuration "
+            f"({time.monotonic() - self.started:.0f} s)"
+        )
+        return EXIT_OK
+
+
+def precheck(client: ServiceFabricClient, name: str) -> int | None:
+    """Stop early for a node that is unknown, already removed, or a seed node."""
+    node = client.get_node_info(name)
+    config = client.get_cluster_configuration()
+    if node is None and name not in node_names(config):
+        if name in nodes_to_be_removed(config):
+            say(f"{name} is not in the cluster: already removed (listed in NodesToBeRemoved)")
+            return EXIT_OK
+        raise UnknownNode(
+            f"node {name!r} is not known to the cluster at {client.endpoint} "
+            "(neither in the node list nor in the cluster configuration)"
+        )
+    check = refuse_seed_node(client, name)
+    if check.refused:
+        raise SeedNodeRefused(f"{name} is a seed node; nothing was changed ({check.reason})")
+    where = "in" if name in node_names(config) else "not in"
+    say(
+        f"{name}: {describe(node)}; {where} the cluster configuration "
+        f"(version {config.get('clusterConfigurationVersion', '?')})"
+    )
+    return None
+
+
+def dry_run(client: ServiceFabricClient, args: argparse.Namespace) -> int:
+    name = args.node
+    node = client.get_node_info(name)
+    stage = node_stage(node)
+    if node is not None and stage == NodeStage.UNSETTLED:
+        raise ScaleInError(f"{name} is {node.status}: a drain would not touch it now")
+    steps = []
+    if stage <= NodeStage.DEACTIVATE:
+        steps.append(f"deactivate {name} with intent RemoveNode (RemoveData if refused)")
+    if stage <= NodeStage.DEACTIVATING:
+        steps.append(f"wait for {name} to be Disabled with its deactivation Completed")
+    if stage <= NodeStage.STOP_HOST:
+        steps.append(
+            f"stop FabricHostSvc on {args.instance_id} over SSM Run Command, wait for Down"
+            if args.instance_id
+            else f"wait for {name} to go Down (you stop FabricHostSvc; no --instance-id)"
+        )
+    if stage <= NodeStage.REMOVE_STATE:
+        steps.append(f"RemoveNodeState {name}")
+    config = client.get_cluster_configuration()
+    target = remove_node(config, name)
+    if target != config:
+        steps.append(
+            f"configuration upgrade {config.get('clusterConfigurationVersion')} -> "
+            f"{target.get('clusterConfigurationVersion')}: {name} out of nodes, "
+            "into NodesToBeRemoved"
+        )
+        upgrade = client.get_cluster_configuration_upgrade_status()
+        if upgrade.is_running:
+            steps.append(f"(first wait for the running upgrade: {upgrade.upgrade_state})")
+    say(
+        "dry run: nothing was changed. A drain would:"
+        if steps
+        else "dry run: nothing to do, the node is already out of the cluster"
+    )
+    for step in steps:
+        say(f"  - {step}")
+    return EXIT_OK
+
+
+def make_fabric_host(args: argparse.Namespace) -> FabricHost | None:
+    if not args.instance_id or args.dry_run:
+        return None
+    try:  # only operators who stop Fabric over SSM need the AWS SDK
+        import boto3
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError as err:
+        raise ScaleInError("--instance-id needs boto3 (pip install boto3)") from err
+    from node_lifecycle.fabric_host import SsmFabricHost
+
+    try:
+        host = SsmFabricHost(boto3.client("ssm", region_name=args.region))
+        host.check_access(args.instance_id)
+    except (BotoCoreError, ClientError) as err:
+        raise ScaleInError(f"cannot use SSM Run Command for {args.instance_id}: {err}") from err
+    return host
+
+
+def _one_line(text: object, limit: int = 400) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def fail(code: int, kind: str, message: object) -> int:
+    print(f"{PROG}: {kind}: {_one_line(message)}", file=sys.stderr, flush=True)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Retry notes from the client go to stdout with the progress, so stderr only ever
+    # holds the one line that says why we failed.
+    logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="  note: %(message)s")
+    try:
+        args = parse_args(argv)
+    except UsageError as err:
+        return fail(EXIT_USAGE, "error", err)
+    if args.insecure:
+        warnings.filterwarnings("ignore", message="Unverified HTTPS request")
+        say("warning: --insecure: the gateway's certificate is not verified")
+    cert = (args.client_cert, args.client_key) if args.client_cert else None
+    try:
+        with ServiceFabricClient(
+            args.endpoint, client_certificate=cert, ca_bundle=args.ca_bundle, insecure=args.insecure
+        ) as client:
+            early = precheck(client, args.node)
+            if early is not None:
+                return early
+            if args.dry_run:
+                return dry_run(client, args)
+            return Drain(client, args, make_fabric_host(args)).run()
+    except SeedNodeRefused as err:
+        return fail(EXIT_REFUSED, "refused", err)
+    except WaitTimedOut as err:
+        return fail(EXIT_TIMED_OUT, "timed out", err)
+    except TlsError as err:
+        return fail(
+            EXIT_FAILED,
+            "error",
+            f"TLS with {args.endpoint} failed (check --ca-bundle "
+            f"and the client certificate): {err.message or err.code}",
+        )
+    except FabricError as err:
+        return fail(EXIT_FAILED, "error", f"the cluster refused or did not answer: {err}")
+    except (ScaleInError, UnknownNode) as err:
+        return fail(EXIT_FAILED, "error", err)
+    except KeyboardInterrupt:
+        return fail(EXIT_INTERRUPTED, "interrupted", "re-run to pick up where the node is")
+    except Exception as err:  # noqa: BLE001 - an operator tool ends with one line, not a traceback
+        return fail(EXIT_FAILED, "error", f"{type(err).__name__}: {err}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""The AWS adapters: EC2, SSM and DynamoDB through moto; Auto Scaling through botocore's Stubber
+(moto does not implement the lifecycle action calls)."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from botocore.stub import Stubber
+from node_lifecycle import LifecycleHook, Outcome, complete_scale_in, record_heartbeat
+from node_lifecycle.fabric_host import STOP_SCRIPT, SsmFabricHost, stop_script_lines
+from node_lifecycle.instances import Ec2InstanceDirectory
+from node_lifecycle.lifecycle_hooks import AutoScalingLifecycleHooks
+from node_lifecycle.membership_lock import DynamoDbMembershipLock
+
+TOKEN = "bcd2f1b8-9a78-44d3-8a7a-4dd07d7cf635"
+HOOK = LifecycleHook("sf-scaling", "drain-on-terminate", "i-0123456789abcdef0", TOKEN)
+
+
+# -- EC2 -----------------------------------------------------------------------------------
+
+
+def test_instances_are_described_with_their_node_tag_address_and_state(ec2, launch):
+    tagged = launch(node_name="scale-3")
+    untagged = launch()
+    ec2.terminate_instances(InstanceIds=[untagged["InstanceId"]])
+    directory = Ec2InstanceDirectory(ec2)
+
+    found = directory.describe_instance(tagged["InstanceId"])
+    gone = directory.describe_instance(untagged["InstanceId"])
+
+    assert (found.node_name, found.state) == ("scale-3", "running")
+    assert found.private_ip == tagged["PrivateIpAddress"]
+    assert gone.node_name == "" and gone.state == "terminated"
+    assert directory.describe_instance("i-0123456789abcdef0") is None  # EC2 forgot it
+    assert [i.node_name for i in directory.list_node_instances()] == ["scale-3"]
+
+
+# -- SSM -----------------------------------------------------------------------------------
+
+
+def test_the_stop_command_runs_the_powershell_script_on_the_instance(ssm):
+    host = SsmFabricHost(ssm, execution_timeout_seconds=300)
+
+    command_id = host.send_stop_command("i-0123456789abcdef0")
+    status = host.command_status(command_id, "i-0123456789abcdef0")
+
+    (command,) = ssm.list_commands(CommandId=command_id)["Commands"]
+    assert command["DocumentName"] == "AWS-RunPowerShellScript"
+    assert command["InstanceIds"] == ["i-0123456789abcdef0"]
+    assert command["Parameters"]["commands"] == stop_script_lines()
+    assert command["Parameters"]["executionTimeout"] == ["300"]
+    assert (status.status, status.succeeded, status.failed) == ("Success", True, False)
+
+
+def test_an_invocation_not_visible_yet_reads_as_pending(ssm):
+    host = SsmFabricHost(ssm)
+    command_id = host.send_stop_command("i-0123456789abcdef0")
+
+    status = host.command_status(command_id, "i-0fedcba9876543210")  # not (yet) known
+
+    assert (status.status, status.failed) == ("Pending", False)
+
+
+def test_the_stop_script_is_idempotent_powershell_for_the_fabric_host_service():
+    script = STOP_SCRIPT.read_text()
+
+    assert "$serviceName = 'FabricHostSvc'" in script
+    assert "Stop-Service -Name $serviceName -Force" in script
+    # Stopping only what runs, and tolerating a missing service, is what makes a re-run safe.
+    assert "if ($service.Status -ne 'Stopped')" in script
+    assert "Get-Service -Name $serviceName -ErrorAction SilentlyContinue" in script
+    assert script.count("{") == script.count("}")
+
+
+# -- DynamoDB lock -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lock_table(dynamodb) -> str:
+    dynamodb.create_table(
+        TableName="sf-membership-lock",
+        KeySchema=[{"AttributeName": "LockName", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "LockName", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return "sf-membership-lock"
+
+
+@pytest.fixture
+def clock():
+    now = [1_000_000.0]
+    return now
+
+
+@pytest.fixture
+def lock(dynamodb, lock_table, clock) -> DynamoDbMembershipLock:
+    return DynamoDbMembershipLock(dynamodb, lock_table, clock=lambda: clock[0])
+
+
+def test_two_owners_contend_and_only_one_holds_the_lock(lock):
+    first = lock.acquire("scale-in/i-0aaa", ttl_seconds=900)
+    second = lock.acquire("scale-out/i-0bbb", ttl_seconds=900)
+
+    assert first.acquired and first.holder == "scale-in/i-0aaa"
+    assert (second.acquired, second.holder) == (False, "scale-in/i-0aaa")
+    assert second.expires_at == first.expires_at == 1_000_900
+
+
+def test_acquiring_again_as_the_same_owner_renews_the_lock(lock, clock):
+    lock.acquire("scale-in/i-0aaa", ttl_seconds=900)
+    clock[0] += 600
+
+    again = lock.acquire("scale-in/i-0aaa", ttl_seconds=900)
+
+    assert again.acquired and again.expires_at == 1_001_500
+
+
+def test_an_expired_lock_is_taken_over(lock, clock):
+    lock.acquire("reaper/run-1", ttl_seconds=300)  # and then the reaper died
+    clock[0] += 299
+    too_early = lock.acquire("scale-in/i-0aaa", ttl_seconds=900)
+    clock[0] += 2
+    taken = lock.acquire("scale-in/i-0aaa", ttl_seconds=900)
+
+    assert (too_early.acquired, too_early.holder) == (False, "reaper/run-1")
+    assert (taken.acquired, taken.holder) == (True, "scale-in/i-0aaa")
+    late = lock.release("reaper/run-1")  # the old owner wakes up
+    assert (late.released, late.holder) == (False, "scale-in/i-0aaa")
+
+
+def test_only_the_owner_releases_the_lock(lock):
+    lock.acquire("scale-in/i-0aaa", ttl_seconds=900)
+
+    refused = lock.release("scale-out/i-0bbb")
+    released = lock.release("scale-in/i-0aaa")
+    released_again = lock.release("scale-in/i-0aaa")
+    next_owner = lock.acquire("scale-out/i-0bbb", ttl_seconds=900)
+
+    assert (refused.released, refused.holder) == (False, "scale-in/i-0aaa")
+    assert released.released is True
+    assert (released_again.released, released_again.holder) == (False, "")  # nothing held
+    assert next_owner.acquired
+
+
+def test_the_lock_refuses_nonsense(lock):
+    with pytest.raises(ValueError, match="owner"):
+        lock.acquire("", ttl_seconds=60)
+    with pytest.raises(ValueError, match="ttl"):
+        lock.acquire("someone", ttl_seconds=0)
+
+
+# -- Auto Scaling lifecycle actions (Stubber) -------------------------------------------
+
+
+@pytest.fixture
+def autoscaling(aws, region):
+    client = boto3.client("autoscaling", region_name=region)
+    with Stubber(client) as stubber:
+        yield client, stubber
+        stubber.assert_no_pending_responses()
+
+
+ADDRESS = {
+    "LifecycleHookName": "drain-on-terminate",
+    "AutoScalingGroupName": "sf-scaling",
+    "LifecycleActionToken": TOKEN,
+}
+NO_ACTION = "No active Lifecycle Action found with token " + TOKEN
+
+
+def test_completing_a_pending_action_continues_the_termination(autoscaling):
+    client, stubber = autoscaling
+    stubber.add_response(
+        "complete_lifecycle_action", {}, {**ADDRESS, "LifecycleActionResult": "CONTINUE"}
+    )
+
+    completion = complete_scale_in(AutoScalingLifecycleHooks(client), HOOK)
+
+    assert completion.to_dict() == {
+        "instance_id": "i-0123456789abcdef0",
+        "outcome": "requested",
+        "result": "CONTINUE",
+        "changed": True,
+    }
+
+
+def test_completing_an_action_already_completed_is_fine(autoscaling):
+    client, stubber = autoscaling
+    stubber.add_client_error(
+        "complete_lifecycle_action", "ValidationError", NO_ACTION, http_status_code=400
+    )
+
+    completion = complete_scale_in(AutoScalingLifecycleHooks(client), HOOK)
+
+    assert completion.outcome == Outcome.ALREADY_DONE
+
+
+def test_without_a_token_the_action_is_addressed_by_instance(autoscaling):
+    client, stubber = autoscaling
+    hook = LifecycleHook("sf-scaling", "drain-on-terminate", "i-0123456789abcdef0")
+    stubber.add_response(
+        "record_lifecycle_action_heartbeat",
+        {},
+        {
+            "LifecycleHookName": "drain-on-terminate",
+            "AutoScalingGroupName": "sf-scaling",
+            "InstanceId": "i-0123456789abcdef0",
+        },
+    )
+
+    assert record_heartbeat(AutoScalingLifecycleHooks(client), hook) is True
+
+
+def test_heartbeats_report_an_action_that_is_gone_and_raise_other_errors(autoscaling):
+    client, stubber = autoscaling
+    stubber.add_client_error(
+        "record_lifecycle_action_heartbeat", "ValidationError", NO_ACTION, http_status_code=400
+    )
+    stubber.add_client_error(
+        "record_lifecycle_action_heartbeat", "AccessDenied", "not allowed", http_status_code=403
+    )
+    lifecycle = AutoScalingLifecycleHooks(client)
+
+    assert record_heartbeat(lifecycle, HOOK) is False
+    with pytest.raises(ClientError, match="AccessDenied"):
+        record_heartbeat(lifecycle, HOOK)
+    assert record_heartbeat(None, None) is None  # an operator's run has no hook
+
+
+def test_complete_refuses_a_result_auto_scaling_does_not_know():
+    with pytest.raises(ValueError, match="CONTINUE or ABANDON"):
+        complete_scale_in(AutoScalingLifecycleHooks(None), HOOK, result="DONE")
+
+
+def test_the_hook_is_read_from_the_eventbridge_event():
+    detail = {
+        "LifecycleActionToken": TOKEN,
+        "AutoScalingGroupName": "sf-scaling",
+        "LifecycleHookName": "drain-on-terminate",
+        "EC2InstanceId": "i-0123456789abcdef0",
+        "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+    }
+
+    assert LifecycleHook.from_event_detail(detail) == HOOK
+    assert HOOK.to_dict()["token"] == TOKEN
