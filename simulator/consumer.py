@@ -1,0 +1,105 @@
+"""The host's consumer: reads every partition from where it ended at start-up, keeps only this
+host's own messages (its clock stamped them, so no cross-host clock skew), and records their
+end-to-end latency and sequence numbers."""
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from simulator import kafka_config
+from simulator.accounting import SequenceLedger
+from simulator.config import RunConfig
+from simulator.histograms import LatencyRecorder
+from simulator.payload import MessageLayout
+
+BATCH = 10_000
+MAX_WAIT_S = 0.1
+
+
+class HostConsumer:
+    def __init__(self, config: RunConfig, layout: MessageLayout, ledger: SequenceLedger,
+                 e2e: LatencyRecorder):
+        self.config, self.layout, self.ledger, self.e2e = config, layout, ledger, e2e
+        self.consumer = Consumer(kafka_config.consumer_settings(
+            config, f"simulator-{config.producer_id}-consumer"))
+        self.start_offsets: dict[int, int] = {}
+        self.measure_start_ns = 0
+        self.errors: list[str] = []
+        self.foreign = 0  # messages of other hosts or runs, skipped
+
+    def assign_from_end(self) -> None:
+        """Start every partition at its current end, before any producer sends."""
+        topic = self.config.topic
+        metadata = self.consumer.list_topics(topic, timeout=self.config.connect_timeout_s)
+        self.start_offsets = self.end_offsets(sorted(metadata.topics[topic].partitions))
+        self.consumer.assign([TopicPartition(topic, partition, offset)
+                              for partition, offset in self.start_offsets.items()])
+
+    def end_offsets(self, partitions=None) -> dict[int, int]:
+        partitions = partitions if partitions is not None else self.start_offsets
+        return {partition: self._end_offset(partition) for partition in partitions}
+
+    def _end_offset(self, partition: int) -> int:
+        """The partition's high watermark, retried while the broker is still electing leaders
+        (a topic created a moment ago)."""
+        deadline = time.monotonic() + self.config.connect_timeout_s
+        while True:
+            try:
+                return self.consumer.get_watermark_offsets(
+                    TopicPartition(self.config.topic, partition),
+                    timeout=self.config.connect_timeout_s, cached=False)[1]
+            except KafkaException as error:
+                if not error.args[0].retriable() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def caught_up(self, targets: dict[int, int]) -> bool:
+        positions = self.consumer.position([TopicPartition(self.config.topic, partition)
+                                            for partition in targets])
+        for position in positions:
+            offset = position.offset if position.offset >= 0 else self.start_offsets[position.partition]
+            if offset < targets[position.partition]:
+                return False
+        return True
+
+    def consume_for(self, seconds: float) -> None:
+        """Consume and record own messages for about `seconds`."""
+        deadline = time.monotonic() + seconds
+        consume = self.consumer.consume
+        prefix, device, seq, sent = (self.layout.own_prefix, self.layout.device,
+                                     self.layout.seq, self.layout.sent_ns)
+        prefix_end = len(prefix)
+        record, latency = self.ledger.record, self.e2e.pending.append
+        measure_start = self.measure_start_ns
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            # consume(n, t) waits until n messages or t: wait for one, then take what is queued.
+            batch = consume(1, min(remaining, MAX_WAIT_S))
+            if not batch:
+                continue
+            batch += consume(BATCH, 0)
+            now = time.time_ns()
+            for message in batch:
+                value = message.value()
+                if value is None or value[:prefix_end] != prefix:
+                    self._not_own(message)
+                    continue
+                sent_ns = int(value[sent])
+                if record(int(value[device]), int(value[seq])) and sent_ns >= measure_start:
+                    latency(now - sent_ns)
+
+    def _not_own(self, message) -> None:
+        error = message.error()
+        if error is None:
+            self.foreign += 1
+        elif error.fatal() or len(self.errors) < 20:
+            self.errors.append(str(error))
+            if error.fatal():
+                raise KafkaException(error)
+
+    def close(self) -> None:
+        self.consumer.close()
+
