@@ -8,7 +8,7 @@ CDK_CLI_VERSION := 2.1148.1
 VENV := .venv
 BIN := $(abspath $(VENV))/bin
 STAMP := $(VENV)/.installed
-REQUIREMENTS := requirements.txt requirements-dev.txt constraints.txt lambdas/requirements.txt
+REQUIREMENTS := requirements.txt requirements-dev.txt constraints.txt lambdas/requirements.txt simulator/requirements.txt
 
 # The venv's node (Node 24) must come first: jsii and the CDK CLI pick node from PATH.
 export PATH := $(BIN):$(PATH)
@@ -61,6 +61,21 @@ deploy: $(STAMP)
 
 destroy: $(STAMP)
 	$(CDK) destroy $(CDK_FLAGS) --all
+
+# Local Kafka (single KRaft node on 127.0.0.1) for the demo; the tests and the benchmark start
+# brokers of their own.
+KAFKA := $(BIN)/python scripts/local_kafka.py
+DEMO_TOPIC := telemetry-demo
+
+bench: $(STAMP)
+	$(BIN)/python scripts/bench_simulator.py --report bench-results/simulator.json
+
+demo: $(STAMP)
+	@bootstrap=$$($(KAFKA) start) && \
+	$(KAFKA) create-topic $(DEMO_TOPIC) --partitions 6 && \
+	$(BIN)/python -m simulator run --bootstrap-servers $$bootstrap --topic $(DEMO_TOPIC) \
+		--rate 5000 --duration 30 --report bench-results/demo.json --plot bench-results/demo.png; \
+	status=$$?; $(KAFKA) stop; exit $$status
 
 clean:
 	rm -rf cdk.out .pytest_cache bench-results

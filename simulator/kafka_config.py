@@ -3,9 +3,6 @@ from __future__ import annotations
 
 from simulator.config import RunConfig
 
-# A broker that has not answered the TCP/TLS handshake by then is reported as unreachable.
-CONNECTION_SETUP_TIMEOUT_S = 10.0
-
 
 def _msk_iam_token_callback(region: str):
     def oauth_cb(_oauth_config: str) -> tuple[str, float]:
@@ -17,13 +14,13 @@ def _msk_iam_token_callback(region: str):
 
 
 def connection_settings(bootstrap_servers: str, *, security_protocol: str, region: str | None,
-                        client_id: str) -> dict:
+                        client_id: str, connect_timeout_s: float = 10.0) -> dict:
     """How any librdkafka client of this project reaches Kafka (also used by scripts/)."""
     settings = {
         "bootstrap.servers": bootstrap_servers,
         "client.id": client_id,
         "socket.nagle.disable": True,
-        "socket.connection.setup.timeout.ms": int(CONNECTION_SETUP_TIMEOUT_S * 1000),
+        "socket.connection.setup.timeout.ms": int(connect_timeout_s * 1000),
         # Errors still reach stderr; retry chatter during broker start-up does not.
         "log_level": 3,
     }
@@ -38,7 +35,8 @@ def connection_settings(bootstrap_servers: str, *, security_protocol: str, regio
 
 def _connection(config: RunConfig, client_id: str) -> dict:
     return connection_settings(config.bootstrap_servers, security_protocol=config.security_protocol,
-                               region=config.region, client_id=client_id)
+                               region=config.region, client_id=client_id,
+                               connect_timeout_s=config.connect_timeout_s)
 
 
 def producer_settings(config: RunConfig, client_id: str, on_delivery) -> dict:

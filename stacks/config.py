@@ -125,6 +125,19 @@ class MonitoringConfig(_Section):
         return emails
 
 
+# Ports Service Fabric and Windows use between cluster nodes, fixed by this platform: client
+# connection, cluster, lease driver, service connection (19000-19003), HTTP gateway and reverse
+# proxy (19080-19081); RPC endpoint mapper, NetBIOS and SMB (135, 137-139, 445), which cluster
+# setup and AddNode.ps1 use to reach the other machines.
+SERVICE_FABRIC_RESERVED_PORTS = ((135, 135), (137, 139), (445, 445), (19000, 19003), (19080, 19081))
+MIN_EPHEMERAL_PORTS = 255  # Service Fabric refuses a smaller ephemeral range
+SECRET_NAME_PATTERN = r"^[A-Za-z0-9/_+=.@-]{1,512}$"
+
+
+def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
 class ServiceFabricConfig(_Section):
     seed_node_count: int
     seed_instance_type: str = Field(pattern=r"^[a-z0-9]+\.[a-z0-9]+$")
@@ -133,6 +146,38 @@ class ServiceFabricConfig(_Section):
     scaling_max_nodes: int = Field(ge=1)
     scaling_desired_nodes: int = Field(ge=0)
     management_cidrs: tuple[str, ...] = Field(min_length=1)
+    # Management NLB (19000, 19080): internet-facing for Microsoft-hosted Azure DevOps agents,
+    # internal for self-hosted agents and offices that reach the VPC privately.
+    management_internet_facing: bool
+    # Application NLB: each port is forwarded to the same port on every node.
+    application_ports: tuple[int, ...] = Field(min_length=1)
+    application_internet_facing: bool
+    application_client_cidrs: tuple[str, ...] = Field(min_length=1)
+    # The nodeTypes' applicationPorts and ephemeralPorts ranges of the cluster configuration.
+    application_port_start: int = Field(default=20000, ge=1024, le=65535)
+    application_port_end: int = Field(default=30000, ge=1024, le=65535)
+    ephemeral_port_start: int = Field(default=49152, ge=1024, le=65535)
+    ephemeral_port_end: int = Field(default=65534, ge=1024, le=65535)
+    # Secrets Manager names (created out of band, see README): JSON with the PEM certificate,
+    # PEM private key and the PFX (base64) with its password.
+    cluster_certificate_secret: str = Field(pattern=SECRET_NAME_PATTERN)
+    admin_certificate_secret: str = Field(pattern=SECRET_NAME_PATTERN)
+    # How long a join or drain may go without a heartbeat before Auto Scaling gives up on it.
+    lifecycle_heartbeat_seconds: int = Field(default=900, ge=30, le=7200)
+    scaling_cpu_target_percent: int = Field(default=60, ge=10, le=95)
+    scale_in_cpu_percent: int = Field(default=25, ge=1, le=90)
+    root_volume_gib: int = Field(default=100, ge=50, le=16_384)
+    data_volume_gib: int = Field(default=256, ge=16, le=16_384)
+    seed_snapshot_interval_hours: Literal[1, 2, 3, 4, 6, 8, 12, 24] = 24
+    seed_snapshot_retain_count: int = Field(default=14, ge=1, le=1000)
+    access_log_retention_days: int = Field(default=365, ge=1)
+    node_log_retention_days: int = 90
+    # The Service Fabric standalone package for Windows Server (Microsoft's download link).
+    runtime_package_url: str = Field(
+        default="https://go.microsoft.com/fwlink/?LinkId=730690", pattern=r"^https://[^\s'\"]+$"
+    )
+
+    _node_log_retention = field_validator("node_log_retention_days")(_check_retention)
 
     @field_validator("seed_node_count")
     @classmethod
@@ -142,10 +187,24 @@ class ServiceFabricConfig(_Section):
             raise ValueError(f"{count} seed nodes is not a Service Fabric reliability level; allowed: {allowed}")
         return count
 
-    @field_validator("management_cidrs")
+    @field_validator("management_cidrs", "application_client_cidrs")
     @classmethod
     def _cidrs(cls, cidrs: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(_parse_cidr(c) for c in cidrs)
+
+    @field_validator("application_ports")
+    @classmethod
+    def _application_ports(cls, ports: tuple[int, ...]) -> tuple[int, ...]:
+        for port in ports:
+            if not 1 <= port <= 65535:
+                raise ValueError(f"{port} is not a TCP port (1-65535)")
+            for low, high in SERVICE_FABRIC_RESERVED_PORTS:
+                if low <= port <= high:
+                    raise ValueError(f"{port} is reserved for Service Fabric and Windows between nodes")
+        duplicates = sorted({p for p in ports if ports.count(p) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate ports {duplicates}")
+        return ports
 
     @model_validator(mode="after")
     def _group_sizes(self) -> ServiceFabricConfig:
@@ -155,7 +214,60 @@ class ServiceFabricConfig(_Section):
                 f"scaling_max_nodes (got {self.scaling_min_nodes}, {self.scaling_desired_nodes}, "
                 f"{self.scaling_max_nodes})"
             )
+        if self.scale_in_cpu_percent >= self.scaling_cpu_target_percent:
+            raise ValueError(
+                f"scale_in_cpu_percent {self.scale_in_cpu_percent} must be below scaling_cpu_target_percent "
+                f"{self.scaling_cpu_target_percent}, or the group would scale in and out in turn"
+            )
+        self._check_port_ranges()
         return self
+
+    @property
+    def application_port_range(self) -> tuple[int, int]:
+        return (self.application_port_start, self.application_port_end)
+
+    @property
+    def ephemeral_port_range(self) -> tuple[int, int]:
+        return (self.ephemeral_port_start, self.ephemeral_port_end)
+
+    def _check_port_ranges(self) -> None:
+        ranges = {"application_port": self.application_port_range, "ephemeral_port": self.ephemeral_port_range}
+        for name, (start, end) in ranges.items():
+            if start > end:
+                raise ValueError(f"{name}_start {start} is above {name}_end {end}")
+            for reserved in SERVICE_FABRIC_RESERVED_PORTS:
+                if _overlaps((start, end), reserved):
+                    raise ValueError(
+                        f"{name}_start..{name}_end ({start}-{end}) overlaps the Service Fabric ports "
+                        f"{reserved[0]}-{reserved[1]}"
+                    )
+        size = self.ephemeral_port_end - self.ephemeral_port_start + 1
+        if size < MIN_EPHEMERAL_PORTS:
+            raise ValueError(
+                f"ephemeral_port_start..ephemeral_port_end holds {size} ports; Service Fabric needs at "
+                f"least {MIN_EPHEMERAL_PORTS}"
+            )
+        if _overlaps(self.application_port_range, self.ephemeral_port_range):
+            raise ValueError(
+                f"application ports {self.application_port_start}-{self.application_port_end} overlap "
+                f"ephemeral ports {self.ephemeral_port_start}-{self.ephemeral_port_end}"
+            )
+        for port in self.application_ports:
+            if self.ephemeral_port_start <= port <= self.ephemeral_port_end:
+                raise ValueError(
+                    f"application_ports: {port} lies in the ephemeral range "
+                    f"{self.ephemeral_port_start}-{self.ephemeral_port_end}, where Windows picks client ports"
+                )
+
+
+class SimulatorFleetConfig(_Section):
+    instance_type: str = Field(pattern=r"^[a-z0-9]+\.[a-z0-9]+$")
+    host_count: int = Field(ge=1, le=50)
+    topic: str
+    # Applies to the reports in S3 and to the run metrics log group alike.
+    results_retention_days: int
+
+    _retention = field_validator("results_retention_days")(_check_retention)
 
 
 class EnvironmentConfig(_Section):
@@ -169,6 +281,7 @@ class EnvironmentConfig(_Section):
     monitoring: MonitoringConfig
     msk: MskConfig
     service_fabric: ServiceFabricConfig
+    simulator_fleet: SimulatorFleetConfig
 
     @model_validator(mode="after")
     def _cross_checks(self) -> EnvironmentConfig:
@@ -185,6 +298,12 @@ class EnvironmentConfig(_Section):
             raise ValueError(
                 f"msk.broker_count: {self.msk.broker_count} is not a multiple of the "
                 f"{SUPPORTED_AZ_COUNT} availability zones (use 3, 6, 9, ...)"
+            )
+        topics = [t.name for t in self.msk.topics]
+        if self.simulator_fleet.topic not in topics:
+            raise ValueError(
+                f"simulator_fleet.topic: '{self.simulator_fleet.topic}' is not declared in msk.topics "
+                f"({', '.join(topics)})"
             )
         if self.production:
             for cidr in self.service_fabric.management_cidrs:

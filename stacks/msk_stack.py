@@ -12,11 +12,8 @@ from stacks.config import MIN_INSYNC_REPLICAS, EnvironmentConfig
 from stacks.constructs.bootstrap_brokers import BootstrapBrokers
 from stacks.constructs.msk_cluster import MskCluster
 from stacks.constructs.msk_monitoring import MskMonitoring
+from stacks.naming import bootstrap_parameter_name
 from stacks.removal import removal_policy
-
-
-def bootstrap_parameter_name(config: EnvironmentConfig) -> str:
-    return f"/{config.resource_prefix}/msk/bootstrap-brokers-iam"
 
 
 class MskStack(Stack):

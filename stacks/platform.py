@@ -12,6 +12,8 @@ from stacks.config import EnvironmentConfig
 from stacks.monitoring_stack import MonitoringStack
 from stacks.msk_stack import MskStack
 from stacks.network_stack import NetworkStack
+from stacks.service_fabric_stack import ServiceFabricStack
+from stacks.simulator_fleet_stack import SimulatorFleetStack
 
 
 def create_app(*, context: Mapping[str, Any] | None = None, outdir: str | None = None) -> cdk.App:
@@ -51,7 +53,34 @@ def build_platform(app: cdk.App, config: EnvironmentConfig) -> dict[str, cdk.Sta
         dashboard=monitoring.dashboard,
         **stack_props("Msk", "Amazon MSK cluster"),
     )
+    simulator_fleet = SimulatorFleetStack(
+        app,
+        f"{prefix}-SimulatorFleet",
+        config=config,
+        vpc=network.vpc,
+        kafka=msk.kafka,
+        bootstrap_parameter=msk.bootstrap_brokers.parameter,
+        dashboard=monitoring.dashboard,
+        **stack_props("SimulatorFleet", "simulator fleet driven over SSM Run Command"),
+    )
+
+    service_fabric = ServiceFabricStack(
+        app,
+        f"{prefix}-ServiceFabric",
+        config=config,
+        vpc=network.vpc,
+        kafka=msk.kafka,
+        alarm_topic=monitoring.alarm_topic,
+        dashboard=monitoring.dashboard,
+        **stack_props("ServiceFabric", "Service Fabric cluster on EC2 (seed nodes, scaling group, load balancers)"),
+    )
 
     cdk.Tags.of(app).add("Project", "telemetry-platform")
     cdk.Tags.of(app).add("Environment", config.name)
-    return {"network": network, "monitoring": monitoring, "msk": msk}
+    return {
+        "network": network,
+        "monitoring": monitoring,
+        "msk": msk,
+        "simulator_fleet": simulator_fleet,
+        "service_fabric": service_fabric,
+    }

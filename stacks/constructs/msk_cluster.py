@@ -150,7 +150,11 @@ class MskCluster(Construct):
         return self._resource_arn("topic", topic)
 
     def group_arn(self, group: str) -> str:
-        return self._resource_arn("group", group)
+        # Any cluster UUID: only one cluster of this name exists per account and region, and
+        # groups are often granted by prefix (`simulator-*`) anyway.
+        return Stack.of(self).format_arn(
+            service="kafka", resource="group", resource_name=f"{self.cluster_name}/*/{group}"
+        )
 
     def grant_produce(self, grantee: iam.IGrantable, topic: str) -> None:
         self._grant_connect(grantee)

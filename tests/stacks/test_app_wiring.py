@@ -17,7 +17,8 @@ def test_stack_names_carry_the_environment(synthesized, env):
         for name, artifact in manifest["artifacts"].items()
         if artifact["type"] == "aws:cloudformation:stack"
     }
-    assert set(stacks) == {f"Telemetry-{env}-{part}" for part in ("Network", "Monitoring", "Msk")}
+    parts = ("Network", "Monitoring", "Msk", "SimulatorFleet", "ServiceFabric")
+    assert set(stacks) == {f"Telemetry-{env}-{part}" for part in parts}
     account = {"dev": "111111111111", "staging": "222222222222", "prod": "333333333333"}[env]
     for name, artifact in stacks.items():
         # The manifest omits stackName when it equals the artifact id.

@@ -101,6 +101,12 @@ def test_missing_environments_context():
         ("dev", ("msk", "kafka_version"), "2.8.1", "msk.kafka_version: Input should be '3.7.x'"),
         ("dev", ("msk", "broker_log_retention_days"), 10, "10 is not a CloudWatch Logs retention; allowed: 1, 3"),
         ("dev", ("msk", "surprise"), 1, "msk.surprise: unknown key"),
+        (
+            "dev",
+            ("simulator_fleet", "topic"),
+            "nope",
+            "simulator_fleet.topic: 'nope' is not declared in msk.topics (telemetry)",
+        ),
         ("dev", ("account",), "1234", "account: String should match pattern"),
         ("dev", ("monitoring", "alarm_emails"), ["not-an-email"], "'not-an-email' is not an email address"),
         (
@@ -140,3 +146,40 @@ def test_duplicate_topics_are_refused(environments):
     topics = environments["dev"]["msk"]["topics"]
     topics.append(dict(topics[0]))
     assert "duplicate topic names ['telemetry']" in refused(environments, "dev")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("application_port_end", 50000, "application ports 20000-50000 overlap ephemeral ports 49152-65534"),
+        ("ephemeral_port_start", 65400, "holds 135 ports; Service Fabric needs at least 255"),
+        ("application_port_start", 19000, "application_port_start..application_port_end (19000-30000) overlaps the Service Fabric ports 19000-19003"),
+        ("ephemeral_port_end", 40000, "ephemeral_port_start 49152 is above ephemeral_port_end 40000"),
+        ("application_ports", [443, 19080], "application_ports: 19080 is reserved for Service Fabric"),
+        ("application_ports", [443, 443], "application_ports: duplicate ports [443]"),
+        ("application_ports", [50000], "application_ports: 50000 lies in the ephemeral range 49152-65534"),
+        ("application_ports", [], "application_ports: Tuple should have at least 1 item"),
+        ("scale_in_cpu_percent", 60, "scale_in_cpu_percent 60 must be below scaling_cpu_target_percent 60"),
+        ("lifecycle_heartbeat_seconds", 10, "lifecycle_heartbeat_seconds: Input should be greater than or equal to 30"),
+        ("lifecycle_heartbeat_seconds", 9000, "lifecycle_heartbeat_seconds: Input should be less than or equal to 7200"),
+        ("cluster_certificate_secret", "bad name!", "cluster_certificate_secret: String should match pattern"),
+        ("application_client_cidrs", ["10.0.0.1/8"], "application_client_cidrs: '10.0.0.1/8' is not a CIDR block"),
+        ("seed_snapshot_interval_hours", 5, "seed_snapshot_interval_hours: Input should be 1, 2, 3, 4, 6, 8, 12 or 24"),
+        ("node_log_retention_days", 10, "node_log_retention_days: 10 is not a CloudWatch Logs retention"),
+        ("runtime_package_url", "http://example.com/sf.zip", "runtime_package_url: String should match pattern"),
+        ("management_internet_facing", "no", "management_internet_facing: Input should be a valid boolean"),
+    ],
+)
+def test_bad_service_fabric_values_are_refused_with_one_line(environments, key, value, expected):
+    environments["dev"]["service_fabric"][key] = value
+    message = refused(environments, "dev")
+    assert message.startswith("environment 'dev': service_fabric")
+    assert expected in message
+
+
+def test_service_fabric_port_ranges_default_to_the_usual_windows_layout(environments):
+    for key in ("application_port_start", "application_port_end", "ephemeral_port_start", "ephemeral_port_end"):
+        del environments["dev"]["service_fabric"][key]
+    settings = load_environment(environments, "dev").service_fabric
+    assert settings.application_port_range == (20000, 30000)
+    assert settings.ephemeral_port_range == (49152, 65534)

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""One table of an environment's Service Fabric cluster: its nodes joined with their EC2 instances.
+
+Service Fabric nodes (name, status, seed, type) come from the HTTP gateway through the shared
+REST client; instances (id, state, zone, address) from EC2 by the cluster tag. A node is matched
+to its instance by the instance's `sf:nodename` tag, else by address. Flagged:
+  ZOMBIE      a node that is Down and has no running instance (the reaper's work, or stuck);
+  NOT JOINED  a running instance the cluster does not know (a join that never happened).
+
+By default the admin client certificate comes from its secret and the gateway is verified by the
+cluster certificate's thumbprint (from the cluster certificate secret).
+
+Exit codes: 0 every node and instance accounted for; 1 something flagged; 2 bad input or errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scripts.cluster_inventory import (  # noqa: E402
+    NodeInstance,
+    ToolError,
+    format_table,
+    node_instances,
+    read_certificate_secret,
+    run_tool,
+    thumbprint,
+)
+from stacks.config import load_environment, read_environments  # noqa: E402
+from stacks.naming import service_fabric_cluster_name  # noqa: E402
+
+ZOMBIE = "ZOMBIE"
+NOT_JOINED = "NOT JOINED"
+LIVE_STATES = {"pending", "running"}
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    node: str = ""
+    node_status: str = ""
+    seed: str = ""
+    node_type: str = ""
+    instance_id: str = ""
+    instance_state: str = ""
+    availability_zone: str = ""
+    address: str = ""
+    flag: str = ""
+
+
+def join_nodes_and_instances(nodes, instances: Sequence[NodeInstance]) -> list[StatusRow]:
+    by_name = {i.node_name or i.seed_name: i for i in instances if i.node_name or i.seed_name}
+    by_address: dict[str, NodeInstance] = {}
+    for instance in instances:
+        # A live instance wins an address over a terminated one that once had it.
+        if instance.state in LIVE_STATES or instance.node_address not in by_address:
+            by_address[instance.node_address] = instance
+    rows, matched = [], set()
+    for node in sorted(nodes, key=lambda n: (not n.is_seed_node, n.name)):
+        instance = by_name.get(node.name) or by_address.get(node.ip_address_or_fqdn)
+        running = instance is not None and instance.state in LIVE_STATES
+        if instance is not None:
+            matched.add(instance.instance_id)
+        rows.append(
+            StatusRow(
+                node=node.name,
+                node_status=node.status,
+                seed="yes" if node.is_seed_node else "no",
+                node_type=node.node_type,
+                instance_id=instance.instance_id if instance else "-",
+                instance_state=instance.state if instance else "gone",
+                availability_zone=instance.availability_zone if instance else "-",
+                address=node.ip_address_or_fqdn,
+                flag=ZOMBIE if node.status == "Down" and not running else "",
+            )
+        )
+    for instance in instances:
+        if instance.instance_id in matched or instance.state not in LIVE_STATES:
+            continue
+        rows.append(
+            StatusRow(
+                node="-",
+                node_status="-",
+                seed="-",
+                node_type=instance.node_type,
+                instance_id=instance.instance_id,
+                instance_state=instance.state,
+                availability_zone=instance.availability_zone,
+                address=instance.node_address,
+                flag=NOT_JOINED,
+            )
+        )
+    return rows
+
+
+HEADERS = ("NODE", "SF STATUS", "SEED", "NODE TYPE", "INSTANCE", "EC2 STATE", "ZONE", "ADDRESS", "FLAG")
+
+
+def render(rows: Sequence[StatusRow]) -> str:
+    table = format_table(HEADERS, [tuple(asdict(r).values()) for r in rows])
+    zombies = sum(r.flag == ZOMBIE for r in rows)
+    unjoined = sum(r.flag == NOT_JOINED for r in rows)
+    return f"{table}\n{len(rows)} row(s): {zombies} zombie node(s), {unjoined} instance(s) not joined"
+
+
+def gateway_client(args: argparse.Namespace, config, secrets_client_factory: Callable[[], object]):
+    """The REST client, its certificate files, and a cleanup for the files it wrote."""
+    from sf_rest import ServiceFabricClient, remove_client_certificate, write_client_certificate
+
+    settings = config.service_fabric
+    secrets = None
+    if args.client_cert and args.client_key:
+        certificate, cleanup = (args.client_cert, args.client_key), (lambda: None)
+    elif args.client_cert or args.client_key:
+        raise ToolError("pass both --client-cert and --client-key, or neither (to use the admin certificate secret)")
+    else:
+        secrets = secrets_client_factory()
+        admin = read_certificate_secret(secrets, settings.admin_certificate_secret)
+        written = write_client_certificate(admin["certificate"], admin["private_key"])
+        certificate, cleanup = written, (lambda: remove_client_certificate(written))
+    verification: dict = {}
+    if args.ca_bundle:
+        verification["ca_bundle"] = args.ca_bundle
+    elif args.insecure:
+        verification["insecure"] = True
+    else:
+        secrets = secrets or secrets_client_factory()
+        cluster = read_certificate_secret(secrets, settings.cluster_certificate_secret)
+        verification["server_thumbprint"] = args.server_thumbprint or thumbprint(cluster["certificate"])
+    try:
+        client = ServiceFabricClient(args.endpoint, client_certificate=certificate, **verification)
+    except ValueError as error:
+        cleanup()
+        raise ToolError(str(error)) from None
+    return client, cleanup
+
+
+def status(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
+    config = load_environment(read_environments(), args.env)
+    session = session_factory(config.region)
+    client, cleanup = gateway_client(args, config, lambda: session.client("secretsmanager"))
+    try:
+        with client:
+            nodes = client.get_node_info_list(status_filter="all")
+    finally:
+        cleanup()
+    instances = node_instances(session.client("ec2"), service_fabric_cluster_name(config))
+    rows = join_nodes_and_instances(nodes, instances)
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+    else:
+        print(render(rows))
+    return 1 if any(r.flag for r in rows) else 0
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Show an environment's Service Fabric nodes joined with their EC2 instances; flag zombies "
+        "and instances that never joined.",
+        epilog="Exit codes: 0 all accounted for; 1 something flagged; 2 bad input or errors. Changes nothing.",
+    )
+    parser.add_argument("--env", required=True, help="environment name in cdk.json")
+    parser.add_argument("--endpoint", required=True,
+                        help="HTTP gateway, e.g. https://<ExplorerUrl host>:19080 (the stack's ExplorerUrl output)")
+    parser.add_argument("--client-cert", help="admin client certificate PEM (default: from the admin certificate secret)")
+    parser.add_argument("--client-key", help="its private key PEM")
+    verify = parser.add_mutually_exclusive_group()
+    verify.add_argument("--ca-bundle", help="verify the gateway against this CA bundle")
+    verify.add_argument("--server-thumbprint", help="pin this gateway certificate thumbprint")
+    verify.add_argument("--insecure", action="store_true", help="do not verify the gateway (testing only)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], object] | None = None) -> int:
+    args = parse_args(argv)
+
+    def session(region: str):
+        import boto3
+
+        return boto3.Session(region_name=region)
+
+    return run_tool(lambda: status(args, session_factory or session))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,426 @@
+#!/usr/bin/env python3
+"""Run an environment's simulator fleet over SSM Run Command and print one merged fleet report.
+
+Finds the fleet's running hosts by tag, splits the total rate over them, sends the Run Command
+document to all of them at once, follows their progress, downloads every host report from the
+results bucket, merges them (histograms merged, never averaged), prints the fleet report and its
+verdict, writes the merged JSON and a percentile plot, and publishes the headline figures to
+CloudWatch in embedded metric format. A host that fails or sends no report is named in the report
+and fails the verdict; it is never left out silently.
+
+Exit codes: 0 the run passed its SLO; 1 it did not (or hosts failed); 2 bad input or AWS errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from simulator.errors import SimulatorError  # noqa: E402
+from simulator.report import format_summary, merge_reports, write_report  # noqa: E402
+from stacks.config import ConfigError, EnvironmentConfig, load_environment, read_environments  # noqa: E402
+from stacks.naming import (  # noqa: E402
+    FLEET_TAG,
+    SIMULATOR_METRICS_NAMESPACE,
+    run_simulator_document_name,
+    simulator_fleet_name,
+    simulator_runs_log_group_name,
+)
+
+RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9-]{0,63}"  # the Run Command document's allowedPattern
+UNFINISHED = {"Pending", "InProgress", "Delayed", "Cancelling"}
+# Installing the simulator on a fresh host takes a minute or two; allow for it beyond the run.
+SETUP_ALLOWANCE_S = 600
+
+
+class RunError(Exception):
+    """A problem worded for the operator: one line, no traceback."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    environment: str
+    region: str
+    fleet: str
+    document: str
+    run_id: str
+    total_rate: int
+    duration_s: int
+    warmup_s: int
+    processes: int
+    message_bytes: int
+    devices: int
+    log_group: str
+
+    def parameters(self, rate_per_host: int) -> dict[str, list[str]]:
+        values = {
+            "runId": self.run_id,
+            "ratePerHost": rate_per_host,
+            "durationSeconds": self.duration_s,
+            "warmupSeconds": self.warmup_s,
+            "processes": self.processes,
+            "messageBytes": self.message_bytes,
+            "devices": self.devices,
+        }
+        return {name: [str(value)] for name, value in values.items()}
+
+
+def split_rate(total: int, hosts: int) -> list[int]:
+    """Whole messages per second per host, adding up to the total exactly."""
+    share, extra = divmod(total, hosts)
+    return [share + (1 if index < extra else 0) for index in range(hosts)]
+
+
+@dataclass
+class HostOutcome:
+    instance_id: str
+    rate: int
+    status: str = "Pending"
+    detail: str = ""
+    report: dict | None = field(default=None, repr=False)
+
+
+class Fleet:
+    """The AWS calls a fleet run makes (EC2, SSM, S3, CloudWatch Logs), created once."""
+
+    def __init__(self, session) -> None:
+        self._ec2 = session.client("ec2")
+        self._ssm = session.client("ssm")
+        self._s3 = session.client("s3")
+        self._logs = session.client("logs")
+
+    def running_hosts(self, fleet: str) -> list[str]:
+        pages = self._ec2.get_paginator("describe_instances").paginate(
+            Filters=[
+                {"Name": f"tag:{FLEET_TAG}", "Values": [fleet]},
+                {"Name": "instance-state-name", "Values": ["running"]},
+            ]
+        )
+        return sorted(
+            i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]
+        )
+
+    def results_bucket(self, document: str) -> str:
+        parameters = self._ssm.describe_document(Name=document)["Document"].get("Parameters", [])
+        for parameter in parameters:
+            if parameter["Name"] == "resultsBucket" and parameter.get("DefaultValue"):
+                return parameter["DefaultValue"]
+        raise RunError(
+            f"document {document} names no results bucket; is the SimulatorFleet stack deployed?"
+        )
+
+    def send(self, document: str, instance_ids: list[str], parameters: dict, timeout_s: int) -> str:
+        response = self._ssm.send_command(
+            DocumentName=document,
+            InstanceIds=instance_ids,
+            Parameters=parameters,
+            TimeoutSeconds=max(30, min(2_592_000, timeout_s)),
+            Comment=f"simulator run {parameters['runId'][0]}"[:100],
+        )
+        return response["Command"]["CommandId"]
+
+    def invocation(self, command_id: str, instance_id: str) -> tuple[str, str]:
+        try:
+            result = self._ssm.get_command_invocation(CommandId=command_id, InstanceId=instance_id)
+        except self._ssm.exceptions.InvocationDoesNotExist:
+            return "Pending", ""  # SSM takes a moment to register a new invocation
+        return result["Status"], (result.get("StandardErrorContent") or "").strip()
+
+    def report(self, bucket: str, key: str) -> dict | None:
+        try:
+            body = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except self._s3.exceptions.NoSuchKey:
+            return None
+        return json.loads(body)
+
+    def publish(self, log_group: str, event: dict) -> None:
+        stream = f"run-{event['RunId']}"
+        try:
+            self._logs.create_log_stream(logGroupName=log_group, logStreamName=stream)
+        except self._logs.exceptions.ResourceAlreadyExistsException:
+            pass  # a run id used again: add to its stream
+        self._logs.put_log_events(
+            logGroupName=log_group,
+            logStreamName=stream,
+            logEvents=[{"timestamp": event["_aws"]["Timestamp"], "message": json.dumps(event)}],
+        )
+
+
+def embedded_metrics(report: dict, environment: str, *, now_ms: int) -> dict:
+    """The fleet's headline figures in CloudWatch embedded metric format."""
+    e2e = report.get("e2e_latency_ms") or {}
+    figures = {
+        "ThroughputMsgsPerSec": (report["throughput_msgs_per_s"], "Count/Second"),
+        "E2eLatencyP99Ms": (e2e.get("p99"), "Milliseconds"),
+        "E2eLatencyMaxMs": (e2e.get("max"), "Milliseconds"),
+        "LostMessages": (report["lost"], "Count"),
+        "FailedHosts": (len(report["fleet"]["failed_hosts"]), "Count"),
+    }
+    measured = {name: value for name, value in figures.items() if value[0] is not None}
+    return {
+        "_aws": {
+            "Timestamp": now_ms,
+            "CloudWatchMetrics": [
+                {
+                    "Namespace": SIMULATOR_METRICS_NAMESPACE,
+                    "Dimensions": [["Environment"]],
+                    "Metrics": [
+                        {"Name": name, "Unit": unit} for name, (_, unit) in measured.items()
+                    ],
+                }
+            ],
+        },
+        "Environment": environment,
+        "RunId": report["fleet"]["run_id"],
+        "SloPassed": report["slo"]["passed"],
+        **{name: value for name, (value, _) in measured.items()},
+    }
+
+
+def fleet_report(plan: RunPlan, outcomes: list[HostOutcome]) -> dict:
+    reported = [o for o in outcomes if o.report is not None]
+    failed = [
+        {
+            "instance_id": o.instance_id,
+            "status": o.status,
+            "reason": o.detail or "no report uploaded",
+        }
+        for o in outcomes
+        if o.report is None
+    ]
+    if not reported:
+        names = ", ".join(f"{f['instance_id']} ({f['status']})" for f in failed)
+        raise RunError(f"no host reported: {names}")
+    try:
+        merged = merge_reports([o.report for o in reported])
+    except SimulatorError as error:
+        raise RunError(str(error)) from None
+    merged["fleet"] = {
+        "environment": plan.environment,
+        "run_id": plan.run_id,
+        "hosts_planned": [o.instance_id for o in outcomes],
+        "hosts_reported": [o.instance_id for o in reported],
+        "failed_hosts": failed,
+    }
+    every_host = {
+        "name": "hosts reported",
+        "limit": len(outcomes),
+        "actual": len(reported),
+        "passed": not failed,
+    }
+    merged["slo"]["checks"].append(every_host)
+    merged["slo"]["passed"] = merged["slo"]["passed"] and not failed
+    return merged
+
+
+def run_fleet(
+    plan: RunPlan,
+    fleet: Fleet,
+    *,
+    hosts: int | None,
+    poll_interval_s: float,
+    timeout_s: float,
+    say: Callable[[str], None] = print,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict:
+    available = fleet.running_hosts(plan.fleet)
+    wanted = hosts or len(available)
+    if wanted == 0 or len(available) < wanted:
+        raise RunError(
+            f"fleet {plan.fleet} has {len(available)} running host(s); {wanted or 'at least 1'} needed"
+        )
+    outcomes = [
+        HostOutcome(i, r) for i, r in zip(available[:wanted], split_rate(plan.total_rate, wanted))
+    ]
+    bucket = fleet.results_bucket(plan.document)
+
+    commands: dict[str, str] = {}
+    for rate in sorted({o.rate for o in outcomes}):
+        same_rate = [o.instance_id for o in outcomes if o.rate == rate]
+        command = fleet.send(plan.document, same_rate, plan.parameters(rate), int(timeout_s))
+        commands.update(dict.fromkeys(same_rate, command))
+    say(f"sent run {plan.run_id} to {wanted} host(s): {', '.join(o.instance_id for o in outcomes)}")
+
+    started = clock()
+    while True:
+        for outcome in outcomes:
+            if outcome.status in UNFINISHED:
+                outcome.status, outcome.detail = fleet.invocation(
+                    commands[outcome.instance_id], outcome.instance_id
+                )
+        running = [o for o in outcomes if o.status in UNFINISHED]
+        elapsed = clock() - started
+        counts = ", ".join(
+            f"{s} {sum(o.status == s for o in outcomes)}"
+            for s in sorted({o.status for o in outcomes})
+        )
+        say(
+            f"[{elapsed:5.0f} s] {len(outcomes) - len(running)}/{len(outcomes)} host(s) finished ({counts})"
+        )
+        if not running:
+            break
+        if elapsed >= timeout_s:
+            for outcome in running:
+                outcome.detail = f"still {outcome.status} after {timeout_s:.0f} s"
+            break
+        sleep(poll_interval_s)
+
+    for outcome in outcomes:
+        outcome.report = fleet.report(bucket, f"runs/{plan.run_id}/{outcome.instance_id}.json")
+        if outcome.report is None and not outcome.detail:
+            outcome.detail = (
+                f"command {outcome.status}; no report at s3://{bucket}/runs/{plan.run_id}/"
+            )
+    return fleet_report(plan, outcomes)
+
+
+def describe_plan(plan: RunPlan, hosts: int) -> str:
+    rates = split_rate(plan.total_rate, hosts)
+    rate = "as fast as possible" if plan.total_rate == 0 else f"{plan.total_rate:,} msg/s in total"
+    lines = [
+        f"environment {plan.environment} ({plan.region}): fleet {plan.fleet}, document {plan.document}",
+        f"run {plan.run_id}: {rate} over {hosts} host(s), {plan.duration_s} s after {plan.warmup_s} s warmup, "
+        f"{plan.message_bytes}-byte messages from {plan.devices:,} devices per host",
+    ]
+    lines += [
+        f"  host {n}: {r:,} msg/s" if plan.total_rate else f"  host {n}: as fast as possible"
+        for n, r in enumerate(rates, 1)
+    ]
+    lines.append(f"host reports: s3://<results bucket>/runs/{plan.run_id}/<instance id>.json")
+    lines.append(
+        f"fleet metrics: log group {plan.log_group} (namespace {SIMULATOR_METRICS_NAMESPACE})"
+    )
+    return "\n".join(lines)
+
+
+def make_plan(config: EnvironmentConfig, args: argparse.Namespace) -> RunPlan:
+    return RunPlan(
+        environment=config.name,
+        region=config.region,
+        fleet=simulator_fleet_name(config),
+        document=run_simulator_document_name(config),
+        run_id=args.run_id,
+        total_rate=args.rate,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        processes=args.processes,
+        message_bytes=args.message_bytes,
+        devices=args.devices,
+        log_group=simulator_runs_log_group_name(config),
+    )
+
+
+def _run_id(value: str) -> str:
+    if not re.fullmatch(RUN_ID_PATTERN, value):
+        raise argparse.ArgumentTypeError(
+            "use 1-64 letters, digits and dashes, starting with a letter or digit"
+        )
+    return value
+
+
+def _at_least(minimum: int):
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}")
+        return number
+
+    return parse
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    default_run_id = "run-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    parser = argparse.ArgumentParser(
+        description="Run the simulator fleet of one environment and print the merged fleet report.",
+        epilog="Exit codes: 0 the run passed its SLO; 1 it did not, or a host failed; 2 bad input or AWS errors.",
+    )
+    parser.add_argument("--env", required=True, help="environment name in cdk.json")
+    parser.add_argument(
+        "--rate", required=True, type=_at_least(0), help="total msg/s over all hosts (0 = max)"
+    )
+    parser.add_argument("--duration", required=True, type=_at_least(1), help="measured seconds")
+    parser.add_argument(
+        "--hosts", type=_at_least(1), help="use this many hosts (default: every running host)"
+    )
+    parser.add_argument(
+        "--run-id", type=_run_id, default=default_run_id, help="default: run-<UTC time>"
+    )
+    parser.add_argument(
+        "--warmup", type=_at_least(0), default=5, help="seconds before measuring (default 5)"
+    )
+    parser.add_argument(
+        "--processes", type=_at_least(0), default=0, help="per host (default 0: one per core)"
+    )
+    parser.add_argument("--message-bytes", type=_at_least(64), default=150, help="default 150")
+    parser.add_argument(
+        "--devices", type=_at_least(1), default=1000, help="devices per host (default 1000)"
+    )
+    parser.add_argument(
+        "--poll-interval", type=float, default=10.0, help="seconds between progress lines"
+    )
+    parser.add_argument("--timeout", type=float, help="give up on hosts after this many seconds")
+    parser.add_argument("--report", type=Path, help="merged report (default reports/<run id>.json)")
+    parser.add_argument("--plot", type=Path, help="percentile plot (default reports/<run id>.png)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the plan; send nothing, call no AWS API"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = load_environment(read_environments(), args.env)
+        plan = make_plan(config, args)
+        if args.dry_run:
+            print(describe_plan(plan, args.hosts or config.simulator_fleet.host_count))
+            print("dry run: nothing sent")
+            return 0
+        import boto3
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        timeout = args.timeout or args.warmup + args.duration + SETUP_ALLOWANCE_S
+        try:
+            fleet = Fleet(boto3.Session(region_name=config.region))
+            report = run_fleet(
+                plan, fleet, hosts=args.hosts, poll_interval_s=args.poll_interval, timeout_s=timeout
+            )
+            fleet.publish(
+                plan.log_group,
+                embedded_metrics(report, plan.environment, now_ms=int(time.time() * 1000)),
+            )
+        except (BotoCoreError, ClientError) as error:
+            raise RunError(f"AWS call failed: {error}") from None
+    except (ConfigError, RunError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+    report_path = args.report or REPO / "reports" / f"{plan.run_id}.json"
+    plot_path = args.plot or report_path.with_suffix(".png")
+    write_report(report, report_path)
+    from simulator.plot import write_percentile_plot
+
+    write_percentile_plot(report, plot_path)
+    print(format_summary(report))
+    for failed in report["fleet"]["failed_hosts"]:
+        print(f"host {failed['instance_id']} FAILED ({failed['status']}): {failed['reason']}")
+    print(f"wrote {report_path} and {plot_path}")
+    return 0 if report["slo"]["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

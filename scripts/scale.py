@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Scale an environment's Service Fabric scaling node group and wait until it is steady.
+
+Sets the group's desired capacity (within its min and max) and waits, printing progress, until
+the group has exactly that many instances in service, none still joining or draining in a
+lifecycle hook (Pending:Wait, Terminating:Wait, ...), and no scaling activity in progress. Seed
+groups are refused: seeds never scale.
+
+Exit codes: 0 steady at the desired size (or dry run); 1 not steady before the timeout;
+2 refused (outside min/max, a seed group, unknown group) or AWS errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scripts.cluster_inventory import ToolError, run_tool  # noqa: E402
+from stacks.config import load_environment, read_environments  # noqa: E402
+from stacks.naming import NODE_TYPE_TAG, SEED_NODE_TYPE, scaling_group_name  # noqa: E402
+
+UNFINISHED_ACTIVITIES = {"PendingSpotBidPlacement", "WaitingForSpotInstanceRequestId", "WaitingForSpotInstanceId",
+                         "WaitingForInstanceId", "PreInService", "InProgress", "WaitingForELBConnectionDraining",
+                         "MidLifecycleAction", "WaitingForInstanceWarmup",
+                         "WaitingForConnectionDraining"}
+
+
+@dataclass(frozen=True)
+class GroupState:
+    name: str
+    min_size: int
+    max_size: int
+    desired: int
+    lifecycle_states: tuple[str, ...]  # one per instance
+    activities_in_progress: int
+    is_seed_group: bool
+
+    @property
+    def in_service(self) -> int:
+        return self.lifecycle_states.count("InService")
+
+    def steady_at(self, desired: int) -> bool:
+        return (
+            self.desired == desired
+            and self.in_service == desired
+            and len(self.lifecycle_states) == desired
+            and self.activities_in_progress == 0
+        )
+
+    def progress(self) -> str:
+        counts = Counter(self.lifecycle_states)
+        states = ", ".join(f"{state} {counts[state]}" for state in sorted(counts)) or "no instances"
+        busy = f"; {self.activities_in_progress} activity in progress" if self.activities_in_progress else ""
+        return f"desired {self.desired}: {states}{busy}"
+
+
+class ScalingGroups:
+    """The Auto Scaling calls scaling makes."""
+
+    def __init__(self, session) -> None:
+        self._client = session.client("autoscaling")
+
+    def state(self, name: str) -> GroupState:
+        groups = self._client.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
+        if not groups:
+            raise ToolError(f"Auto Scaling group {name} does not exist; is the ServiceFabric stack deployed?")
+        group = groups[0]
+        tags = {t["Key"]: t["Value"] for t in group.get("Tags", [])}
+        activities = self._client.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=20)["Activities"]
+        return GroupState(
+            name=name,
+            min_size=group["MinSize"],
+            max_size=group["MaxSize"],
+            desired=group["DesiredCapacity"],
+            lifecycle_states=tuple(i["LifecycleState"] for i in group.get("Instances", [])),
+            activities_in_progress=sum(a["StatusCode"] in UNFINISHED_ACTIVITIES for a in activities),
+            is_seed_group=tags.get(NODE_TYPE_TAG) == SEED_NODE_TYPE,
+        )
+
+    def set_desired(self, name: str, desired: int) -> None:
+        # Cooldowns pace the automatic policies; an operator's explicit request goes ahead.
+        self._client.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=desired, HonorCooldown=False)
+
+
+def check_request(state: GroupState, desired: int) -> None:
+    if state.is_seed_group:
+        raise ToolError(f"{state.name} is a seed node group; seeds never scale (one instance each, by design)")
+    if not state.min_size <= desired <= state.max_size:
+        raise ToolError(f"{desired} is outside {state.name}'s limits {state.min_size}-{state.max_size}")
+
+
+def wait_until_steady(
+    groups: ScalingGroups,
+    name: str,
+    desired: int,
+    *,
+    timeout_s: float,
+    poll_interval_s: float,
+    say: Callable[[str], None] = print,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    started = clock()
+    while True:
+        state = groups.state(name)
+        elapsed = clock() - started
+        say(f"[{elapsed:5.0f} s] {name} {state.progress()}")
+        if state.steady_at(desired):
+            return True
+        if elapsed >= timeout_s:
+            return False
+        sleep(poll_interval_s)
+
+
+def scale(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
+    config = load_environment(read_environments(), args.env)
+    name = args.group or scaling_group_name(config)
+    groups = ScalingGroups(session_factory(config.region))
+    state = groups.state(name)
+    check_request(state, args.desired)
+    print(f"{name}: {state.progress()} -> desired {args.desired} (limits {state.min_size}-{state.max_size})")
+    if args.dry_run:
+        print("dry run: desired capacity not changed")
+        return 0
+    if state.desired != args.desired:
+        groups.set_desired(name, args.desired)
+    if wait_until_steady(groups, name, args.desired, timeout_s=args.timeout, poll_interval_s=args.poll_interval):
+        print(f"{name} is steady with {args.desired} node(s) in service")
+        return 0
+    print(f"error: {name} not steady after {args.timeout:.0f} s; the node lifecycle automation may be stuck "
+          "(check its alarms and the group's activity history)", file=sys.stderr)
+    return 1
+
+
+def _count(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return number
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Set the desired size of an environment's Service Fabric scaling node group and wait until it is steady.",
+        epilog="Exit codes: 0 steady (or dry run); 1 not steady in time; 2 refused or AWS errors.",
+    )
+    parser.add_argument("--env", required=True, help="environment name in cdk.json")
+    parser.add_argument("--desired", required=True, type=_count, help="number of scaling nodes wanted")
+    parser.add_argument("--group", help="Auto Scaling group name (default: the environment's scaling group)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for a steady group (default 3600)")
+    parser.add_argument("--poll-interval", type=float, default=15.0, help="seconds between progress lines (default 15)")
+    parser.add_argument("--dry-run", action="store_true", help="check and print the change; change nothing")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], object] | None = None) -> int:
+    args = parse_args(argv)
+
+    def session(region: str):
+        import boto3
+
+        return boto3.Session(region_name=region)
+
+    return run_tool(lambda: scale(args, session_factory or session))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Alarms and dashboard widgets of the Service Fabric cluster.
+
+Alarms (in this stack, to the environment's alarm topic): a seed group with no instance in
+service, and a management endpoint with no healthy node. Dashboard widgets (in the monitoring
+stack) name groups and load balancers by their literal physical names: tokens would make the
+monitoring stack depend on the Service Fabric stack, which already depends on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+
+def group_metric(group_name: str, metric_name: str, *, statistic: str = "Maximum", label: str | None = None) -> cloudwatch.Metric:
+    return cloudwatch.Metric(
+        namespace="AWS/AutoScaling",
+        metric_name=metric_name,
+        dimensions_map={"AutoScalingGroupName": group_name},
+        statistic=statistic,
+        label=label,
+    )
+
+
+def healthy_hosts(load_balancer_name: str, label: str) -> cloudwatch.MathExpression:
+    # NLB metrics carry generated ids in their dimensions; a search by name needs none.
+    return cloudwatch.MathExpression(
+        expression=(
+            "SEARCH('{AWS/NetworkELB,LoadBalancer,TargetGroup} MetricName=\"HealthyHostCount\" "
+            f"\"net/{load_balancer_name}/\"', 'Minimum', 60)"
+        ),
+        label=label,
+        using_metrics={},
+    )
+
+
+class ClusterMonitoring(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        seed_groups: Sequence[autoscaling.AutoScalingGroup],
+        management_endpoint: elbv2.NetworkTargetGroup,
+        scaling_group_name: str,
+        seed_group_names: Sequence[str],
+        load_balancer_names: Mapping[str, str],
+        alarm_topic: sns.ITopic,
+        dashboard: cloudwatch.Dashboard,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        action = cloudwatch_actions.SnsAction(alarm_topic)
+        for index, group in enumerate(seed_groups):
+            cloudwatch.Alarm(
+                self,
+                f"Seed{index}Missing",
+                alarm_description=f"Seed node seed-{index} has no instance in service; the cluster has lost a seed",
+                metric=group_metric(group.auto_scaling_group_name, "GroupInServiceInstances", statistic="Minimum"),
+                threshold=1,
+                comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+                evaluation_periods=3,
+            ).add_alarm_action(action)
+        cloudwatch.Alarm(
+            self,
+            "ManagementEndpointDown",
+            alarm_description="No node answers on the management endpoint (19000): deployments will fail",
+            metric=management_endpoint.metrics.healthy_host_count(statistic="Minimum"),
+            threshold=1,
+            comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+            evaluation_periods=5,
+        ).add_alarm_action(action)
+
+        dashboard.add_widgets(
+            cloudwatch.TextWidget(markdown=f"## Service Fabric cluster `{cluster_name}`", width=24, height=1),
+            cloudwatch.GraphWidget(
+                title="Scaling node group",
+                left=[
+                    group_metric(scaling_group_name, "GroupInServiceInstances", label="in service"),
+                    group_metric(scaling_group_name, "GroupDesiredCapacity", label="desired"),
+                    group_metric(scaling_group_name, "GroupPendingInstances", label="joining (pending)"),
+                    group_metric(scaling_group_name, "GroupTerminatingInstances", label="draining (terminating)"),
+                ],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Seed nodes in service",
+                left=[
+                    group_metric(name, "GroupInServiceInstances", label=f"seed-{index}")
+                    for index, name in enumerate(seed_group_names)
+                ],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Load balancers: healthy nodes per port",
+                left=[healthy_hosts(name, label) for label, name in load_balancer_names.items()],
+                width=8,
+            ),
+        )

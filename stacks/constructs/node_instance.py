@@ -1,0 +1,173 @@
+"""What every Service Fabric node is made of: its IAM role and its launch template.
+
+Seed nodes and the scaling node group use the same machine definition (Windows Server 2022 from
+the public SSM parameter, IMDSv2, encrypted root and data volumes, detailed monitoring); only the
+user data, instance type and a few seed-only permissions differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_efs as efs
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from stacks.compliance import acknowledge, attribute_ref, managed_policy_finding, wildcard_resource_finding
+from stacks.naming import CLUSTER_TAG
+
+WINDOWS_ROOT_DEVICE = "/dev/sda1"
+DATA_DEVICE = "xvdb"  # appears as the first RAW disk, which userdata/prepare_node.ps1 formats as D:
+
+
+class NodeRole(Construct):
+    """The instance role of one node type: SSM agent, the cluster certificate secret, its log group,
+    its metrics namespace and the shared file system, and nothing else."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        description: str,
+        certificate_secret_name: str,
+        log_group: logs.ILogGroup,
+        metrics_namespace: str,
+        file_system: efs.IFileSystem,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=description,
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+        )
+        acknowledge(
+            self.role,
+            "AwsSolutions-IAM4",
+            "AmazonSSMManagedInstanceCore is the AWS-maintained minimum for the SSM agent, which is how "
+            "nodes are administered (Run Command for cluster setup and drains, Session Manager); no RDP",
+            finding=managed_policy_finding("AmazonSSMManagedInstanceCore"),
+        )
+
+        # By name from config: the secret is created out of band, before the first deployment.
+        secret = secretsmanager.Secret.from_secret_name_v2(self, "ClusterCertificate", certificate_secret_name)
+        secret.grant_read(self.role)
+        stack = Stack.of(self)
+        acknowledge(
+            self.role,
+            "AwsSolutions-IAM5",
+            "Secrets Manager appends six random characters to a secret's ARN; the node may read only the "
+            "one cluster certificate secret named in config, whatever its suffix",
+            finding=wildcard_resource_finding(
+                f"arn:<AWS::Partition>:secretsmanager:{stack.region}:{stack.account}:secret:"
+                f"{certificate_secret_name}-??????"
+            ),
+        )
+
+        log_group.grant_write(self.role)
+        acknowledge(
+            self.role,
+            "AwsSolutions-IAM5",
+            "The CloudWatch agent writes one stream per instance and source into the node log group; "
+            "streams are named at run time, so the grant covers the streams of that one group",
+            finding=wildcard_resource_finding(f"{attribute_ref(log_group, 'Arn')}:*"),
+        )
+        self._resource_star_reasons = [
+            "cloudwatch:PutMetricData has no resource-level permissions; it is limited to the node "
+            f"metrics namespace {metrics_namespace} by condition"
+        ]
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": metrics_namespace}},
+            )
+        )
+        file_system.grant(self.role, "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite")
+        self._acknowledge_resource_star()
+
+    def allow_attach_network_interfaces(self, interface_ids: Sequence[str], *, cluster_name: str) -> None:
+        """Seed nodes attach their own persistent network interface at boot."""
+        stack = Stack.of(self)
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["ec2:AttachNetworkInterface"],
+                resources=[
+                    *(stack.format_arn(service="ec2", resource="network-interface", resource_name=i) for i in interface_ids),
+                    stack.format_arn(service="ec2", resource="instance", resource_name="*"),
+                ],
+                # Both the interface and the instance must belong to this cluster.
+                conditions={"StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": cluster_name}},
+            )
+        )
+        acknowledge(
+            self.role,
+            "AwsSolutions-IAM5",
+            "A replacement seed instance has a new id, unknown at deploy time; it may attach only the seed "
+            "interfaces named here, and only to instances tagged as members of this cluster",
+            finding=wildcard_resource_finding(f"arn:<AWS::Partition>:ec2:{stack.region}:{stack.account}:instance/*"),
+        )
+        self.role.add_to_policy(iam.PolicyStatement(actions=["ec2:DescribeNetworkInterfaces"], resources=["*"]))
+        self._resource_star_reasons.append(
+            "ec2:DescribeNetworkInterfaces has no resource-level permissions (read-only, used to wait until "
+            "the seed interface is free)"
+        )
+        self._acknowledge_resource_star()
+
+    def _acknowledge_resource_star(self) -> None:
+        # One finding id for every statement on "*"; the reason names each of them.
+        acknowledge(
+            self.role, "AwsSolutions-IAM5", "; ".join(self._resource_star_reasons), finding=wildcard_resource_finding("*")
+        )
+
+
+def windows_node_image() -> ec2.IMachineImage:
+    # The public SSM parameter for the latest Windows Server 2022 base AMI, resolved at deploy time.
+    return ec2.MachineImage.latest_windows(ec2.WindowsVersion.WINDOWS_SERVER_2022_ENGLISH_FULL_BASE)
+
+
+def node_launch_template(
+    scope: Construct,
+    construct_id: str,
+    *,
+    instance_type: str,
+    role: iam.IRole,
+    security_groups: Sequence[ec2.ISecurityGroup],
+    user_data: ec2.UserData,
+    root_volume_gib: int,
+    data_volume_gib: int,
+    placement_group: ec2.IPlacementGroup | None = None,
+) -> ec2.LaunchTemplate:
+    def volume(size: int) -> ec2.BlockDeviceVolume:
+        # The account's default EBS key: a customer key would also need grants for the Auto
+        # Scaling service-linked role, or launches fail.
+        return ec2.BlockDeviceVolume.ebs(
+            size, encrypted=True, volume_type=ec2.EbsDeviceVolumeType.GP3, delete_on_termination=True
+        )
+
+    template = ec2.LaunchTemplate(
+        scope,
+        construct_id,
+        machine_image=windows_node_image(),
+        instance_type=ec2.InstanceType(instance_type),
+        role=role,
+        security_group=security_groups[0],
+        user_data=user_data,
+        require_imdsv2=True,
+        http_put_response_hop_limit=1,
+        detailed_monitoring=True,
+        placement_group=placement_group,
+        block_devices=[
+            ec2.BlockDevice(device_name=WINDOWS_ROOT_DEVICE, volume=volume(root_volume_gib)),
+            ec2.BlockDevice(device_name=DATA_DEVICE, volume=volume(data_volume_gib)),
+        ],
+    )
+    for group in security_groups[1:]:
+        template.connections.add_security_group(group)
+    return template

@@ -1,0 +1,73 @@
+"""Renders the PowerShell the Service Fabric nodes run: user data from `userdata/*.ps1` and the
+create-cluster Run Command document from `stacks/documents/create_cluster.yaml`.
+
+Scripts mark each value as a quoted placeholder, `'{{ name }}'`; the renderer replaces the whole
+quoted placeholder with a PowerShell single-quoted literal of the value, so a value can never
+become code. Rendering fails on a placeholder without a value, a value without a placeholder, or
+anything left that still looks like a placeholder.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent.parent
+USERDATA = REPO / "userdata"
+CREATE_CLUSTER_DOCUMENT = REPO / "stacks" / "documents" / "create_cluster.yaml"
+
+PLACEHOLDER = re.compile(r"'\{\{\s*([A-Za-z][A-Za-z0-9_]*)\s*\}\}'")
+LOOKS_LIKE_PLACEHOLDER = re.compile(r"\{\{.*?\}\}")
+# EC2 refuses user data over 16 KB (before base64); the <powershell> wrapper takes a little.
+USER_DATA_LIMIT_BYTES = 16 * 1024 - 64
+
+
+def powershell_literal(value: str) -> str:
+    if any(c in value for c in "\r\n\0"):
+        raise ValueError(f"value {value!r} spans lines; user data values are single-line")
+    return "'" + value.replace("'", "''") + "'"
+
+
+def placeholders(script: str) -> set[str]:
+    return set(PLACEHOLDER.findall(script))
+
+
+def render_script(script: str, values: Mapping[str, str], *, name: str = "script") -> str:
+    wanted = placeholders(script)
+    unknown = sorted(set(values) - wanted)
+    if unknown:
+        raise ValueError(f"{name} has no placeholders {unknown}")
+    missing = sorted(wanted - set(values))
+    if missing:
+        raise ValueError(f"{name}: no value given for {missing}")
+    rendered = PLACEHOLDER.sub(lambda match: powershell_literal(values[match.group(1)]), script)
+    leftover = LOOKS_LIKE_PLACEHOLDER.search(rendered)
+    if leftover:
+        raise ValueError(f"{name}: '{leftover.group(0)}' is not a quoted placeholder and was left unrendered")
+    return rendered
+
+
+def render_user_data(file_name: str, values: Mapping[str, str]) -> str:
+    rendered = render_script((USERDATA / file_name).read_text(encoding="utf-8"), values, name=file_name)
+    size = len(rendered.encode("utf-8"))
+    if size > USER_DATA_LIMIT_BYTES:
+        raise ValueError(f"{file_name} renders to {size} bytes; EC2 user data is limited to 16 KB")
+    return rendered
+
+
+def render_create_cluster_document(defaults: Mapping[str, str]) -> dict:
+    """The Run Command document with the stack's values as parameter defaults."""
+    document = yaml.safe_load(CREATE_CLUSTER_DOCUMENT.read_text(encoding="utf-8"))
+    parameters = document["parameters"]
+    unknown = sorted(set(defaults) - set(parameters))
+    if unknown:
+        raise ValueError(f"{CREATE_CLUSTER_DOCUMENT.name} has no parameters {unknown}")
+    for name, value in defaults.items():
+        parameters[name]["default"] = value
+    unrendered = sorted(name for name, spec in parameters.items() if spec.get("default") == "rendered")
+    if unrendered:
+        raise ValueError(f"{CREATE_CLUSTER_DOCUMENT.name}: no value given for {unrendered}")
+    return document

@@ -1,0 +1,80 @@
+"""Security groups of the Service Fabric nodes: cluster traffic between nodes only, and named
+groups for whoever else may reach them (load balancers, HTTP gateway clients)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aws_cdk import aws_ec2 as ec2
+from constructs import Construct
+
+# (protocol, first port, last port) of node-to-node traffic besides the configured ranges.
+CLUSTER_PORTS = (
+    ("tcp", 19000, 19003),  # client connection, cluster, lease driver, service connection
+    ("tcp", 19080, 19081),  # HTTP gateway, reverse proxy
+    ("tcp", 135, 135),  # RPC endpoint mapper (cluster setup, remote registry)
+    ("udp", 137, 138),  # NetBIOS name and datagram
+    ("tcp", 139, 139),  # NetBIOS session
+    ("tcp", 445, 445),  # SMB (cluster setup copies the runtime to every node)
+)
+CLIENT_CONNECTION_PORT = 19000
+HTTP_GATEWAY_PORT = 19080
+
+
+def port_range(protocol: str, first: int, last: int) -> ec2.Port:
+    if protocol == "udp":
+        return ec2.Port.udp(first) if first == last else ec2.Port.udp_range(first, last)
+    return ec2.Port.tcp(first) if first == last else ec2.Port.tcp_range(first, last)
+
+
+def firewall_ports(ranges: Iterable[tuple[str, int, int]], protocol: str) -> str:
+    """The ranges of one protocol as Windows Firewall's -LocalPort list: '19000-19003,135'."""
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for p, a, b in ranges if p == protocol)
+
+
+class NodeSecurity(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        cluster_name: str,
+        application_port_range: tuple[int, int],
+        ephemeral_port_range: tuple[int, int],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.node_ports = (
+            *CLUSTER_PORTS,
+            ("tcp", *application_port_range),
+            ("tcp", *ephemeral_port_range),
+        )
+        self.nodes = ec2.SecurityGroup(
+            self,
+            "NodeSecurityGroup",
+            vpc=vpc,
+            description=f"Service Fabric nodes of {cluster_name}: cluster ports between nodes only",
+            # Nodes fetch the runtime package, certificates' CRLs and Windows updates from the
+            # internet and call AWS APIs; inbound is what this group restricts.
+            allow_all_outbound=True,
+        )
+        for protocol, first, last in self.node_ports:
+            self.nodes.add_ingress_rule(
+                self.nodes, port_range(protocol, first, last), f"Service Fabric cluster traffic {protocol} {first}-{last}"
+            )
+        # Members may call the HTTP gateway (19080) of every node: the node lifecycle functions
+        # and operator hosts attach it, so the node group never has to reference theirs.
+        self.gateway_clients = ec2.SecurityGroup(
+            self,
+            "GatewayClientSecurityGroup",
+            vpc=vpc,
+            description=f"Clients of the Service Fabric HTTP gateway of {cluster_name}",
+            allow_all_outbound=False,
+        )
+        self.nodes.add_ingress_rule(self.gateway_clients, ec2.Port.tcp(HTTP_GATEWAY_PORT), "HTTP gateway clients")
+        self.gateway_clients.add_egress_rule(self.nodes, ec2.Port.tcp(HTTP_GATEWAY_PORT), "Service Fabric HTTP gateway")
+
+    def allow_from_load_balancer(self, load_balancer: ec2.ISecurityGroup, ports: Iterable[int], purpose: str) -> None:
+        for port in ports:
+            self.nodes.add_ingress_rule(load_balancer, ec2.Port.tcp(port), f"{purpose} {port} and its health checks")
+            load_balancer.add_egress_rule(self.nodes, ec2.Port.tcp(port), f"{purpose} {port} on the nodes")

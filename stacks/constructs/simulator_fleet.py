@@ -1,0 +1,166 @@
+"""The simulator fleet: Amazon Linux hosts that run the telemetry simulator on SSM Run Command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from aws_cdk import RemovalPolicy, Tags
+from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from stacks.compliance import acknowledge, attribute_ref, managed_policy_finding, wildcard_resource_finding
+from stacks.constructs.secure_bucket import SecureBucket
+from stacks.naming import FLEET_TAG
+
+REPO = Path(__file__).resolve().parent.parent.parent
+SIMULATOR_PACKAGE = REPO / "simulator"
+RUN_DOCUMENT = REPO / "stacks" / "documents" / "run_simulator.yaml"
+
+
+def render_run_document(defaults: dict[str, str]) -> dict:
+    """The Run Command document with the stack's values as parameter defaults."""
+    document = yaml.safe_load(RUN_DOCUMENT.read_text())
+    parameters = document["parameters"]
+    unknown = set(defaults) - set(parameters)
+    if unknown:
+        raise ValueError(f"{RUN_DOCUMENT.name} has no parameters {sorted(unknown)}")
+    for name, value in defaults.items():
+        parameters[name]["default"] = value
+    unrendered = [name for name, spec in parameters.items() if spec.get("default") == "rendered"]
+    if unrendered:
+        raise ValueError(f"{RUN_DOCUMENT.name}: no value given for {unrendered}")
+    return document
+
+
+class SimulatorFleet(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        fleet_name: str,
+        instance_type: str,
+        host_count: int,
+        kafka_client_security_group: ec2.ISecurityGroup,
+        results_retention_days: int,
+        removal_policy: RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.fleet_name = fleet_name
+
+        self.results = SecureBucket(
+            self, "Results", removal_policy=removal_policy, expiration_days=results_retention_days
+        ).bucket
+        self.package = s3_assets.Asset(
+            self, "Package", path=str(SIMULATOR_PACKAGE), exclude=["__pycache__", "*.pyc"]
+        )
+
+        self.role = iam.Role(
+            self,
+            "HostRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"Hosts of {fleet_name}: SSM agent, simulator package, MSK, results upload",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+        )
+        acknowledge(
+            self.role,
+            "AwsSolutions-IAM4",
+            "AmazonSSMManagedInstanceCore is the AWS-maintained minimum for the SSM agent, which is how "
+            "the fleet is driven (Run Command) and reached (Session Manager); there is no SSH",
+            finding=managed_policy_finding("AmazonSSMManagedInstanceCore"),
+        )
+        # Narrower than the grant_* helpers: read this one package object, write run reports.
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject"],
+                resources=[self.package.bucket.arn_for_objects(self.package.s3_object_key)],
+            )
+        )
+        self.role.add_to_policy(
+            iam.PolicyStatement(actions=["s3:PutObject"], resources=[self.results.arn_for_objects("runs/*")])
+        )
+        acknowledge(
+            self.role,
+            "AwsSolutions-IAM5",
+            "Hosts upload one report per run to runs/<run id>/<instance id>.json; run ids are chosen "
+            "per run, so the key is a prefix. Put only, in the fleet's own results bucket",
+            finding=wildcard_resource_finding(f"{attribute_ref(self.results, 'Arn')}/runs/*"),
+        )
+
+        security_group = ec2.SecurityGroup(
+            self,
+            "HostSecurityGroup",
+            vpc=vpc,
+            description=f"Hosts of {fleet_name}: no inbound; HTTPS out (SSM, S3, package index)",
+            allow_all_outbound=False,
+        )
+        security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to AWS APIs and PyPI")
+
+        launch_template = ec2.LaunchTemplate(
+            self,
+            "LaunchTemplate",
+            machine_image=ec2.MachineImage.latest_amazon_linux2023(),
+            instance_type=ec2.InstanceType(instance_type),
+            role=self.role,
+            security_group=security_group,
+            require_imdsv2=True,
+            detailed_monitoring=True,
+            block_devices=[
+                ec2.BlockDevice(
+                    device_name="/dev/xvda",
+                    volume=ec2.BlockDeviceVolume.ebs(
+                        30, encrypted=True, volume_type=ec2.EbsDeviceVolumeType.GP3, delete_on_termination=True
+                    ),
+                )
+            ],
+        )
+        launch_template.connections.add_security_group(kafka_client_security_group)
+
+        self.hosts = autoscaling.AutoScalingGroup(
+            self,
+            "Hosts",
+            vpc=vpc,
+            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            launch_template=launch_template,
+            min_capacity=host_count,
+            max_capacity=host_count,
+        )
+        acknowledge(
+            self.hosts,
+            "AwsSolutions-AS3",
+            "A fixed-size load generator (min = max) with no scaling policy; a replaced host shows up "
+            "in the next run's report, which names every host that took part",
+        )
+        Tags.of(self.hosts).add(FLEET_TAG, fleet_name)
+
+    def run_document_content(self, *, topic: str, bootstrap_parameter: str, region: str) -> dict:
+        return render_run_document(
+            {
+                "topic": topic,
+                "bootstrapParameter": bootstrap_parameter,
+                "resultsBucket": self.results.bucket_name,
+                "simulatorPackage": self.package.s3_object_url,
+                "region": region,
+            }
+        )
+
+    def add_run_document(
+        self, *, document_name: str, topic: str, bootstrap_parameter: ssm.IStringParameter, region: str
+    ) -> ssm.CfnDocument:
+        bootstrap_parameter.grant_read(self.role)
+        return ssm.CfnDocument(
+            self,
+            "RunDocument",
+            name=document_name,
+            document_type="Command",
+            update_method="NewVersion",
+            content=self.run_document_content(
+                topic=topic, bootstrap_parameter=bootstrap_parameter.parameter_name, region=region
+            ),
+        )

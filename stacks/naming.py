@@ -1,0 +1,75 @@
+"""Physical names other tools look resources up by. Plain functions of the config, no CDK import,
+so operator scripts can use them without loading the CDK."""
+
+from __future__ import annotations
+
+from stacks.config import EnvironmentConfig
+
+FLEET_TAG = "telemetry:fleet"
+SIMULATOR_METRICS_NAMESPACE = "Telemetry/Simulator"
+
+
+def bootstrap_parameter_name(config: EnvironmentConfig) -> str:
+    return f"/{config.resource_prefix}/msk/bootstrap-brokers-iam"
+
+
+def simulator_fleet_name(config: EnvironmentConfig) -> str:
+    return f"{config.resource_prefix}-simulator"
+
+
+def run_simulator_document_name(config: EnvironmentConfig) -> str:
+    return f"{config.resource_prefix}-run-simulator"
+
+
+def simulator_runs_log_group_name(config: EnvironmentConfig) -> str:
+    return f"/{config.resource_prefix}/simulator-runs"
+
+
+# Service Fabric cluster: tags and names the stack sets and the operator tools and node lifecycle
+# automation look instances, groups and hooks up by.
+NODE_NAME_TAG = "sf:nodename"
+NODE_TYPE_TAG = "sf:nodetype"
+CLUSTER_TAG = "sf:cluster"
+SEED_NODE_TYPE = "PrimaryNodeType"
+SCALING_NODE_TYPE = "ScalingNodeType"
+LAUNCH_HOOK_NAME = "sf-join-cluster"
+TERMINATE_HOOK_NAME = "sf-leave-cluster"
+# Written by userdata/prepare_node.ps1; the create-cluster document and scale-out read it.
+NODE_PREPARATION_STATUS_FILE = r"C:\ServiceFabric\prepare-node.status.json"
+SERVICE_FABRIC_METRICS_NAMESPACE = "Telemetry/ServiceFabricNodes"
+# Local administrator with the same password on every node (from the cluster certificate secret):
+# cluster setup and AddNode.ps1 need one outside an Active Directory domain.
+DEPLOYMENT_ACCOUNT = "sfdeploy"
+
+
+def service_fabric_cluster_name(config: EnvironmentConfig) -> str:
+    return f"{config.resource_prefix}-sf"
+
+
+def seed_node_name(index: int) -> str:
+    return f"seed-{index}"
+
+
+def seed_group_name(config: EnvironmentConfig, index: int) -> str:
+    return f"{service_fabric_cluster_name(config)}-{seed_node_name(index)}"
+
+
+def scaling_group_name(config: EnvironmentConfig) -> str:
+    return f"{service_fabric_cluster_name(config)}-scaling"
+
+
+def management_load_balancer_name(config: EnvironmentConfig) -> str:
+    # Load balancer names are limited to 32 characters; environment names to 16.
+    return f"{config.resource_prefix}-mgmt"
+
+
+def application_load_balancer_name(config: EnvironmentConfig) -> str:
+    return f"{config.resource_prefix}-apps"
+
+
+def create_cluster_document_name(config: EnvironmentConfig) -> str:
+    return f"{config.resource_prefix}-create-sf-cluster"
+
+
+def node_log_group_name(config: EnvironmentConfig) -> str:
+    return f"/{config.resource_prefix}/service-fabric/nodes"

@@ -1,0 +1,253 @@
+"""Service Fabric stack: seed nodes, the scaling node group, shared storage, the management and
+application load balancers, the create-cluster document, alarms and dashboard widgets.
+
+The machines come up prepared (userdata/prepare_node.ps1) but not yet a cluster:
+scripts/bootstrap_cluster.py creates the cluster on the seeds, and the node lifecycle automation
+joins and drains scaling nodes through the lifecycle hooks of `scaling_group`.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from stacks.config import EnvironmentConfig
+from stacks.constructs.cluster_monitoring import ClusterMonitoring
+from stacks.constructs.load_balancers import NodeLoadBalancer
+from stacks.constructs.log_group import log_group
+from stacks.constructs.msk_cluster import MskCluster
+from stacks.constructs.node_instance import NodeRole
+from stacks.constructs.node_scripts import render_create_cluster_document, render_user_data
+from stacks.constructs.node_security import CLIENT_CONNECTION_PORT, HTTP_GATEWAY_PORT, NodeSecurity, firewall_ports
+from stacks.constructs.scaling_node_group import ScalingNodeGroup
+from stacks.constructs.secure_bucket import SecureBucket
+from stacks.constructs.seed_nodes import SeedNodes
+from stacks.constructs.shared_storage import SharedStorage
+from stacks.naming import (
+    DEPLOYMENT_ACCOUNT,
+    LAUNCH_HOOK_NAME,
+    NODE_PREPARATION_STATUS_FILE,
+    SCALING_NODE_TYPE,
+    SEED_NODE_TYPE,
+    SERVICE_FABRIC_METRICS_NAMESPACE,
+    TERMINATE_HOOK_NAME,
+    application_load_balancer_name,
+    create_cluster_document_name,
+    management_load_balancer_name,
+    node_log_group_name,
+    scaling_group_name,
+    seed_group_name,
+    service_fabric_cluster_name,
+)
+from stacks.removal import removal_policy
+
+
+class ServiceFabricStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: EnvironmentConfig,
+        vpc: ec2.IVpc,
+        kafka: MskCluster,
+        alarm_topic: sns.ITopic,
+        dashboard: cloudwatch.Dashboard,
+        **kwargs,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        settings = config.service_fabric
+        cluster_name = service_fabric_cluster_name(config)
+        retain = removal_policy(config)
+
+        self.security = NodeSecurity(
+            self,
+            "NodeSecurity",
+            vpc=vpc,
+            cluster_name=cluster_name,
+            application_port_range=settings.application_port_range,
+            ephemeral_port_range=settings.ephemeral_port_range,
+        )
+        # Applications on the cluster produce to and consume from MSK.
+        node_groups = [self.security.nodes, kafka.client_security_group]
+        self.storage = SharedStorage(
+            self, "SharedStorage", vpc=vpc, cluster_name=cluster_name, nodes=self.security.nodes, removal_policy=retain
+        )
+        node_logs = log_group(
+            self,
+            "NodeLogs",
+            log_group_name=node_log_group_name(config),
+            retention_days=settings.node_log_retention_days,
+            removal_policy=retain,
+        )
+
+        def node_role(construct_id: str, node_type: str) -> NodeRole:
+            return NodeRole(
+                self,
+                construct_id,
+                description=f"Service Fabric {node_type} nodes of {cluster_name}",
+                certificate_secret_name=settings.cluster_certificate_secret,
+                log_group=node_logs,
+                metrics_namespace=SERVICE_FABRIC_METRICS_NAMESPACE,
+                file_system=self.storage.file_system,
+            )
+
+        def user_data(node_type: str, seed_interface_id: str = "") -> ec2.UserData:
+            script = render_user_data(
+                "prepare_node.ps1",
+                {
+                    "cluster_name": cluster_name,
+                    "node_type": node_type,
+                    "region": config.region,
+                    "vpc_cidr": config.network.cidr,
+                    "node_ports": firewall_ports(self.security.node_ports, "tcp"),
+                    "node_udp_ports": firewall_ports(self.security.node_ports, "udp"),
+                    "application_ports": ",".join(str(p) for p in settings.application_ports),
+                    "certificate_secret": settings.cluster_certificate_secret,
+                    "file_system_dns": self.storage.dns_name,
+                    "package_url": settings.runtime_package_url,
+                    "seed_interface_id": seed_interface_id,
+                    "log_group": node_log_group_name(config),
+                    "metrics_namespace": SERVICE_FABRIC_METRICS_NAMESPACE,
+                    "status_file": NODE_PREPARATION_STATUS_FILE,
+                    "deployment_account": DEPLOYMENT_ACCOUNT,
+                },
+            )
+            data = ec2.UserData.for_windows()
+            data.add_commands(script)
+            return data
+
+        self.seeds = SeedNodes(
+            self,
+            "SeedNodes",
+            vpc=vpc,
+            region=config.region,
+            cluster_name=cluster_name,
+            seed_count=settings.seed_node_count,
+            instance_type=settings.seed_instance_type,
+            security_groups=node_groups,
+            node_role=node_role("SeedNodeRole", SEED_NODE_TYPE),
+            user_data=lambda interface_id: user_data(SEED_NODE_TYPE, interface_id),
+            group_name=lambda index: seed_group_name(config, index),
+            root_volume_gib=settings.root_volume_gib,
+            data_volume_gib=settings.data_volume_gib,
+            snapshot_interval_hours=settings.seed_snapshot_interval_hours,
+            snapshot_retain_count=settings.seed_snapshot_retain_count,
+        )
+        self.scaling = ScalingNodeGroup(
+            self,
+            "ScalingNodes",
+            vpc=vpc,
+            cluster_name=cluster_name,
+            group_name=scaling_group_name(config),
+            instance_type=settings.node_instance_type,
+            min_nodes=settings.scaling_min_nodes,
+            max_nodes=settings.scaling_max_nodes,
+            desired_nodes=settings.scaling_desired_nodes,
+            security_groups=node_groups,
+            node_role=node_role("ScalingNodeRole", SCALING_NODE_TYPE),
+            user_data=user_data(SCALING_NODE_TYPE),
+            root_volume_gib=settings.root_volume_gib,
+            data_volume_gib=settings.data_volume_gib,
+            launch_hook_name=LAUNCH_HOOK_NAME,
+            terminate_hook_name=TERMINATE_HOOK_NAME,
+            heartbeat_seconds=settings.lifecycle_heartbeat_seconds,
+            cpu_target_percent=settings.scaling_cpu_target_percent,
+            scale_in_cpu_percent=settings.scale_in_cpu_percent,
+        )
+
+        # Seed addresses are claimed before any scaling node can take one of them.
+        for interface in self.seeds.interfaces:
+            self.scaling.group.node.add_dependency(interface)
+
+        access_logs = SecureBucket(
+            self, "LoadBalancerLogs", removal_policy=retain, expiration_days=settings.access_log_retention_days
+        ).bucket
+        self.management = NodeLoadBalancer(
+            self,
+            "ManagementLoadBalancer",
+            vpc=vpc,
+            load_balancer_name=management_load_balancer_name(config),
+            purpose="Service Fabric management (client connection, HTTP gateway)",
+            ports=(CLIENT_CONNECTION_PORT, HTTP_GATEWAY_PORT),
+            client_cidrs=settings.management_cidrs,
+            internet_facing=settings.management_internet_facing,
+            node_security=self.security,
+            access_logs=access_logs,
+            world_open_reason=(
+                "Config opens cluster management to any address outside production; every call still "
+                "needs the cluster's admin client certificate"
+            ),
+        )
+        self.applications = NodeLoadBalancer(
+            self,
+            "ApplicationLoadBalancer",
+            vpc=vpc,
+            load_balancer_name=application_load_balancer_name(config),
+            purpose="Service Fabric applications",
+            ports=settings.application_ports,
+            client_cidrs=settings.application_client_cidrs,
+            internet_facing=settings.application_internet_facing,
+            node_security=self.security,
+            access_logs=access_logs,
+            world_open_reason=(
+                "The application endpoint serves devices and clients anywhere on the internet, by "
+                "config; only the configured application ports are open"
+            ),
+        )
+        for group in (*self.seeds.groups, self.scaling.group):
+            self.management.add_nodes(group)
+            self.applications.add_nodes(group)
+
+        ssm.CfnDocument(
+            self,
+            "CreateClusterDocument",
+            name=create_cluster_document_name(config),
+            document_type="Command",
+            update_method="NewVersion",
+            content=render_create_cluster_document(
+                {
+                    "statusFile": NODE_PREPARATION_STATUS_FILE,
+                    "certificateSecret": settings.cluster_certificate_secret,
+                    "deploymentAccount": DEPLOYMENT_ACCOUNT,
+                    "region": config.region,
+                }
+            ),
+        )
+
+        ClusterMonitoring(
+            self,
+            "Monitoring",
+            cluster_name=cluster_name,
+            seed_groups=self.seeds.groups,
+            management_endpoint=self.management.target_groups[0],
+            scaling_group_name=scaling_group_name(config),
+            seed_group_names=[seed_group_name(config, i) for i in range(settings.seed_node_count)],
+            load_balancer_names={
+                "management": management_load_balancer_name(config),
+                "applications": application_load_balancer_name(config),
+            },
+            alarm_topic=alarm_topic,
+            dashboard=dashboard,
+        )
+
+        # What the node lifecycle stack and operators need.
+        self.scaling_group = self.scaling.group
+        self.node_security_group = self.security.nodes
+        self.gateway_client_security_group = self.security.gateway_clients
+        self.management_endpoint = f"{self.management.dns_name}:{CLIENT_CONNECTION_PORT}"
+        # Fixed seed addresses: functions inside the VPC reach the HTTP gateway there, no load balancer.
+        self.gateway_endpoints = [f"https://{p.address}:{HTTP_GATEWAY_PORT}" for p in self.seeds.placements]
+
+        CfnOutput(self, "ManagementEndpoint", value=self.management_endpoint,
+                  description="Cluster endpoint for the Azure DevOps service connection (certificate auth)")
+        CfnOutput(self, "ExplorerUrl", value=f"https://{self.management.dns_name}:{HTTP_GATEWAY_PORT}/Explorer",
+                  description="Service Fabric Explorer and the HTTP gateway (admin client certificate)")
+        CfnOutput(self, "ApplicationEndpoint", value=self.applications.dns_name,
+                  description=f"Application load balancer, TCP {', '.join(map(str, settings.application_ports))}")
+        CfnOutput(self, "ScalingGroupName", value=self.scaling.group.auto_scaling_group_name)
+        CfnOutput(self, "SeedAddresses", value=",".join(f"{p.name}={p.address}" for p in self.seeds.placements))

@@ -1,0 +1,113 @@
+"""Simulator fleet stack: load-generation hosts, their Run Command document and results bucket."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from stacks.compliance import PARTITION, acknowledge, wildcard_resource_finding
+from stacks.config import EnvironmentConfig
+from stacks.constructs.log_group import log_group
+from stacks.constructs.msk_cluster import MskCluster
+from stacks.constructs.simulator_fleet import SimulatorFleet
+from stacks.naming import (
+    SIMULATOR_METRICS_NAMESPACE,
+    run_simulator_document_name,
+    simulator_fleet_name,
+    simulator_runs_log_group_name,
+)
+from stacks.removal import removal_policy
+
+# Each run consumes with its own group, simulator-<run id>-<host>.
+CONSUMER_GROUPS = "simulator-*"
+
+
+def simulator_metric(environment: str, name: str, statistic: str) -> cloudwatch.Metric:
+    return cloudwatch.Metric(
+        namespace=SIMULATOR_METRICS_NAMESPACE,
+        metric_name=name,
+        dimensions_map={"Environment": environment},
+        statistic=statistic,
+    )
+
+
+class SimulatorFleetStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: EnvironmentConfig,
+        vpc: ec2.IVpc,
+        kafka: MskCluster,
+        bootstrap_parameter: ssm.IStringParameter,
+        dashboard: cloudwatch.Dashboard,
+        **kwargs,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        settings = config.simulator_fleet
+        fleet = SimulatorFleet(
+            self,
+            "Fleet",
+            vpc=vpc,
+            fleet_name=simulator_fleet_name(config),
+            instance_type=settings.instance_type,
+            host_count=settings.host_count,
+            kafka_client_security_group=kafka.client_security_group,
+            results_retention_days=settings.results_retention_days,
+            removal_policy=removal_policy(config),
+        )
+        kafka.grant_produce(fleet.role, settings.topic)
+        kafka.grant_consume(fleet.role, settings.topic, CONSUMER_GROUPS)
+        acknowledge(
+            fleet.role,
+            "AwsSolutions-IAM5",
+            "Each simulator run consumes with a group of its own, simulator-<run id>-<host>, so hosts "
+            "may use groups by that prefix on this one cluster; no other group, topic or cluster",
+            finding=wildcard_resource_finding(
+                f"arn:{PARTITION}:kafka:{config.region}:{config.account}:group/{kafka.cluster_name}/*/{CONSUMER_GROUPS}"
+            ),
+        )
+        fleet.add_run_document(
+            document_name=run_simulator_document_name(config),
+            topic=settings.topic,
+            bootstrap_parameter=bootstrap_parameter,
+            region=config.region,
+        )
+
+        # scripts/run_simulation.py writes each merged fleet report here in embedded metric
+        # format; CloudWatch turns it into the metrics graphed below.
+        self.runs_log_group = log_group(
+            self,
+            "RunsLogGroup",
+            log_group_name=simulator_runs_log_group_name(config),
+            retention_days=config.simulator_fleet.results_retention_days,
+            removal_policy=removal_policy(config),
+        )
+
+        dashboard.add_widgets(
+            cloudwatch.TextWidget(markdown="## Simulator runs", width=24, height=1),
+            cloudwatch.GraphWidget(
+                title="Fleet throughput (msg/s)",
+                left=[simulator_metric(config.name, "ThroughputMsgsPerSec", "Maximum")],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="End-to-end latency (ms)",
+                left=[
+                    simulator_metric(config.name, "E2eLatencyP99Ms", "Maximum"),
+                    simulator_metric(config.name, "E2eLatencyMaxMs", "Maximum"),
+                ],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Messages lost",
+                left=[simulator_metric(config.name, "LostMessages", "Maximum")],
+                width=8,
+            ),
+        )
+        CfnOutput(self, "ResultsBucket", value=fleet.results.bucket_name)
+        CfnOutput(self, "RunDocument", value=run_simulator_document_name(config))

@@ -1,0 +1,235 @@
+"""scripts/run_simulation.py against moto's EC2, SSM, S3 and CloudWatch Logs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import boto3
+import numpy as np
+import pytest
+from moto import mock_aws
+
+from scripts import run_simulation
+from scripts.run_simulation import Fleet, RunError, RunPlan, embedded_metrics, run_fleet, split_rate
+from simulator import histograms, slo
+from simulator.config import SloThresholds
+from simulator.report import REPORT_VERSION
+from stacks.constructs.simulator_fleet import render_run_document
+from tests.conftest import REPO
+
+REGION = "eu-west-1"
+FLEET = "telemetry-dev-simulator"
+DOCUMENT = "telemetry-dev-run-simulator"
+BUCKET = "telemetry-dev-results"
+LOG_GROUP = "/telemetry-dev/simulator-runs"
+
+
+def host_report(
+    producer_id: str, e2e_us: list[int], *, run_id: str, rate: float, lost: int = 0, min_rate: float = 1
+) -> dict:
+    """A host report as the simulator writes one (the report schema is the contract)."""
+    e2e = histograms.new_histogram()
+    histograms.record_microseconds(e2e, np.array(e2e_us))
+    ack = histograms.new_histogram()
+    histograms.record_microseconds(ack, np.array(e2e_us) // 2)
+    count = len(e2e_us)
+    report = {
+        "version": REPORT_VERSION,
+        "simulator_version": "test",
+        "run_id": run_id,
+        "started_at": "2026-11-23T00:00:00+00:00",
+        "hosts": [{"producer_id": producer_id, "hostname": producer_id, "processes": 2, "rate": rate,
+                   "throughput_msgs_per_s": count / 10}],
+        "sent": count + lost, "acked": count + lost, "delivery_errors": 0, "received": count,
+        "lost": lost, "duplicates": 0, "out_of_order": 0,
+        "duration_s": 10.0, "warmup_s": 1.0, "throughput_msgs_per_s": count / 10,
+        "e2e_latency_ms": histograms.summary_ms(e2e), "ack_latency_ms": histograms.summary_ms(ack),
+        "schedule_lag_ms": None,
+        "histograms": {"e2e": histograms.encode(e2e), "ack": histograms.encode(ack), "schedule_lag": None},
+        "clamped_over_60s": {"e2e": 0, "ack": 0},
+        "consumer": {"drained": True, "errors": []},
+        "config": {"rate": rate, "processes": 2, "topic": "telemetry"},
+    }
+    report["slo"] = slo.evaluate(report, SloThresholds(min_rate_msgs_per_s=min_rate))
+    return report
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    with mock_aws():
+        session = boto3.Session(region_name=REGION)
+        ec2 = session.client("ec2")
+        image = ec2.describe_images()["Images"][0]["ImageId"]
+        for fleet, count in ((FLEET, 3), ("someone-else", 2)):
+            ec2.run_instances(
+                ImageId=image, MinCount=count, MaxCount=count, InstanceType="c7i.large",
+                TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "telemetry:fleet", "Value": fleet}]}],
+            )
+        content = render_run_document({
+            "topic": "telemetry", "bootstrapParameter": "/telemetry-dev/msk/bootstrap-brokers-iam",
+            "resultsBucket": BUCKET, "simulatorPackage": "s3://assets/simulator.zip", "region": REGION,
+        })
+        session.client("ssm").create_document(
+            Name=DOCUMENT, Content=json.dumps(content), DocumentType="Command", DocumentFormat="JSON"
+        )
+        session.client("s3").create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+        session.client("logs").create_log_group(logGroupName=LOG_GROUP)
+        yield session
+
+
+def sent_commands(session) -> list[dict]:
+    """SendCommand requests as they leave the client (moto's echo of InstanceIds is unreliable)."""
+    sent: list[dict] = []
+    session.events.register("provide-client-params.ssm.SendCommand", lambda params, **_: sent.append(dict(params)))
+    return sent
+
+
+def fleet_ids(session) -> list[str]:
+    return Fleet(session).running_hosts(FLEET)
+
+
+def upload(session, run_id: str, instance_id: str, report: dict) -> None:
+    session.client("s3").put_object(Bucket=BUCKET, Key=f"runs/{run_id}/{instance_id}.json", Body=json.dumps(report))
+
+
+def plan(run_id="run-1", rate=9000) -> RunPlan:
+    return RunPlan(environment="dev", region=REGION, fleet=FLEET, document=DOCUMENT, run_id=run_id,
+                   total_rate=rate, duration_s=10, warmup_s=1, processes=0, message_bytes=150, devices=1000,
+                   log_group=LOG_GROUP)
+
+
+def test_split_rate_adds_up_exactly():
+    assert split_rate(10_000, 3) == [3334, 3333, 3333]
+    assert sum(split_rate(73_801, 7)) == 73_801
+    assert split_rate(0, 2) == [0, 0]
+
+
+def test_finds_only_its_own_running_hosts(aws):
+    hosts = fleet_ids(aws)
+    assert len(hosts) == 3
+    aws.client("ec2").stop_instances(InstanceIds=[hosts[0]])
+    assert fleet_ids(aws) == hosts[1:]
+
+
+def test_full_run_merges_every_host_report(aws):
+    hosts = fleet_ids(aws)
+    latencies = {h: list(range(200 + 100 * n, 3000 + 100 * n, 7)) for n, h in enumerate(hosts)}
+    for host in hosts:
+        upload(aws, "run-1", host, host_report(host, latencies[host], run_id="run-1", rate=3000))
+    lines: list[str] = []
+    commands = sent_commands(aws)
+    report = run_fleet(plan(), Fleet(aws), hosts=None, poll_interval_s=0, timeout_s=60, say=lines.append)
+
+    # One command, to every host at once, with the rate split and the run's parameters.
+    (command,) = commands
+    assert command["DocumentName"] == DOCUMENT and sorted(command["InstanceIds"]) == hosts
+    assert command["Parameters"]["ratePerHost"] == ["3000"] and command["Parameters"]["runId"] == ["run-1"]
+    assert command["Parameters"]["durationSeconds"] == ["10"]
+
+    # Counts add up; percentiles come from the merged histogram, not from averaging hosts.
+    assert report["received"] == sum(len(v) for v in latencies.values())
+    every_value = histograms.new_histogram()
+    histograms.record_microseconds(every_value, np.array([v for vs in latencies.values() for v in vs]))
+    assert report["e2e_latency_ms"]["p99"] == histograms.summary_ms(every_value)["p99"]
+    assert report["fleet"]["hosts_reported"] == hosts and report["fleet"]["failed_hosts"] == []
+    assert report["slo"]["passed"]
+    assert any("3/3 host(s) finished" in line for line in lines)
+
+
+def test_a_host_without_a_report_is_named_and_fails_the_run(aws):
+    hosts = fleet_ids(aws)
+    for host in hosts[:2]:
+        upload(aws, "run-2", host, host_report(host, [500] * 100, run_id="run-2", rate=4500))
+    report = run_fleet(plan("run-2"), Fleet(aws), hosts=None, poll_interval_s=0, timeout_s=60, say=lambda _: None)
+    assert report["fleet"]["failed_hosts"] == [
+        {"instance_id": hosts[2], "status": "Success", "reason": "command Success; no report at s3://telemetry-dev-results/runs/run-2/"}
+    ]
+    assert not report["slo"]["passed"]
+    assert {"name": "hosts reported", "limit": 3, "actual": 2, "passed": False} in report["slo"]["checks"]
+
+
+def test_remainder_rates_go_out_as_separate_commands(aws):
+    hosts = fleet_ids(aws)
+    for host in hosts[:2]:
+        upload(aws, "run-3", host, host_report(host, [500] * 10, run_id="run-3", rate=1))
+    commands = sent_commands(aws)
+    run_fleet(plan("run-3", rate=10_001), Fleet(aws), hosts=2, poll_interval_s=0, timeout_s=60, say=lambda _: None)
+    sent = sorted((c["Parameters"]["ratePerHost"][0], tuple(c["InstanceIds"])) for c in commands)
+    assert sent == [("5000", (hosts[1],)), ("5001", (hosts[0],))]
+
+
+def test_too_few_hosts_is_one_clear_error(aws):
+    with pytest.raises(RunError, match="fleet telemetry-dev-simulator has 3 running host\\(s\\); 5 needed"):
+        run_fleet(plan(), Fleet(aws), hosts=5, poll_interval_s=0, timeout_s=60, say=lambda _: None)
+
+
+def test_no_report_at_all_is_an_error(aws):
+    with pytest.raises(RunError, match="no host reported"):
+        run_fleet(plan("run-4"), Fleet(aws), hosts=1, poll_interval_s=0, timeout_s=60, say=lambda _: None)
+
+
+def test_fleet_metrics_are_published_in_embedded_metric_format(aws):
+    hosts = fleet_ids(aws)
+    for host in hosts:
+        upload(aws, "run-5", host, host_report(host, [800] * 50, run_id="run-5", rate=100, lost=1))
+    report = run_fleet(plan("run-5"), Fleet(aws), hosts=None, poll_interval_s=0, timeout_s=60, say=lambda _: None)
+    Fleet(aws).publish(LOG_GROUP, embedded_metrics(report, "dev", now_ms=int(time.time() * 1000)))
+    (event,) = aws.client("logs").get_log_events(logGroupName=LOG_GROUP, logStreamName="run-run-5")["events"]
+    emf = json.loads(event["message"])
+    (directive,) = emf["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == "Telemetry/Simulator" and directive["Dimensions"] == [["Environment"]]
+    assert {m["Name"] for m in directive["Metrics"]} == {
+        "ThroughputMsgsPerSec", "E2eLatencyP99Ms", "E2eLatencyMaxMs", "LostMessages", "FailedHosts"
+    }
+    assert emf["LostMessages"] == 3 and emf["Environment"] == "dev" and emf["E2eLatencyP99Ms"] == 0.8
+
+
+def test_main_writes_report_and_plot_and_exits_on_the_verdict(aws, tmp_path, capsys):
+    hosts = fleet_ids(aws)
+    for host in hosts:
+        upload(aws, "run-6", host, host_report(host, [700] * 100, run_id="run-6", rate=3000, min_rate=5000))
+    code = run_simulation.main([
+        "--env", "dev", "--rate", "9000", "--duration", "10", "--run-id", "run-6", "--poll-interval", "0",
+        "--report", str(tmp_path / "fleet.json"),
+    ])
+    out = capsys.readouterr().out
+    assert "SLO" in out and "wrote" in out
+    report = json.loads((tmp_path / "fleet.json").read_text())
+    assert report["fleet"]["hosts_reported"] == hosts
+    assert (tmp_path / "fleet.png").stat().st_size > 10_000
+    # The hosts were judged against 5,000 msg/s and together delivered 30 msg/s: the run fails.
+    assert code == 1
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "scripts/run_simulation.py", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_dry_run_prints_the_plan_for_the_configured_fleet_without_aws():
+    result = run_script("--env", "prod", "--rate", "10000", "--duration", "60", "--run-id", "plan-1", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "fleet telemetry-prod-simulator, document telemetry-prod-run-simulator" in result.stdout
+    assert "10,000 msg/s in total over 3 host(s)" in result.stdout
+    assert result.stdout.count("msg/s\n") >= 3 and "host 1: 3,334 msg/s" in result.stdout
+    assert "dry run: nothing sent" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--env", "qa", "--rate", "1", "--duration", "1", "--dry-run"], "error: unknown environment 'qa'"),
+        (["--env", "dev", "--rate", "-5", "--duration", "1"], "argument --rate: must be at least 0"),
+        (["--env", "dev", "--rate", "5", "--duration", "1", "--run-id", "bad id!"], "argument --run-id: use 1-64"),
+    ],
+)
+def test_bad_input_is_one_line(args, expected):
+    result = run_script(*args)
+    assert result.returncode == 2
+    assert expected in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,140 @@
+"""scripts/scale.py against moto's Auto Scaling (and scripted group states for lifecycle waits)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from scripts import scale
+from scripts.scale import GroupState
+from tests.conftest import REPO
+
+REGION = "eu-west-1"
+SCALING = "telemetry-dev-sf-scaling"
+SEED = "telemetry-dev-sf-seed-0"
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    with mock_aws():
+        session = boto3.Session(region_name=REGION)
+        ec2 = session.client("ec2")
+        image = ec2.describe_images()["Images"][0]["ImageId"]
+        subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+        ec2.create_launch_template(LaunchTemplateName="nodes", LaunchTemplateData={"ImageId": image, "InstanceType": "m6i.xlarge"})
+        autoscaling = session.client("autoscaling")
+        for name, node_type, size in ((SCALING, "ScalingNodeType", (0, 3, 1)), (SEED, "PrimaryNodeType", (1, 1, 1))):
+            autoscaling.create_auto_scaling_group(
+                AutoScalingGroupName=name, LaunchTemplate={"LaunchTemplateName": "nodes"}, VPCZoneIdentifier=subnet,
+                MinSize=size[0], MaxSize=size[1], DesiredCapacity=size[2],
+                Tags=[{"Key": "sf:nodetype", "Value": node_type, "PropagateAtLaunch": True}],
+            )
+        for hook, transition in (("sf-join-cluster", "LAUNCHING"), ("sf-leave-cluster", "TERMINATING")):
+            autoscaling.put_lifecycle_hook(AutoScalingGroupName=SCALING, LifecycleHookName=hook,
+                                           LifecycleTransition=f"autoscaling:EC2_INSTANCE_{transition}",
+                                           HeartbeatTimeout=600, DefaultResult="CONTINUE")
+        yield session
+
+
+def run(argv, session) -> int:
+    return scale.main(argv, session_factory=lambda region: session)
+
+
+def group(session, name=SCALING) -> dict:
+    return session.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]
+
+
+def test_scales_out_within_the_limits_and_waits_until_steady(aws, capsys):
+    assert run(["--env", "dev", "--desired", "3", "--poll-interval", "0"], aws) == 0
+    state = group(aws)
+    assert state["DesiredCapacity"] == 3
+    assert [i["LifecycleState"] for i in state["Instances"]] == ["InService"] * 3
+    out = capsys.readouterr().out
+    assert f"{SCALING}: desired 1: InService 1 -> desired 3 (limits 0-3)" in out
+    assert f"{SCALING} desired 3: InService 3" in out
+    assert "steady with 3 node(s) in service" in out
+
+
+def test_scales_in(aws):
+    assert run(["--env", "dev", "--desired", "0", "--poll-interval", "0"], aws) == 0
+    assert group(aws)["Instances"] == []
+
+
+def test_dry_run_changes_nothing(aws, capsys):
+    assert run(["--env", "dev", "--desired", "2", "--dry-run"], aws) == 0
+    assert group(aws)["DesiredCapacity"] == 1
+    assert "dry run" in capsys.readouterr().out
+
+
+def refused(session, capsys, argv) -> str:
+    assert run(argv, session) == 2
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    (line,) = captured.err.strip().splitlines()
+    return line
+
+
+def test_refuses_a_size_outside_the_limits(aws, capsys):
+    assert refused(aws, capsys, ["--env", "dev", "--desired", "4"]) == f"error: 4 is outside {SCALING}'s limits 0-3"
+    assert group(aws)["DesiredCapacity"] == 1
+
+
+def test_refuses_seed_groups(aws, capsys):
+    line = refused(aws, capsys, ["--env", "dev", "--desired", "0", "--group", SEED])
+    assert line.startswith(f"error: {SEED} is a seed node group; seeds never scale")
+    assert group(aws, SEED)["DesiredCapacity"] == 1
+
+
+def test_unknown_group_is_one_line(aws, capsys):
+    line = refused(aws, capsys, ["--env", "dev", "--desired", "1", "--group", "nope"])
+    assert line == "error: Auto Scaling group nope does not exist; is the ServiceFabric stack deployed?"
+
+
+class ScriptedGroups:
+    def __init__(self, states):
+        self.states = list(states)
+
+    def state(self, name):
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+
+def state(desired, *lifecycle, activities=0):
+    return GroupState(SCALING, 0, 3, desired, tuple(lifecycle), activities, False)
+
+
+def test_waits_for_every_lifecycle_action_and_activity_to_finish():
+    lines, now = [], [0.0]
+    states = [
+        state(3, "InService", "Pending:Wait", "Pending", activities=2),
+        state(3, "InService", "InService", "Pending:Wait", activities=1),
+        state(3, "InService", "InService", "InService", activities=1),  # activity still closing
+        state(3, "InService", "InService", "InService"),
+    ]
+    steady = scale.wait_until_steady(ScriptedGroups(states), SCALING, 3, timeout_s=600, poll_interval_s=20,
+                                     say=lines.append, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert steady
+    assert lines[0] == f"[    0 s] {SCALING} desired 3: InService 1, Pending 1, Pending:Wait 1; 2 activity in progress"
+    assert len(lines) == 4
+
+
+def test_a_stuck_drain_times_out_with_exit_1(aws, monkeypatch, capsys):
+    stuck = state(0, "Terminating:Wait")
+    monkeypatch.setattr(scale.ScalingGroups, "state", lambda self, name: stuck)
+    monkeypatch.setattr(scale.ScalingGroups, "set_desired", lambda self, name, desired: None)
+    assert run(["--env", "dev", "--desired", "0", "--timeout", "0", "--poll-interval", "0"], aws) == 1
+    err = capsys.readouterr().err
+    assert f"error: {SCALING} not steady after 0 s" in err and "Traceback" not in err
+
+
+def test_help_describes_every_option():
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "scale.py"), "--help"],
+                            capture_output=True, text=True, check=True)
+    for option in ("--env", "--desired", "--group", "--timeout", "--poll-interval", "--dry-run"):
+        assert option in result.stdout

@@ -1,0 +1,301 @@
+"""Service Fabric stack: seed nodes, scaling node group, storage, load balancers, roles, outputs."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+
+import pytest
+
+from stacks.config import load_environment
+from tests.conftest import cdk_context
+
+SEEDS = {"dev": 3, "staging": 3, "prod": 5}
+PROD_SEED_ADDRESSES = ["10.30.7.224", "10.30.11.224", "10.30.15.224", "10.30.7.225", "10.30.11.225"]
+
+
+def config(env):
+    return load_environment(cdk_context()["environments"], env).service_fabric
+
+
+def resources(synthesized, env, kind):
+    template = synthesized(env).stacks["service_fabric"]
+    return {k: r for k, r in template["Resources"].items() if r["Type"] == kind}
+
+
+def groups(synthesized, env):
+    found = resources(synthesized, env, "AWS::AutoScaling::AutoScalingGroup")
+    seeds = {k: g for k, g in found.items() if "SeedNodes" in k}
+    (scaling,) = [g for k, g in found.items() if "ScalingNodes" in k]
+    return seeds, scaling
+
+
+def tags(group):
+    return {t["Key"]: t["Value"] for t in group["Properties"]["Tags"] if t["PropagateAtLaunch"]}
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_one_group_of_exactly_one_instance_per_seed_pinned_to_one_subnet(synthesized, env):
+    seeds, _ = groups(synthesized, env)
+    assert len(seeds) == SEEDS[env]
+    names = set()
+    for group in seeds.values():
+        props = group["Properties"]
+        assert props["MinSize"] == props["MaxSize"] == "1"
+        assert props["NewInstancesProtectedFromScaleIn"] is True
+        assert len(props["VPCZoneIdentifier"]) == 1
+        assert tags(group)["sf:nodetype"] == "PrimaryNodeType"
+        names.add(tags(group)["sf:nodename"])
+    assert names == {f"seed-{i}" for i in range(SEEDS[env])}
+    # No scaling policy and no alarm action ever names a seed group.
+    policies = json.dumps(resources(synthesized, env, "AWS::AutoScaling::ScalingPolicy"))
+    assert not any(key in policies for key in seeds)
+
+
+def test_seed_interfaces_have_fixed_distinct_addresses_in_their_zone_subnets(synthesized):
+    interfaces = resources(synthesized, "prod", "AWS::EC2::NetworkInterface")
+    by_name = {
+        next(t["Value"] for t in i["Properties"]["Tags"] if t["Key"] == "sf:nodename"): i["Properties"]
+        for i in interfaces.values()
+    }
+    assert [by_name[f"seed-{i}"]["PrivateIpAddress"] for i in range(5)] == PROD_SEED_ADDRESSES
+    network = synthesized("prod").stacks["network"]["Resources"]
+    for props in by_name.values():
+        subnet_export = props["SubnetId"]["Fn::ImportValue"]
+        (subnet,) = [r for k, r in network.items() if r["Type"] == "AWS::EC2::Subnet" and k in subnet_export]
+        assert "Private" in json.dumps(subnet["Properties"]["Tags"])
+        assert ipaddress.ip_address(props["PrivateIpAddress"]) in ipaddress.ip_network(subnet["Properties"]["CidrBlock"])
+    # Each seed group lives in the subnet of its interface; seeds spread over all three zones.
+    seeds, _ = groups(synthesized, "prod")
+    subnet_of = {tags(g)["sf:nodename"]: json.dumps(g["Properties"]["VPCZoneIdentifier"]) for g in seeds.values()}
+    for name, props in by_name.items():
+        assert subnet_of[name] == json.dumps([props["SubnetId"]])
+    assert len({json.dumps(p["SubnetId"]) for p in by_name.values()}) == 3
+
+
+def test_seed_data_volumes_are_snapshotted_on_a_schedule(synthesized):
+    (policy,) = resources(synthesized, "prod", "AWS::DLM::LifecyclePolicy").values()
+    details = policy["Properties"]["PolicyDetails"]
+    assert details["ResourceTypes"] == ["INSTANCE"]
+    assert details["Parameters"] == {"ExcludeBootVolume": True}
+    assert details["TargetTags"] == [{"Key": "sf:snapshots", "Value": "telemetry-prod-sf-seeds"}]
+    (schedule,) = details["Schedules"]
+    assert schedule["CreateRule"] == {"Interval": 12, "IntervalUnit": "HOURS"}
+    assert schedule["RetainRule"] == {"Count": 30}
+    seeds, scaling = groups(synthesized, "prod")
+    assert all(tags(g)["sf:snapshots"] == "telemetry-prod-sf-seeds" for g in seeds.values())
+    assert "sf:snapshots" not in tags(scaling)
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_scaling_group_sizes_hooks_and_tags_follow_config(synthesized, env):
+    settings = config(env)
+    _, scaling = groups(synthesized, env)
+    props = scaling["Properties"]
+    assert (props["MinSize"], props["MaxSize"], props["DesiredCapacity"]) == (
+        str(settings.scaling_min_nodes), str(settings.scaling_max_nodes), str(settings.scaling_desired_nodes)
+    )
+    assert props["AutoScalingGroupName"] == f"telemetry-{env}-sf-scaling"
+    assert tags(scaling) | {"Environment": env} == tags(scaling)
+    assert tags(scaling)["sf:nodetype"] == "ScalingNodeType"
+    assert tags(scaling)["sf:cluster"] == f"telemetry-{env}-sf"
+    hooks = {h["Properties"]["LifecycleTransition"]: h["Properties"] for h in resources(synthesized, env, "AWS::AutoScaling::LifecycleHook").values()}
+    launch = hooks["autoscaling:EC2_INSTANCE_LAUNCHING"]
+    terminate = hooks["autoscaling:EC2_INSTANCE_TERMINATING"]
+    assert (launch["LifecycleHookName"], launch["DefaultResult"]) == ("sf-join-cluster", "ABANDON")
+    assert (terminate["LifecycleHookName"], terminate["DefaultResult"]) == ("sf-leave-cluster", "CONTINUE")
+    assert launch["HeartbeatTimeout"] == terminate["HeartbeatTimeout"] == settings.lifecycle_heartbeat_seconds
+
+
+def test_scaling_follows_cpu_out_and_scales_in_one_node_at_a_time(synthesized):
+    policies = {p["Properties"]["PolicyType"]: p["Properties"] for p in resources(synthesized, "prod", "AWS::AutoScaling::ScalingPolicy").values()}
+    tracking = policies["TargetTrackingScaling"]["TargetTrackingConfiguration"]
+    assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == "ASGAverageCPUUtilization"
+    assert tracking["TargetValue"] == 60
+    assert tracking["DisableScaleIn"] is True
+    simple = policies["SimpleScaling"]
+    assert (simple["AdjustmentType"], simple["ScalingAdjustment"], simple["Cooldown"]) == ("ChangeInCapacity", -1, "300")
+    alarms = resources(synthesized, "prod", "AWS::CloudWatch::Alarm").values()
+    (idle,) = [a["Properties"] for a in alarms if "remove one node" in a["Properties"].get("AlarmDescription", "")]
+    assert (idle["Threshold"], idle["ComparisonOperator"]) == (25, "LessThanThreshold")
+    assert "ScaleInOneNode" in json.dumps(idle["AlarmActions"])
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_launch_templates_require_imdsv2_encrypt_volumes_and_use_windows_2022(synthesized, env):
+    templates = resources(synthesized, env, "AWS::EC2::LaunchTemplate")
+    assert len(templates) == SEEDS[env] + 1
+    for template in templates.values():
+        data = template["Properties"]["LaunchTemplateData"]
+        assert data["MetadataOptions"]["HttpTokens"] == "required"
+        assert data["Monitoring"] == {"Enabled": True}
+        devices = {d["DeviceName"]: d["Ebs"] for d in data["BlockDeviceMappings"]}
+        assert set(devices) == {"/dev/sda1", "xvdb"}
+        assert all(ebs["Encrypted"] is True for ebs in devices.values())
+        assert devices["xvdb"]["VolumeSize"] == config(env).data_volume_gib
+        assert "Windows" in json.dumps(data["ImageId"])
+    parameters = json.dumps(synthesized(env).stacks["service_fabric"]["Parameters"])
+    assert "/aws/service/ami-windows-latest/Windows_Server-2022-English-Full-Base" in parameters
+
+
+def node_security_group_id(synthesized, env):
+    groups_ = resources(synthesized, env, "AWS::EC2::SecurityGroup")
+    (node,) = [k for k in groups_ if k.startswith("NodeSecurityNodeSecurityGroup")]
+    return node
+
+
+def test_cluster_ports_are_open_between_nodes_only(synthesized):
+    node = node_security_group_id(synthesized, "prod")
+    ingress = [r["Properties"] for r in resources(synthesized, "prod", "AWS::EC2::SecurityGroupIngress").values()
+               if r["Properties"]["GroupId"] == {"Fn::GetAtt": [node, "GroupId"]}]
+    assert ingress and all("CidrIp" not in rule for rule in ingress)
+    from_nodes = {(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in ingress
+                  if r.get("SourceSecurityGroupId") == {"Fn::GetAtt": [node, "GroupId"]}}
+    assert from_nodes == {
+        ("tcp", 19000, 19003), ("tcp", 19080, 19081), ("tcp", 135, 135), ("udp", 137, 138), ("tcp", 139, 139),
+        ("tcp", 445, 445), ("tcp", 20000, 30000), ("tcp", 49152, 65534),
+    }
+    sources = {json.dumps(r["SourceSecurityGroupId"]) for r in ingress}
+    assert len(sources) == 4  # nodes, HTTP gateway clients, management and application load balancers
+
+
+def load_balancers(synthesized, env):
+    found = resources(synthesized, env, "AWS::ElasticLoadBalancingV2::LoadBalancer")
+    return {lb["Properties"]["Name"]: (k, lb["Properties"]) for k, lb in found.items()}
+
+
+def listeners_of(synthesized, env, logical_id):
+    return sorted(
+        l["Properties"]["Port"] for l in resources(synthesized, env, "AWS::ElasticLoadBalancingV2::Listener").values()
+        if l["Properties"]["LoadBalancerArn"] == {"Ref": logical_id}
+    )
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_management_load_balancer_listens_on_19000_and_19080_for_management_cidrs_only(synthesized, env):
+    balancers = load_balancers(synthesized, env)
+    assert set(balancers) == {f"telemetry-{env}-mgmt", f"telemetry-{env}-apps"}
+    logical_id, props = balancers[f"telemetry-{env}-mgmt"]
+    assert props["Type"] == "network"
+    assert props["Scheme"] == "internal"
+    assert listeners_of(synthesized, env, logical_id) == [19000, 19080]
+    attributes = {a["Key"]: a["Value"] for a in props["LoadBalancerAttributes"]}
+    assert attributes["load_balancing.cross_zone.enabled"] == "true"
+    assert attributes["access_logs.s3.enabled"] == "true"
+    (group_ref,) = props["SecurityGroups"]
+    group = synthesized(env).stacks["service_fabric"]["Resources"][group_ref["Fn::GetAtt"][0]]["Properties"]
+    cidrs = {(r["CidrIp"], r["FromPort"]) for r in group["SecurityGroupIngress"]}
+    assert cidrs == {(c, p) for c in config(env).management_cidrs for p in (19000, 19080)}
+    assert "0.0.0.0/0" not in json.dumps(group)
+    target_groups = [t["Properties"] for t in resources(synthesized, env, "AWS::ElasticLoadBalancingV2::TargetGroup").values()]
+    health = {t["Port"]: (t["HealthCheckProtocol"], t["HealthCheckPort"]) for t in target_groups}
+    assert health[19000] == ("TCP", "19000") and health[19080] == ("TCP", "19080")
+
+
+def test_application_load_balancer_forwards_configured_ports_to_every_node(synthesized):
+    logical_id, props = load_balancers(synthesized, "prod")["telemetry-prod-apps"]
+    assert props["Scheme"] == "internet-facing"
+    assert listeners_of(synthesized, "prod", logical_id) == [443, 8883]
+    assert load_balancers(synthesized, "dev")["telemetry-dev-apps"][1]["Scheme"] == "internal"
+    seeds, scaling = groups(synthesized, "prod")
+    for group in (*seeds.values(), scaling):
+        assert len(group["Properties"]["TargetGroupARNs"]) == 4  # 19000, 19080, 443, 8883
+
+
+def test_load_balancer_access_logs_go_to_a_secure_bucket(synthesized):
+    policies = json.dumps(resources(synthesized, "prod", "AWS::S3::BucketPolicy"))
+    assert "delivery.logs.amazonaws.com" in policies
+    assert policies.count('"aws:SecureTransport": "false"') == 2
+    buckets = resources(synthesized, "prod", "AWS::S3::Bucket").values()
+    logs = next(b for b in buckets if "LoggingConfiguration" in b["Properties"])
+    assert logs["Properties"]["LifecycleConfiguration"]["Rules"][0]["ExpirationInDays"] == 365
+    assert logs["DeletionPolicy"] == "Retain"
+
+
+def test_shared_storage_is_encrypted_backed_up_and_reached_by_nodes_only(synthesized):
+    (file_system,) = resources(synthesized, "prod", "AWS::EFS::FileSystem").values()
+    assert file_system["Properties"]["Encrypted"] is True
+    assert file_system["Properties"]["BackupPolicy"] == {"Status": "ENABLED"}
+    assert file_system["DeletionPolicy"] == "Retain"
+    assert len(resources(synthesized, "prod", "AWS::EFS::MountTarget")) == 3
+    node = node_security_group_id(synthesized, "prod")
+    nfs = [r["Properties"] for r in resources(synthesized, "prod", "AWS::EC2::SecurityGroupIngress").values() if r["Properties"]["FromPort"] == 2049]
+    assert [r["SourceSecurityGroupId"] for r in nfs] == [{"Fn::GetAtt": [node, "GroupId"]}]
+
+
+def role_statements(synthesized, env, role_prefix):
+    statements = []
+    for policy in resources(synthesized, env, "AWS::IAM::Policy").values():
+        if any(role_prefix in json.dumps(r) for r in policy["Properties"]["Roles"]):
+            statements += policy["Properties"]["PolicyDocument"]["Statement"]
+    return statements
+
+
+def actions(statements):
+    return {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+
+
+def test_node_roles_hold_only_what_a_node_needs(synthesized):
+    scaling = role_statements(synthesized, "prod", "ScalingNodeRole")
+    assert actions(scaling) == {
+        "secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret", "logs:CreateLogStream",
+        "logs:PutLogEvents", "cloudwatch:PutMetricData", "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite",
+    }
+    secret = next(s for s in scaling if "secretsmanager:GetSecretValue" in actions([s]))
+    assert "secret:telemetry-prod/service-fabric/cluster-certificate-??????" in json.dumps(secret["Resource"])
+    metrics = next(s for s in scaling if "cloudwatch:PutMetricData" in actions([s]))
+    assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "Telemetry/ServiceFabricNodes"}}
+    seed = role_statements(synthesized, "prod", "SeedNodeRole")
+    assert actions(seed) - actions(scaling) == {"ec2:AttachNetworkInterface", "ec2:DescribeNetworkInterfaces"}
+    attach = next(s for s in seed if s["Action"] == "ec2:AttachNetworkInterface")
+    assert attach["Condition"] == {"StringEquals": {"aws:ResourceTag/sf:cluster": "telemetry-prod-sf"}}
+    assert json.dumps(attach["Resource"]).count("network-interface/") == 5
+    roles = resources(synthesized, "prod", "AWS::IAM::Role")
+    managed = {json.dumps(r["Properties"].get("ManagedPolicyArns")) for k, r in roles.items() if "NodeRole" in k}
+    assert all("AmazonSSMManagedInstanceCore" in m for m in managed)
+
+
+def test_nodes_reach_kafka_through_its_client_group(synthesized):
+    for template in resources(synthesized, "dev", "AWS::EC2::LaunchTemplate").values():
+        assert "ClientSecurityGroup" in json.dumps(template["Properties"]["LaunchTemplateData"]["SecurityGroupIds"])
+
+
+def test_outputs_give_the_management_explorer_and_application_endpoints(synthesized):
+    outputs = synthesized("prod").stacks["service_fabric"]["Outputs"]
+    assert json.dumps(outputs["ManagementEndpoint"]["Value"]).endswith('":19000"]]}')
+    assert '"https://"' in json.dumps(outputs["ExplorerUrl"]["Value"])
+    assert ":19080/Explorer" in json.dumps(outputs["ExplorerUrl"]["Value"])
+    assert "DNSName" in json.dumps(outputs["ApplicationEndpoint"]["Value"])
+    assert outputs["SeedAddresses"]["Value"] == ",".join(f"seed-{i}={a}" for i, a in enumerate(PROD_SEED_ADDRESSES))
+
+
+def test_alarms_on_lost_seeds_and_an_unreachable_management_endpoint(synthesized):
+    alarms = [a["Properties"] for a in resources(synthesized, "prod", "AWS::CloudWatch::Alarm").values()]
+    seed_alarms = [a for a in alarms if a.get("MetricName") == "GroupInServiceInstances"]
+    assert len(seed_alarms) == 5
+    endpoint = [a for a in alarms if a.get("MetricName") == "HealthyHostCount"]
+    assert len(endpoint) == 1
+    for alarm in seed_alarms + endpoint:
+        assert "ImportValue" in json.dumps(alarm["AlarmActions"])  # the monitoring stack's topic
+
+
+def test_dashboard_shows_the_cluster_by_literal_names(synthesized):
+    (dashboard,) = [r for r in synthesized("prod").stacks["monitoring"]["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    assert "Service Fabric cluster `telemetry-prod-sf`" in body
+    assert "telemetry-prod-sf-scaling" in body and "telemetry-prod-sf-seed-4" in body
+    assert "net/telemetry-prod-mgmt/" in body and "net/telemetry-prod-apps/" in body
+    # Only pseudo parameters: a reference to this stack would make monitoring depend on it.
+    assert "ImportValue" not in body
+    assert set(re.findall(r'"Ref": "([^"]+)"', body)) <= {"AWS::Region", "AWS::Partition"}
+
+
+def test_create_cluster_document_is_rendered_with_this_environment(synthesized):
+    (document,) = resources(synthesized, "prod", "AWS::SSM::Document").values()
+    props = document["Properties"]
+    assert props["Name"] == "telemetry-prod-create-sf-cluster"
+    params = props["Content"]["parameters"]
+    assert "rendered" not in json.dumps(params)
+    assert params["certificateSecret"]["default"] == "telemetry-prod/service-fabric/cluster-certificate"
+    assert params["deploymentAccount"]["default"] == "sfdeploy"

@@ -1,0 +1,138 @@
+"""Simulator fleet stack: hosts, their permissions, the Run Command document and results bucket."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from stacks.constructs.simulator_fleet import render_run_document
+
+HOSTS = {"dev": 1, "staging": 2, "prod": 3}
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_fleet_size_and_type_follow_config(synthesized, env):
+    template = synthesized(env).template("simulator_fleet")
+    (group,) = template.find_resources("AWS::AutoScaling::AutoScalingGroup").values()
+    assert group["Properties"]["MinSize"] == group["Properties"]["MaxSize"] == str(HOSTS[env])
+    tags = {t["Key"]: t for t in group["Properties"]["Tags"]}
+    assert tags["telemetry:fleet"]["Value"] == f"telemetry-{env}-simulator"
+    assert tags["telemetry:fleet"]["PropagateAtLaunch"] is True
+    (launch,) = template.find_resources("AWS::EC2::LaunchTemplate").values()
+    data = launch["Properties"]["LaunchTemplateData"]
+    assert data["InstanceType"] == ("c7i.large" if env == "dev" else "c7i.xlarge")
+    assert data["MetadataOptions"]["HttpTokens"] == "required"
+    assert data["Monitoring"] == {"Enabled": True}
+    (root,) = data["BlockDeviceMappings"]
+    assert root["Ebs"]["Encrypted"] is True
+    # Amazon Linux 2023 from the public SSM parameter, resolved at deploy time.
+    assert "al2023" in json.dumps(synthesized(env).stacks["simulator_fleet"]["Parameters"])
+
+
+def test_hosts_are_private_with_no_inbound_and_reach_msk_through_its_client_group(synthesized):
+    template = synthesized("dev").template("simulator_fleet")
+    (group,) = template.find_resources("AWS::AutoScaling::AutoScalingGroup").values()
+    assert all("Private" in json.dumps(s) for s in group["Properties"]["VPCZoneIdentifier"])
+    (host_group,) = template.find_resources("AWS::EC2::SecurityGroup").values()
+    assert "SecurityGroupIngress" not in host_group["Properties"]
+    assert [(r["IpProtocol"], r["FromPort"]) for r in host_group["Properties"]["SecurityGroupEgress"]] == [("tcp", 443)]
+    (launch,) = template.find_resources("AWS::EC2::LaunchTemplate").values()
+    groups = json.dumps(launch["Properties"]["LaunchTemplateData"]["SecurityGroupIds"])
+    assert "ClientSecurityGroup" in groups  # imported from the MSK stack
+
+
+def statements(synthesized, env="dev") -> list[dict]:
+    template = synthesized(env).template("simulator_fleet")
+    return [s for p in template.find_resources("AWS::IAM::Policy").values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def test_host_role_may_produce_and_consume_its_topic_only(synthesized):
+    by_action = {json.dumps(s["Action"]): json.dumps(s["Resource"]) for s in statements(synthesized)}
+    assert by_action['["kafka-cluster:DescribeTopic", "kafka-cluster:WriteData"]'].endswith('"/telemetry"]]}')
+    assert by_action['["kafka-cluster:DescribeTopic", "kafka-cluster:ReadData"]'].endswith('"/telemetry"]]}')
+    assert ":group/telemetry-dev/*/simulator-*" in by_action['["kafka-cluster:AlterGroup", "kafka-cluster:DescribeGroup"]']
+    assert by_action['"s3:PutObject"'].endswith('"/runs/*"]]}')
+    assert by_action['"s3:GetObject"'].endswith('.zip"]]}')  # the one package object
+    actions = {a for s in statements(synthesized) for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert not {a for a in actions if a.endswith("*") or a in ("kafka-cluster:*", "s3:*")}
+
+
+def test_results_bucket_is_private_encrypted_tls_only_logged_and_expiring(synthesized):
+    template = synthesized("prod").template("simulator_fleet")
+    buckets = template.find_resources("AWS::S3::Bucket")
+    results = next(b for b in buckets.values() if "LoggingConfiguration" in b["Properties"])
+    props = results["Properties"]
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True
+    }
+    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert props["LifecycleConfiguration"]["Rules"][0]["ExpirationInDays"] == 365
+    assert results["DeletionPolicy"] == "Retain"
+    policies = json.dumps(template.find_resources("AWS::S3::BucketPolicy"))
+    assert policies.count('"aws:SecureTransport": "false"') == 2  # results and access-log buckets
+
+
+def run_document(synthesized, env="dev") -> dict:
+    template = synthesized(env).template("simulator_fleet")
+    (document,) = template.find_resources("AWS::SSM::Document").values()
+    assert document["Properties"]["Name"] == f"telemetry-{env}-run-simulator"
+    assert document["Properties"]["DocumentType"] == "Command"
+    return document["Properties"]["Content"]
+
+
+def test_run_document_defaults_are_rendered(synthesized):
+    content = run_document(synthesized)
+    params = content["parameters"]
+    assert "rendered" not in json.dumps(content)
+    assert params["topic"]["default"] == "telemetry"
+    assert params["region"]["default"] == "eu-west-1"
+    assert "ImportValue" in json.dumps(params["bootstrapParameter"]["default"])
+    assert "s3://" in json.dumps(params["simulatorPackage"]["default"])
+    for name, spec in params.items():
+        assert spec.get("allowedPattern"), f"{name} is substituted into a shell script unchecked"
+        if isinstance(spec.get("default"), str):
+            assert re.fullmatch(spec["allowedPattern"], spec["default"]), name
+
+
+def test_run_document_script_is_valid_bash_once_substituted(synthesized, tmp_path):
+    content = run_document(synthesized)
+    (step,) = content["mainSteps"]
+    assert step["action"] == "aws:runShellScript"
+    script = "\n".join(step["inputs"]["runCommand"])
+    sample = {
+        "runId": "run-1", "ratePerHost": "5000", "durationSeconds": "60", "warmupSeconds": "5",
+        "processes": "0", "messageBytes": "150", "devices": "1000", "topic": "telemetry",
+        "bootstrapParameter": "/telemetry-dev/msk/bootstrap-brokers-iam", "resultsBucket": "results-bucket",
+        "simulatorPackage": "s3://assets-bucket/abc.zip", "region": "eu-west-1",
+    }
+    assert set(sample) == set(content["parameters"])
+    for name, value in sample.items():
+        assert re.fullmatch(content["parameters"][name]["allowedPattern"], value)
+        script = script.replace("{{ " + name + " }}", value)
+    assert "{{" not in script
+    path = tmp_path / "run.sh"
+    path.write_text(script)
+    result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    # The script runs the simulator with the fixed CLI and uploads where run_simulation.py looks.
+    assert "python -m simulator run" in script
+    assert 's3://results-bucket/runs/run-1/$instance.json' in script
+
+
+def test_render_refuses_unknown_or_missing_values():
+    with pytest.raises(ValueError, match="no parameters \\['nope'\\]"):
+        render_run_document({"nope": "x"})
+    with pytest.raises(ValueError, match="no value given for"):
+        render_run_document({"topic": "telemetry"})
+
+
+def test_dashboard_shows_simulator_metrics(synthesized):
+    template = synthesized("dev").template("monitoring")
+    (dashboard,) = template.find_resources("AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in ("ThroughputMsgsPerSec", "E2eLatencyP99Ms", "LostMessages"):
+        assert metric in body

@@ -1,0 +1,241 @@
+# Prepares a Windows Server 2022 instance to be a Service Fabric node, at first boot (EC2 user
+# data). Both node types run it; seed nodes also attach their persistent network interface.
+# The stack renders the quoted placeholders (a name in double braces); nothing else changes per node.
+#
+# Every step is logged to $LogFile. The outcome is written to $StatusFile as JSON
+# (state running|succeeded|failed, the failed step and its error), which the create-cluster
+# document and the scale-out automation read before they act. A failure also exits non-zero,
+# so EC2Launch records it.
+$ErrorActionPreference = 'Stop'
+$ProgressPreference = 'SilentlyContinue'
+
+$ClusterName = '{{ cluster_name }}'
+$NodeType = '{{ node_type }}'
+$Region = '{{ region }}'
+$VpcCidr = '{{ vpc_cidr }}'
+$NodePorts = '{{ node_ports }}'
+$NodeUdpPorts = '{{ node_udp_ports }}'
+$ApplicationPorts = '{{ application_ports }}'
+$CertificateSecret = '{{ certificate_secret }}'
+$FileSystemDns = '{{ file_system_dns }}'
+$PackageUrl = '{{ package_url }}'
+$SeedInterfaceId = '{{ seed_interface_id }}'
+$LogGroup = '{{ log_group }}'
+$MetricsNamespace = '{{ metrics_namespace }}'
+$StatusFile = '{{ status_file }}'
+$DeploymentAccount = '{{ deployment_account }}'
+
+$Root = 'C:\ServiceFabric'
+$LogFile = Join-Path $Root 'Logs\prepare-node.log'
+$PackageDir = Join-Path $Root 'Package'
+New-Item -ItemType Directory -Force -Path (Join-Path $Root 'Logs'), $PackageDir | Out-Null
+$Outcome = [ordered]@{ state = 'running'; step = ''; error = ''; degraded = @(); nodeType = $NodeType }
+
+function Write-Log {
+    param([string]$Message)
+    $line = '{0} {1}' -f (Get-Date).ToUniversalTime().ToString('o'), $Message
+    Add-Content -Path $LogFile -Value $line
+    Write-Output $line
+}
+
+function Save-Outcome {
+    $Outcome | ConvertTo-Json | Set-Content -Path $StatusFile -Encoding UTF8
+}
+
+# Runs one named step. A required step that throws stops the preparation; an optional one is
+# recorded as degraded and the node carries on (Service Fabric itself does not need it).
+function Invoke-Step {
+    param([string]$Name, [scriptblock]$Action, [switch]$Optional)
+    $Outcome.step = $Name
+    Save-Outcome
+    Write-Log "step '$Name': started"
+    try {
+        & $Action
+        Write-Log "step '$Name': done"
+    } catch {
+        if (-not $Optional) { throw }
+        Write-Log "step '$Name': FAILED (optional, continuing): $($_.Exception.Message)"
+        $Outcome.degraded += $Name
+    }
+}
+
+function Get-InstanceMetadata {
+    param([string]$Path)
+    # IMDSv2 only: the launch template requires session tokens.
+    $headers = @{ 'X-aws-ec2-metadata-token-ttl-seconds' = '300' }
+    $token = Invoke-RestMethod -Method Put -Uri 'http://169.254.169.254/latest/api/token' -Headers $headers
+    Invoke-RestMethod -Uri "http://169.254.169.254/latest/meta-data/$Path" -Headers @{ 'X-aws-ec2-metadata-token' = $token }
+}
+
+function Get-ClusterSecret {
+    (Get-SECSecretValue -SecretId $CertificateSecret -Region $Region).SecretString | ConvertFrom-Json
+}
+
+function Wait-Until {
+    param([string]$What, [scriptblock]$Condition, [int]$TimeoutSeconds)
+    $deadline = (Get-Date).AddSeconds($TimeoutSeconds)
+    while (-not (& $Condition)) {
+        if ((Get-Date) -gt $deadline) { throw "timed out after $TimeoutSeconds s waiting for $What" }
+        Start-Sleep -Seconds 5
+    }
+}
+
+try {
+    Write-Log "preparing a $NodeType node of $ClusterName"
+    $InstanceId = Get-InstanceMetadata 'instance-id'
+
+    if ($SeedInterfaceId) {
+        # The seed's identity in the cluster configuration is this interface's fixed address.
+        # A replacement instance waits until the interface is free (its predecessor terminated).
+        Invoke-Step 'attach seed network interface' {
+            $eni = Get-EC2NetworkInterface -NetworkInterfaceId $SeedInterfaceId -Region $Region
+            if ($eni.Attachment.InstanceId -ne $InstanceId) {
+                Wait-Until 'the seed interface to be available' {
+                    (Get-EC2NetworkInterface -NetworkInterfaceId $SeedInterfaceId -Region $Region).Status -eq 'available'
+                } 900
+                Add-EC2NetworkInterface -NetworkInterfaceId $SeedInterfaceId -InstanceId $InstanceId -DeviceIndex 1 -Region $Region | Out-Null
+            }
+            $address = $eni.PrivateIpAddress
+            Wait-Until "Windows to configure $address" {
+                $null -ne (Get-NetIPAddress -IPAddress $address -ErrorAction SilentlyContinue)
+            } 300
+            Write-Log "seed address $address is configured"
+        }
+    }
+
+    Invoke-Step 'initialize data volume' {
+        $raw = Get-Disk | Where-Object PartitionStyle -EQ 'RAW'
+        foreach ($disk in $raw) {
+            $disk | Initialize-Disk -PartitionStyle GPT -PassThru |
+                New-Partition -DriveLetter D -UseMaximumSize |
+                Format-Volume -FileSystem NTFS -NewFileSystemLabel 'ServiceFabric' -Confirm:$false | Out-Null
+        }
+        if (-not (Test-Path 'D:\')) { throw 'no data volume mounted as D:' }
+        New-Item -ItemType Directory -Force -Path 'D:\SF' | Out-Null
+    }
+
+    Invoke-Step 'enable Remote Registry and Windows Firewall services' {
+        # Cluster setup and AddNode.ps1 read the other machines' registry remotely, and
+        # Service Fabric manages its own firewall rules through the firewall service.
+        foreach ($service in 'RemoteRegistry', 'MpsSvc') {
+            Set-Service -Name $service -StartupType Automatic
+            Start-Service -Name $service
+        }
+    }
+
+    Invoke-Step 'open firewall ports' {
+        $rules = @(
+            @{ Name = 'ServiceFabric-Nodes-TCP'; Protocol = 'TCP'; Ports = $NodePorts; From = $VpcCidr },
+            @{ Name = 'ServiceFabric-Nodes-UDP'; Protocol = 'UDP'; Ports = $NodeUdpPorts; From = $VpcCidr },
+            # Load balancers keep the client's address, so applications accept any source; the
+            # security groups decide who gets this far.
+            @{ Name = 'ServiceFabric-Applications'; Protocol = 'TCP'; Ports = $ApplicationPorts; From = 'Any' }
+        )
+        foreach ($rule in $rules) {
+            Remove-NetFirewallRule -Name $rule.Name -ErrorAction SilentlyContinue
+            New-NetFirewallRule -Name $rule.Name -DisplayName $rule.Name -Direction Inbound -Action Allow `
+                -Protocol $rule.Protocol -LocalPort ($rule.Ports -split ',') -RemoteAddress $rule.From | Out-Null
+        }
+    }
+
+    Invoke-Step 'import cluster certificate' {
+        $secret = Get-ClusterSecret
+        $pfx = Join-Path $env:TEMP 'cluster-certificate.pfx'
+        [IO.File]::WriteAllBytes($pfx, [Convert]::FromBase64String($secret.pfx))
+        try {
+            $password = ConvertTo-SecureString -String $secret.pfx_password -AsPlainText -Force
+            $cert = Import-PfxCertificate -FilePath $pfx -CertStoreLocation 'Cert:\LocalMachine\My' -Password $password
+        } finally {
+            Remove-Item -Force $pfx
+        }
+        # Fabric runs as NETWORK SERVICE and must read the private key.
+        $key = [Security.Cryptography.X509Certificates.RSACertificateExtensions]::GetRSAPrivateKey($cert)
+        if ($key -is [Security.Cryptography.RSACng]) {
+            $keyFile = Join-Path $env:ProgramData "Microsoft\Crypto\Keys\$($key.Key.UniqueName)"
+        } else {
+            $keyFile = Join-Path $env:ProgramData "Microsoft\Crypto\RSA\MachineKeys\$($key.CspKeyContainerInfo.UniqueKeyContainerName)"
+        }
+        $acl = Get-Acl -Path $keyFile
+        $acl.AddAccessRule((New-Object Security.AccessControl.FileSystemAccessRule('NETWORK SERVICE', 'Read', 'Allow')))
+        Set-Acl -Path $keyFile -AclObject $acl
+        Set-Content -Path (Join-Path $Root 'cluster-certificate.thumbprint') -Value $cert.Thumbprint
+        Write-Log "imported cluster certificate $($cert.Thumbprint)"
+    }
+
+    # Cluster setup (CreateServiceFabricCluster.ps1, AddNode.ps1) administers the other machines
+    # over SMB and remote registry. Outside a domain that takes a local administrator with the
+    # same name and password on every node.
+    Invoke-Step 'create deployment account' {
+        $password = ConvertTo-SecureString -String (Get-ClusterSecret).node_admin_password -AsPlainText -Force
+        if (Get-LocalUser -Name $DeploymentAccount -ErrorAction SilentlyContinue) {
+            Set-LocalUser -Name $DeploymentAccount -Password $password
+        } else {
+            New-LocalUser -Name $DeploymentAccount -Password $password -PasswordNeverExpires -AccountNeverExpires | Out-Null
+            Add-LocalGroupMember -Group 'Administrators' -Member $DeploymentAccount
+        }
+        # Lets that local account administer this machine remotely (UAC filters it otherwise).
+        $policy = 'HKLM:\SOFTWARE\Microsoft\Windows\CurrentVersion\Policies\System'
+        Set-ItemProperty -Path $policy -Name LocalAccountTokenFilterPolicy -Value 1 -Type DWord
+    }
+
+    # Windows' NFS client speaks NFSv3 only; a share that needs NFSv4 fails here, which is
+    # recorded as degraded instead of keeping the node out of the cluster.
+    Invoke-Step 'mount shared storage' -Optional {
+        Install-WindowsFeature -Name NFS-Client | Out-Null
+        $nfs = 'HKLM:\SOFTWARE\Microsoft\ClientForNFS\CurrentVersion\Default'
+        Set-ItemProperty -Path $nfs -Name AnonymousUid -Value 0 -Type DWord
+        Set-ItemProperty -Path $nfs -Name AnonymousGid -Value 0 -Type DWord
+        & mount.exe -o 'anon,nolock,mtype=hard' "\\$FileSystemDns\" 'S:'
+        if ($LASTEXITCODE -ne 0) { throw "mount.exe exited with $LASTEXITCODE" }
+    }
+
+    Invoke-Step 'download Service Fabric standalone package' {
+        if (-not (Test-Path (Join-Path $PackageDir 'CreateServiceFabricCluster.ps1'))) {
+            $zip = Join-Path $env:TEMP 'ServiceFabricStandalone.zip'
+            Invoke-WebRequest -Uri $PackageUrl -OutFile $zip -UseBasicParsing
+            Expand-Archive -Path $zip -DestinationPath $PackageDir -Force
+            Remove-Item -Force $zip
+        }
+        Write-Log "standalone package in $PackageDir"
+    }
+
+    Invoke-Step 'install CloudWatch agent' -Optional {
+        $msi = Join-Path $env:TEMP 'amazon-cloudwatch-agent.msi'
+        $url = "https://amazoncloudwatch-agent-$Region.s3.$Region.amazonaws.com/windows/amd64/latest/amazon-cloudwatch-agent.msi"
+        Invoke-WebRequest -Uri $url -OutFile $msi -UseBasicParsing
+        $install = Start-Process -FilePath 'msiexec.exe' -ArgumentList @('/i', $msi, '/qn') -Wait -PassThru
+        if ($install.ExitCode -ne 0) { throw "msiexec exited with $($install.ExitCode)" }
+        $agentConfig = @{
+            logs = @{ logs_collected = @{
+                files = @{ collect_list = @(@{ file_path = $LogFile; log_group_name = $LogGroup; log_stream_name = '{instance_id}/prepare-node' }) }
+                windows_events = @{ collect_list = @(
+                    @{ event_name = 'System'; event_levels = @('ERROR', 'WARNING'); log_group_name = $LogGroup; log_stream_name = '{instance_id}/system' },
+                    @{ event_name = 'Application'; event_levels = @('ERROR', 'WARNING'); log_group_name = $LogGroup; log_stream_name = '{instance_id}/application' }
+                ) }
+            } }
+            metrics = @{
+                namespace = $MetricsNamespace
+                append_dimensions = @{ InstanceId = '${aws:InstanceId}' }
+                metrics_collected = @{
+                    Memory = @{ measurement = @('% Committed Bytes In Use') }
+                    LogicalDisk = @{ measurement = @('% Free Space'); resources = @('C:', 'D:') }
+                }
+            }
+        }
+        $configFile = Join-Path $Root 'cloudwatch-agent.json'
+        $agentConfig | ConvertTo-Json -Depth 10 | Set-Content -Path $configFile -Encoding ASCII
+        $ctl = Join-Path $env:ProgramFiles 'Amazon\AmazonCloudWatchAgent\amazon-cloudwatch-agent-ctl.ps1'
+        & $ctl -a fetch-config -m ec2 -s -c "file:$configFile"
+    }
+
+    $Outcome.state = 'succeeded'
+    $Outcome.step = ''
+    Save-Outcome
+    Write-Log "node preparation succeeded (degraded: $($Outcome.degraded -join ', '))"
+} catch {
+    $Outcome.state = 'failed'
+    $Outcome.error = $_.Exception.Message
+    Save-Outcome
+    Write-Log "node preparation FAILED in step '$($Outcome.step)': $($_.Exception.Message)"
+    exit 1
+}
