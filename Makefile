@@ -74,7 +74,7 @@ demo: $(STAMP)
 	@bootstrap=$$($(KAFKA) start) && \
 	$(KAFKA) create-topic $(DEMO_TOPIC) --partitions 6 && \
 	$(BIN)/python -m simulator run --bootstrap-servers $$bootstrap --topic $(DEMO_TOPIC) \
-		--rate 5000 --duration 30 --report bench-results/demo.json --plot bench-results/demo.png; \
+		--rate 5000 --duration 30 --processes 1 --report bench-results/demo.json --plot bench-results/demo.png; \
 	status=$$?; $(KAFKA) stop; exit $$status
 
 clean:

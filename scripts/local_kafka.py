@@ -90,8 +90,16 @@ def fetch_jars(libs_dir: Path = LIBS_DIR, quiet: bool = False) -> Path:
     libs_dir.mkdir(parents=True)
     if not quiet:
         print(f"fetching Kafka jars with Maven into {libs_dir} ...", file=sys.stderr)
-    command = ["mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-               f"-DoutputDirectory={libs_dir}", "-DincludeScope=runtime"]
+    command = [
+        "mvn",
+        "-q",
+        "-B",
+        "-f",
+        str(POM),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={libs_dir}",
+        "-DincludeScope=runtime",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         last = (result.stdout + result.stderr).strip().splitlines()[-1:] or ["no output"]
@@ -134,6 +142,31 @@ def _write_config(data_dir: Path, port: int, controller_port: int) -> Path:
         template.substitute(port=port, controller_port=controller_port, log_dirs=data_dir / "logs")
     )
     return config
+
+
+def _prepare_storage(data_dir: Path, port: int, controller_port: int, libs_dir: Path) -> Path:
+    """Writes server.properties and formats the KRaft storage; removes data_dir on failure."""
+    try:
+        config = _write_config(data_dir, port, controller_port)
+        command = java_command(
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            _cluster_id(),
+            "-c",
+            str(config),
+            "--standalone",
+            libs_dir=libs_dir,
+            jvm_options=JVM_OPTIONS + QUICK_JIT,
+        )
+        formatted = subprocess.run(command, capture_output=True, text=True, check=False)
+        if formatted.returncode != 0:
+            output = (formatted.stderr or formatted.stdout).strip()
+            raise LocalKafkaError(f"formatting the KRaft storage failed: {output[:300]}")
+        return config
+    except BaseException:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        raise
 
 
 def _is_broker_process(pid: int, data_dir: str) -> bool:
@@ -186,8 +219,12 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def start_broker(state_dir: Path = CACHE_DIR, libs_dir: Path = LIBS_DIR,
-                 ready_timeout: float = READY_TIMEOUT_S, full_jit: bool = False) -> Broker:
+def start_broker(
+    state_dir: Path = CACHE_DIR,
+    libs_dir: Path = LIBS_DIR,
+    ready_timeout: float = READY_TIMEOUT_S,
+    full_jit: bool = False,
+) -> Broker:
     """Start a broker recorded in state_dir, or return the one already running there.
     full_jit: let the JVM's C2 compiler run (for long benchmarks that warm the broker first)."""
     running = read_state(state_dir)
@@ -200,26 +237,29 @@ def start_broker(state_dir: Path = CACHE_DIR, libs_dir: Path = LIBS_DIR,
     port, controller_port = free_port(), free_port()
     while controller_port == port:
         controller_port = free_port()
-    config = _write_config(data_dir, port, controller_port)
+    config = _prepare_storage(data_dir, port, controller_port, libs_dir)
     log_path = state_dir / "broker.log"
-    format_command = java_command("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c",
-                                  str(config), "--standalone", libs_dir=libs_dir,
-                                  jvm_options=JVM_OPTIONS + QUICK_JIT)
-    formatted = subprocess.run(format_command, capture_output=True, text=True, check=False)
-    if formatted.returncode != 0:
-        shutil.rmtree(data_dir, ignore_errors=True)
-        raise LocalKafkaError(
-            f"formatting the KRaft storage failed: "
-            f"{(formatted.stderr or formatted.stdout).strip()[:300]}"
-        )
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            java_command("kafka.Kafka", str(config), libs_dir=libs_dir,
-                         jvm_options=JVM_OPTIONS + ([] if full_jit else QUICK_JIT)),
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    broker = Broker(pid=process.pid, port=port, controller_port=controller_port,
-                    data_dir=str(data_dir), log_path=str(log_path),
-                    state_file=str(state_dir / "state.json"))
+            java_command(
+                "kafka.Kafka",
+                str(config),
+                libs_dir=libs_dir,
+                jvm_options=JVM_OPTIONS + ([] if full_jit else QUICK_JIT),
+            ),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    broker = Broker(
+        pid=process.pid,
+        port=port,
+        controller_port=controller_port,
+        data_dir=str(data_dir),
+        log_path=str(log_path),
+        state_file=str(state_dir / "state.json"),
+    )
     Path(broker.state_file).write_text(json.dumps(dataclasses.asdict(broker), indent=2) + "\n")
     deadline = time.monotonic() + ready_timeout
     while not broker_is_ready(port):
@@ -297,16 +337,24 @@ def _parser() -> argparse.ArgumentParser:
         "data lives in a temp folder removed by stop. Exit codes: 0 ok; "
         "1 status found no broker; 2 bad usage or a failure.",
     )
-    parser.add_argument("--state-dir", type=Path, default=CACHE_DIR,
-                        help="folder for state.json and broker.log (default: %(default)s)")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=CACHE_DIR,
+        help="folder for state.json and broker.log (default: %(default)s)",
+    )
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
     )
     commands.add_parser("fetch", help="resolve the pinned jars with Maven (skipped when present)")
-    start = commands.add_parser("start", help="start the broker (or find it running); print "
-                                "HOST:PORT")
-    start.add_argument("--full-jit", action="store_true",
-                       help="let the JVM's C2 compiler run (long benchmarks; default: C1 only)")
+    start = commands.add_parser(
+        "start", help="start the broker (or find it running); print HOST:PORT"
+    )
+    start.add_argument(
+        "--full-jit",
+        action="store_true",
+        help="let the JVM's C2 compiler run (long benchmarks; default: C1 only)",
+    )
     commands.add_parser("stop", help="stop the broker and delete its data (no-op when stopped)")
     commands.add_parser("status", help="print HOST:PORT and pid when running; exit 1 if not")
     topic = commands.add_parser("create-topic", help="create a topic on the running broker")

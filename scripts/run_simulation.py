@@ -365,7 +365,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--processes", type=_at_least(0), default=0, help="per host (default 0: one per core)"
     )
-    parser.add_argument("--message-bytes", type=_at_least(64), default=150, help="default 150")
+    parser.add_argument("--message-bytes", type=_at_least(320), default=512, help="default 512")
     parser.add_argument(
         "--devices", type=_at_least(1), default=1000, help="devices per host (default 1000)"
     )

@@ -2,4 +2,5 @@
 
 `python -m simulator run ...` drives one host; `python -m simulator merge ...` merges host reports.
 """
+
 __version__ = "1.0.0"

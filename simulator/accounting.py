@@ -6,6 +6,7 @@ seq i // devices_k). The reverse mapping turns every received (device, seq) into
 per-process byte array: memory is one byte per message and one int per device, and merging the
 processes is exact because no two processes share a device.
 """
+
 from __future__ import annotations
 
 import array
@@ -19,6 +20,7 @@ def devices_of_process(devices: int, processes: int, process_index: int) -> list
 @dataclasses.dataclass(frozen=True)
 class DeliveryOutcome:
     """What one producer process learned from its delivery reports."""
+
     sent: int
     acked: int
     failed_indices: tuple[int, ...]  # message indices whose delivery failed (never acked)
@@ -40,8 +42,9 @@ class SequenceLedger:
 
     def __init__(self, devices: int, processes: int, expected_per_process: list[int] | None = None):
         self.processes = processes
-        self.devices_per_process = [len(devices_of_process(devices, processes, k))
-                                    for k in range(processes)]
+        self.devices_per_process = [
+            len(devices_of_process(devices, processes, k)) for k in range(processes)
+        ]
         sizes = expected_per_process or [0] * processes
         self.copies = [bytearray(size) for size in sizes]  # copies received, saturating at 255
         self.highest_seq = array.array("q", [-1]) * devices
@@ -82,12 +85,18 @@ class SequenceLedger:
             if len(copies) < outcome.sent:
                 copies.extend(bytes(outcome.sent - len(copies)))
             missing = copies.count(0, 0, outcome.sent)
-            failed_and_missing = sum(1 for index in set(outcome.failed_indices)
-                                     if index < outcome.sent and copies[index] == 0)
+            failed_and_missing = sum(
+                1
+                for index in set(outcome.failed_indices)
+                if index < outcome.sent and copies[index] == 0
+            )
             lost += missing - failed_and_missing
         return Accounting(
             sent=sum(o.sent for o in outcomes),
             acked=sum(o.acked for o in outcomes),
             delivery_errors=sum(len(o.failed_indices) for o in outcomes),
-            received=self.received, lost=lost, duplicates=self.duplicates,
-            out_of_order=self.out_of_order)
+            received=self.received,
+            lost=lost,
+            duplicates=self.duplicates,
+            out_of_order=self.out_of_order,
+        )

@@ -1,7 +1,7 @@
 """Command line: `python -m simulator run ...` and `python -m simulator merge ...`."""
+
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
@@ -13,96 +13,10 @@ from pathlib import Path
 from simulator import payload
 from simulator.config import RunConfig, SloThresholds
 from simulator.errors import SimulatorError
+from simulator.flags import EXIT_ERROR, EXIT_PASS, EXIT_SLO_FAILED, build_parser
 
-EXIT_PASS, EXIT_SLO_FAILED, EXIT_ERROR = 0, 1, 2
-EPILOG = ("exit codes: 0 the SLO passed; 1 the run completed but the SLO failed; 2 bad input, "
-          "an unreachable broker, a missing topic or another error (one line on stderr, "
-          "no report). Progress goes to stderr, the summary and verdict to stdout.")
 BOOTSTRAP = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}(,[A-Za-z0-9.\-\[\]:]+:\d{1,5})*$")
 DEFAULTS = SloThresholds()
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line."""
-
-    def error(self, message: str):
-        self.exit(EXIT_ERROR, f"{self.prog}: {message} (see --help)\n")
-
-
-def _add_slo_flags(parser: argparse.ArgumentParser, defaults: SloThresholds | None) -> None:
-    group = parser.add_argument_group("SLO thresholds" + ("" if defaults else
-                                                          " (default: those of the first report)"))
-    def default(name):
-        return getattr(defaults, name) if defaults else None
-    group.add_argument("--slo-min-rate", type=float, default=default("min_rate_msgs_per_s"),
-                       metavar="MSGS_PER_S", help="minimum throughput (default: %(default)s)")
-    group.add_argument("--slo-p99-ms", type=float, default=default("max_p99_ms"), metavar="MS",
-                       help="maximum end-to-end p99 (default: %(default)s)")
-    group.add_argument("--slo-max-ms", type=float, default=default("max_latency_ms"),
-                       metavar="MS", help="maximum end-to-end latency (default: %(default)s)")
-    group.add_argument("--slo-max-lost", type=int, default=default("max_lost"), metavar="N",
-                       help="most messages acked but never received (default: %(default)s)")
-    group.add_argument("--slo-max-delivery-errors", type=int,
-                       default=default("max_delivery_errors"), metavar="N",
-                       help="most messages the broker never acked (default: %(default)s)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m simulator",
-                     description="Telemetry simulator: open-loop Kafka load, end-to-end latency "
-                                 "from intended send times, loss accounting.", epilog=EPILOG)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     parser_class=_Parser)
-    run = commands.add_parser("run", help="drive load from this host and report", epilog=EPILOG,
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    run.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT")
-    run.add_argument("--topic", required=True, metavar="NAME")
-    run.add_argument("--rate", required=True, type=float, metavar="MSGS_PER_S",
-                     help="messages per second from this host; 0 = as fast as possible")
-    run.add_argument("--duration", required=True, type=float, metavar="SECONDS",
-                     help="measured period, after the warmup")
-    run.add_argument("--processes", type=int, default=os.cpu_count() or 1, metavar="N",
-                     help="producer processes, one confluent-kafka producer each; one process "
-                          "sends about 200,000 msg/s, and more processes than the rate needs "
-                          "only add broker requests")
-    run.add_argument("--devices", type=int, default=1000, metavar="N")
-    run.add_argument("--message-bytes", type=int, default=512, metavar="N")
-    run.add_argument("--warmup", type=float, default=2.0, metavar="SECONDS",
-                     help="sent and counted, but left out of latency and throughput")
-    run.add_argument("--acks", choices=("all", "1"), default="all")
-    run.add_argument("--idempotence", action=argparse.BooleanOptionalAction, default=None,
-                     help="idempotent producer (default: on with --acks all)")
-    run.add_argument("--linger-ms", type=float, default=2.0,
-                     help="batching delay: 2 ms favours latency; raise it (the Kafka clients "
-                          "use 5) when many producers share a small broker")
-    run.add_argument("--batch-bytes", type=int, default=1_000_000)
-    run.add_argument("--compression", choices=("none", "lz4", "zstd", "snappy", "gzip"),
-                     default="lz4")
-    run.add_argument("--security-protocol", choices=("PLAINTEXT", "SASL_SSL"),
-                     default="PLAINTEXT", help="SASL_SSL authenticates with MSK IAM")
-    run.add_argument("--region", metavar="REGION",
-                     help="AWS region for MSK IAM (default: $AWS_REGION)")
-    run.add_argument("--run-id", default=None, metavar="ID",
-                     help="names the run in every message (default: random)")
-    run.add_argument("--producer-id", default=None, metavar="ID",
-                     help="names this host in every message (default: short host name)")
-    run.add_argument("--consume", action=argparse.BooleanOptionalAction, default=True,
-                     help="read own messages back for end-to-end latency and loss")
-    run.add_argument("--progress-interval", type=float, default=5.0, metavar="SECONDS")
-    run.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS",
-                     help="how long to wait for acks and for the consumer at the end")
-    run.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
-                     help="how long to wait for the broker's first answer")
-    run.add_argument("--report", required=True, type=Path, metavar="PATH.json")
-    run.add_argument("--plot", type=Path, metavar="PATH.png")
-    _add_slo_flags(run, DEFAULTS)
-
-    merge = commands.add_parser("merge", help="merge host reports into one", epilog=EPILOG)
-    merge.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
-    merge.add_argument("--report", required=True, type=Path, metavar="OUT.json")
-    merge.add_argument("--plot", type=Path, metavar="PATH.png")
-    _add_slo_flags(merge, None)
-    return parser
 
 
 def _name(value: str | None, flag: str, fallback: str) -> str:
@@ -114,11 +28,16 @@ def _name(value: str | None, flag: str, fallback: str) -> str:
 
 def _slo(args, base: SloThresholds) -> SloThresholds:
     """base, with the thresholds given on the command line."""
-    given = {"min_rate_msgs_per_s": args.slo_min_rate, "max_p99_ms": args.slo_p99_ms,
-             "max_latency_ms": args.slo_max_ms, "max_lost": args.slo_max_lost,
-             "max_delivery_errors": args.slo_max_delivery_errors}
-    return dataclasses.replace(base, **{key: value for key, value in given.items()
-                                        if value is not None})
+    given = {
+        "min_rate_msgs_per_s": args.slo_min_rate,
+        "max_p99_ms": args.slo_p99_ms,
+        "max_latency_ms": args.slo_max_ms,
+        "max_lost": args.slo_max_lost,
+        "max_delivery_errors": args.slo_max_delivery_errors,
+    }
+    return dataclasses.replace(
+        base, **{key: value for key, value in given.items() if value is not None}
+    )
 
 
 def _check_output(path: Path | None, flag: str, suffix: str) -> None:
@@ -133,15 +52,21 @@ def _check_output(path: Path | None, flag: str, suffix: str) -> None:
 def run_config(args) -> RunConfig:
     """Validates the run flags; every problem is one SimulatorError line."""
     checks = [
-        (BOOTSTRAP.match(args.bootstrap_servers), f"--bootstrap-servers "
-         f"{args.bootstrap_servers!r}: expected HOST:PORT[,HOST:PORT...]"),
+        (
+            BOOTSTRAP.match(args.bootstrap_servers),
+            f"--bootstrap-servers {args.bootstrap_servers!r}: expected HOST:PORT[,HOST:PORT...]",
+        ),
         (args.rate >= 0, "--rate must be >= 0 (0 = as fast as possible)"),
         (args.duration > 0, "--duration must be > 0"),
         (args.warmup >= 0, "--warmup must be >= 0"),
-        (1 <= args.processes <= payload.MAX_PROCESSES,
-         f"--processes must be between 1 and {payload.MAX_PROCESSES}"),
-        (args.processes <= args.devices <= payload.MAX_DEVICES,
-         f"--devices must be between --processes ({args.processes}) and {payload.MAX_DEVICES}"),
+        (
+            1 <= args.processes <= payload.MAX_PROCESSES,
+            f"--processes must be between 1 and {payload.MAX_PROCESSES}",
+        ),
+        (
+            args.processes <= args.devices <= payload.MAX_DEVICES,
+            f"--devices must be between --processes ({args.processes}) and {payload.MAX_DEVICES}",
+        ),
         (args.message_bytes <= 1_000_000, "--message-bytes must be <= 1000000"),
         (args.linger_ms >= 0, "--linger-ms must be >= 0"),
         (args.batch_bytes > 0, "--batch-bytes must be > 0"),
@@ -149,8 +74,10 @@ def run_config(args) -> RunConfig:
         (args.drain_timeout > 0, "--drain-timeout must be > 0"),
         (args.connect_timeout > 0, "--connect-timeout must be > 0"),
         (not (args.idempotence and args.acks != "all"), "--idempotence needs --acks all"),
-        (re.match(r"^[A-Za-z0-9._-]{1,249}$", args.topic), f"--topic {args.topic!r} is not a "
-         "valid Kafka topic name"),
+        (
+            re.match(r"^[A-Za-z0-9._-]{1,249}$", args.topic),
+            f"--topic {args.topic!r} is not a valid Kafka topic name",
+        ),
     ]
     for ok, message in checks:
         if not ok:
@@ -159,32 +86,52 @@ def run_config(args) -> RunConfig:
     if args.security_protocol == "SASL_SSL" and not region:
         raise SimulatorError("--security-protocol SASL_SSL needs --region (or $AWS_REGION)")
     run_id = _name(args.run_id, "--run-id", secrets.token_hex(4))
-    producer_id = _name(args.producer_id, "--producer-id",
-                        re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0])[:64])
+    producer_id = _name(
+        args.producer_id,
+        "--producer-id",
+        re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0])[:64],
+    )
     minimum = payload.minimum_message_bytes(run_id, producer_id)
     if args.message_bytes < minimum:
-        raise SimulatorError(f"--message-bytes {args.message_bytes} is below the {minimum} "
-                             f"bytes a message of this run needs")
+        raise SimulatorError(
+            f"--message-bytes {args.message_bytes} is below the {minimum} "
+            f"bytes a message of this run needs"
+        )
     _check_output(args.report, "--report", ".json")
     _check_output(args.plot, "--plot", ".png")
     return RunConfig(
-        bootstrap_servers=args.bootstrap_servers, topic=args.topic, rate=args.rate,
-        duration_s=args.duration, warmup_s=args.warmup, processes=args.processes,
-        devices=args.devices, message_bytes=args.message_bytes, acks=args.acks,
+        bootstrap_servers=args.bootstrap_servers,
+        topic=args.topic,
+        rate=args.rate,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        processes=args.processes,
+        devices=args.devices,
+        message_bytes=args.message_bytes,
+        acks=args.acks,
         idempotence=args.acks == "all" if args.idempotence is None else args.idempotence,
-        linger_ms=args.linger_ms, batch_bytes=args.batch_bytes, compression=args.compression,
-        security_protocol=args.security_protocol, region=region, run_id=run_id,
-        producer_id=producer_id, consume=args.consume,
-        progress_interval_s=args.progress_interval, drain_timeout_s=args.drain_timeout,
+        linger_ms=args.linger_ms,
+        batch_bytes=args.batch_bytes,
+        compression=args.compression,
+        security_protocol=args.security_protocol,
+        region=region,
+        run_id=run_id,
+        producer_id=producer_id,
+        consume=args.consume,
+        progress_interval_s=args.progress_interval,
+        drain_timeout_s=args.drain_timeout,
         connect_timeout_s=args.connect_timeout,
-        slo=_slo(args, DEFAULTS))
+        slo=_slo(args, DEFAULTS),
+    )
 
 
 def _finish(report: dict, args) -> int:
     from simulator.report import format_summary, write_report
+
     write_report(report, args.report)
     if args.plot:
         from simulator.plot import write_percentile_plot
+
         write_percentile_plot(report, args.plot)
     print(format_summary(report))
     print(f"report: {args.report}" + (f", plot: {args.plot}" if args.plot else ""))
@@ -195,20 +142,29 @@ def _run(args) -> int:
     config = run_config(args)
     from simulator.host_run import run_host
     from simulator.report import host_report
-    print(f"run {config.run_id}: {config.processes} process(es) on {config.producer_id} -> "
-          f"{config.topic} at {config.bootstrap_servers}, "
-          f"{'max rate' if config.rate == 0 else f'{config.rate:,.0f} msg/s'}, "
-          f"{config.warmup_s:g} s warmup + {config.duration_s:g} s", file=sys.stderr)
+
+    print(
+        f"run {config.run_id}: {config.processes} process(es) on {config.producer_id} -> "
+        f"{config.topic} at {config.bootstrap_servers}, "
+        f"{'max rate' if config.rate == 0 else f'{config.rate:,.0f} msg/s'}, "
+        f"{config.warmup_s:g} s warmup + {config.duration_s:g} s",
+        file=sys.stderr,
+    )
     return _finish(host_report(run_host(config)), args)
 
 
 def _merge(args) -> int:
     from simulator.report import merge_reports, read_report
+
     for path in (args.report, args.plot):
-        _check_output(path, "--plot" if path is args.plot else "--report",
-                      ".png" if path is args.plot else ".json")
+        _check_output(
+            path,
+            "--plot" if path is args.plot else "--report",
+            ".png" if path is args.plot else ".json",
+        )
     reports = [read_report(path) for path in args.reports]
     from simulator.slo import thresholds_of
+
     return _finish(merge_reports(reports, _slo(args, thresholds_of(reports[0]))), args)
 
 

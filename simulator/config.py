@@ -1,4 +1,5 @@
 """The settings of one host's run, validated once so every later step can trust them."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -7,6 +8,7 @@ import dataclasses
 @dataclasses.dataclass(frozen=True)
 class SloThresholds:
     """The service level a run is judged against (defaults: the platform's requirement)."""
+
     min_rate_msgs_per_s: float = 5000.0
     max_p99_ms: float = 10.0
     max_latency_ms: float = 100.0
@@ -18,18 +20,18 @@ class SloThresholds:
 class RunConfig:
     bootstrap_servers: str
     topic: str
-    rate: float                 # messages per second for this host; 0 = as fast as possible
-    duration_s: float           # measured period, after the warmup
+    rate: float  # messages per second for this host; 0 = as fast as possible
+    duration_s: float  # measured period, after the warmup
     warmup_s: float
     processes: int
     devices: int
     message_bytes: int
-    acks: str                   # "all" or "1"
+    acks: str  # "all" or "1"
     idempotence: bool
     linger_ms: float
     batch_bytes: int
     compression: str
-    security_protocol: str      # "PLAINTEXT" or "SASL_SSL"
+    security_protocol: str  # "PLAINTEXT" or "SASL_SSL"
     region: str | None
     run_id: str
     producer_id: str

@@ -1,6 +1,7 @@
 """The host's consumer: reads every partition from where it ended at start-up, keeps only this
 host's own messages (its clock stamped them, so no cross-host clock skew), and records their
 end-to-end latency and sequence numbers."""
+
 from __future__ import annotations
 
 import time
@@ -18,11 +19,13 @@ MAX_WAIT_S = 0.1
 
 
 class HostConsumer:
-    def __init__(self, config: RunConfig, layout: MessageLayout, ledger: SequenceLedger,
-                 e2e: LatencyRecorder):
+    def __init__(
+        self, config: RunConfig, layout: MessageLayout, ledger: SequenceLedger, e2e: LatencyRecorder
+    ):
         self.config, self.layout, self.ledger, self.e2e = config, layout, ledger, e2e
-        self.consumer = Consumer(kafka_config.consumer_settings(
-            config, f"simulator-{config.producer_id}-consumer"))
+        self.consumer = Consumer(
+            kafka_config.consumer_settings(config, f"simulator-{config.producer_id}-consumer")
+        )
         self.start_offsets: dict[int, int] = {}
         self.measure_start_ns = 0
         self.errors: list[str] = []
@@ -33,8 +36,12 @@ class HostConsumer:
         topic = self.config.topic
         metadata = self.consumer.list_topics(topic, timeout=self.config.connect_timeout_s)
         self.start_offsets = self.end_offsets(sorted(metadata.topics[topic].partitions))
-        self.consumer.assign([TopicPartition(topic, partition, offset)
-                              for partition, offset in self.start_offsets.items()])
+        self.consumer.assign(
+            [
+                TopicPartition(topic, partition, offset)
+                for partition, offset in self.start_offsets.items()
+            ]
+        )
 
     def end_offsets(self, partitions=None) -> dict[int, int]:
         partitions = partitions if partitions is not None else self.start_offsets
@@ -48,17 +55,22 @@ class HostConsumer:
             try:
                 return self.consumer.get_watermark_offsets(
                     TopicPartition(self.config.topic, partition),
-                    timeout=self.config.connect_timeout_s, cached=False)[1]
+                    timeout=self.config.connect_timeout_s,
+                    cached=False,
+                )[1]
             except KafkaException as error:
                 if not error.args[0].retriable() or time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
 
     def caught_up(self, targets: dict[int, int]) -> bool:
-        positions = self.consumer.position([TopicPartition(self.config.topic, partition)
-                                            for partition in targets])
+        positions = self.consumer.position(
+            [TopicPartition(self.config.topic, partition) for partition in targets]
+        )
         for position in positions:
-            offset = position.offset if position.offset >= 0 else self.start_offsets[position.partition]
+            offset = (
+                position.offset if position.offset >= 0 else self.start_offsets[position.partition]
+            )
             if offset < targets[position.partition]:
                 return False
         return True
@@ -67,8 +79,12 @@ class HostConsumer:
         """Consume and record own messages for about `seconds`."""
         deadline = time.monotonic() + seconds
         consume = self.consumer.consume
-        prefix, device, seq, sent = (self.layout.own_prefix, self.layout.device,
-                                     self.layout.seq, self.layout.sent_ns)
+        prefix, device, seq, sent = (
+            self.layout.own_prefix,
+            self.layout.device,
+            self.layout.seq,
+            self.layout.sent_ns,
+        )
         prefix_end = len(prefix)
         record, latency = self.ledger.record, self.e2e.pending.append
         measure_start = self.measure_start_ns
@@ -102,4 +118,3 @@ class HostConsumer:
 
     def close(self) -> None:
         self.consumer.close()
-

@@ -4,6 +4,7 @@ Hot loops append raw nanosecond (or second) values to an array; `flush()` adds a
 HdrHistogram's counters with numpy, so recording costs an array append per message instead of a
 Python-level record_value call, and reading percentiles never stalls the consumer.
 """
+
 from __future__ import annotations
 
 import array
@@ -27,12 +28,16 @@ def _counts_indices(histogram: HdrHistogram, values: np.ndarray) -> np.ndarray:
     bit_length = np.frexp(masked)[1].astype(np.int64)  # exact below 2**53
     bucket = bit_length - histogram.unit_magnitude - (histogram.sub_bucket_half_count_magnitude + 1)
     sub_bucket = values >> (bucket + histogram.unit_magnitude)
-    return (((bucket + 1) << histogram.sub_bucket_half_count_magnitude) + sub_bucket
-            - histogram.sub_bucket_half_count)
+    return (
+        ((bucket + 1) << histogram.sub_bucket_half_count_magnitude)
+        + sub_bucket
+        - histogram.sub_bucket_half_count
+    )
 
 
-def record_microseconds(histogram: HdrHistogram, values_us: np.ndarray,
-                        weights: np.ndarray | None = None) -> int:
+def record_microseconds(
+    histogram: HdrHistogram, values_us: np.ndarray, weights: np.ndarray | None = None
+) -> int:
     """Record many values (with optional per-value counts) exactly as record_value would, in
     one numpy pass; returns how many were clamped to HIGHEST_US."""
     values = np.asarray(values_us, dtype=np.int64)
@@ -44,9 +49,11 @@ def record_microseconds(histogram: HdrHistogram, values_us: np.ndarray,
     clamped = int(np.count_nonzero(values > HIGHEST_US))
     values = np.clip(values, 0, HIGHEST_US)
     counts = np.ctypeslib.as_array(histogram.counts)  # the histogram's own counters, in place
-    counts += np.bincount(_counts_indices(histogram, values), minlength=counts.size,
-                          weights=None if weights is None else weights.astype(np.float64)
-                          ).astype(np.uint64)
+    counts += np.bincount(
+        _counts_indices(histogram, values),
+        minlength=counts.size,
+        weights=None if weights is None else weights.astype(np.float64),
+    ).astype(np.uint64)
     histogram.total_count += int(values.size if weights is None else weights.sum())
     histogram.min_value = min(histogram.min_value, int(values.min()))
     histogram.max_value = max(histogram.max_value, int(values.max()))
@@ -61,8 +68,11 @@ def values_at_percentiles(histogram: HdrHistogram, percentiles: list[float]) -> 
     for percentile in percentiles:
         target = histogram.get_target_count_at_percentile(percentile)
         value = histogram.get_value_from_index(int(np.searchsorted(cumulative, target)))
-        results.append(histogram.get_highest_equivalent_value(value) if percentile
-                       else histogram.get_lowest_equivalent_value(value))
+        results.append(
+            histogram.get_highest_equivalent_value(value)
+            if percentile
+            else histogram.get_lowest_equivalent_value(value)
+        )
     return results
 
 
@@ -117,8 +127,12 @@ def summary_ms(histogram: HdrHistogram) -> dict:
     """Count and percentiles in milliseconds; percentiles are None when nothing was recorded."""
     count = histogram.get_total_count()
     if count == 0:
-        return {"count": 0, "min": None, **{name: None for name in REPORTED_PERCENTILES},
-                "max": None}
+        return {
+            "count": 0,
+            "min": None,
+            **{name: None for name in REPORTED_PERCENTILES},
+            "max": None,
+        }
     # Percentile 0 gives the minimum; get_min_value() reads 0 after add() into an empty one.
     minimum, *values = values_at_percentiles(histogram, [0.0, *REPORTED_PERCENTILES.values()])
     result = {"count": count, "min": minimum / 1000.0}

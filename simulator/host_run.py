@@ -4,6 +4,7 @@ The parent process is the host's consumer; the producers are child processes sta
 "spawn" (librdkafka's threads do not survive a fork). They all share one start time, so the
 schedule, the warmup and the measured period are the same for every process.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,7 +39,7 @@ class HostRun:
     ledger: SequenceLedger
     e2e: LatencyRecorder
     consumer_errors: list[str]
-    drained: bool | None        # None when the run did not consume
+    drained: bool | None  # None when the run did not consume
 
 
 def _kafka_reason(error: KafkaException) -> str:
@@ -53,12 +54,15 @@ def check_broker(config: RunConfig) -> int:
     try:
         metadata = admin.list_topics(timeout=config.connect_timeout_s)
     except KafkaException as error:
-        raise SimulatorError(f"cannot reach Kafka at {config.bootstrap_servers} within "
-                             f"{config.connect_timeout_s:g} s: {_kafka_reason(error)}")
+        raise SimulatorError(
+            f"cannot reach Kafka at {config.bootstrap_servers} within "
+            f"{config.connect_timeout_s:g} s: {_kafka_reason(error)}"
+        )
     topic = metadata.topics.get(config.topic)
     if topic is None:
-        raise SimulatorError(f"topic {config.topic!r} does not exist on "
-                             f"{config.bootstrap_servers}; create it first")
+        raise SimulatorError(
+            f"topic {config.topic!r} does not exist on {config.bootstrap_servers}; create it first"
+        )
     if topic.error is not None:
         raise SimulatorError(f"topic {config.topic!r}: {topic.error.str()}")
     return len(topic.partitions)
@@ -72,8 +76,12 @@ class _ProducerFleet:
         self.processes, self.pipes = [], []
         for index in range(config.processes):
             parent_end, child_end = context.Pipe()
-            process = context.Process(target=run_producer_process, name=f"producer-{index}",
-                                      args=(config, index, child_end), daemon=True)
+            process = context.Process(
+                target=run_producer_process,
+                name=f"producer-{index}",
+                args=(config, index, child_end),
+                daemon=True,
+            )
             process.start()
             child_end.close()
             self.processes.append(process)
@@ -90,8 +98,10 @@ class _ProducerFleet:
             except EOFError:
                 pipe.close()
                 if index not in self.results:
-                    raise SimulatorError(f"producer {index} exited unexpectedly "
-                                         f"(exit code {self.processes[index].exitcode})")
+                    raise SimulatorError(
+                        f"producer {index} exited unexpectedly "
+                        f"(exit code {self.processes[index].exitcode})"
+                    )
                 continue
             if kind == "error":
                 raise SimulatorError(str(payload))
@@ -100,8 +110,7 @@ class _ProducerFleet:
             elif kind == "done":
                 self.results[index] = payload
                 outcome = payload.outcome
-                self.progress[index] = (outcome.sent, outcome.acked,
-                                        len(outcome.failed_indices), 0)
+                self.progress[index] = (outcome.sent, outcome.acked, len(outcome.failed_indices), 0)
             messages.append((index, kind, payload))
         return messages
 
@@ -128,8 +137,14 @@ class _ProducerFleet:
             process.join(5)
 
 
-def _progress_line(elapsed_s: float, fleet: _ProducerFleet, previous_acked: int,
-                   config: RunConfig, e2e: LatencyRecorder, measuring: bool) -> str:
+def _progress_line(
+    elapsed_s: float,
+    fleet: _ProducerFleet,
+    previous_acked: int,
+    config: RunConfig,
+    e2e: LatencyRecorder,
+    measuring: bool,
+) -> str:
     sent = sum(p[0] for p in fleet.progress)
     acked = sum(p[1] for p in fleet.progress)
     errors = sum(p[2] for p in fleet.progress)
@@ -144,8 +159,10 @@ def _progress_line(elapsed_s: float, fleet: _ProducerFleet, previous_acked: int,
     else:
         latency = "warming up"
     lag = f"behind schedule up to {lag_ms:.2f} ms" if config.rate > 0 else "no schedule"
-    return (f"[{elapsed_s:6.1f}s] sent {sent:,} acked {acked:,} ({rate:,.0f} msg/s) "
-            f"errors {errors:,} | {latency} | {lag}")
+    return (
+        f"[{elapsed_s:6.1f}s] sent {sent:,} acked {acked:,} ({rate:,.0f} msg/s) "
+        f"errors {errors:,} | {latency} | {lag}"
+    )
 
 
 def run_host(config: RunConfig, progress_out=sys.stderr) -> HostRun:
@@ -153,7 +170,9 @@ def run_host(config: RunConfig, progress_out=sys.stderr) -> HostRun:
     try:
         return _run_host(config, progress_out)
     except KafkaException as error:
-        raise SimulatorError(f"Kafka at {config.bootstrap_servers}: {_kafka_reason(error)}") from None
+        raise SimulatorError(
+            f"Kafka at {config.bootstrap_servers}: {_kafka_reason(error)}"
+        ) from None
 
 
 def _run_host(config: RunConfig, progress_out) -> HostRun:
@@ -162,8 +181,9 @@ def _run_host(config: RunConfig, progress_out) -> HostRun:
     e2e = LatencyRecorder("q", scale_to_us=1e-3)
     consumer = None
     if config.consume:
-        consumer = HostConsumer(config, MessageLayout.for_host(config.run_id, config.producer_id),
-                                ledger, e2e)
+        consumer = HostConsumer(
+            config, MessageLayout.for_host(config.run_id, config.producer_id), ledger, e2e
+        )
         consumer.assign_from_end()
     fleet = _ProducerFleet(config)
     try:
@@ -185,8 +205,13 @@ def _run_host(config: RunConfig, progress_out) -> HostRun:
             now = time.time_ns()
             measuring = measuring or now >= measure_start_ns
             if now >= next_progress:
-                print(_progress_line((now - start_ns) / NS_PER_S, fleet, previous_acked, config,
-                                     e2e, measuring), file=progress_out, flush=True)
+                print(
+                    _progress_line(
+                        (now - start_ns) / NS_PER_S, fleet, previous_acked, config, e2e, measuring
+                    ),
+                    file=progress_out,
+                    flush=True,
+                )
                 previous_acked = sum(p[1] for p in fleet.progress)
                 next_progress += round(config.progress_interval_s * NS_PER_S)
         drained = _drain(consumer, config) if consumer else None
@@ -199,8 +224,15 @@ def _run_host(config: RunConfig, progress_out) -> HostRun:
             consumer.close()
     e2e.flush()
     results = [fleet.results[index] for index in range(config.processes)]
-    return HostRun(config=config, start_ns=start_ns, results=results, ledger=ledger, e2e=e2e,
-                   consumer_errors=consumer.errors if consumer else [], drained=drained)
+    return HostRun(
+        config=config,
+        start_ns=start_ns,
+        results=results,
+        ledger=ledger,
+        e2e=e2e,
+        consumer_errors=consumer.errors if consumer else [],
+        drained=drained,
+    )
 
 
 def _drain(consumer: HostConsumer, config: RunConfig) -> bool:
@@ -217,7 +249,14 @@ def _drain(consumer: HostConsumer, config: RunConfig) -> bool:
 def _planned_messages(config: RunConfig) -> list[int] | None:
     if config.rate <= 0:
         return None
-    return [SendSchedule(rate=config.rate, processes=config.processes, process_index=index,
-                         start_ns=0, warmup_s=config.warmup_s,
-                         duration_s=config.duration_s).messages
-            for index in range(config.processes)]
+    return [
+        SendSchedule(
+            rate=config.rate,
+            processes=config.processes,
+            process_index=index,
+            start_ns=0,
+            warmup_s=config.warmup_s,
+            duration_s=config.duration_s,
+        ).messages
+        for index in range(config.processes)
+    ]

@@ -1,4 +1,5 @@
 """librdkafka settings for the simulator's clients, PLAINTEXT locally or SASL_SSL with MSK IAM."""
+
 from __future__ import annotations
 
 from simulator.config import RunConfig
@@ -8,13 +9,21 @@ def _msk_iam_token_callback(region: str):
     def oauth_cb(_oauth_config: str) -> tuple[str, float]:
         # Imported here so PLAINTEXT runs never load botocore.
         from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
+
         token, expiry_ms = MSKAuthTokenProvider.generate_auth_token(region)
         return token, expiry_ms / 1000.0
+
     return oauth_cb
 
 
-def connection_settings(bootstrap_servers: str, *, security_protocol: str, region: str | None,
-                        client_id: str, connect_timeout_s: float = 10.0) -> dict:
+def connection_settings(
+    bootstrap_servers: str,
+    *,
+    security_protocol: str,
+    region: str | None,
+    client_id: str,
+    connect_timeout_s: float = 10.0,
+) -> dict:
     """How any librdkafka client of this project reaches Kafka (also used by scripts/)."""
     settings = {
         "bootstrap.servers": bootstrap_servers,
@@ -25,47 +34,57 @@ def connection_settings(bootstrap_servers: str, *, security_protocol: str, regio
         "log_level": 3,
     }
     if security_protocol == "SASL_SSL":
-        settings.update({
-            "security.protocol": "SASL_SSL",
-            "sasl.mechanism": "OAUTHBEARER",
-            "oauth_cb": _msk_iam_token_callback(region),
-        })
+        settings.update(
+            {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "OAUTHBEARER",
+                "oauth_cb": _msk_iam_token_callback(region),
+            }
+        )
     return settings
 
 
 def _connection(config: RunConfig, client_id: str) -> dict:
-    return connection_settings(config.bootstrap_servers, security_protocol=config.security_protocol,
-                               region=config.region, client_id=client_id,
-                               connect_timeout_s=config.connect_timeout_s)
+    return connection_settings(
+        config.bootstrap_servers,
+        security_protocol=config.security_protocol,
+        region=config.region,
+        client_id=client_id,
+        connect_timeout_s=config.connect_timeout_s,
+    )
 
 
 def producer_settings(config: RunConfig, client_id: str, on_delivery) -> dict:
     settings = _connection(config, client_id)
-    settings.update({
-        "acks": config.acks,
-        "enable.idempotence": config.idempotence,
-        "linger.ms": config.linger_ms,
-        "batch.size": config.batch_bytes,
-        "compression.type": config.compression,
-        # The same key-to-partition mapping as Kafka's Java clients.
-        "partitioner": "murmur2_random",
-        # A run is bounded: a message undelivered for this long is reported as failed.
-        "message.timeout.ms": int(max(30.0, config.drain_timeout_s) * 1000),
-        "on_delivery": on_delivery,
-    })
+    settings.update(
+        {
+            "acks": config.acks,
+            "enable.idempotence": config.idempotence,
+            "linger.ms": config.linger_ms,
+            "batch.size": config.batch_bytes,
+            "compression.type": config.compression,
+            # The same key-to-partition mapping as Kafka's Java clients.
+            "partitioner": "murmur2_random",
+            # A run is bounded: a message undelivered for this long is reported as failed.
+            "message.timeout.ms": int(max(30.0, config.drain_timeout_s) * 1000),
+            "on_delivery": on_delivery,
+        }
+    )
     return settings
 
 
 def consumer_settings(config: RunConfig, client_id: str) -> dict:
     settings = _connection(config, client_id)
-    settings.update({
-        # Partitions are assigned explicitly; the group id is required but never joined.
-        "group.id": f"simulator-{config.run_id}-{config.producer_id}",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": False,
-        "fetch.wait.max.ms": 100,
-    })
+    settings.update(
+        {
+            # Partitions are assigned explicitly; the group id is required but never joined.
+            "group.id": f"simulator-{config.run_id}-{config.producer_id}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
     return settings
 
 

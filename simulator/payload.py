@@ -10,6 +10,7 @@ pre-rendered per-device template, and a consumer reads the fields back by slicin
 The send time is also carried in the `sent_ns` header (8-byte big-endian, like Kafka's
 LongSerializer) for consumers that measure latency without parsing the value.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,9 +24,11 @@ SEQ_WIDTH = 10
 SENT_NS_WIDTH = 19
 DEVICE_DIGITS = 6
 PROCESS_DIGITS = 2
-MAX_DEVICES = 10 ** DEVICE_DIGITS
-MAX_PROCESSES = 10 ** PROCESS_DIGITS - 1
-READINGS_VARIANTS = 1024  # a power of two: the producer picks one with `i & (READINGS_VARIANTS - 1)`
+MAX_DEVICES = 10**DEVICE_DIGITS
+MAX_PROCESSES = 10**PROCESS_DIGITS - 1
+READINGS_VARIANTS = (
+    1024  # a power of two: the producer picks one with `i & (READINGS_VARIANTS - 1)`
+)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 STATUSES = ("ok", "ok", "ok", "ok", "ok", "ok", "degraded", "low_battery")
 
@@ -39,36 +42,49 @@ def device_id(producer_id: str, device: int) -> str:
 
 
 def _head(run_id: str, producer_id: str, process_index: int, device: int) -> bytes:
-    return (f'{{"run_id":"{run_id}","producer_id":"{process_producer_id(producer_id, process_index)}",'
-            f'"device_id":"{device_id(producer_id, device)}","seq":').encode()
+    return (
+        f'{{"run_id":"{run_id}","producer_id":"{process_producer_id(producer_id, process_index)}",'
+        f'"device_id":"{device_id(producer_id, device)}","seq":'
+    ).encode()
 
 
 @dataclasses.dataclass(frozen=True)
 class MessageLayout:
     """Where the fixed-width fields sit in the messages of one host's run."""
+
     own_prefix: bytes
     device: slice
     seq: slice
     sent_ns: slice
 
     @classmethod
-    def for_host(cls, run_id: str, producer_id: str) -> "MessageLayout":
+    def for_host(cls, run_id: str, producer_id: str) -> MessageLayout:
         head = _head(run_id, producer_id, 0, 0)
-        own_prefix = head[:head.index(b"/p") + 2]
+        own_prefix = head[: head.index(b"/p") + 2]
         device_end = len(head) - len(b'","seq":')
         seq_start = len(head)
         sent_start = seq_start + SEQ_WIDTH + len(b',"sent_ns":')
-        return cls(own_prefix=own_prefix,
-                   device=slice(device_end - DEVICE_DIGITS, device_end),
-                   seq=slice(seq_start, seq_start + SEQ_WIDTH),
-                   sent_ns=slice(sent_start, sent_start + SENT_NS_WIDTH))
+        return cls(
+            own_prefix=own_prefix,
+            device=slice(device_end - DEVICE_DIGITS, device_end),
+            seq=slice(seq_start, seq_start + SEQ_WIDTH),
+            sent_ns=slice(sent_start, sent_start + SENT_NS_WIDTH),
+        )
 
 
-def _readings_json(temperature: float, humidity: float, battery: float, latitude: float,
-                   longitude: float, status: str) -> bytes:
-    return (f'{{"temperature_c":{temperature:.2f},"humidity_pct":{humidity:.1f},'
-            f'"battery_pct":{battery:.0f},"location":{{"lat":{latitude:.5f},'
-            f'"lon":{longitude:.5f}}},"status":"{status}"}}').encode()
+def _readings_json(
+    temperature: float,
+    humidity: float,
+    battery: float,
+    latitude: float,
+    longitude: float,
+    status: str,
+) -> bytes:
+    return (
+        f'{{"temperature_c":{temperature:.2f},"humidity_pct":{humidity:.1f},'
+        f'"battery_pct":{battery:.0f},"location":{{"lat":{latitude:.5f},'
+        f'"lon":{longitude:.5f}}},"status":"{status}"}}'
+    ).encode()
 
 
 # The widest readings any device can send; narrower ones get trailing spaces.
@@ -86,36 +102,64 @@ def render_readings(rng: random.Random, variants: int = READINGS_VARIANTS) -> li
         battery = max(battery - rng.random() * 0.05, 0.0)
         latitude = min(max(latitude + rng.gauss(0, 0.0001), -90.0), 90.0)
         longitude = min(max(longitude + rng.gauss(0, 0.0001), -180.0), 180.0)
-        readings = _readings_json(temperature, humidity, battery, latitude, longitude,
-                                  rng.choice(STATUSES))
+        readings = _readings_json(
+            temperature, humidity, battery, latitude, longitude, rng.choice(STATUSES)
+        )
         rendered.append(readings.ljust(READINGS_WIDTH))
     return rendered
 
 
 def minimum_message_bytes(run_id: str, producer_id: str) -> int:
     """The smallest --message-bytes a run with these names accepts."""
-    return (len(_head(run_id, producer_id, 0, 0)) + SEQ_WIDTH + len(b',"sent_ns":')
-            + SENT_NS_WIDTH + len(b',"readings":') + READINGS_WIDTH + len(b',"pad":""}'))
+    return (
+        len(_head(run_id, producer_id, 0, 0))
+        + SEQ_WIDTH
+        + len(b',"sent_ns":')
+        + SENT_NS_WIDTH
+        + len(b',"readings":')
+        + READINGS_WIDTH
+        + len(b',"pad":""}')
+    )
 
 
 class TelemetryTemplate:
     """Renders the messages of one producer process; its devices are given by global number."""
 
-    def __init__(self, *, run_id: str, producer_id: str, process_index: int,
-                 devices: list[int], message_bytes: int, seed: int = 0):
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        producer_id: str,
+        process_index: int,
+        devices: list[int],
+        message_bytes: int,
+        seed: int = 0,
+    ):
         self.readings = render_readings(random.Random(seed * 1_000_003 + process_index))
         self.keys = [device_id(producer_id, device).encode() for device in devices]
         fixed = minimum_message_bytes(run_id, producer_id)
         if message_bytes < fixed:
-            raise ValueError(f"--message-bytes {message_bytes} is below the {fixed} bytes a "
-                             f"message of this run needs")
-        tail = (b',"sent_ns":%' + str(SENT_NS_WIDTH).encode() + b'd,"readings":%s,"pad":"'
-                + b"x" * (message_bytes - fixed) + b'"}')
+            raise ValueError(
+                f"--message-bytes {message_bytes} is below the {fixed} bytes a "
+                f"message of this run needs"
+            )
+        tail = (
+            b',"sent_ns":%'
+            + str(SENT_NS_WIDTH).encode()
+            + b'd,"readings":%s,"pad":"'
+            + b"x" * (message_bytes - fixed)
+            + b'"}'
+        )
         seq_format = b"%" + str(SEQ_WIDTH).encode() + b"d"
         # One %-format per message: (seq, sent_ns, readings) into the device's own template.
-        self.templates = [_head(run_id, producer_id, process_index, device) + seq_format + tail
-                          for device in devices]
+        self.templates = [
+            _head(run_id, producer_id, process_index, device) + seq_format + tail
+            for device in devices
+        ]
 
     def render(self, local_device: int, seq: int, sent_ns: int, variant: int) -> bytes:
         return self.templates[local_device] % (
-            seq, sent_ns, self.readings[variant & (READINGS_VARIANTS - 1)])
+            seq,
+            sent_ns,
+            self.readings[variant & (READINGS_VARIANTS - 1)],
+        )

@@ -1,4 +1,5 @@
 """A percentile-distribution plot of a report's latency histograms (PNG, no display needed)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,6 +25,7 @@ def _percentile_curve(encoded: str) -> tuple[list[float], list[float]]:
 
 def write_percentile_plot(report: dict, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -34,10 +36,20 @@ def write_percentile_plot(report: dict, path: Path) -> None:
             xs, ys = _percentile_curve(encoded)
             axes.plot(xs, ys, label=label, linewidth=1.6)
     thresholds = report["slo"]["thresholds"]
-    axes.axhline(thresholds["max_p99_ms"], color="tab:orange", linestyle="--", linewidth=1,
-                 label=f"SLO p99 {thresholds['max_p99_ms']:g} ms")
-    axes.axhline(thresholds["max_latency_ms"], color="tab:red", linestyle=":", linewidth=1,
-                 label=f"SLO max {thresholds['max_latency_ms']:g} ms")
+    axes.axhline(
+        thresholds["max_p99_ms"],
+        color="tab:gray",
+        linestyle="--",
+        linewidth=1,
+        label=f"SLO p99 {thresholds['max_p99_ms']:g} ms",
+    )
+    axes.axhline(
+        thresholds["max_latency_ms"],
+        color="tab:red",
+        linestyle=":",
+        linewidth=1,
+        label=f"SLO max {thresholds['max_latency_ms']:g} ms",
+    )
     axes.set_xscale("log")
     ticks = [1, 2, 10, 100, 1000, 10_000, 100_000]
     axes.set_xticks(ticks, ["0%", "50%", "90%", "99%", "99.9%", "99.99%", "99.999%"])
@@ -46,9 +58,11 @@ def write_percentile_plot(report: dict, path: Path) -> None:
     axes.set_xlabel("percentile")
     axes.set_ylabel("latency (ms)")
     rate = report["config"]["rate"]
-    axes.set_title(f"Latency by percentile, run {report['run_id']}: "
-                   f"{report['throughput_msgs_per_s']:,.0f} msg/s measured"
-                   + ("" if rate == 0 else f" ({rate:,.0f} msg/s intended)"))
+    axes.set_title(
+        f"Latency by percentile, run {report['run_id']}: "
+        f"{report['throughput_msgs_per_s']:,.0f} msg/s measured"
+        + ("" if rate == 0 else f" ({rate:,.0f} msg/s intended)")
+    )
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(loc="upper left")
     Path(path).parent.mkdir(parents=True, exist_ok=True)

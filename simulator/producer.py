@@ -5,6 +5,7 @@ says "ready", waits for the common start time, sends on schedule (or flat out wi
 and sends back a ProducerResult. Talks to the parent over a Pipe: ("ready"), ("progress", ...),
 ("done", result) or ("error", one line).
 """
+
 from __future__ import annotations
 
 import array
@@ -18,8 +19,14 @@ from confluent_kafka import KafkaException, Producer
 from simulator import histograms, kafka_config
 from simulator.accounting import DeliveryOutcome, devices_of_process
 from simulator.config import RunConfig
-from simulator.payload import (READINGS_VARIANTS, SENT_NS_CODEC, SENT_NS_HEADER, MessageLayout,
-                               TelemetryTemplate, process_producer_id)
+from simulator.payload import (
+    READINGS_VARIANTS,
+    SENT_NS_CODEC,
+    SENT_NS_HEADER,
+    MessageLayout,
+    TelemetryTemplate,
+    process_producer_id,
+)
 from simulator.schedule import NS_PER_S, SendSchedule
 
 PROGRESS_EVERY_NS = NS_PER_S
@@ -39,12 +46,12 @@ class ProducerResult:
     process_index: int
     producer_id: str
     outcome: DeliveryOutcome
-    measured_acked: int          # acked messages of the measured period
-    period_end_ns: int           # when this process finished its measured sends
-    ack_histogram: str           # encoded, microseconds
-    lag_histogram: str           # encoded, microseconds, weighted by messages
+    measured_acked: int  # acked messages of the measured period
+    period_end_ns: int  # when this process finished its measured sends
+    ack_histogram: str  # encoded, microseconds
+    lag_histogram: str  # encoded, microseconds, weighted by messages
     ack_clamped: int
-    cpu_s: float                 # CPU time of the process (Python and librdkafka threads)
+    cpu_s: float  # CPU time of the process (Python and librdkafka threads)
 
 
 class _Progress:
@@ -63,14 +70,16 @@ class _Progress:
         self.acks.flush()
         self.next_flush_ns = now_ns + FLUSH_EVERY_NS
         if now_ns >= self.next_progress_ns:
-            self.conn.send(("progress", (sent, self.acks.observed, len(self.failures),
-                                         self.lag_max_ns)))
+            self.conn.send(
+                ("progress", (sent, self.acks.observed, len(self.failures), self.lag_max_ns))
+            )
             self.lag_max_ns = 0
             self.next_progress_ns = now_ns + PROGRESS_EVERY_NS
 
 
-def _produce_when_room(producer: Producer, topic: str, value: bytes, key: bytes,
-                       headers: list) -> None:
+def _produce_when_room(
+    producer: Producer, topic: str, value: bytes, key: bytes, headers: list
+) -> None:
     """The local queue is full: serve delivery reports until the message fits."""
     while True:
         producer.poll(0.001)
@@ -97,8 +106,12 @@ class ProducerProcess:
         self.producer_id = process_producer_id(config.producer_id, process_index)
         self.devices = devices_of_process(config.devices, config.processes, process_index)
         self.template = TelemetryTemplate(
-            run_id=config.run_id, producer_id=config.producer_id, process_index=process_index,
-            devices=self.devices, message_bytes=config.message_bytes)
+            run_id=config.run_id,
+            producer_id=config.producer_id,
+            process_index=process_index,
+            devices=self.devices,
+            message_bytes=config.message_bytes,
+        )
         self.acks = histograms.LatencyRecorder("d", scale_to_us=1e6)
         self.lag_values, self.lag_weights = array.array("q"), array.array("q")
         self.failures: list[bytes] = []
@@ -109,8 +122,10 @@ class ProducerProcess:
                 ack_latency(msg.latency())
             else:
                 failed(msg.value())
-        self.producer = Producer(kafka_config.producer_settings(
-            config, f"simulator-{self.producer_id}", on_delivery))
+
+        self.producer = Producer(
+            kafka_config.producer_settings(config, f"simulator-{self.producer_id}", on_delivery)
+        )
         self.progress = _Progress(conn, self.acks, self.failures)
         self.sent = 0
 
@@ -118,9 +133,14 @@ class ProducerProcess:
         self.producer.list_topics(self.config.topic, timeout=self.config.connect_timeout_s)
 
     def run(self, start_ns: int) -> ProducerResult:
-        schedule = SendSchedule(rate=self.config.rate or 1.0, processes=self.config.processes,
-                                process_index=self.process_index, start_ns=start_ns,
-                                warmup_s=self.config.warmup_s, duration_s=self.config.duration_s)
+        schedule = SendSchedule(
+            rate=self.config.rate or 1.0,
+            processes=self.config.processes,
+            process_index=self.process_index,
+            start_ns=start_ns,
+            warmup_s=self.config.warmup_s,
+            duration_s=self.config.duration_s,
+        )
         if self.config.rate > 0:
             first_measured, period_end_ns, window_acked = self._send_on_schedule(schedule)
         else:
@@ -132,27 +152,37 @@ class ProducerProcess:
         self.acks.flush()
         failed = self._failed_indices()
         if window_acked is None:  # on schedule: every measured message that was acked
-            window_acked = (self.sent - first_measured
-                            - sum(1 for index in failed if index >= first_measured))
+            window_acked = (
+                self.sent - first_measured - sum(1 for index in failed if index >= first_measured)
+            )
         lag = histograms.new_histogram()
         if self.lag_values:
             histograms.record_microseconds(
-                lag, np.frombuffer(self.lag_values.tobytes(), dtype=np.int64) // 1000,
-                np.frombuffer(self.lag_weights.tobytes(), dtype=np.int64))
+                lag,
+                np.frombuffer(self.lag_values.tobytes(), dtype=np.int64) // 1000,
+                np.frombuffer(self.lag_weights.tobytes(), dtype=np.int64),
+            )
         return ProducerResult(
-            process_index=self.process_index, producer_id=self.producer_id,
-            outcome=DeliveryOutcome(sent=self.sent, acked=self.acks.observed,
-                                    failed_indices=tuple(failed)),
-            measured_acked=window_acked, period_end_ns=period_end_ns,
+            process_index=self.process_index,
+            producer_id=self.producer_id,
+            outcome=DeliveryOutcome(
+                sent=self.sent, acked=self.acks.observed, failed_indices=tuple(failed)
+            ),
+            measured_acked=window_acked,
+            period_end_ns=period_end_ns,
             ack_histogram=histograms.encode(self.acks.histogram),
-            lag_histogram=histograms.encode(lag), ack_clamped=self.acks.clamped,
-            cpu_s=round(time.process_time(), 3))
+            lag_histogram=histograms.encode(lag),
+            ack_clamped=self.acks.clamped,
+            cpu_s=round(time.process_time(), 3),
+        )
 
     def _failed_indices(self) -> list[int]:
         layout = MessageLayout.for_host(self.config.run_id, self.config.producer_id)
         per_seq = len(self.devices)
-        return [int(value[layout.seq]) * per_seq + int(value[layout.device]) // self.config.processes
-                for value in self.failures]
+        return [
+            int(value[layout.seq]) * per_seq + int(value[layout.device]) // self.config.processes
+            for value in self.failures
+        ]
 
     def _start_measuring(self) -> None:
         """Acks that arrive from now on count; warmup acks served so far are dropped."""
@@ -161,7 +191,11 @@ class ProducerProcess:
 
     def _send_on_schedule(self, schedule: SendSchedule) -> tuple[int, int, None]:
         produce, poll, topic = self.producer.produce, self.producer.poll, self.config.topic
-        templates, keys, readings = self.template.templates, self.template.keys, self.template.readings
+        templates, keys, readings = (
+            self.template.templates,
+            self.template.keys,
+            self.template.readings,
+        )
         pack, header, mask = SENT_NS_CODEC.pack, SENT_NS_HEADER, READINGS_VARIANTS - 1
         per_seq, total, first_measured = len(keys), schedule.messages, schedule.first_measured
         start, step = schedule.start_ns, schedule.ns_per_message
@@ -202,7 +236,11 @@ class ProducerProcess:
 
     def _send_flat_out(self, schedule: SendSchedule) -> tuple[int, int, int]:
         produce, poll, topic = self.producer.produce, self.producer.poll, self.config.topic
-        templates, keys, readings = self.template.templates, self.template.keys, self.template.readings
+        templates, keys, readings = (
+            self.template.templates,
+            self.template.keys,
+            self.template.readings,
+        )
         pack, header, mask = SENT_NS_CODEC.pack, SENT_NS_HEADER, READINGS_VARIANTS - 1
         per_seq = len(keys)
         measure_start, measure_end = schedule.measure_start_ns, schedule.measure_end_ns
@@ -244,7 +282,7 @@ def run_producer_process(config: RunConfig, process_index: int, conn) -> None:
         conn.send(("done", process.run(start_ns)))
     except KafkaException as error:
         conn.send(("error", f"producer {process_index}: {error.args[0].str()}"))
-    except Exception as error:  # anything else still reaches the operator as one line
+    except Exception as error:  # noqa: BLE001 - anything else still reaches the operator as one line
         conn.send(("error", f"producer {process_index}: {type(error).__name__}: {error}"))
     finally:
         conn.close()

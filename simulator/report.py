@@ -3,6 +3,7 @@
 Counts add up; histograms merge bucket by bucket; percentiles are always read from the merged
 histogram, never averaged. Throughputs of hosts that ran at the same time add up.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -25,39 +26,56 @@ LATENCIES = {"e2e": "e2e_latency_ms", "ack": "ack_latency_ms", "schedule_lag": "
 
 
 def _iso(ns: int) -> str:
-    return datetime.datetime.fromtimestamp(ns / NS_PER_S, datetime.timezone.utc).isoformat()
+    return datetime.datetime.fromtimestamp(ns / NS_PER_S, datetime.UTC).isoformat()
 
 
-def host_report(run: "HostRun") -> dict:
+def host_report(run: HostRun) -> dict:
     config = run.config
     outcomes = [result.outcome for result in run.results]
     accounting = run.ledger.account(outcomes)
     measure_start_ns = run.start_ns + round(config.warmup_s * NS_PER_S)
-    period_s = (max(result.period_end_ns for result in run.results) - measure_start_ns) / NS_PER_S
+    if config.rate > 0:
+        # Open loop: the measured period is the scheduled window. A producer that falls behind
+        # still shows, in "behind schedule" and in end-to-end latency (taken from the intended
+        # send time), so the last send's few microseconds of lag must not read as a shortfall.
+        period_s = config.duration_s
+    else:
+        period_s = (max(result.period_end_ns for result in run.results) - measure_start_ns) / NS_PER_S
     throughput = sum(result.measured_acked for result in run.results) / period_s
     encoded = {
         "e2e": histograms.encode(run.e2e.histogram) if config.consume else None,
         "ack": histograms.encode(histograms.merge([r.ack_histogram for r in run.results])),
-        "schedule_lag": (histograms.encode(histograms.merge([r.lag_histogram for r in run.results]))
-                         if config.rate > 0 else None),
+        "schedule_lag": (
+            histograms.encode(histograms.merge([r.lag_histogram for r in run.results]))
+            if config.rate > 0
+            else None
+        ),
     }
     report = {
         "version": REPORT_VERSION,
         "simulator_version": __version__,
         "run_id": config.run_id,
         "started_at": _iso(run.start_ns),
-        "hosts": [{"producer_id": config.producer_id, "hostname": socket.gethostname(),
-                   "processes": config.processes, "rate": config.rate,
-                   "throughput_msgs_per_s": round(throughput, 1),
-                   "producer_cpu_s": round(sum(r.cpu_s for r in run.results), 2)}],
+        "hosts": [
+            {
+                "producer_id": config.producer_id,
+                "hostname": socket.gethostname(),
+                "processes": config.processes,
+                "rate": config.rate,
+                "throughput_msgs_per_s": round(throughput, 1),
+                "producer_cpu_s": round(sum(r.cpu_s for r in run.results), 2),
+            }
+        ],
         **{name: getattr(accounting, name) for name in COUNTS},
         "duration_s": round(period_s, 3),
         "warmup_s": config.warmup_s,
         "throughput_msgs_per_s": round(throughput, 1),
         **_latency_summaries(encoded),
         "histograms": encoded,
-        "clamped_over_60s": {"e2e": run.e2e.clamped,
-                             "ack": sum(r.ack_clamped for r in run.results)},
+        "clamped_over_60s": {
+            "e2e": run.e2e.clamped,
+            "ack": sum(r.ack_clamped for r in run.results),
+        },
         "consumer": {"drained": run.drained, "errors": run.consumer_errors},
         "config": config.to_report(),
     }
@@ -68,9 +86,12 @@ def host_report(run: "HostRun") -> dict:
 
 
 def _latency_summaries(encoded: dict) -> dict:
-    return {field: (histograms.summary_ms(histograms.merge([encoded[name]]))
-                    if encoded.get(name) else None)
-            for name, field in LATENCIES.items()}
+    return {
+        field: (
+            histograms.summary_ms(histograms.merge([encoded[name]])) if encoded.get(name) else None
+        )
+        for name, field in LATENCIES.items()
+    }
 
 
 def _sum_or_none(values: list):
@@ -81,20 +102,27 @@ def merge_reports(reports: list[dict], thresholds: SloThresholds | None = None) 
     """One fleet report from host reports of the same run."""
     for report in reports:
         if report.get("version") != REPORT_VERSION:
-            raise SimulatorError(f"report version {report.get('version')!r} is not "
-                                 f"{REPORT_VERSION}; merge reports of this simulator version")
+            raise SimulatorError(
+                f"report version {report.get('version')!r} is not "
+                f"{REPORT_VERSION}; merge reports of this simulator version"
+            )
     encoded = {}
     for name in LATENCIES:
         parts = [report["histograms"].get(name) for report in reports]
-        encoded[name] = (histograms.encode(histograms.merge([p for p in parts if p]))
-                         if any(parts) else None)
+        encoded[name] = (
+            histograms.encode(histograms.merge([p for p in parts if p])) if any(parts) else None
+        )
     if any(report["histograms"].get("e2e") is None for report in reports):
         encoded["e2e"] = None  # a host that did not consume leaves the fleet's e2e unknown
     configs = [report["config"] for report in reports]
-    config = {key: value for key, value in configs[0].items()
-              if all(other.get(key) == value for other in configs)}
-    config.update(rate=sum(c["rate"] for c in configs),
-                  processes=sum(c["processes"] for c in configs))
+    config = {
+        key: value
+        for key, value in configs[0].items()
+        if all(other.get(key) == value for other in configs)
+    }
+    config.update(
+        rate=sum(c["rate"] for c in configs), processes=sum(c["processes"] for c in configs)
+    )
     merged = {
         "version": REPORT_VERSION,
         "simulator_version": __version__,
@@ -107,11 +135,17 @@ def merge_reports(reports: list[dict], thresholds: SloThresholds | None = None) 
         "throughput_msgs_per_s": round(sum(r["throughput_msgs_per_s"] for r in reports), 1),
         **_latency_summaries(encoded),
         "histograms": encoded,
-        "clamped_over_60s": {name: sum(r["clamped_over_60s"][name] for r in reports)
-                             for name in ("e2e", "ack")},
-        "consumer": {"drained": (None if any(r["consumer"]["drained"] is None for r in reports)
-                                 else all(r["consumer"]["drained"] for r in reports)),
-                     "errors": [e for r in reports for e in r["consumer"]["errors"]]},
+        "clamped_over_60s": {
+            name: sum(r["clamped_over_60s"][name] for r in reports) for name in ("e2e", "ack")
+        },
+        "consumer": {
+            "drained": (
+                None
+                if any(r["consumer"]["drained"] is None for r in reports)
+                else all(r["consumer"]["drained"] for r in reports)
+            ),
+            "errors": [e for r in reports for e in r["consumer"]["errors"]],
+        },
         "config": config,
     }
     merged["slo"] = slo.evaluate(merged, thresholds or slo.thresholds_of(reports[0]))
@@ -125,8 +159,11 @@ def read_report(path: Path) -> dict:
         raise SimulatorError(f"cannot read report {path}: {error.strerror}")
     except ValueError as error:
         raise SimulatorError(f"report {path} is not JSON: {error}")
-    missing = [key for key in ("version", "hosts", "histograms", "config", "slo", *COUNTS)
-               if not isinstance(report, dict) or key not in report]
+    missing = [
+        key
+        for key in ("version", "hosts", "histograms", "config", "slo", *COUNTS)
+        if not isinstance(report, dict) or key not in report
+    ]
     if missing:
         raise SimulatorError(f"report {path} is not a simulator report (missing {missing[0]!r})")
     return report
@@ -147,30 +184,46 @@ def format_summary(report: dict) -> str:
     config = report["config"]
     rate = "as fast as possible" if config["rate"] == 0 else f"{config['rate']:,.0f} msg/s"
     lines = [
-        f"run {report['run_id']}: {len(hosts)} host(s), {config['processes']} producer "
-        f"process(es), {rate}, measured {report['duration_s']:.2f} s after "
-        f"{report['warmup_s']:g} s warmup",
-        "messages   " + "  ".join(f"{name.replace('_', ' ')} {_number(report[name])}"
-                                  for name in COUNTS),
+        (
+            f"run {report['run_id']}: {len(hosts)} host(s), {config['processes']} producer "
+            f"process(es), {rate}, measured {report['duration_s']:.2f} s after "
+            f"{report['warmup_s']:g} s warmup"
+        ),
+        "messages   "
+        + "  ".join(f"{name.replace('_', ' ')} {_number(report[name])}" for name in COUNTS),
         f"throughput {_number(report['throughput_msgs_per_s'], 1)} msg/s (acked, measured period)",
-        f"{'latency ms':<16}" + "".join(f"{label:>10}" for label in
-                                        ("p50", "p90", "p99", "p99.9", "p99.99", "max", "count")),
+        f"{'latency ms':<16}"
+        + "".join(
+            f"{label:>10}" for label in ("p50", "p90", "p99", "p99.9", "p99.99", "max", "count")
+        ),
     ]
-    for title, field in (("end-to-end", "e2e_latency_ms"), ("produce-to-ack", "ack_latency_ms"),
-                         ("behind schedule", "schedule_lag_ms")):
+    for title, field in (
+        ("end-to-end", "e2e_latency_ms"),
+        ("produce-to-ack", "ack_latency_ms"),
+        ("behind schedule", "schedule_lag_ms"),
+    ):
         summary = report.get(field)
         if summary is None:
             lines.append(f"{title:<16}{'not measured':>10}")
             continue
-        lines.append(f"{title:<16}" + "".join(
-            f"{_number(summary[key], 3):>10}" for key in ("p50", "p90", "p99", "p999", "p9999", "max"))
-            + f"{summary['count']:>10,}")
+        lines.append(
+            f"{title:<16}"
+            + "".join(
+                f"{_number(summary[key], 3):>10}"
+                for key in ("p50", "p90", "p99", "p999", "p9999", "max")
+            )
+            + f"{summary['count']:>10,}"
+        )
     if report["consumer"]["drained"] is False:
-        lines.append("warning: the consumer did not reach the end of the topic within "
-                     "--drain-timeout; messages it never read count as lost")
+        lines.append(
+            "warning: the consumer did not reach the end of the topic within "
+            "--drain-timeout; messages it never read count as lost"
+        )
     verdict = report["slo"]
     checks = ", ".join(
         f"{check['name']} {_number(check['limit'], 1)}: {_number(check['actual'], 2)} "
-        f"{'ok' if check['passed'] else 'FAIL'}" for check in verdict["checks"])
+        f"{'ok' if check['passed'] else 'FAIL'}"
+        for check in verdict["checks"]
+    )
     lines.append(f"SLO {'PASS' if verdict['passed'] else 'FAIL'} ({checks})")
     return "\n".join(lines)

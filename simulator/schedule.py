@@ -5,6 +5,7 @@ start + j / rate. Process k of n sends j = k, k + n, k + 2n, ...; its i-th messa
 Latency is measured from the intended time, so a producer that falls behind cannot hide the
 delay from the histograms (no coordinated omission).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +16,7 @@ NS_PER_S = 1_000_000_000
 
 @dataclasses.dataclass(frozen=True)
 class SendSchedule:
-    rate: float            # messages per second for the whole host
+    rate: float  # messages per second for the whole host
     processes: int
     process_index: int
     start_ns: int
@@ -53,8 +54,7 @@ class SendSchedule:
         return self.measure_start_ns + round(self.duration_s * NS_PER_S)
 
     def intended_ns(self, i: int) -> int:
-        return self.start_ns + int((i * self.processes + self.process_index)
-                                   * self.ns_per_message)
+        return self.start_ns + int((i * self.processes + self.process_index) * self.ns_per_message)
 
     def due(self, now_ns: int) -> int:
         """How many of this process's messages are due by now_ns (never more than it sends)."""

@@ -100,7 +100,7 @@ def upload(session, run_id: str, instance_id: str, report: dict) -> None:
 
 def plan(run_id="run-1", rate=9000) -> RunPlan:
     return RunPlan(environment="dev", region=REGION, fleet=FLEET, document=DOCUMENT, run_id=run_id,
-                   total_rate=rate, duration_s=10, warmup_s=1, processes=0, message_bytes=150, devices=1000,
+                   total_rate=rate, duration_s=10, warmup_s=1, processes=0, message_bytes=512, devices=1000,
                    log_group=LOG_GROUP)
 
 

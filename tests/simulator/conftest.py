@@ -3,6 +3,7 @@
 The broker gets a state folder of its own (and so its own port and data), so it never touches
 the broker a developer started with `make demo` or `scripts/local_kafka.py start`.
 """
+
 import os
 import subprocess
 import sys
@@ -18,13 +19,15 @@ REPO = Path(__file__).resolve().parents[2]
 def _wait_for_leaders(bootstrap_servers: str, topic: str, partitions: int) -> None:
     """Until every partition of a new topic answers an offsets request."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
+
     consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "topic-check"})
     try:
         for partition in range(partitions):
             for _ in range(100):
                 try:
-                    consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10,
-                                                   cached=False)
+                    consumer.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=10, cached=False
+                    )
                     break
                 except KafkaException:
                     time.sleep(0.1)
@@ -42,16 +45,41 @@ def settled_broker(kafka_broker, tmp_path_factory):
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap_servers})
-    admin.create_topics([NewTopic("simulator-warmup", num_partitions=6,
-                                  replication_factor=1)])["simulator-warmup"].result(timeout=30)
+    admin.create_topics([NewTopic("simulator-warmup", num_partitions=6, replication_factor=1)])[
+        "simulator-warmup"
+    ].result(timeout=30)
     _wait_for_leaders(kafka_broker.bootstrap_servers, "simulator-warmup", 6)
     report = tmp_path_factory.mktemp("warmup") / "r.json"
-    command = [sys.executable, "-m", "simulator", "run", "--bootstrap-servers",
-               kafka_broker.bootstrap_servers, "--topic", "simulator-warmup", "--rate", "5000",
-               "--duration", "10", "--warmup", "0", "--processes", "1", "--slo-min-rate", "0",
-               "--report", str(report)]
-    subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                   capture_output=True, timeout=120, check=False)
+    command = [
+        sys.executable,
+        "-m",
+        "simulator",
+        "run",
+        "--bootstrap-servers",
+        kafka_broker.bootstrap_servers,
+        "--topic",
+        "simulator-warmup",
+        "--rate",
+        "5000",
+        "--duration",
+        "10",
+        "--warmup",
+        "0",
+        "--processes",
+        "1",
+        "--slo-min-rate",
+        "0",
+        "--report",
+        str(report),
+    ]
+    subprocess.run(
+        command,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     return kafka_broker
 
 
@@ -63,9 +91,11 @@ def new_topic(kafka_broker):
     def create(partitions: int = 6) -> str:
         name = f"telemetry-{uuid.uuid4().hex[:8]}"
         admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap_servers})
-        futures = admin.create_topics([NewTopic(name, num_partitions=partitions,
-                                                replication_factor=1)])
+        futures = admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1)]
+        )
         futures[name].result(timeout=30)
         _wait_for_leaders(kafka_broker.bootstrap_servers, name, partitions)
         return name
+
     return create

@@ -65,7 +65,7 @@ def test_a_lower_seq_after_a_higher_one_of_the_same_device_is_out_of_order():
     ledger = SequenceLedger(devices=2, processes=1, expected_per_process=[20])
     for seq in (0, 1, 3, 2, 4, 6, 5):  # device 0: 2 and 5 arrive late
         ledger.record(0, seq)
-    for seq in range(7):               # device 1: in order
+    for seq in range(7):  # device 1: in order
         ledger.record(1, seq)
     accounting = ledger.account([DeliveryOutcome(sent=14, acked=14, failed_indices=())])
     assert accounting.out_of_order == 2

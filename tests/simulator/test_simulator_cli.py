@@ -7,14 +7,32 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-GOOD = ["run", "--bootstrap-servers", "127.0.0.1:9", "--topic", "t", "--rate", "10",
-        "--duration", "1", "--report", "out.json"]
+GOOD = [
+    "run",
+    "--bootstrap-servers",
+    "127.0.0.1:9",
+    "--topic",
+    "t",
+    "--rate",
+    "10",
+    "--duration",
+    "1",
+    "--report",
+    "out.json",
+]
 
 
 def simulator(*args, cwd=None, timeout=60):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "simulator", *args], cwd=cwd or REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "simulator", *args],
+        cwd=cwd or REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def with_flag(flag, value):
@@ -26,24 +44,27 @@ def with_flag(flag, value):
     return args
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["run", "--topic", "t"], "required"),
-    (with_flag("--rate", "-5"), "--rate must be >= 0"),
-    (with_flag("--rate", "fast"), "invalid float value"),
-    (with_flag("--duration", "0"), "--duration must be > 0"),
-    (with_flag("--acks", "0"), "invalid choice"),
-    (with_flag("--bootstrap-servers", "localhost"), "expected HOST:PORT"),
-    (with_flag("--message-bytes", "100"), "below the"),
-    (with_flag("--processes", "0"), "--processes must be between"),
-    (with_flag("--devices", "1") + ["--processes", "2"], "--devices must be between"),
-    (with_flag("--acks", "1") + ["--idempotence"], "--idempotence needs --acks all"),
-    (with_flag("--security-protocol", "SASL_SSL"), "needs --region"),
-    (with_flag("--producer-id", "bad name!"), "--producer-id"),
-    (with_flag("--report", "out.txt"), "must end in .json"),
-    (with_flag("--plot", "out.jpg"), "must end in .png"),
-    (["merge", "missing.json", "--report", "m.json"], "cannot read report"),
-    (["launch"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["run", "--topic", "t"], "required"),
+        (with_flag("--rate", "-5"), "--rate must be >= 0"),
+        (with_flag("--rate", "fast"), "invalid float value"),
+        (with_flag("--duration", "0"), "--duration must be > 0"),
+        (with_flag("--acks", "0"), "invalid choice"),
+        (with_flag("--bootstrap-servers", "localhost"), "expected HOST:PORT"),
+        (with_flag("--message-bytes", "100"), "below the"),
+        (with_flag("--processes", "0"), "--processes must be between"),
+        (with_flag("--devices", "1") + ["--processes", "2"], "--devices must be between"),
+        (with_flag("--acks", "1") + ["--idempotence"], "--idempotence needs --acks all"),
+        (with_flag("--security-protocol", "SASL_SSL"), "needs --region"),
+        (with_flag("--producer-id", "bad name!"), "--producer-id"),
+        (with_flag("--report", "out.txt"), "must end in .json"),
+        (with_flag("--plot", "out.jpg"), "must end in .png"),
+        (["merge", "missing.json", "--report", "m.json"], "cannot read report"),
+        (["launch"], "invalid choice"),
+    ],
+)
 def test_bad_input_is_one_line_on_stderr_and_exit_2(args, fragment, tmp_path):
     result = simulator(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
@@ -57,19 +78,42 @@ def test_bad_input_is_one_line_on_stderr_and_exit_2(args, fragment, tmp_path):
 def test_sasl_ssl_region_may_come_from_the_environment():
     # Passes validation (then fails to reach the fake broker): the region error is gone.
     result = subprocess.run(
-        [sys.executable, "-c", "from simulator.cli import build_parser, run_config;"
-         "args = build_parser().parse_args(" + repr(with_flag("--security-protocol", "SASL_SSL"))
-         + "); print(run_config(args).region)"],
-        cwd=REPO, capture_output=True, text=True, env={"AWS_REGION": "eu-west-1", "PATH": ""})
+        [
+            sys.executable,
+            "-c",
+            "from simulator.cli import build_parser, run_config;"
+            "args = build_parser().parse_args("
+            + repr(with_flag("--security-protocol", "SASL_SSL"))
+            + "); print(run_config(args).region)",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={"AWS_REGION": "eu-west-1", "PATH": ""},
+        check=False,
+    )
     assert result.stdout.strip() == "eu-west-1", result.stderr
 
 
 def test_help_documents_the_fixed_interface_and_exit_codes():
     result = simulator("run", "--help")
     assert result.returncode == 0
-    for flag in ("--bootstrap-servers", "--topic", "--rate", "--duration", "--processes",
-                 "--devices", "--message-bytes", "--warmup", "--acks", "--security-protocol",
-                 "--region", "--report", "--plot", "--slo-p99-ms"):
+    for flag in (
+        "--bootstrap-servers",
+        "--topic",
+        "--rate",
+        "--duration",
+        "--processes",
+        "--devices",
+        "--message-bytes",
+        "--warmup",
+        "--acks",
+        "--security-protocol",
+        "--region",
+        "--report",
+        "--plot",
+        "--slo-p99-ms",
+    ):
         assert flag in result.stdout
     assert "exit codes: 0" in " ".join(result.stdout.split())
 
@@ -78,5 +122,6 @@ def test_merge_of_a_report_that_is_not_json_is_one_line(tmp_path):
     (tmp_path / "host.json").write_text(json.dumps({"version": 1}))
     result = simulator("merge", "host.json", "--report", "m.json", cwd=tmp_path)
     assert result.returncode == 2
-    assert result.stderr.strip() == ("simulator: report host.json is not a simulator report "
-                                     "(missing 'hosts')")
+    assert result.stderr.strip() == (
+        "simulator: report host.json is not a simulator report (missing 'hosts')"
+    )

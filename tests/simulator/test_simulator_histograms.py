@@ -7,9 +7,13 @@ from simulator import histograms
 @pytest.fixture
 def latencies_us():
     rng = np.random.default_rng(42)
-    return np.concatenate([rng.integers(0, 3000, 20_000),
-                           rng.lognormal(7, 2, 20_000).astype(np.int64),
-                           np.array([0, 1, 2047, 2048, 2049, histograms.HIGHEST_US])])
+    return np.concatenate(
+        [
+            rng.integers(0, 3000, 20_000),
+            rng.lognormal(7, 2, 20_000).astype(np.int64),
+            np.array([0, 1, 2047, 2048, 2049, histograms.HIGHEST_US]),
+        ]
+    )
 
 
 def one_by_one(values):
@@ -31,7 +35,8 @@ def test_percentiles_equal_the_librarys_own(latencies_us):
     histogram = one_by_one(latencies_us)
     levels = [0.0, 1.0, 50.0, 90.0, 99.0, 99.9, 99.99, 100.0]
     assert histograms.values_at_percentiles(histogram, levels) == [
-        histogram.get_value_at_percentile(level) for level in levels]
+        histogram.get_value_at_percentile(level) for level in levels
+    ]
 
 
 def test_bulk_recording_keeps_total_min_and_max_like_record_value(latencies_us):
@@ -40,8 +45,10 @@ def test_bulk_recording_keeps_total_min_and_max_like_record_value(latencies_us):
     histograms.record_microseconds(bulk, latencies_us[1000:])
     reference = one_by_one(latencies_us)
     assert bulk.get_total_count() == reference.get_total_count()
-    assert (bulk.get_min_value(), bulk.get_max_value()) == (reference.get_min_value(),
-                                                            reference.get_max_value())
+    assert (bulk.get_min_value(), bulk.get_max_value()) == (
+        reference.get_min_value(),
+        reference.get_max_value(),
+    )
     assert histograms.encode(bulk) == histograms.encode(reference)
 
 
@@ -74,10 +81,11 @@ def test_merging_encoded_parts_equals_one_histogram_of_all_values(latencies_us):
 
 def test_merged_percentiles_are_not_averages_of_the_parts():
     fast, slow = histograms.new_histogram(), histograms.new_histogram()
-    histograms.record_microseconds(fast, np.full(990, 1000))     # 1 ms
-    histograms.record_microseconds(slow, np.full(10, 500_000))   # 500 ms
-    merged = histograms.summary_ms(histograms.merge([histograms.encode(fast),
-                                                     histograms.encode(slow)]))
+    histograms.record_microseconds(fast, np.full(990, 1000))  # 1 ms
+    histograms.record_microseconds(slow, np.full(10, 500_000))  # 500 ms
+    merged = histograms.summary_ms(
+        histograms.merge([histograms.encode(fast), histograms.encode(slow)])
+    )
     assert merged["p99"] == pytest.approx(1.0, rel=1e-3)
     assert merged["p999"] == pytest.approx(500.0, rel=1e-3)
     assert merged["min"] == pytest.approx(1.0, rel=1e-3)

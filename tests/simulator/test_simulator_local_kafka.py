@@ -1,4 +1,5 @@
 """scripts/local_kafka.py: the broker the tests, the benchmark and the demo run on."""
+
 import os
 import subprocess
 import sys
@@ -13,8 +14,13 @@ SCRIPT = Path(local_kafka.__file__)
 
 
 def local_kafka_cli(*args, timeout=120):
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def test_start_is_idempotent_and_status_reports_the_address(kafka_broker):
@@ -28,12 +34,17 @@ def test_start_is_idempotent_and_status_reports_the_address(kafka_broker):
 
 def test_create_topic_with_kafkas_own_topic_command(kafka_broker):
     state_dir = Path(kafka_broker.state_file).parent
-    created = local_kafka_cli("--state-dir", state_dir, "create-topic", "made-by-cli",
-                              "--partitions", 3)
+    created = local_kafka_cli(
+        "--state-dir", state_dir, "create-topic", "made-by-cli", "--partitions", 3
+    )
     assert created.returncode == 0, created.stderr
     from confluent_kafka.admin import AdminClient
-    topics = AdminClient({"bootstrap.servers": kafka_broker.bootstrap_servers}).list_topics(
-        timeout=10).topics
+
+    topics = (
+        AdminClient({"bootstrap.servers": kafka_broker.bootstrap_servers})
+        .list_topics(timeout=10)
+        .topics
+    )
     assert len(topics["made-by-cli"].partitions) == 3
 
 
@@ -43,8 +54,10 @@ def test_stop_kills_the_broker_and_removes_its_data_and_a_second_stop_is_a_no_op
     stopped = local_kafka_cli("--state-dir", tmp_path, "stop")
     assert stopped.returncode == 0 and stopped.stdout.strip() == "stopped"
     assert not Path(broker.data_dir).exists()
-    assert not os.path.exists(f"/proc/{broker.pid}/cmdline") or b"kafka.Kafka" not in Path(
-        f"/proc/{broker.pid}/cmdline").read_bytes()
+    assert (
+        not os.path.exists(f"/proc/{broker.pid}/cmdline")
+        or b"kafka.Kafka" not in Path(f"/proc/{broker.pid}/cmdline").read_bytes()
+    )
     assert not local_kafka.broker_is_ready(broker.port, timeout=0.5)
     again = local_kafka_cli("--state-dir", tmp_path, "stop")
     assert again.returncode == 0 and again.stdout.strip() == "not running"
@@ -55,5 +68,6 @@ def test_stop_kills_the_broker_and_removes_its_data_and_a_second_stop_is_a_no_op
 def test_bad_usage_is_one_line_and_exit_2():
     result = local_kafka_cli("--state-dir", "/nonexistent/state", "create-topic", "t")
     assert result.returncode == 2
-    assert result.stderr.strip() == ("local_kafka: no broker running: run `local_kafka.py start` "
-                                     "first")
+    assert result.stderr.strip() == (
+        "local_kafka: no broker running: run `local_kafka.py start` first"
+    )

@@ -4,22 +4,36 @@ import time
 
 import pytest
 
-from simulator.payload import (READINGS_VARIANTS, READINGS_WIDTH, MessageLayout, TelemetryTemplate,
-                               minimum_message_bytes, render_readings)
+from simulator.payload import (
+    READINGS_VARIANTS,
+    READINGS_WIDTH,
+    MessageLayout,
+    TelemetryTemplate,
+    minimum_message_bytes,
+    render_readings,
+)
 
 RUN_ID, PRODUCER_ID = "r0a1b2c3", "ip-10-0-1-23"
 
 
 def template(message_bytes=512, process_index=1, devices=(1, 3, 5)):
-    return TelemetryTemplate(run_id=RUN_ID, producer_id=PRODUCER_ID, process_index=process_index,
-                             devices=list(devices), message_bytes=message_bytes)
+    return TelemetryTemplate(
+        run_id=RUN_ID,
+        producer_id=PRODUCER_ID,
+        process_index=process_index,
+        devices=list(devices),
+        message_bytes=message_bytes,
+    )
 
 
 @pytest.mark.parametrize("size", [minimum_message_bytes(RUN_ID, PRODUCER_ID), 300, 512, 4096])
 def test_every_message_has_exactly_the_requested_size(size):
     telemetry = template(size)
-    for local_device, seq, sent_ns in [(0, 0, 0), (2, 9_999_999_999, time.time_ns()),
-                                       (1, 42, 10 ** 18)]:
+    for local_device, seq, sent_ns in [
+        (0, 0, 0),
+        (2, 9_999_999_999, time.time_ns()),
+        (1, 42, 10**18),
+    ]:
         assert len(telemetry.render(local_device, seq, sent_ns, seq)) == size
 
 
@@ -38,14 +52,18 @@ def test_message_is_json_with_the_device_sequence_producer_and_readings():
 
 
 def test_keys_are_the_device_ids_of_the_process():
-    assert template().keys == [b"ip-10-0-1-23-d000001", b"ip-10-0-1-23-d000003",
-                               b"ip-10-0-1-23-d000005"]
+    assert template().keys == [
+        b"ip-10-0-1-23-d000001",
+        b"ip-10-0-1-23-d000003",
+        b"ip-10-0-1-23-d000005",
+    ]
 
 
 def test_readings_change_between_messages_of_a_device():
     telemetry = template()
-    readings = {json.dumps(json.loads(telemetry.render(0, seq, 0, seq))["readings"])
-                for seq in range(50)}
+    readings = {
+        json.dumps(json.loads(telemetry.render(0, seq, 0, seq))["readings"]) for seq in range(50)
+    }
     assert len(readings) > 10
 
 
@@ -64,8 +82,9 @@ def test_another_hosts_messages_do_not_match_the_own_prefix():
     layout = MessageLayout.for_host(RUN_ID, "ip-10-0-1-2")  # a prefix of the other host's name
     other = template().render(0, 1, 0, 0)
     assert not other.startswith(layout.own_prefix)
-    other_run = TelemetryTemplate(run_id="r9", producer_id="ip-10-0-1-2", process_index=0,
-                                  devices=[0], message_bytes=512).render(0, 1, 0, 0)
+    other_run = TelemetryTemplate(
+        run_id="r9", producer_id="ip-10-0-1-2", process_index=0, devices=[0], message_bytes=512
+    ).render(0, 1, 0, 0)
     assert not other_run.startswith(layout.own_prefix)
 
 

@@ -16,12 +16,29 @@ START_NS = 1_800_000_000 * NS_PER_S
 
 
 def config(producer_id="host-a", rate=1000.0, **overrides):
-    settings = dict(bootstrap_servers="127.0.0.1:9092", topic="telemetry", rate=rate,
-                    duration_s=10.0, warmup_s=2.0, processes=1, devices=10, message_bytes=512,
-                    acks="all", idempotence=True, linger_ms=1.0, batch_bytes=1_000_000,
-                    compression="lz4", security_protocol="PLAINTEXT", region=None,
-                    run_id="run1", producer_id=producer_id, consume=True,
-                    progress_interval_s=5.0, drain_timeout_s=30.0, slo=SloThresholds())
+    settings = {
+        "bootstrap_servers": "127.0.0.1:9092",
+        "topic": "telemetry",
+        "rate": rate,
+        "duration_s": 10.0,
+        "warmup_s": 2.0,
+        "processes": 1,
+        "devices": 10,
+        "message_bytes": 512,
+        "acks": "all",
+        "idempotence": True,
+        "linger_ms": 2.0,
+        "batch_bytes": 1_000_000,
+        "compression": "lz4",
+        "security_protocol": "PLAINTEXT",
+        "region": None,
+        "run_id": "run1",
+        "producer_id": producer_id,
+        "consume": True,
+        "progress_interval_s": 5.0,
+        "drain_timeout_s": 30.0,
+        "slo": SloThresholds(),
+    }
     settings.update(overrides)
     return RunConfig(**settings)
 
@@ -41,20 +58,48 @@ def host_run(run_config, e2e_us, sent=12_000, missing=(), failed=(), ack_us=(150
     e2e = histograms.LatencyRecorder()
     histograms.record_microseconds(e2e.histogram, np.asarray(e2e_us))
     result = ProducerResult(
-        process_index=0, producer_id=f"{run_config.producer_id}/p00",
+        process_index=0,
+        producer_id=f"{run_config.producer_id}/p00",
         outcome=DeliveryOutcome(sent=sent, acked=sent - len(failed), failed_indices=tuple(failed)),
-        measured_acked=10_000 - len(failed), period_end_ns=START_NS + 12 * NS_PER_S,
-        ack_histogram=encoded(ack_us), lag_histogram=encoded([50]), ack_clamped=0, cpu_s=1.0)
-    return HostRun(config=run_config, start_ns=START_NS, results=[result], ledger=ledger,
-                   e2e=e2e, consumer_errors=[], drained=True)
+        measured_acked=10_000 - len(failed),
+        period_end_ns=START_NS + 12 * NS_PER_S,
+        ack_histogram=encoded(ack_us),
+        lag_histogram=encoded([50]),
+        ack_clamped=0,
+        cpu_s=1.0,
+    )
+    return HostRun(
+        config=run_config,
+        start_ns=START_NS,
+        results=[result],
+        ledger=ledger,
+        e2e=e2e,
+        consumer_errors=[],
+        drained=True,
+    )
 
 
 def test_host_report_has_the_fields_the_fleet_tools_read():
     report = host_report(host_run(config(), e2e_us=[1000] * 10_000))
-    for key in ("sent", "acked", "delivery_errors", "received", "lost", "duplicates",
-                "out_of_order", "duration_s", "throughput_msgs_per_s", "e2e_latency_ms",
-                "ack_latency_ms", "schedule_lag_ms", "histograms", "slo", "config", "hosts",
-                "version"):
+    for key in (
+        "sent",
+        "acked",
+        "delivery_errors",
+        "received",
+        "lost",
+        "duplicates",
+        "out_of_order",
+        "duration_s",
+        "throughput_msgs_per_s",
+        "e2e_latency_ms",
+        "ack_latency_ms",
+        "schedule_lag_ms",
+        "histograms",
+        "slo",
+        "config",
+        "hosts",
+        "version",
+    ):
         assert key in report
     assert set(report["e2e_latency_ms"]) >= {"p50", "p99", "p999", "max"}
     assert set(report["histograms"]) >= {"e2e", "ack"}
@@ -64,8 +109,7 @@ def test_host_report_has_the_fields_the_fleet_tools_read():
 
 
 def test_slo_verdict_names_each_failed_check():
-    report = host_report(host_run(config(), e2e_us=[1000] * 9_890 + [150_000] * 110,
-                                  missing=(7,)))
+    report = host_report(host_run(config(), e2e_us=[1000] * 9_890 + [150_000] * 110, missing=(7,)))
     failed = {check["name"] for check in report["slo"]["checks"] if not check["passed"]}
     assert failed == {"throughput_msgs_per_s >=", "e2e p99 ms <=", "e2e max ms <=", "lost <="}
     assert report["slo"]["passed"] is False
@@ -75,15 +119,17 @@ def test_slo_verdict_names_each_failed_check():
 
 def test_merge_adds_counts_and_throughput_and_merges_histograms():
     fast = host_report(host_run(config("host-a"), e2e_us=[1000] * 990))
-    slow = host_report(host_run(config("host-b"), e2e_us=[400_000] * 10, missing=(3, 4),
-                                failed=(9,)))
+    slow = host_report(
+        host_run(config("host-b"), e2e_us=[400_000] * 10, missing=(3, 4), failed=(9,))
+    )
     merged = merge_reports([fast, slow])
     assert merged["sent"] == 24_000
     assert merged["acked"] == 23_999
     assert merged["lost"] == 2
     assert merged["delivery_errors"] == 1
     assert merged["throughput_msgs_per_s"] == pytest.approx(
-        fast["throughput_msgs_per_s"] + slow["throughput_msgs_per_s"])
+        fast["throughput_msgs_per_s"] + slow["throughput_msgs_per_s"]
+    )
     assert [h["producer_id"] for h in merged["hosts"]] == ["host-a", "host-b"]
     # p99 of the merged histogram, not the mean of the two hosts' p99 (about 200 ms)
     assert merged["e2e_latency_ms"]["p99"] == pytest.approx(1.0, rel=1e-3)

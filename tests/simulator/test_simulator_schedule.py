@@ -1,20 +1,31 @@
+import itertools
+
 import pytest
 
 from simulator.schedule import NS_PER_S, SendSchedule
 
 
-def schedules(rate=1000.0, processes=3, warmup_s=1.0, duration_s=2.0, start_ns=10 ** 18):
-    return [SendSchedule(rate=rate, processes=processes, process_index=k, start_ns=start_ns,
-                         warmup_s=warmup_s, duration_s=duration_s) for k in range(processes)]
+def schedules(rate=1000.0, processes=3, warmup_s=1.0, duration_s=2.0, start_ns=10**18):
+    return [
+        SendSchedule(
+            rate=rate,
+            processes=processes,
+            process_index=k,
+            start_ns=start_ns,
+            warmup_s=warmup_s,
+            duration_s=duration_s,
+        )
+        for k in range(processes)
+    ]
 
 
 def test_processes_interleave_into_one_evenly_spaced_host_schedule():
     all_times = sorted(s.intended_ns(i) for s in schedules() for i in range(s.messages))
     assert len(all_times) == 3000
-    gaps = {b - a for a, b in zip(all_times, all_times[1:])}
+    gaps = {b - a for a, b in itertools.pairwise(all_times)}
     assert gaps <= {NS_PER_S // 1000, NS_PER_S // 1000 + 1, NS_PER_S // 1000 - 1}
-    assert all_times[0] == 10 ** 18
-    assert all_times[-1] < 10 ** 18 + 3 * NS_PER_S
+    assert all_times[0] == 10**18
+    assert all_times[-1] < 10**18 + 3 * NS_PER_S
 
 
 @pytest.mark.parametrize("rate,processes", [(5000, 2), (333.3, 4), (7, 3), (1, 2)])

@@ -105,7 +105,7 @@ def test_run_document_script_is_valid_bash_once_substituted(synthesized, tmp_pat
     script = "\n".join(step["inputs"]["runCommand"])
     sample = {
         "runId": "run-1", "ratePerHost": "5000", "durationSeconds": "60", "warmupSeconds": "5",
-        "processes": "0", "messageBytes": "150", "devices": "1000", "topic": "telemetry",
+        "processes": "0", "messageBytes": "512", "devices": "1000", "topic": "telemetry",
         "bootstrapParameter": "/telemetry-dev/msk/bootstrap-brokers-iam", "resultsBucket": "results-bucket",
         "simulatorPackage": "s3://assets-bucket/abc.zip", "region": "eu-west-1",
     }

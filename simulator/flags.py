@@ -1,0 +1,190 @@
+"""The command line's flags: `run` with the fixed interface the fleet calls, and `merge`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from simulator.config import SloThresholds
+
+EXIT_PASS, EXIT_SLO_FAILED, EXIT_ERROR = 0, 1, 2
+EPILOG = (
+    "exit codes: 0 the SLO passed; 1 the run completed but the SLO failed; 2 bad input, "
+    "an unreachable broker, a missing topic or another error (one line on stderr, "
+    "no report). Progress goes to stderr, the summary and verdict to stdout."
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line."""
+
+    def error(self, message: str):
+        self.exit(EXIT_ERROR, f"{self.prog}: {message} (see --help)\n")
+
+
+def _add_slo_flags(parser: argparse.ArgumentParser, defaults: SloThresholds | None) -> None:
+    group = parser.add_argument_group(
+        "SLO thresholds" + ("" if defaults else " (default: those of the first report)")
+    )
+
+    def default(name):
+        return getattr(defaults, name) if defaults else None
+
+    group.add_argument(
+        "--slo-min-rate",
+        type=float,
+        default=default("min_rate_msgs_per_s"),
+        metavar="MSGS_PER_S",
+        help="minimum throughput (default: %(default)s)",
+    )
+    group.add_argument(
+        "--slo-p99-ms",
+        type=float,
+        default=default("max_p99_ms"),
+        metavar="MS",
+        help="maximum end-to-end p99 (default: %(default)s)",
+    )
+    group.add_argument(
+        "--slo-max-ms",
+        type=float,
+        default=default("max_latency_ms"),
+        metavar="MS",
+        help="maximum end-to-end latency (default: %(default)s)",
+    )
+    group.add_argument(
+        "--slo-max-lost",
+        type=int,
+        default=default("max_lost"),
+        metavar="N",
+        help="most messages acked but never received (default: %(default)s)",
+    )
+    group.add_argument(
+        "--slo-max-delivery-errors",
+        type=int,
+        default=default("max_delivery_errors"),
+        metavar="N",
+        help="most messages the broker never acked (default: %(default)s)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m simulator",
+        description="Telemetry simulator: open-loop Kafka load, end-to-end latency "
+        "from intended send times, loss accounting.",
+        epilog=EPILOG,
+    )
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
+    run = commands.add_parser(
+        "run",
+        help="drive load from this host and report",
+        epilog=EPILOG,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    run.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT")
+    run.add_argument("--topic", required=True, metavar="NAME")
+    run.add_argument(
+        "--rate",
+        required=True,
+        type=float,
+        metavar="MSGS_PER_S",
+        help="messages per second from this host; 0 = as fast as possible",
+    )
+    run.add_argument(
+        "--duration",
+        required=True,
+        type=float,
+        metavar="SECONDS",
+        help="measured period, after the warmup",
+    )
+    run.add_argument(
+        "--processes",
+        type=int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="producer processes, one confluent-kafka producer each; one process "
+        "sends about 200,000 msg/s, and more processes than the rate needs "
+        "only add broker requests",
+    )
+    run.add_argument("--devices", type=int, default=1000, metavar="N")
+    run.add_argument("--message-bytes", type=int, default=512, metavar="N")
+    run.add_argument(
+        "--warmup",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="sent and counted, but left out of latency and throughput",
+    )
+    run.add_argument("--acks", choices=("all", "1"), default="all")
+    run.add_argument(
+        "--idempotence",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="idempotent producer (default: on with --acks all)",
+    )
+    run.add_argument(
+        "--linger-ms",
+        type=float,
+        default=2.0,
+        help="batching delay: 2 ms favours latency; raise it (the Kafka clients "
+        "use 5) when many producers share a small broker",
+    )
+    run.add_argument("--batch-bytes", type=int, default=1_000_000)
+    run.add_argument(
+        "--compression", choices=("none", "lz4", "zstd", "snappy", "gzip"), default="lz4"
+    )
+    run.add_argument(
+        "--security-protocol",
+        choices=("PLAINTEXT", "SASL_SSL"),
+        default="PLAINTEXT",
+        help="SASL_SSL authenticates with MSK IAM",
+    )
+    run.add_argument(
+        "--region", metavar="REGION", help="AWS region for MSK IAM (default: $AWS_REGION)"
+    )
+    run.add_argument(
+        "--run-id",
+        default=None,
+        metavar="ID",
+        help="names the run in every message (default: random)",
+    )
+    run.add_argument(
+        "--producer-id",
+        default=None,
+        metavar="ID",
+        help="names this host in every message (default: short host name)",
+    )
+    run.add_argument(
+        "--consume",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="read own messages back for end-to-end latency and loss",
+    )
+    run.add_argument("--progress-interval", type=float, default=5.0, metavar="SECONDS")
+    run.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for acks and for the consumer at the end",
+    )
+    run.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for the broker's first answer",
+    )
+    run.add_argument("--report", required=True, type=Path, metavar="PATH.json")
+    run.add_argument("--plot", type=Path, metavar="PATH.png")
+    _add_slo_flags(run, SloThresholds())
+
+    merge = commands.add_parser("merge", help="merge host reports into one", epilog=EPILOG)
+    merge.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
+    merge.add_argument("--report", required=True, type=Path, metavar="OUT.json")
+    merge.add_argument("--plot", type=Path, metavar="PATH.png")
+    _add_slo_flags(merge, None)
+    return parser
