@@ -27,6 +27,19 @@ def cdk_context() -> dict:
     return json.loads((REPO / "cdk.json").read_text())["context"]
 
 
+@pytest.fixture
+def moto_session(monkeypatch):
+    """A boto3 session on moto's mock AWS in eu-west-1, with throwaway credentials."""
+    import boto3
+    from moto import mock_aws
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    with mock_aws():
+        yield boto3.Session(region_name="eu-west-1")
+
+
 @dataclass(frozen=True)
 class Synthesis:
     """One environment synthesized through the real app, compliance gate included."""

@@ -8,9 +8,7 @@ import json
 import subprocess
 import sys
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from scripts import bootstrap_cluster
 from scripts.cluster_inventory import thumbprint
@@ -53,54 +51,50 @@ def pki(tmp_path_factory):
 
 
 @pytest.fixture
-def aws(monkeypatch, synthesized, pki):
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        monkeypatch.setenv(name, "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+def aws(moto_session, synthesized, pki):
     seeds = template_seeds(synthesized)
-    with mock_aws():
-        session = boto3.Session(region_name=REGION)
-        ec2 = session.client("ec2")
-        vpc = ec2.create_vpc(CidrBlock="10.30.0.0/16")["Vpc"]["VpcId"]
-        image = ec2.describe_images()["Images"][0]["ImageId"]
-        subnets = {}
-        for seed in seeds:
-            if seed["cidr"] not in subnets:
-                subnets[seed["cidr"]] = ec2.create_subnet(
-                    VpcId=vpc, CidrBlock=seed["cidr"], AvailabilityZone=seed["zone"]
-                )["Subnet"]["SubnetId"]
-            cluster_tag = {"Key": "sf:cluster", "Value": CLUSTER}
-            interface = ec2.create_network_interface(
-                SubnetId=subnets[seed["cidr"]], PrivateIpAddress=seed["address"],
-                TagSpecifications=[{"ResourceType": "network-interface",
-                                    "Tags": [cluster_tag, {"Key": "sf:nodename", "Value": seed["name"]}]}],
-            )["NetworkInterface"]["NetworkInterfaceId"]
-            instance = ec2.run_instances(
-                ImageId=image, MinCount=1, MaxCount=1, InstanceType="m6i.2xlarge", SubnetId=subnets[seed["cidr"]],
-                TagSpecifications=[{"ResourceType": "instance",
-                                    "Tags": [cluster_tag, {"Key": "sf:nodetype", "Value": "PrimaryNodeType"}]}],
-            )["Instances"][0]["InstanceId"]
-            ec2.attach_network_interface(NetworkInterfaceId=interface, InstanceId=instance, DeviceIndex=1)
-            seed["instance_id"] = instance
-        # A scaling node of the same cluster and a seed of another cluster: neither takes part.
-        ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=next(iter(subnets.values())),
-                          TagSpecifications=[{"ResourceType": "instance", "Tags": [
-                              {"Key": "sf:cluster", "Value": CLUSTER}, {"Key": "sf:nodetype", "Value": "ScalingNodeType"}]}])
-        ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=next(iter(subnets.values())),
-                          TagSpecifications=[{"ResourceType": "instance", "Tags": [
-                              {"Key": "sf:cluster", "Value": "telemetry-dev-sf"}, {"Key": "sf:nodetype", "Value": "PrimaryNodeType"}]}])
-        sm = session.client("secretsmanager")
-        sm.create_secret(Name="telemetry-prod/service-fabric/cluster-certificate",
-                         SecretString=secret(pki.server, node_admin_password="Sample-Passw0rd"))
-        sm.create_secret(Name="telemetry-prod/service-fabric/admin-certificate", SecretString=secret(pki.client))
-        content = render_create_cluster_document({
-            "statusFile": "C:\\ServiceFabric\\prepare-node.status.json",
-            "certificateSecret": "telemetry-prod/service-fabric/cluster-certificate",
-            "deploymentAccount": "sfdeploy", "region": REGION,
-        })
-        session.client("ssm").create_document(Name=DOCUMENT, Content=json.dumps(content),
-                                              DocumentType="Command", DocumentFormat="JSON")
-        yield session, seeds
+    session = moto_session
+    ec2 = session.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.30.0.0/16")["Vpc"]["VpcId"]
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    subnets = {}
+    for seed in seeds:
+        if seed["cidr"] not in subnets:
+            subnets[seed["cidr"]] = ec2.create_subnet(
+                VpcId=vpc, CidrBlock=seed["cidr"], AvailabilityZone=seed["zone"]
+            )["Subnet"]["SubnetId"]
+        cluster_tag = {"Key": "sf:cluster", "Value": CLUSTER}
+        interface = ec2.create_network_interface(
+            SubnetId=subnets[seed["cidr"]], PrivateIpAddress=seed["address"],
+            TagSpecifications=[{"ResourceType": "network-interface",
+                                "Tags": [cluster_tag, {"Key": "sf:nodename", "Value": seed["name"]}]}],
+        )["NetworkInterface"]["NetworkInterfaceId"]
+        instance = ec2.run_instances(
+            ImageId=image, MinCount=1, MaxCount=1, InstanceType="m6i.2xlarge", SubnetId=subnets[seed["cidr"]],
+            TagSpecifications=[{"ResourceType": "instance",
+                                "Tags": [cluster_tag, {"Key": "sf:nodetype", "Value": "PrimaryNodeType"}]}],
+        )["Instances"][0]["InstanceId"]
+        ec2.attach_network_interface(NetworkInterfaceId=interface, InstanceId=instance, DeviceIndex=1)
+        seed["instance_id"] = instance
+    # A scaling node of the same cluster and a seed of another cluster: neither takes part.
+    ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=next(iter(subnets.values())),
+                      TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                          {"Key": "sf:cluster", "Value": CLUSTER}, {"Key": "sf:nodetype", "Value": "ScalingNodeType"}]}])
+    ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=next(iter(subnets.values())),
+                      TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                          {"Key": "sf:cluster", "Value": "telemetry-dev-sf"}, {"Key": "sf:nodetype", "Value": "PrimaryNodeType"}]}])
+    sm = session.client("secretsmanager")
+    sm.create_secret(Name="telemetry-prod/service-fabric/cluster-certificate",
+                     SecretString=secret(pki.server, node_admin_password="Sample-Passw0rd"))
+    sm.create_secret(Name="telemetry-prod/service-fabric/admin-certificate", SecretString=secret(pki.client))
+    content = render_create_cluster_document({
+        "statusFile": "C:\\ServiceFabric\\prepare-node.status.json",
+        "certificateSecret": "telemetry-prod/service-fabric/cluster-certificate",
+        "deploymentAccount": "sfdeploy", "region": REGION,
+    })
+    session.client("ssm").create_document(Name=DOCUMENT, Content=json.dumps(content),
+                                          DocumentType="Command", DocumentFormat="JSON")
+    yield session, seeds
 
 
 def run(argv, session) -> int:

@@ -7,9 +7,7 @@ import json
 import subprocess
 import sys
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from scripts import cluster_status
 from tests.conftest import REPO
@@ -23,44 +21,40 @@ def secret(issued) -> str:
 
 
 @pytest.fixture
-def aws(monkeypatch, sf_pki):
+def aws(moto_session, sf_pki):
     """EC2 as the emulated cluster has it: seeds on their seed interfaces, scale-0 running,
     scale-1's instance terminated, and one running scaling instance that never joined."""
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        monkeypatch.setenv(name, "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    with mock_aws():
-        session = boto3.Session(region_name=REGION)
-        ec2 = session.client("ec2")
-        vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-        image = ec2.describe_images()["Images"][0]["ImageId"]
-        seeds_subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24", AvailabilityZone="eu-west-1a")["Subnet"]["SubnetId"]
-        nodes_subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.2.0/24", AvailabilityZone="eu-west-1b")["Subnet"]["SubnetId"]
+    session = moto_session
+    ec2 = session.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    seeds_subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24", AvailabilityZone="eu-west-1a")["Subnet"]["SubnetId"]
+    nodes_subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.2.0/24", AvailabilityZone="eu-west-1b")["Subnet"]["SubnetId"]
 
-        def instance(subnet, node_type, name=None, ip=None) -> str:
-            tags = [{"Key": "sf:cluster", "Value": CLUSTER}, {"Key": "sf:nodetype", "Value": node_type}]
-            if name:
-                tags.append({"Key": "sf:nodename", "Value": name})
-            extra = {"PrivateIpAddress": ip} if ip else {}
-            return ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=subnet,
-                                     TagSpecifications=[{"ResourceType": "instance", "Tags": tags}], **extra)["Instances"][0]["InstanceId"]
+    def instance(subnet, node_type, name=None, ip=None) -> str:
+        tags = [{"Key": "sf:cluster", "Value": CLUSTER}, {"Key": "sf:nodetype", "Value": node_type}]
+        if name:
+            tags.append({"Key": "sf:nodename", "Value": name})
+        extra = {"PrivateIpAddress": ip} if ip else {}
+        return ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=subnet,
+                                 TagSpecifications=[{"ResourceType": "instance", "Tags": tags}], **extra)["Instances"][0]["InstanceId"]
 
-        ids = {}
-        for index in range(3):
-            ids[f"seed-{index}"] = instance(seeds_subnet, "PrimaryNodeType", f"seed-{index}")
-            interface = ec2.create_network_interface(
-                SubnetId=seeds_subnet, PrivateIpAddress=f"10.0.1.{10 + index}",
-                TagSpecifications=[{"ResourceType": "network-interface", "Tags": [
-                    {"Key": "sf:cluster", "Value": CLUSTER}, {"Key": "sf:nodename", "Value": f"seed-{index}"}]}],
-            )["NetworkInterface"]["NetworkInterfaceId"]
-            ec2.attach_network_interface(NetworkInterfaceId=interface, InstanceId=ids[f"seed-{index}"], DeviceIndex=1)
-        ids["scale-0"] = instance(nodes_subnet, "ScalingNodeType", "scale-0", "10.0.2.10")
-        ids["scale-1"] = instance(nodes_subnet, "ScalingNodeType", "scale-1", "10.0.2.11")
-        ids["never-joined"] = instance(nodes_subnet, "ScalingNodeType", ip="10.0.2.20")
-        sm = session.client("secretsmanager")
-        sm.create_secret(Name="telemetry-dev/service-fabric/cluster-certificate", SecretString=secret(sf_pki.server))
-        sm.create_secret(Name="telemetry-dev/service-fabric/admin-certificate", SecretString=secret(sf_pki.client))
-        yield session, ids
+    ids = {}
+    for index in range(3):
+        ids[f"seed-{index}"] = instance(seeds_subnet, "PrimaryNodeType", f"seed-{index}")
+        interface = ec2.create_network_interface(
+            SubnetId=seeds_subnet, PrivateIpAddress=f"10.0.1.{10 + index}",
+            TagSpecifications=[{"ResourceType": "network-interface", "Tags": [
+                {"Key": "sf:cluster", "Value": CLUSTER}, {"Key": "sf:nodename", "Value": f"seed-{index}"}]}],
+        )["NetworkInterface"]["NetworkInterfaceId"]
+        ec2.attach_network_interface(NetworkInterfaceId=interface, InstanceId=ids[f"seed-{index}"], DeviceIndex=1)
+    ids["scale-0"] = instance(nodes_subnet, "ScalingNodeType", "scale-0", "10.0.2.10")
+    ids["scale-1"] = instance(nodes_subnet, "ScalingNodeType", "scale-1", "10.0.2.11")
+    ids["never-joined"] = instance(nodes_subnet, "ScalingNodeType", ip="10.0.2.20")
+    sm = session.client("secretsmanager")
+    sm.create_secret(Name="telemetry-dev/service-fabric/cluster-certificate", SecretString=secret(sf_pki.server))
+    sm.create_secret(Name="telemetry-dev/service-fabric/admin-certificate", SecretString=secret(sf_pki.client))
+    yield session, ids
 
 
 def run(argv, session) -> int:

@@ -7,10 +7,8 @@ import subprocess
 import sys
 import time
 
-import boto3
 import numpy as np
 import pytest
-from moto import mock_aws
 
 from scripts import run_simulation
 from scripts.run_simulation import Fleet, RunError, RunPlan, embedded_metrics, run_fleet, split_rate
@@ -58,29 +56,25 @@ def host_report(
 
 
 @pytest.fixture
-def aws(monkeypatch):
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        monkeypatch.setenv(name, "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    with mock_aws():
-        session = boto3.Session(region_name=REGION)
-        ec2 = session.client("ec2")
-        image = ec2.describe_images()["Images"][0]["ImageId"]
-        for fleet, count in ((FLEET, 3), ("someone-else", 2)):
-            ec2.run_instances(
-                ImageId=image, MinCount=count, MaxCount=count, InstanceType="c7i.large",
-                TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "telemetry:fleet", "Value": fleet}]}],
-            )
-        content = render_run_document({
-            "topic": "telemetry", "bootstrapParameter": "/telemetry-dev/msk/bootstrap-brokers-iam",
-            "resultsBucket": BUCKET, "simulatorPackage": "s3://assets/simulator.zip", "region": REGION,
-        })
-        session.client("ssm").create_document(
-            Name=DOCUMENT, Content=json.dumps(content), DocumentType="Command", DocumentFormat="JSON"
+def aws(moto_session):
+    session = moto_session
+    ec2 = session.client("ec2")
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    for fleet, count in ((FLEET, 3), ("someone-else", 2)):
+        ec2.run_instances(
+            ImageId=image, MinCount=count, MaxCount=count, InstanceType="c7i.large",
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "telemetry:fleet", "Value": fleet}]}],
         )
-        session.client("s3").create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
-        session.client("logs").create_log_group(logGroupName=LOG_GROUP)
-        yield session
+    content = render_run_document({
+        "topic": "telemetry", "bootstrapParameter": "/telemetry-dev/msk/bootstrap-brokers-iam",
+        "resultsBucket": BUCKET, "simulatorPackage": "s3://assets/simulator.zip", "region": REGION,
+    })
+    session.client("ssm").create_document(
+        Name=DOCUMENT, Content=json.dumps(content), DocumentType="Command", DocumentFormat="JSON"
+    )
+    session.client("s3").create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+    session.client("logs").create_log_group(logGroupName=LOG_GROUP)
+    yield session
 
 
 def sent_commands(session) -> list[dict]:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from scripts import scale
 from scripts.scale import GroupState
@@ -19,28 +17,24 @@ SEED = "telemetry-dev-sf-seed-0"
 
 
 @pytest.fixture
-def aws(monkeypatch):
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        monkeypatch.setenv(name, "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    with mock_aws():
-        session = boto3.Session(region_name=REGION)
-        ec2 = session.client("ec2")
-        image = ec2.describe_images()["Images"][0]["ImageId"]
-        subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
-        ec2.create_launch_template(LaunchTemplateName="nodes", LaunchTemplateData={"ImageId": image, "InstanceType": "m6i.xlarge"})
-        autoscaling = session.client("autoscaling")
-        for name, node_type, size in ((SCALING, "ScalingNodeType", (0, 3, 1)), (SEED, "PrimaryNodeType", (1, 1, 1))):
-            autoscaling.create_auto_scaling_group(
-                AutoScalingGroupName=name, LaunchTemplate={"LaunchTemplateName": "nodes"}, VPCZoneIdentifier=subnet,
-                MinSize=size[0], MaxSize=size[1], DesiredCapacity=size[2],
-                Tags=[{"Key": "sf:nodetype", "Value": node_type, "PropagateAtLaunch": True}],
-            )
-        for hook, transition in (("sf-join-cluster", "LAUNCHING"), ("sf-leave-cluster", "TERMINATING")):
-            autoscaling.put_lifecycle_hook(AutoScalingGroupName=SCALING, LifecycleHookName=hook,
-                                           LifecycleTransition=f"autoscaling:EC2_INSTANCE_{transition}",
-                                           HeartbeatTimeout=600, DefaultResult="CONTINUE")
-        yield session
+def aws(moto_session):
+    session = moto_session
+    ec2 = session.client("ec2")
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    ec2.create_launch_template(LaunchTemplateName="nodes", LaunchTemplateData={"ImageId": image, "InstanceType": "m6i.xlarge"})
+    autoscaling = session.client("autoscaling")
+    for name, node_type, size in ((SCALING, "ScalingNodeType", (0, 3, 1)), (SEED, "PrimaryNodeType", (1, 1, 1))):
+        autoscaling.create_auto_scaling_group(
+            AutoScalingGroupName=name, LaunchTemplate={"LaunchTemplateName": "nodes"}, VPCZoneIdentifier=subnet,
+            MinSize=size[0], MaxSize=size[1], DesiredCapacity=size[2],
+            Tags=[{"Key": "sf:nodetype", "Value": node_type, "PropagateAtLaunch": True}],
+        )
+    for hook, transition in (("sf-join-cluster", "LAUNCHING"), ("sf-leave-cluster", "TERMINATING")):
+        autoscaling.put_lifecycle_hook(AutoScalingGroupName=SCALING, LifecycleHookName=hook,
+                                       LifecycleTransition=f"autoscaling:EC2_INSTANCE_{transition}",
+                                       HeartbeatTimeout=600, DefaultResult="CONTINUE")
+    yield session
 
 
 def run(argv, session) -> int:
