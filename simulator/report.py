@@ -34,13 +34,7 @@ def host_report(run: HostRun) -> dict:
     outcomes = [result.outcome for result in run.results]
     accounting = run.ledger.account(outcomes)
     measure_start_ns = run.start_ns + round(config.warmup_s * NS_PER_S)
-    if config.rate > 0:
-        # Open loop: the measured period is the scheduled window. A producer that falls behind
-        # still shows, in "behind schedule" and in end-to-end latency (taken from the intended
-        # send time), so the last send's few microseconds of lag must not read as a shortfall.
-        period_s = config.duration_s
-    else:
-        period_s = (max(result.period_end_ns for result in run.results) - measure_start_ns) / NS_PER_S
+    period_s = (max(result.period_end_ns for result in run.results) - measure_start_ns) / NS_PER_S
     throughput = sum(result.measured_acked for result in run.results) / period_s
     encoded = {
         "e2e": histograms.encode(run.e2e.histogram) if config.consume else None,
