@@ -28,6 +28,7 @@ from scripts.cluster_inventory import (  # noqa: E402
     REPO,
     NodeInstance,
     ToolError,
+    aws_session,
     node_instances,
     read_certificate_secret,
     run_tool,
@@ -248,12 +249,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], object] | None = None) -> int:
     args = parse_args(argv)
 
-    def session(region: str):
-        import boto3
-
-        return boto3.Session(region_name=region)
-
-    return run_tool(lambda: bootstrap(args, session_factory or session))
+    return run_tool(lambda: bootstrap(args, session_factory or aws_session))
 
 
 if __name__ == "__main__":

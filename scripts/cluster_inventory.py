@@ -109,6 +109,13 @@ def thumbprint(certificate_pem: str) -> str:
     return hashlib.sha1(der).hexdigest().upper()
 
 
+def aws_session(region: str):
+    """The boto3 session a tool uses unless a test hands it another."""
+    import boto3
+
+    return boto3.Session(region_name=region)
+
+
 def run_tool(body: Callable[[], int]) -> int:
     """Runs a tool's body; configuration, AWS and Service Fabric errors become one line and exit 2."""
     from botocore.exceptions import BotoCoreError, ClientError

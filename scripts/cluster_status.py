@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts.cluster_inventory import (  # noqa: E402
     NodeInstance,
     ToolError,
+    aws_session,
     format_table,
     node_instances,
     read_certificate_secret,
@@ -181,12 +182,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], object] | None = None) -> int:
     args = parse_args(argv)
 
-    def session(region: str):
-        import boto3
-
-        return boto3.Session(region_name=region)
-
-    return run_tool(lambda: status(args, session_factory or session))
+    return run_tool(lambda: status(args, session_factory or aws_session))
 
 
 if __name__ == "__main__":

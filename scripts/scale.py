@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.cluster_inventory import ToolError, run_tool  # noqa: E402
+from scripts.cluster_inventory import ToolError, aws_session, run_tool  # noqa: E402
 from stacks.config import load_environment, read_environments  # noqa: E402
 from stacks.naming import NODE_TYPE_TAG, SEED_NODE_TYPE, scaling_group_name  # noqa: E402
 
@@ -166,12 +166,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], object] | None = None) -> int:
     args = parse_args(argv)
 
-    def session(region: str):
-        import boto3
-
-        return boto3.Session(region_name=region)
-
-    return run_tool(lambda: scale(args, session_factory or session))
+    return run_tool(lambda: scale(args, session_factory or aws_session))
 
 
 if __name__ == "__main__":
