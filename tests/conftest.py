@@ -63,7 +63,11 @@ def synthesize(name: str, outdir: Path) -> Synthesis:
     from stacks.platform import build_platform, create_app
 
     context = cdk_context()
-    app = create_app(context={**context, "env": name}, outdir=str(outdir))
+    # Asset bundling (Lambda packages, the Flink jar) is skipped: tests read templates, and a
+    # bundling step would need pip downloads or a Maven build on every test session.
+    app = create_app(
+        context={**context, "env": name, "aws:cdk:bundling-stacks": []}, outdir=str(outdir)
+    )
     stacks = build_platform(app, load_environment(context["environments"], name))
     app.synth()  # raises while any cdk-nag finding is open
     return Synthesis(
