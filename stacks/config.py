@@ -11,6 +11,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Mapping
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
@@ -270,6 +271,65 @@ class SimulatorFleetConfig(_Section):
     _retention = field_validator("results_retention_days")(_check_retention)
 
 
+# Managed Service for Apache Flink runtimes this platform's job is built for (flink/pom.xml).
+FLINK_RUNTIMES = ("FLINK-1_20", "FLINK-2_2")
+# S3 keeps an object in Standard-IA for at least 30 days before a lifecycle rule may move it on.
+MIN_DAYS_IN_INFREQUENT_ACCESS = 30
+
+
+class TelemetrySinkConfig(_Section):
+    # The MSK topic the Flink job copies to S3 (one of msk.topics).
+    topic: str
+    runtime: Literal[FLINK_RUNTIMES] = "FLINK-2_2"  # type: ignore[valid-type]
+    # Initial parallelism; with autoscaling the service may raise it and lowers it back to this.
+    parallelism: int = Field(ge=1)
+    parallelism_per_kpu: int = Field(default=1, ge=1)
+    autoscaling: bool
+    # The file sink commits Parquet files on checkpoints: this is how long data takes to become
+    # visible in Athena, and how many files each writer produces per hour.
+    checkpoint_interval_seconds: int = Field(ge=10, le=3600)
+    min_pause_between_checkpoints_seconds: int = Field(default=5, ge=0)
+    # A part file also rolls when it reaches this size, between checkpoints.
+    max_part_size_mb: int = Field(ge=1, le=5120)
+    log_retention_days: int
+    infrequent_access_after_days: int = Field(ge=MIN_DAYS_IN_INFREQUENT_ACCESS)
+    archive_after_days: int
+    noncurrent_versions_expire_after_days: int = Field(ge=1)
+    athena_results_expire_after_days: int = Field(default=30, ge=1)
+    # First day Athena's partition projection enumerates (yyyy-MM-dd); the range ends at NOW.
+    projection_start_date: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
+    # Alarm thresholds: records the Kafka source is behind the newest offset of any partition,
+    # and malformed records sent to the dead-letter prefix within five minutes.
+    consumer_lag_alarm_records: int = Field(ge=1)
+    dead_letter_alarm_records: int = Field(default=1, ge=1)
+
+    _retention = field_validator("log_retention_days")(_check_retention)
+
+    @field_validator("projection_start_date")
+    @classmethod
+    def _real_date(cls, value: str) -> str:
+        try:
+            date.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"'{value}' is not a calendar date (expected yyyy-MM-dd)")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TelemetrySinkConfig:
+        if self.archive_after_days < self.infrequent_access_after_days + MIN_DAYS_IN_INFREQUENT_ACCESS:
+            raise ValueError(
+                f"archive_after_days {self.archive_after_days} must be at least infrequent_access_after_days "
+                f"+ {MIN_DAYS_IN_INFREQUENT_ACCESS} ({self.infrequent_access_after_days + MIN_DAYS_IN_INFREQUENT_ACCESS}): "
+                "S3 keeps objects in Standard-IA for 30 days before archiving them"
+            )
+        if self.min_pause_between_checkpoints_seconds >= self.checkpoint_interval_seconds:
+            raise ValueError(
+                f"min_pause_between_checkpoints_seconds {self.min_pause_between_checkpoints_seconds} must be "
+                f"below checkpoint_interval_seconds {self.checkpoint_interval_seconds}"
+            )
+        return self
+
+
 class EnvironmentConfig(_Section):
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,15}$")
     account: str = Field(pattern=r"^\d{12}$")
@@ -282,6 +342,7 @@ class EnvironmentConfig(_Section):
     msk: MskConfig
     service_fabric: ServiceFabricConfig
     simulator_fleet: SimulatorFleetConfig
+    telemetry_sink: TelemetrySinkConfig
 
     @model_validator(mode="after")
     def _cross_checks(self) -> EnvironmentConfig:
@@ -304,6 +365,17 @@ class EnvironmentConfig(_Section):
             raise ValueError(
                 f"simulator_fleet.topic: '{self.simulator_fleet.topic}' is not declared in msk.topics "
                 f"({', '.join(topics)})"
+            )
+        sink = self.telemetry_sink
+        sink_topic = next((t for t in self.msk.topics if t.name == sink.topic), None)
+        if sink_topic is None:
+            raise ValueError(
+                f"telemetry_sink.topic: '{sink.topic}' is not declared in msk.topics ({', '.join(topics)})"
+            )
+        if sink.parallelism > sink_topic.partitions:
+            raise ValueError(
+                f"telemetry_sink.parallelism: {sink.parallelism} exceeds the {sink_topic.partitions} partitions "
+                f"of topic '{sink.topic}'; the extra Kafka source subtasks would sit idle"
             )
         if self.production:
             for cidr in self.service_fabric.management_cidrs:
