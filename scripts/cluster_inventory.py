@@ -9,10 +9,7 @@ instance's own primary address.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +23,6 @@ for path in (REPO, REPO / "lambdas"):
 from stacks.naming import CLUSTER_TAG, NODE_NAME_TAG, NODE_TYPE_TAG  # noqa: E402
 
 CERTIFICATE_KEYS = ("certificate", "private_key", "pfx", "pfx_password")
-PEM_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----\s*(.+?)\s*-----END CERTIFICATE-----", re.DOTALL)
 
 
 class ToolError(Exception):
@@ -102,11 +98,12 @@ def read_certificate_secret(secrets, name: str) -> dict:
 
 def thumbprint(certificate_pem: str) -> str:
     """SHA-1 of the first certificate's DER bytes, upper-case hex: how Windows names certificates."""
-    match = PEM_CERTIFICATE.search(certificate_pem)
-    if not match:
-        raise ToolError("no PEM certificate where one was expected")
-    der = base64.b64decode("".join(match.group(1).split()))
-    return hashlib.sha1(der).hexdigest().upper()
+    from sf_rest import certificate_thumbprint
+
+    try:
+        return certificate_thumbprint(certificate_pem)
+    except ValueError as error:
+        raise ToolError(str(error)) from None
 
 
 def aws_session(region: str):

@@ -34,7 +34,7 @@ from node_lifecycle import (
     FabricHost,
     NodeStage,
     Outcome,
-    ScaleInError,
+    LifecycleError,
     SeedNodeRefused,
     WaitStatus,
     WaitTimedOut,
@@ -236,7 +236,7 @@ class Drain:
     def confirm_removed(self) -> int:
         node = self.client.get_node_info(self.name)
         if self.name in node_names(self.client.get_cluster_configuration()):
-            raise ScaleInError(
+            raise LifecycleError(
                 f"the upgrade completed but {self.name} is still in the configuration"
             )
         state = "gone from the node list" if node is None else f"{node.status}"
@@ -275,7 +275,7 @@ def dry_run(client: ServiceFabricClient, args: argparse.Namespace) -> int:
     node = client.get_node_info(name)
     stage = node_stage(node)
     if node is not None and stage == NodeStage.UNSETTLED:
-        raise ScaleInError(f"{name} is {node.status}: a drain would not touch it now")
+        raise LifecycleError(f"{name} is {node.status}: a drain would not touch it now")
     steps = []
     if stage <= NodeStage.DEACTIVATE:
         steps.append(f"deactivate {name} with intent RemoveNode (RemoveData if refused)")
@@ -317,14 +317,14 @@ def make_fabric_host(args: argparse.Namespace) -> FabricHost | None:
         import boto3
         from botocore.exceptions import BotoCoreError, ClientError
     except ImportError as err:
-        raise ScaleInError("--instance-id needs boto3 (pip install boto3)") from err
+        raise LifecycleError("--instance-id needs boto3 (pip install boto3)") from err
     from node_lifecycle.fabric_host import SsmFabricHost
 
     try:
         host = SsmFabricHost(boto3.client("ssm", region_name=args.region))
         host.check_access(args.instance_id)
     except (BotoCoreError, ClientError) as err:
-        raise ScaleInError(f"cannot use SSM Run Command for {args.instance_id}: {err}") from err
+        raise LifecycleError(f"cannot use SSM Run Command for {args.instance_id}: {err}") from err
     return host
 
 
@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except FabricError as err:
         return fail(EXIT_FAILED, "error", f"the cluster refused or did not answer: {err}")
-    except (ScaleInError, UnknownNode) as err:
+    except (LifecycleError, UnknownNode) as err:
         return fail(EXIT_FAILED, "error", err)
     except KeyboardInterrupt:
         return fail(EXIT_INTERRUPTED, "interrupted", "re-run to pick up where the node is")

@@ -4,7 +4,7 @@ Scale-in, one state machine state (one thin Lambda) per step, in this order:
 
     resolve_node -> refuse_seed_node -> deactivate_node -> poll_deactivation*
     -> stop_fabric_host -> poll_node_down* -> remove_node_state
-    -> start_configuration_removal -> poll_configuration_upgrade* -> complete_scale_in
+    -> start_configuration_removal -> poll_configuration_upgrade* -> complete_lifecycle_action
 
 (* wait steps: one poll per call, `done` says when to move on.) The AWS adapters live
 in their own modules and need botocore: lifecycle_hooks.AutoScalingLifecycleHooks,
@@ -12,14 +12,14 @@ instances.Ec2InstanceDirectory, fabric_host.SsmFabricHost,
 membership_lock.DynamoDbMembershipLock.
 """
 
-from .config_removal import poll_configuration_upgrade, start_configuration_removal
+from .membership_config import poll_configuration_upgrade, start_configuration_removal
 from .errors import (
     AmbiguousNode,
     ConfigurationUpgradeFailed,
     FabricHostStopFailed,
     NodeInWrongState,
     NodeReactivated,
-    ScaleInError,
+    LifecycleError,
     SeedNodeRefused,
     WaitTimedOut,
 )
@@ -35,12 +35,12 @@ from .interfaces import (
     LockRelease,
     MembershipLock,
 )
-from .lifecycle import ABANDON, CONTINUE, complete_scale_in, record_heartbeat
+from .lifecycle import ABANDON, CONTINUE, complete_lifecycle_action, record_heartbeat
 from .node_stage import NodeStage, node_stage
 from .polling import wait_until_done
 from .reaper import ReaperDecision, decide_reaping, instance_states_by_node
 from .results import (
-    ConfigurationRemoval,
+    ConfigurationChange,
     Deactivation,
     HostStop,
     LifecycleCompletion,
@@ -67,7 +67,7 @@ __all__ = [
     "AmbiguousNode",
     "AutoScalingLifecycle",
     "CommandStatus",
-    "ConfigurationRemoval",
+    "ConfigurationChange",
     "ConfigurationUpgradeFailed",
     "Deactivation",
     "FabricHost",
@@ -87,12 +87,12 @@ __all__ = [
     "NodeStateRemoval",
     "Outcome",
     "ReaperDecision",
-    "ScaleInError",
+    "LifecycleError",
     "SeedCheck",
     "SeedNodeRefused",
     "WaitStatus",
     "WaitTimedOut",
-    "complete_scale_in",
+    "complete_lifecycle_action",
     "deactivate_node",
     "decide_reaping",
     "instance_states_by_node",

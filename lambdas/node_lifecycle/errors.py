@@ -1,17 +1,17 @@
-"""Why a scale-in step stopped. The state machine catches these by class name and alarms."""
+"""Why a lifecycle step stopped. The state machines catch these and alarm."""
 
 from __future__ import annotations
 
 
-class ScaleInError(Exception):
-    """A scale-in step cannot go on; the message says why and what to look at."""
+class LifecycleError(Exception):
+    """A scale-in or scale-out step cannot go on; the message says why and what to look at."""
 
 
-class SeedNodeRefused(ScaleInError):
+class SeedNodeRefused(LifecycleError):
     """The node is a seed node: automation never deactivates or removes one."""
 
 
-class NodeInWrongState(ScaleInError):
+class NodeInWrongState(LifecycleError):
     """The node is not where this step needs it (e.g. RemoveNodeState on a live node)."""
 
 
@@ -19,21 +19,29 @@ class NodeReactivated(NodeInWrongState):
     """The node is Up again without a removal intent: someone activated it mid-drain."""
 
 
-class AmbiguousNode(ScaleInError):
+class AmbiguousNode(LifecycleError):
     """Several live nodes answer to the instance's IP address; we never guess which to remove."""
 
 
-class FabricHostStopFailed(ScaleInError):
+class FabricHostStopFailed(LifecycleError):
     """The Run Command that stops FabricHostSvc ended without success."""
 
 
-class ConfigurationUpgradeFailed(ScaleInError):
+class ConfigurationUpgradeFailed(LifecycleError):
     """The cluster configuration upgrade failed or is rolling back."""
 
 
-class WaitTimedOut(ScaleInError):
+class WaitTimedOut(LifecycleError):
     """A wait ran out of time (operator script); carries the last poll result."""
 
     def __init__(self, message: str, last: object = None) -> None:
         super().__init__(message)
         self.last = last
+
+
+class InstanceNotJoinable(LifecycleError):
+    """The launching instance cannot become a node (gone, stopped, or no seed to join through)."""
+
+
+class NodeJoinFailed(LifecycleError):
+    """AddNode.ps1 ended without success, or the node it added is not Up."""

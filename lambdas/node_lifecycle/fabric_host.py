@@ -1,7 +1,9 @@
-"""FabricHost over SSM Run Command: AWS-RunPowerShellScript with stop_fabric_host.ps1."""
+"""FabricHost over SSM Run Command: AWS-RunPowerShellScript with stop_fabric_host.ps1 to stop
+a node's host, and the stack's add-node document (AddNode.ps1) to join one."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +27,12 @@ class SsmFabricHost:
         self,
         ssm_client: Any,
         *,
+        add_node_document: str = "",
         execution_timeout_seconds: int = 600,
         delivery_timeout_seconds: int = 600,
     ) -> None:
         self._client = ssm_client
+        self._add_node_document = add_node_document
         self._execution_timeout = execution_timeout_seconds
         self._delivery_timeout = delivery_timeout_seconds
         self._commands = stop_script_lines()  # read once, not per call
@@ -49,6 +53,24 @@ class SsmFabricHost:
                 "executionTimeout": [str(self._execution_timeout)],
             },
         )
+        return str(answer["Command"]["CommandId"])
+
+    def send_add_node_command(self, instance_id: str, parameters: Mapping[str, str]) -> str | None:
+        if not self._add_node_document:
+            raise ValueError("no add-node document was configured")
+        try:
+            answer = self._client.send_command(
+                InstanceIds=[instance_id],
+                DocumentName=self._add_node_document,
+                Comment="Service Fabric scale-out: AddNode.ps1",
+                TimeoutSeconds=self._delivery_timeout,
+                Parameters={name: [value] for name, value in parameters.items()},
+            )
+        except ClientError as err:
+            # A new instance's SSM agent registers a minute or two after boot.
+            if err.response.get("Error", {}).get("Code") == "InvalidInstanceId":
+                return None
+            raise
         return str(answer["Command"]["CommandId"])
 
     def command_status(self, command_id: str, instance_id: str) -> CommandStatus:

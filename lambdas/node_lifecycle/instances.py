@@ -15,6 +15,7 @@ def _instance_info(item: dict[str, Any]) -> InstanceInfo:
         state=item.get("State", {}).get("Name", ""),
         private_ip=item.get("PrivateIpAddress", ""),
         tags={tag["Key"]: tag["Value"] for tag in item.get("Tags", [])},
+        availability_zone=item.get("Placement", {}).get("AvailabilityZone", ""),
     )
 
 
@@ -47,3 +48,8 @@ class Ec2InstanceDirectory:
             for reservation in page.get("Reservations", [])
             for item in reservation.get("Instances", [])
         ]
+
+    def tag_node_name(self, instance_id: str, node_name: str) -> None:
+        self._client.create_tags(
+            Resources=[instance_id], Tags=[{"Key": NODE_NAME_TAG, "Value": node_name}]
+        )

@@ -43,6 +43,7 @@ class InstanceInfo:
     state: str  # EC2 state name: pending, running, shutting-down, terminated, ...
     private_ip: str = ""
     tags: Mapping[str, str] = field(default_factory=dict)
+    availability_zone: str = ""
 
     @property
     def node_name(self) -> str:
@@ -110,10 +111,19 @@ class InstanceDirectory(Protocol):
         """Instances tagged with a node name, in any state (terminated ones while EC2 lists them)."""
         ...
 
+    def tag_node_name(self, instance_id: str, node_name: str) -> None:
+        """Tag the instance with the node name it joined the cluster as (idempotent)."""
+        ...
+
 
 class FabricHost(Protocol):
     def send_stop_command(self, instance_id: str) -> str:
         """Ask the instance to stop its Fabric host service; returns the command id."""
+        ...
+
+    def send_add_node_command(self, instance_id: str, parameters: Mapping[str, str]) -> str | None:
+        """Run AddNode.ps1 on the instance; the command id, or None while the instance
+        cannot take Run Commands yet (its SSM agent has not registered)."""
         ...
 
     def command_status(self, command_id: str, instance_id: str) -> CommandStatus: ...

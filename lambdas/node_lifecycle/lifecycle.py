@@ -1,4 +1,4 @@
-"""Lifecycle hook steps: complete the terminate action, and keep it alive while we work."""
+"""Lifecycle hook steps: complete the action, and keep it alive while we work."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ CONTINUE = "CONTINUE"
 ABANDON = "ABANDON"
 
 
-def complete_scale_in(
+def complete_lifecycle_action(
     lifecycle: AutoScalingLifecycle, hook: LifecycleHook, result: str = CONTINUE
 ) -> LifecycleCompletion:
-    """Let Auto Scaling terminate the instance. Idempotent: an action already completed is fine."""
+    """End the lifecycle action (CONTINUE: launch or terminate goes on; ABANDON: the launch is
+    undone). Idempotent: an action already completed is fine."""
     if result not in (CONTINUE, ABANDON):
         raise ValueError(f"lifecycle action result must be CONTINUE or ABANDON, got {result!r}")
     completed = lifecycle.complete_lifecycle_action(hook, result)

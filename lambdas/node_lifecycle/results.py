@@ -13,6 +13,7 @@ class Outcome(StrEnum):
     NOT_NEEDED = "not_needed"  # the node is past the point where this step matters
     NOT_A_MEMBER = "not_a_member"  # the cluster does not know the node
     WAIT_FOR_UPGRADE = "wait_for_upgrade"  # another configuration upgrade runs: wait, then retry
+    WAIT_FOR_INSTANCE = "wait_for_instance"  # the instance cannot take Run Commands yet: retry
 
 
 class _Result:
@@ -65,7 +66,7 @@ class NodeStateRemoval(_Result):
 
 
 @dataclass(frozen=True)
-class ConfigurationRemoval(_Result):
+class ConfigurationChange(_Result):
     node_name: str
     outcome: Outcome
     target_version: str = ""  # the version our upgrade moves to (pass to the upgrade poll)
@@ -87,3 +88,45 @@ class WaitStatus(_Result):
     status: str  # NodeStatus, UpgradeState, ... as the cluster reports it
     detail: str = ""
     heartbeat: bool | None = None  # None: no hook given; False: no pending lifecycle action
+
+
+@dataclass(frozen=True)
+class NodePlan(_Result):
+    """Who a launching instance becomes in the cluster: AddNode.ps1's arguments."""
+
+    instance_id: str
+    node_name: str
+    node_type: str
+    ip_address: str
+    fault_domain: str
+    upgrade_domain: str
+    client_connection_endpoint: str  # an Up seed node's IP:port that AddNode.ps1 joins through
+
+    def add_node_parameters(self) -> dict[str, str]:
+        """The add-node Run Command document's parameters."""
+        return {
+            "nodeName": self.node_name,
+            "nodeType": self.node_type,
+            "ipAddress": self.ip_address,
+            "faultDomain": self.fault_domain,
+            "upgradeDomain": self.upgrade_domain,
+            "clientConnectionEndpoint": self.client_connection_endpoint,
+        }
+
+
+@dataclass(frozen=True)
+class NodeJoin(_Result):
+    node_name: str
+    instance_id: str
+    outcome: Outcome
+    command_id: str = ""  # pass to poll_node_up to watch AddNode.ps1
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ScaleOutCleanup(_Result):
+    instance_id: str
+    node_name: str
+    deactivated: bool  # the half-added node was told to move its replicas away
+    completion: Outcome  # of the ABANDON
+    detail: str = ""

@@ -3,6 +3,7 @@
 from .client import ServiceFabricClient
 from .client_certificate import (
     ClientCertificate,
+    certificate_thumbprint,
     remove_client_certificate,
     write_client_certificate,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "UpgradeHealthPolicy",
     "UpgradeInProgressError",
     "UpgradeState",
+    "certificate_thumbprint",
     "remove_client_certificate",
     "write_client_certificate",
 ]

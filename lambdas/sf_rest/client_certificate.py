@@ -6,10 +6,17 @@ directory (0700) as two files readable only by the owner (0600).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
+
+_PEM_CERTIFICATE = re.compile(
+    r"-----BEGIN CERTIFICATE-----(.+?)-----END CERTIFICATE-----", re.DOTALL
+)
 
 
 @dataclass(frozen=True)
@@ -53,3 +60,13 @@ def remove_client_certificate(certificate: ClientCertificate) -> None:
         for path in (certificate.cert_path, certificate.key_path):
             if os.path.exists(path):
                 os.remove(path)
+
+
+def certificate_thumbprint(certificate_pem: str) -> str:
+    """SHA-1 of the first certificate's DER bytes, upper-case hex: how Windows and Service
+    Fabric name a certificate, and what `server_thumbprint` pins."""
+    match = _PEM_CERTIFICATE.search(certificate_pem)
+    if not match:
+        raise ValueError("no PEM certificate where one was expected")
+    der = base64.b64decode("".join(match.group(1).split()))
+    return hashlib.sha1(der).hexdigest().upper()

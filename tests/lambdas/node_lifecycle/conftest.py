@@ -21,7 +21,7 @@ from node_lifecycle import (
     LifecycleHook,
     Outcome,
     WaitStatus,
-    complete_scale_in,
+    complete_lifecycle_action,
     deactivate_node,
     poll_configuration_upgrade,
     poll_deactivation,
@@ -139,7 +139,7 @@ def drive_scale_in(
     keep = {"lifecycle": lifecycle, "hook": hook}
     states["resolve"] = _as_state(resolve_node(client, instances, hook.instance_id))
     if not states["resolve"]["is_member"]:
-        states["complete"] = _as_state(complete_scale_in(lifecycle, hook))
+        states["complete"] = _as_state(complete_lifecycle_action(lifecycle, hook))
         return states
     name = states["resolve"]["node_name"]
     states["seed"] = _as_state(refuse_seed_node(client, name))
@@ -176,7 +176,7 @@ def drive_scale_in(
         states["upgrade"] = _as_state(
             loop(lambda: poll_configuration_upgrade(client, target_version=version, **keep))
         )
-    states["complete"] = _as_state(complete_scale_in(lifecycle, hook))
+    states["complete"] = _as_state(complete_lifecycle_action(lifecycle, hook))
     return states
 
 

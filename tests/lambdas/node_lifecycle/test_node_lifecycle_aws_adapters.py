@@ -7,7 +7,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
-from node_lifecycle import LifecycleHook, Outcome, complete_scale_in, record_heartbeat
+from node_lifecycle import LifecycleHook, Outcome, complete_lifecycle_action, record_heartbeat
 from node_lifecycle.fabric_host import STOP_SCRIPT, SsmFabricHost, stop_script_lines
 from node_lifecycle.instances import Ec2InstanceDirectory
 from node_lifecycle.lifecycle_hooks import AutoScalingLifecycleHooks
@@ -175,7 +175,7 @@ def test_completing_a_pending_action_continues_the_termination(autoscaling):
         "complete_lifecycle_action", {}, {**ADDRESS, "LifecycleActionResult": "CONTINUE"}
     )
 
-    completion = complete_scale_in(AutoScalingLifecycleHooks(client), HOOK)
+    completion = complete_lifecycle_action(AutoScalingLifecycleHooks(client), HOOK)
 
     assert completion.to_dict() == {
         "instance_id": "i-0123456789abcdef0",
@@ -191,7 +191,7 @@ def test_completing_an_action_already_completed_is_fine(autoscaling):
         "complete_lifecycle_action", "ValidationError", NO_ACTION, http_status_code=400
     )
 
-    completion = complete_scale_in(AutoScalingLifecycleHooks(client), HOOK)
+    completion = complete_lifecycle_action(AutoScalingLifecycleHooks(client), HOOK)
 
     assert completion.outcome == Outcome.ALREADY_DONE
 
@@ -230,7 +230,7 @@ def test_heartbeats_report_an_action_that_is_gone_and_raise_other_errors(autosca
 
 def test_complete_refuses_a_result_auto_scaling_does_not_know():
     with pytest.raises(ValueError, match="CONTINUE or ABANDON"):
-        complete_scale_in(AutoScalingLifecycleHooks(None), HOOK, result="DONE")
+        complete_lifecycle_action(AutoScalingLifecycleHooks(None), HOOK, result="DONE")
 
 
 def test_the_hook_is_read_from_the_eventbridge_event():

@@ -17,7 +17,7 @@ from node_lifecycle import (
     NodeReactivated,
     Outcome,
     SeedNodeRefused,
-    complete_scale_in,
+    complete_lifecycle_action,
     deactivate_node,
     poll_configuration_upgrade,
     poll_deactivation,
@@ -123,7 +123,7 @@ def test_every_step_run_again_after_the_drain_changes_nothing(
         stop_fabric_host(sf_client, host, "scale-0", "i-0aaa"),
         remove_node_state(sf_client, "scale-0"),
         start_configuration_removal(sf_client, "scale-0"),
-        complete_scale_in(recording_lifecycle, hook),
+        complete_lifecycle_action(recording_lifecycle, hook),
     ]
     polls = [
         poll_deactivation(sf_client, "scale-0"),

@@ -1,0 +1,59 @@
+"""Lambda entry points: node_lifecycle.handlers.scale_in / scale_out / reap_zombies.
+
+Thin by design: validate the environment once, build the adapters once per container,
+run one step, publish metrics as CloudWatch embedded-metric-format log lines.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Metrics
+from sf_rest import FabricError
+
+from .runtime import UNREACHABLE, Runtime
+from .settings import Settings
+from .workflow import SCALE_IN_STEPS, SCALE_OUT_STEPS, reap_zombies, run_step
+
+metrics = Metrics()  # namespace from POWERTOOLS_METRICS_NAMESPACE
+_runtime: Runtime | None = None
+
+
+def runtime() -> Runtime:
+    global _runtime
+    if _runtime is None:
+        settings = Settings.from_environ(os.environ)
+        metrics.set_default_dimensions(Cluster=settings.cluster_name)
+        built = Runtime.from_settings(settings, boto3.session.Session())
+        built.record_metric = lambda name, value, unit: metrics.add_metric(
+            name=name, unit=unit, value=value
+        )
+        _runtime = built
+    return _runtime
+
+
+def _run(body: Any) -> Any:
+    current = runtime()
+    try:
+        return body(current)
+    except FabricError as err:
+        if err.code in UNREACHABLE:
+            current.forget_client()  # the retry picks a gateway that answers
+        raise
+
+
+@metrics.log_metrics
+def scale_in(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return _run(lambda current: run_step(SCALE_IN_STEPS, current, event))
+
+
+@metrics.log_metrics
+def scale_out(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return _run(lambda current: run_step(SCALE_OUT_STEPS, current, event))
+
+
+@metrics.log_metrics
+def reaper(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return _run(reap_zombies)

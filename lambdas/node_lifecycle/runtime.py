@@ -1,0 +1,112 @@
+"""The adapters a node lifecycle function works with, created once per Lambda container.
+
+Tests build a Runtime from the emulator and moto-backed adapters; the handlers build one
+from Settings with `Runtime.from_settings`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sf_rest import (
+    ClientCertificate,
+    FabricError,
+    ServiceFabricClient,
+    certificate_thumbprint,
+    write_client_certificate,
+)
+from sf_rest.errors import CONNECT_FAILED, CONNECTION_LOST
+
+from .fabric_host import SsmFabricHost
+from .instances import Ec2InstanceDirectory
+from .interfaces import AutoScalingLifecycle, FabricHost, InstanceDirectory, MembershipLock
+from .lifecycle_hooks import AutoScalingLifecycleHooks
+from .membership_lock import DynamoDbMembershipLock
+from .settings import Settings, SettingsError
+
+# The gateway answers these when its machine is gone or not listening: try the next seed.
+UNREACHABLE = frozenset({CONNECT_FAILED, CONNECTION_LOST})
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    connect: Callable[[], ServiceFabricClient]  # a client of a gateway that answers
+    instances: InstanceDirectory
+    host: FabricHost
+    lifecycle: AutoScalingLifecycle
+    lock: MembershipLock
+    clock: Callable[[], float] = time.time
+    # (metric name, value, unit) -> CloudWatch; the handlers emit embedded-metric-format logs.
+    record_metric: Callable[[str, float, str], None] = lambda name, value, unit: None
+    _client: ServiceFabricClient | None = field(default=None, init=False, repr=False)
+
+    @property
+    def client(self) -> ServiceFabricClient:
+        if self._client is None:
+            self._client = self.connect()
+        return self._client
+
+    def forget_client(self) -> None:
+        """After a connection failure: the next call picks a gateway again."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, session: Any) -> Runtime:
+        def client(name: str) -> Any:
+            return session.client(name, region_name=settings.region)
+
+        secrets = client("secretsmanager")
+        return cls(
+            settings=settings,
+            connect=lambda: connect_gateway(settings, secrets),
+            instances=Ec2InstanceDirectory(client("ec2")),
+            host=SsmFabricHost(client("ssm"), add_node_document=settings.add_node_document),
+            lifecycle=AutoScalingLifecycleHooks(client("autoscaling")),
+            lock=DynamoDbMembershipLock(client("dynamodb"), settings.lock_table),
+        )
+
+
+def read_certificate(secrets: Any, secret_id: str, *keys: str) -> dict[str, str]:
+    value = json.loads(secrets.get_secret_value(SecretId=secret_id)["SecretString"])
+    missing = [key for key in keys if not (isinstance(value, dict) and value.get(key))]
+    if missing:
+        raise SettingsError(f"secret {secret_id} lacks {', '.join(missing)}")
+    return value
+
+
+def connect_gateway(
+    settings: Settings,
+    secrets: Any,
+    *,
+    make_client: Callable[..., ServiceFabricClient] = ServiceFabricClient,
+) -> ServiceFabricClient:
+    """A client of the first gateway (seed node) that answers, with the admin certificate,
+    verifying the gateway by the cluster certificate's thumbprint."""
+    admin = read_certificate(
+        secrets, settings.admin_certificate_secret, "certificate", "private_key"
+    )
+    cluster = read_certificate(secrets, settings.cluster_certificate_secret, "certificate")
+    written: ClientCertificate = write_client_certificate(
+        admin["certificate"], admin["private_key"]
+    )
+    pinned = certificate_thumbprint(cluster["certificate"])
+    failures: list[str] = []
+    for endpoint in settings.gateway_endpoints:
+        client = make_client(endpoint, client_certificate=written, server_thumbprint=pinned)
+        try:
+            client.get_cluster_configuration_upgrade_status()
+        except FabricError as err:
+            client.close()
+            if err.code not in UNREACHABLE:
+                raise
+            failures.append(f"{endpoint}: {err.code}")
+            continue
+        return client
+    raise FabricError(CONNECT_FAILED, "no gateway answered: " + "; ".join(failures))

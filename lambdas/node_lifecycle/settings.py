@@ -1,0 +1,70 @@
+"""The node lifecycle functions' settings, read from their environment once at start-up.
+
+A bad deployment fails on its first invocation with one message naming the variable,
+not halfway through a drain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+class SettingsError(Exception):
+    """An environment variable is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    region: str
+    gateway_endpoints: tuple[str, ...]  # https://<seed address>:19080, tried in order
+    admin_certificate_secret: str  # JSON: certificate, private_key (PEM): the client identity
+    cluster_certificate_secret: str  # JSON: certificate (PEM): pinned as the gateway's identity
+    lock_table: str
+    lock_ttl_seconds: int
+    scaling_node_type: str
+    add_node_document: str
+    workflow_timeout_seconds: int  # a drain or join that takes longer fails and alarms
+    seed_hold_seconds: int  # how long a refused seed node is held for an operator
+    zombie_down_seconds: int  # how long a node must be Down before the reaper removes it
+    metrics_namespace: str
+    cluster_name: str  # the metrics' Cluster dimension
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> Settings:
+        def text(name: str) -> str:
+            value = environ.get(name, "").strip()
+            if not value:
+                raise SettingsError(f"environment variable {name} is not set")
+            return value
+
+        def seconds(name: str, minimum: int) -> int:
+            value = text(name)
+            if not value.isdigit() or int(value) < minimum:
+                raise SettingsError(
+                    f"environment variable {name}={value!r}: expected whole seconds >= {minimum}"
+                )
+            return int(value)
+
+        endpoints = tuple(e.strip() for e in text("SF_GATEWAY_ENDPOINTS").split(",") if e.strip())
+        wrong = [e for e in endpoints if not e.startswith("https://")]
+        if wrong:
+            raise SettingsError(
+                f"SF_GATEWAY_ENDPOINTS: {', '.join(wrong)} is not https://HOST:PORT "
+                "(the gateway needs the admin client certificate, so TLS only)"
+            )
+        return cls(
+            region=text("AWS_REGION"),
+            gateway_endpoints=endpoints,
+            admin_certificate_secret=text("SF_ADMIN_CERTIFICATE_SECRET"),
+            cluster_certificate_secret=text("SF_CLUSTER_CERTIFICATE_SECRET"),
+            lock_table=text("LOCK_TABLE_NAME"),
+            lock_ttl_seconds=seconds("LOCK_TTL_SECONDS", 60),
+            scaling_node_type=text("SCALING_NODE_TYPE"),
+            add_node_document=text("ADD_NODE_DOCUMENT"),
+            workflow_timeout_seconds=seconds("WORKFLOW_TIMEOUT_SECONDS", 60),
+            seed_hold_seconds=seconds("SEED_HOLD_SECONDS", 0),
+            zombie_down_seconds=seconds("ZOMBIE_DOWN_SECONDS", 60),
+            metrics_namespace=text("METRICS_NAMESPACE"),
+            cluster_name=text("CLUSTER_NAME"),
+        )

@@ -1,0 +1,390 @@
+"""The states of the scale-in and scale-out state machines, as plain functions.
+
+Each state invokes the function's Lambda with `{"step": NAME, "state": <the execution's
+JSON>}`; the step reads what it needs from the state, calls one logic function, and
+returns a JSON document the state machine stores under the step's key (see
+stacks/constructs/lifecycle_workflows.py for the wiring). Every step is idempotent,
+so Step Functions' retries and duplicated lifecycle events are harmless.
+
+The execution's state:
+    hook         the lifecycle action (group, hook, instance, token)
+    owner        who holds the membership lock for this execution
+    started_at   epoch seconds; deadline = started_at + workflow timeout
+    <step>       each step's result, e.g. node, deactivation, plan, join, configuration
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from sf_rest import NodeStatus
+from sf_rest.cluster_config import node_names
+
+from .errors import LifecycleError, WaitTimedOut
+from .interfaces import LifecycleHook
+from .lifecycle import CONTINUE, complete_lifecycle_action
+from .membership_config import (
+    poll_configuration_upgrade,
+    start_configuration_addition,
+    start_configuration_removal,
+    start_configuration_removals,
+)
+from .reaper import decide_reaping, instance_states_by_node
+from .results import NodePlan
+from .runtime import Runtime
+from .scale_in import (
+    deactivate_node,
+    poll_deactivation,
+    poll_node_down,
+    refuse_seed_node,
+    remove_node_state,
+    resolve_node,
+    stop_fabric_host,
+)
+from .scale_out import (
+    clean_up_failed_scale_out,
+    config_node,
+    join_node,
+    plan_node,
+    poll_node_up,
+    tag_node_instance,
+)
+
+State = Mapping[str, Any]
+Step = Callable[[Runtime, State], dict[str, Any]]
+
+SCALE_IN = "scale-in"
+SCALE_OUT = "scale-out"
+
+
+# -- shared by both workflows ---------------------------------------------------------
+
+
+def begin(runtime: Runtime, state: State, *, flow: str) -> dict[str, Any]:
+    """From the EventBridge event to the execution's state."""
+    event, execution = state.get("event") or {}, str(state.get("execution") or "")
+    try:
+        hook = LifecycleHook.from_event_detail(event["detail"])
+    except (KeyError, TypeError) as err:
+        raise LifecycleError(f"not an Auto Scaling lifecycle action event: missing {err}") from err
+    return {
+        "hook": hook.to_dict(),
+        "owner": f"{flow}:{hook.instance_id}:{execution}",
+        "started_at": runtime.clock(),
+    }
+
+
+def acquire_lock(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Take the membership lock, or say who holds it (the state machine waits and retries,
+    keeping the lifecycle action alive meanwhile)."""
+    grant = runtime.lock.acquire(state["owner"], ttl_seconds=runtime.settings.lock_ttl_seconds)
+    if grant.acquired:
+        return grant.to_dict()
+    _check_deadline(runtime, state, f"the membership lock (held by {grant.holder})")
+    runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
+    return grant.to_dict()
+
+
+def release_lock(runtime: Runtime, state: State) -> dict[str, Any]:
+    return runtime.lock.release(state["owner"]).to_dict()
+
+
+def poll_upgrade(runtime: Runtime, state: State) -> dict[str, Any]:
+    _check_deadline(runtime, state, "the configuration upgrade")
+    status = poll_configuration_upgrade(
+        runtime.client,
+        target_version=state["configuration"].get("target_version", ""),
+        lifecycle=runtime.lifecycle,
+        hook=_hook(state),
+    )
+    return status.to_dict()
+
+
+def _hook(state: State) -> LifecycleHook:
+    return LifecycleHook(**state["hook"])
+
+
+def _check_deadline(runtime: Runtime, state: State, what: str) -> None:
+    elapsed = runtime.clock() - float(state["started_at"])
+    if elapsed > runtime.settings.workflow_timeout_seconds:
+        raise WaitTimedOut(
+            f"gave up after {elapsed:.0f} s waiting for {what} "
+            f"(limit {runtime.settings.workflow_timeout_seconds} s)"
+        )
+
+
+def _failure(state: State) -> str:
+    """`{"Error": ..., "Cause": ...}` from a Catch, as one line."""
+    error = state.get("error") or {}
+    cause = error.get("Cause") or ""
+    try:
+        parsed = json.loads(cause)
+        cause = f"{parsed.get('errorType', '')}: {parsed.get('errorMessage', '')}"
+    except (ValueError, AttributeError):
+        pass
+    return f"{error.get('Error', 'unknown error')} ({cause})" if cause else str(error.get("Error"))
+
+
+def _elapsed(runtime: Runtime, state: State) -> float:
+    return max(runtime.clock() - float(state["started_at"]), 0.0)
+
+
+# -- scale-in -------------------------------------------------------------------------
+
+
+def resolve(runtime: Runtime, state: State) -> dict[str, Any]:
+    return resolve_node(runtime.client, runtime.instances, _hook(state).instance_id).to_dict()
+
+
+def check_seed(runtime: Runtime, state: State) -> dict[str, Any]:
+    return refuse_seed_node(runtime.client, state["node"]["node_name"]).to_dict()
+
+
+def hold_seed(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Keep a refused seed node's instance from terminating until an operator acts, up to
+    the configured hold; `done` once the hold is over (the action then times out)."""
+    held = _elapsed(runtime, state)
+    heartbeat = runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
+    done = held >= runtime.settings.seed_hold_seconds or not heartbeat
+    return {"done": done, "held_seconds": round(held), "heartbeat": heartbeat}
+
+
+def deactivate(runtime: Runtime, state: State) -> dict[str, Any]:
+    return deactivate_node(runtime.client, state["node"]["node_name"]).to_dict()
+
+
+def wait_disabled(runtime: Runtime, state: State) -> dict[str, Any]:
+    name = state["node"]["node_name"]
+    _check_deadline(runtime, state, f"{name} to be Disabled")
+    return poll_deactivation(
+        runtime.client, name, lifecycle=runtime.lifecycle, hook=_hook(state)
+    ).to_dict()
+
+
+def stop_host(runtime: Runtime, state: State) -> dict[str, Any]:
+    name, instance_id = state["node"]["node_name"], _hook(state).instance_id
+    return stop_fabric_host(runtime.client, runtime.host, name, instance_id).to_dict()
+
+
+def wait_down(runtime: Runtime, state: State) -> dict[str, Any]:
+    name = state["node"]["node_name"]
+    _check_deadline(runtime, state, f"{name} to be Down")
+    return poll_node_down(
+        runtime.client,
+        name,
+        host=runtime.host,
+        instance_id=_hook(state).instance_id,
+        command_id=state["host_stop"].get("command_id", ""),
+        lifecycle=runtime.lifecycle,
+        hook=_hook(state),
+    ).to_dict()
+
+
+def remove_state(runtime: Runtime, state: State) -> dict[str, Any]:
+    return remove_node_state(runtime.client, state["node"]["node_name"]).to_dict()
+
+
+def remove_from_configuration(runtime: Runtime, state: State) -> dict[str, Any]:
+    _check_deadline(runtime, state, "other configuration upgrades to finish")
+    return start_configuration_removal(runtime.client, state["node"]["node_name"]).to_dict()
+
+
+def finish_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Complete with CONTINUE, give the lock up, count the drain."""
+    completion = complete_lifecycle_action(runtime.lifecycle, _hook(state), CONTINUE)
+    release = runtime.lock.release(state["owner"])
+    drained = bool(state.get("node", {}).get("is_member"))
+    if drained:
+        runtime.record_metric("DrainsSucceeded", 1, "Count")
+        runtime.record_metric("DrainDurationSeconds", _elapsed(runtime, state), "Seconds")
+    return {**completion.to_dict(), "lock_released": release.released, "drained": drained}
+
+
+def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
+    """After any failure: give the lock up, count it, say what happened (published to the
+    alarm topic). The lifecycle action is left to time out, so an operator can finish the
+    drain with scripts/drain_node.py before the instance goes."""
+    release = runtime.lock.release(state["owner"])
+    runtime.record_metric("DrainsFailed", 1, "Count")
+    hook = _hook(state)
+    node = (state.get("node") or {}).get("node_name") or "(unresolved)"
+    return {
+        "lock_released": release.released,
+        "subject": f"Service Fabric drain failed: {node} on {hook.instance_id}"[:100],
+        "message": (
+            f"Draining node {node} (instance {hook.instance_id}, group {hook.group_name}) "
+            f"failed after {_elapsed(runtime, state):.0f} s: {_failure(state)}. The terminate "
+            "lifecycle action was not completed; finish the drain with scripts/drain_node.py "
+            "--node NAME --instance-id ID before it times out, or the zombie reaper removes "
+            "the node's state once the instance is gone."
+        ),
+    }
+
+
+# -- scale-out ------------------------------------------------------------------------
+
+
+def _plan(state: State) -> NodePlan:
+    return NodePlan(**state["plan"])
+
+
+def plan(runtime: Runtime, state: State) -> dict[str, Any]:
+    return plan_node(
+        runtime.client,
+        runtime.instances,
+        _hook(state).instance_id,
+        node_type=runtime.settings.scaling_node_type,
+        region=runtime.settings.region,
+    ).to_dict()
+
+
+def join(runtime: Runtime, state: State) -> dict[str, Any]:
+    _check_deadline(runtime, state, "the instance to take AddNode.ps1")
+    runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
+    return join_node(runtime.client, runtime.host, _plan(state)).to_dict()
+
+
+def wait_up(runtime: Runtime, state: State) -> dict[str, Any]:
+    node_plan = _plan(state)
+    _check_deadline(runtime, state, f"{node_plan.node_name} to be Up")
+    return poll_node_up(
+        runtime.client,
+        node_plan,
+        host=runtime.host,
+        command_id=state["join"].get("command_id", ""),
+        lifecycle=runtime.lifecycle,
+        hook=_hook(state),
+    ).to_dict()
+
+
+def tag_instance(runtime: Runtime, state: State) -> dict[str, Any]:
+    return tag_node_instance(runtime.instances, _plan(state))
+
+
+def add_to_configuration(runtime: Runtime, state: State) -> dict[str, Any]:
+    _check_deadline(runtime, state, "other configuration upgrades to finish")
+    return start_configuration_addition(runtime.client, config_node(_plan(state))).to_dict()
+
+
+def finish_scale_out(runtime: Runtime, state: State) -> dict[str, Any]:
+    completion = complete_lifecycle_action(runtime.lifecycle, _hook(state), CONTINUE)
+    release = runtime.lock.release(state["owner"])
+    runtime.record_metric("JoinsSucceeded", 1, "Count")
+    runtime.record_metric("JoinDurationSeconds", _elapsed(runtime, state), "Seconds")
+    return {**completion.to_dict(), "lock_released": release.released}
+
+
+def fail_scale_out(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Give the lock up, undo what is safe, ABANDON the launch, and say so."""
+    release = runtime.lock.release(state["owner"])
+    hook = _hook(state)
+    name = (state.get("plan") or {}).get("node_name", "")
+    cleanup = clean_up_failed_scale_out(
+        runtime.client, runtime.instances, runtime.lifecycle, hook, name
+    )
+    runtime.record_metric("JoinsFailed", 1, "Count")
+    return {
+        **cleanup.to_dict(),
+        "lock_released": release.released,
+        "subject": f"Service Fabric join failed: {hook.instance_id}"[:100],
+        "message": (
+            f"Joining instance {hook.instance_id} (group {hook.group_name}) as "
+            f"{cleanup.node_name} failed after {_elapsed(runtime, state):.0f} s: "
+            f"{_failure(state)}. The launch was abandoned, so Auto Scaling replaces the "
+            f"instance; node deactivated: {cleanup.deactivated}. {cleanup.detail}".strip()
+        ),
+    }
+
+
+# -- the zombie reaper (a scheduled function, not a state machine) -------------------
+
+
+REAPER_OWNER = "zombie-reaper"
+
+
+def reap_zombies(runtime: Runtime, now: datetime | None = None) -> dict[str, Any]:
+    """Remove the state and configuration entry of scaling nodes that are Down and whose
+    instance is gone; count zombies and Down seed nodes (alarmed on, never touched)."""
+    client, settings = runtime.client, runtime.settings
+    nodes = client.get_node_info_list(status_filter="all")
+    states = instance_states_by_node(nodes, runtime.instances.list_node_instances())
+    decision = decide_reaping(
+        nodes,
+        states,
+        now=now or datetime.now(timezone.utc),
+        down_for=timedelta(seconds=settings.zombie_down_seconds),
+        node_types={settings.scaling_node_type},
+    )
+    runtime.record_metric("ZombieNodes", decision.zombie_count, "Count")
+    runtime.record_metric("SeedNodesDown", len(decision.seed_nodes_down), "Count")
+    # Nodes whose state an earlier run removed but whose configuration entry is left.
+    listed = set(node_names(client.get_cluster_configuration()))
+    leftovers = [
+        n.name
+        for n in nodes
+        if n.status == NodeStatus.REMOVED
+        and n.name in listed
+        and n.node_type == settings.scaling_node_type
+    ]
+    result: dict[str, Any] = {**decision.to_dict(), "removed": [], "configuration": None}
+    if not decision.remove_state_for and not leftovers:
+        return result
+    grant = runtime.lock.acquire(REAPER_OWNER, ttl_seconds=settings.lock_ttl_seconds)
+    if not grant.acquired:
+        return {**result, "skipped": f"membership lock held by {grant.holder}"}
+    try:
+        for name in decision.remove_state_for:
+            result["removed"].append(remove_node_state(client, name).to_dict())
+        to_remove = sorted({*decision.remove_state_for, *leftovers})
+        change = start_configuration_removals(client, to_remove)
+        result["configuration"] = change.to_dict()
+        if change.changed:
+            runtime.record_metric("ZombiesRemoved", len(to_remove), "Count")
+    finally:
+        runtime.lock.release(REAPER_OWNER)
+    return result
+
+
+SCALE_IN_STEPS: dict[str, Step] = {
+    "begin": lambda runtime, state: begin(runtime, state, flow=SCALE_IN),
+    "acquire_lock": acquire_lock,
+    "release_lock": release_lock,
+    "resolve_node": resolve,
+    "refuse_seed_node": check_seed,
+    "hold_seed_node": hold_seed,
+    "deactivate_node": deactivate,
+    "poll_deactivation": wait_disabled,
+    "stop_fabric_host": stop_host,
+    "poll_node_down": wait_down,
+    "remove_node_state": remove_state,
+    "start_configuration_removal": remove_from_configuration,
+    "poll_configuration_upgrade": poll_upgrade,
+    "finish": finish_scale_in,
+    "fail": fail_scale_in,
+}
+
+SCALE_OUT_STEPS: dict[str, Step] = {
+    "begin": lambda runtime, state: begin(runtime, state, flow=SCALE_OUT),
+    "acquire_lock": acquire_lock,
+    "release_lock": release_lock,
+    "plan_node": plan,
+    "join_node": join,
+    "poll_node_up": wait_up,
+    "tag_node_instance": tag_instance,
+    "start_configuration_addition": add_to_configuration,
+    "poll_configuration_upgrade": poll_upgrade,
+    "finish": finish_scale_out,
+    "fail": fail_scale_out,
+}
+
+
+def run_step(steps: Mapping[str, Step], runtime: Runtime, event: Mapping[str, Any]) -> dict:
+    """`{"step": NAME, "state": {...}}` -> the step's result."""
+    name = str(event.get("step", ""))
+    step = steps.get(name)
+    if step is None:
+        raise LifecycleError(f"unknown step {name!r}; known: {', '.join(sorted(steps))}")
+    return step(runtime, event.get("state") or {})
