@@ -1,0 +1,105 @@
+package telemetry.sink;
+
+import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.serialization.SimpleStringEncoder;
+import org.apache.flink.connector.file.sink.FileSink;
+import org.apache.flink.connector.kafka.source.KafkaSource;
+import org.apache.flink.connector.kafka.source.KafkaSourceBuilder;
+import org.apache.flink.connector.kafka.source.enumerator.initializer.OffsetsInitializer;
+import org.apache.flink.core.fs.Path;
+import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.streaming.api.functions.sink.filesystem.OutputFileConfig;
+import org.apache.flink.streaming.api.functions.sink.filesystem.rollingpolicies.OnCheckpointRollingPolicy;
+import org.apache.kafka.clients.consumer.OffsetResetStrategy;
+import telemetry.sink.config.SinkJobConfig;
+import telemetry.sink.output.EventHourBucketAssigner;
+import telemetry.sink.output.ProcessingHourBucketAssigner;
+import telemetry.sink.output.SizeOrCheckpointRollingPolicy;
+import telemetry.sink.output.TelemetryParquet;
+import telemetry.sink.parse.KafkaMessage;
+import telemetry.sink.parse.TelemetryRecord;
+
+/**
+ * The job graph: Kafka topic, parse, Parquet files by event hour; dead letters as JSON lines by
+ * processing hour. The same graph runs on Managed Flink, locally, in the tests and the benchmark.
+ */
+public final class TelemetryPipeline {
+    // Stable operator ids: state in a snapshot is matched to operators by these.
+    static final String SOURCE_UID = "telemetry-kafka-source";
+    static final String PARSE_UID = "parse-telemetry";
+    static final String TELEMETRY_SINK_UID = "telemetry-parquet-sink";
+    static final String DEAD_LETTER_SINK_UID = "dead-letter-sink";
+
+    private TelemetryPipeline() {}
+
+    /** Adds the job to env, reading the topic without end. */
+    public static void attach(StreamExecutionEnvironment env, SinkJobConfig config) {
+        attach(env, config, null);
+    }
+
+    /**
+     * Adds the job to env. With stoppingOffsets the source ends there and the job finishes after
+     * committing its files (the benchmark uses this); null reads without end.
+     */
+    public static void attach(StreamExecutionEnvironment env, SinkJobConfig config, OffsetsInitializer stoppingOffsets) {
+        SingleOutputStreamOperator<TelemetryRecord> records = env
+                .fromSource(kafkaSource(config, stoppingOffsets), WatermarkStrategy.noWatermarks(), "telemetry topic")
+                .uid(SOURCE_UID)
+                .process(new ParseTelemetry())
+                .name("parse telemetry")
+                .uid(PARSE_UID);
+
+        records.sinkTo(telemetrySink(config)).name("telemetry parquet").uid(TELEMETRY_SINK_UID);
+        records.getSideOutput(ParseTelemetry.DEAD_LETTERS)
+                .sinkTo(deadLetterSink(config))
+                .name("dead letters")
+                .uid(DEAD_LETTER_SINK_UID);
+    }
+
+    static KafkaSource<KafkaMessage> kafkaSource(SinkJobConfig config, OffsetsInitializer stoppingOffsets) {
+        KafkaSourceBuilder<KafkaMessage> builder = KafkaSource.<KafkaMessage>builder()
+                .setBootstrapServers(config.bootstrapServers)
+                .setTopics(config.topic)
+                .setGroupId(config.groupId)
+                .setStartingOffsets(startingOffsets(config))
+                .setDeserializer(new KafkaMessageDeserializer())
+                .setProperties(config.kafkaClientProperties())
+                // Offsets are committed to the group on each completed checkpoint (for lag
+                // metrics and for a fresh start); a restored job uses its checkpointed offsets.
+                .setProperty("commit.offsets.on.checkpoint", "true");
+        if (stoppingOffsets != null) {
+            builder.setBounded(stoppingOffsets);
+        }
+        return builder.build();
+    }
+
+    private static OffsetsInitializer startingOffsets(SinkJobConfig config) {
+        switch (config.startingOffsets) {
+            case EARLIEST:
+                return OffsetsInitializer.earliest();
+            case LATEST:
+                return OffsetsInitializer.latest();
+            case COMMITTED_EARLIEST:
+            default:
+                return OffsetsInitializer.committedOffsets(OffsetResetStrategy.EARLIEST);
+        }
+    }
+
+    static FileSink<TelemetryRecord> telemetrySink(SinkJobConfig config) {
+        return FileSink.forBulkFormat(new Path(config.outputPath), TelemetryParquet.writerFactory())
+                .withBucketAssigner(new EventHourBucketAssigner())
+                .withRollingPolicy(new SizeOrCheckpointRollingPolicy<>(config.maxPartSizeBytes()))
+                .withOutputFileConfig(OutputFileConfig.builder().withPartPrefix("part").withPartSuffix(".parquet").build())
+                .build();
+    }
+
+    static FileSink<String> deadLetterSink(SinkJobConfig config) {
+        // Rolled on checkpoint only: dead letters are rare, and each checkpoint makes them visible.
+        return FileSink.forRowFormat(new Path(config.deadLetterPath), new SimpleStringEncoder<String>("UTF-8"))
+                .withBucketAssigner(new ProcessingHourBucketAssigner<>())
+                .withRollingPolicy(OnCheckpointRollingPolicy.build())
+                .withOutputFileConfig(OutputFileConfig.builder().withPartPrefix("part").withPartSuffix(".jsonl").build())
+                .build();
+    }
+}

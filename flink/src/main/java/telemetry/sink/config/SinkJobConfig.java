@@ -1,0 +1,214 @@
+package telemetry.sink.config;
+
+import java.io.Serializable;
+import java.net.URI;
+import java.net.URISyntaxException;
+import java.util.Arrays;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.stream.Collectors;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Everything the job reads from its runtime properties, validated once at start-up so a bad
+ * deployment fails before it touches Kafka or S3, with one message naming the property.
+ */
+public final class SinkJobConfig implements Serializable {
+    private static final long serialVersionUID = 1L;
+    private static final Logger LOG = LoggerFactory.getLogger(SinkJobConfig.class);
+
+    public static final String KAFKA_GROUP = "KafkaSource";
+    public static final String SINK_GROUP = "Sink";
+    static final Set<String> KAFKA_KEYS =
+            Set.of("bootstrap.servers", "topic", "group.id", "security.protocol", "starting.offsets");
+    static final Set<String> SINK_KEYS =
+            Set.of("output.path", "dead.letter.path", "max.part.size.mb", "checkpoint.interval.ms");
+    static final Set<String> PATH_SCHEMES = Set.of("s3", "s3a", "file");
+
+    public static final int DEFAULT_MAX_PART_SIZE_MB = 128;
+    static final int MAX_MAX_PART_SIZE_MB = 4096;
+    public static final long DEFAULT_LOCAL_CHECKPOINT_INTERVAL_MS = 10_000;
+    static final long MIN_CHECKPOINT_INTERVAL_MS = 100;
+
+    public final String bootstrapServers;
+    public final String topic;
+    public final String groupId;
+    public final SecurityProtocol securityProtocol;
+    public final StartingOffsets startingOffsets;
+    public final String outputPath;
+    public final String deadLetterPath;
+    public final int maxPartSizeMb;
+    /** Used only when the job runs locally; Managed Flink configures checkpointing itself. */
+    public final long checkpointIntervalMs;
+
+    private SinkJobConfig(Map<String, Properties> groups) {
+        Properties kafka = group(groups, KAFKA_GROUP);
+        Properties sink = group(groups, SINK_GROUP);
+        warnAboutUnknownKeys(KAFKA_GROUP, kafka, KAFKA_KEYS);
+        warnAboutUnknownKeys(SINK_GROUP, sink, SINK_KEYS);
+
+        bootstrapServers = required(KAFKA_GROUP, kafka, "bootstrap.servers", "HOST:PORT[,HOST:PORT...]");
+        for (String server : bootstrapServers.split(",")) {
+            if (!server.trim().matches("[^:\\s]+:\\d{1,5}")) {
+                throw invalid(KAFKA_GROUP, "bootstrap.servers", bootstrapServers, "HOST:PORT[,HOST:PORT...]");
+            }
+        }
+        topic = required(KAFKA_GROUP, kafka, "topic", "a Kafka topic name");
+        if (!topic.matches("[A-Za-z0-9._-]{1,249}")) {
+            throw invalid(KAFKA_GROUP, "topic", topic, "a Kafka topic name ([A-Za-z0-9._-], 1-249 characters)");
+        }
+        groupId = required(KAFKA_GROUP, kafka, "group.id", "a Kafka consumer group id");
+        securityProtocol = choice(KAFKA_GROUP, kafka, "security.protocol", SecurityProtocol.SASL_SSL);
+        startingOffsets = startingOffsets(kafka);
+
+        outputPath = path(sink, "output.path");
+        deadLetterPath = path(sink, "dead.letter.path");
+        if (nested(outputPath, deadLetterPath)) {
+            throw new InvalidPropertyException(
+                    "property Sink.dead.letter.path (" + deadLetterPath + ") and Sink.output.path ("
+                            + outputPath + ") must not contain one another: the telemetry table reads"
+                            + " everything under output.path");
+        }
+        maxPartSizeMb = (int) integer(SINK_GROUP, sink, "max.part.size.mb", DEFAULT_MAX_PART_SIZE_MB,
+                1, MAX_MAX_PART_SIZE_MB);
+        checkpointIntervalMs = integer(SINK_GROUP, sink, "checkpoint.interval.ms",
+                DEFAULT_LOCAL_CHECKPOINT_INTERVAL_MS, MIN_CHECKPOINT_INTERVAL_MS, Long.MAX_VALUE);
+    }
+
+    /** Validates the property groups; throws {@link InvalidPropertyException} on the first problem. */
+    public static SinkJobConfig from(Map<String, Properties> groups) {
+        return new SinkJobConfig(groups);
+    }
+
+    public long maxPartSizeBytes() {
+        return maxPartSizeMb * 1024L * 1024L;
+    }
+
+    /** The Kafka client properties for the configured security protocol. */
+    public Properties kafkaClientProperties() {
+        Properties properties = new Properties();
+        properties.setProperty("security.protocol", securityProtocol.name());
+        if (securityProtocol == SecurityProtocol.SASL_SSL) {
+            // MSK IAM authentication (aws-msk-iam-auth): the application role's credentials sign in.
+            properties.setProperty("sasl.mechanism", "AWS_MSK_IAM");
+            properties.setProperty("sasl.jaas.config", "software.amazon.msk.auth.iam.IAMLoginModule required;");
+            properties.setProperty(
+                    "sasl.client.callback.handler.class",
+                    "software.amazon.msk.auth.iam.IAMClientCallbackHandler");
+        }
+        return properties;
+    }
+
+    private static Properties group(Map<String, Properties> groups, String name) {
+        Properties group = groups.get(name);
+        if (group == null) {
+            throw new InvalidPropertyException(
+                    "property group " + name + " is missing; groups present: "
+                            + (groups.isEmpty() ? "none" : String.join(", ", groups.keySet())));
+        }
+        return group;
+    }
+
+    private static String required(String group, Properties properties, String key, String allowed) {
+        String value = properties.getProperty(key);
+        if (value == null || value.isBlank()) {
+            throw new InvalidPropertyException(
+                    "property " + group + "." + key + " is required but " + (value == null ? "missing" : "empty")
+                            + "; expected " + allowed);
+        }
+        return value.trim();
+    }
+
+    private static SecurityProtocol choice(String group, Properties properties, String key, SecurityProtocol fallback) {
+        String value = properties.getProperty(key);
+        if (value == null || value.isBlank()) {
+            return fallback;
+        }
+        try {
+            return SecurityProtocol.valueOf(value.trim().toUpperCase(Locale.ROOT));
+        } catch (IllegalArgumentException e) {
+            throw invalid(group, key, value, "one of " + Arrays.stream(SecurityProtocol.values())
+                    .map(Enum::name).collect(Collectors.joining(", ")));
+        }
+    }
+
+    private static StartingOffsets startingOffsets(Properties kafka) {
+        String value = kafka.getProperty("starting.offsets");
+        if (value == null || value.isBlank()) {
+            return StartingOffsets.COMMITTED_EARLIEST;
+        }
+        for (StartingOffsets option : StartingOffsets.values()) {
+            if (option.propertyValue.equalsIgnoreCase(value.trim())) {
+                return option;
+            }
+        }
+        throw invalid(KAFKA_GROUP, "starting.offsets", value, "one of " + Arrays.stream(StartingOffsets.values())
+                .map(o -> o.propertyValue).collect(Collectors.joining(", ")));
+    }
+
+    private static String path(Properties sink, String key) {
+        String allowed = "a URI such as s3://bucket/prefix or file:///tmp/telemetry (schemes: s3, s3a, file)";
+        String value = required(SINK_GROUP, sink, key, allowed);
+        try {
+            URI uri = new URI(value);
+            String scheme = uri.getScheme();
+            if (scheme == null || !PATH_SCHEMES.contains(scheme.toLowerCase(Locale.ROOT))
+                    || uri.getPath() == null
+                    || (!"file".equalsIgnoreCase(scheme) && (uri.getHost() == null || uri.getHost().isEmpty()))) {
+                throw invalid(SINK_GROUP, key, value, allowed);
+            }
+        } catch (URISyntaxException e) {
+            throw invalid(SINK_GROUP, key, value, allowed);
+        }
+        // One spelling for prefixes: the sink adds the partition directories after a slash.
+        return value.endsWith("/") ? value.substring(0, value.length() - 1) : value;
+    }
+
+    private static boolean nested(String a, String b) {
+        return a.equals(b) || a.startsWith(b + "/") || b.startsWith(a + "/");
+    }
+
+    private static long integer(String group, Properties properties, String key, long fallback, long min, long max) {
+        String value = properties.getProperty(key);
+        if (value == null || value.isBlank()) {
+            return fallback;
+        }
+        String allowed = max == Long.MAX_VALUE
+                ? "an integer >= " + min
+                : "an integer from " + min + " to " + max;
+        long parsed;
+        try {
+            parsed = Long.parseLong(value.trim());
+        } catch (NumberFormatException e) {
+            throw invalid(group, key, value, allowed);
+        }
+        if (parsed < min || parsed > max) {
+            throw invalid(group, key, value, allowed);
+        }
+        return parsed;
+    }
+
+    private static InvalidPropertyException invalid(String group, String key, String value, String allowed) {
+        return new InvalidPropertyException(
+                "property " + group + "." + key + " is \"" + value + "\"; expected " + allowed);
+    }
+
+    private static void warnAboutUnknownKeys(String group, Properties properties, Set<String> known) {
+        for (String key : properties.stringPropertyNames()) {
+            if (!known.contains(key)) {
+                LOG.warn("ignoring unknown property {}.{}; known keys: {}", group, key, String.join(", ", known));
+            }
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "SinkJobConfig{bootstrap.servers=" + bootstrapServers + ", topic=" + topic + ", group.id=" + groupId
+                + ", security.protocol=" + securityProtocol + ", starting.offsets=" + startingOffsets.propertyValue
+                + ", output.path=" + outputPath + ", dead.letter.path=" + deadLetterPath
+                + ", max.part.size.mb=" + maxPartSizeMb + ", checkpoint.interval.ms=" + checkpointIntervalMs + "}";
+    }
+}

@@ -1,0 +1,63 @@
+package telemetry.sink.parse;
+
+import java.util.Objects;
+
+/**
+ * One telemetry reading as it lands in Parquet: the fields the Glue table declares, in its
+ * column order. A public-field POJO so Flink serializes it with its own PojoSerializer, not Kryo.
+ */
+public class TelemetryRecord {
+    public String runId;
+    public String producerId;
+    public String deviceId;
+    public long seq;
+    public long sentNs;
+    /** Milliseconds since the epoch (UTC), derived from {@link #sentNs}. */
+    public long eventTimeMillis;
+    public double temperatureC;
+    public double humidityPct;
+    public double batteryPct;
+    public double lat;
+    public double lon;
+    public String status;
+    public int kafkaPartition;
+    public long kafkaOffset;
+
+    public TelemetryRecord() {}
+
+    @Override
+    public boolean equals(Object other) {
+        if (this == other) {
+            return true;
+        }
+        if (!(other instanceof TelemetryRecord)) {
+            return false;
+        }
+        TelemetryRecord that = (TelemetryRecord) other;
+        return seq == that.seq
+                && sentNs == that.sentNs
+                && eventTimeMillis == that.eventTimeMillis
+                && Double.compare(temperatureC, that.temperatureC) == 0
+                && Double.compare(humidityPct, that.humidityPct) == 0
+                && Double.compare(batteryPct, that.batteryPct) == 0
+                && Double.compare(lat, that.lat) == 0
+                && Double.compare(lon, that.lon) == 0
+                && kafkaPartition == that.kafkaPartition
+                && kafkaOffset == that.kafkaOffset
+                && Objects.equals(runId, that.runId)
+                && Objects.equals(producerId, that.producerId)
+                && Objects.equals(deviceId, that.deviceId)
+                && Objects.equals(status, that.status);
+    }
+
+    @Override
+    public int hashCode() {
+        return Objects.hash(producerId, deviceId, seq, kafkaPartition, kafkaOffset);
+    }
+
+    @Override
+    public String toString() {
+        return "TelemetryRecord{" + producerId + " " + deviceId + " seq=" + seq + " sent_ns=" + sentNs
+                + " partition=" + kafkaPartition + " offset=" + kafkaOffset + "}";
+    }
+}
