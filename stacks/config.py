@@ -289,8 +289,8 @@ class TelemetrySinkConfig(_Section):
     # visible in Athena, and how many files each writer produces per hour.
     checkpoint_interval_seconds: int = Field(ge=10, le=3600)
     min_pause_between_checkpoints_seconds: int = Field(default=5, ge=0)
-    # A part file also rolls when it reaches this size, between checkpoints.
-    max_part_size_mb: int = Field(ge=1, le=5120)
+    # A part file also rolls when it reaches this size, between checkpoints (the job accepts 1-4096).
+    max_part_size_mb: int = Field(ge=1, le=4096)
     log_retention_days: int
     infrequent_access_after_days: int = Field(ge=MIN_DAYS_IN_INFREQUENT_ACCESS)
     archive_after_days: int

@@ -73,3 +73,38 @@ def create_cluster_document_name(config: EnvironmentConfig) -> str:
 
 def node_log_group_name(config: EnvironmentConfig) -> str:
     return f"/{config.resource_prefix}/service-fabric/nodes"
+
+
+# Telemetry sink: the Flink application, its consumer group, log group and Glue catalog names.
+# Dashboards and alarms name the application literally (no token crosses stacks).
+FLINK_METRICS_NAMESPACE = "AWS/KinesisAnalytics"
+# Counter the Flink job registers under the `kinesisanalytics` metric group for every record it
+# writes to the dead-letter prefix (flink/, ParseTelemetry.DEAD_LETTER_METRIC).
+DEAD_LETTER_METRIC = "DeadLetterRecords"
+TELEMETRY_PREFIX = "telemetry"
+DEAD_LETTER_PREFIX = "dead-letter"
+ATHENA_RESULTS_PREFIX = "athena-results"
+
+
+def telemetry_sink_application_name(config: EnvironmentConfig) -> str:
+    return f"{config.resource_prefix}-telemetry-sink"
+
+
+def telemetry_sink_consumer_group(config: EnvironmentConfig) -> str:
+    return f"telemetry-sink-{config.name}"
+
+
+def telemetry_sink_log_group_name(config: EnvironmentConfig) -> str:
+    return f"/{config.resource_prefix}/telemetry-sink"
+
+
+def telemetry_database_name(config: EnvironmentConfig) -> str:
+    # Athena names take letters, digits and underscores; a hyphen would need quoting in every query.
+    return f"telemetry_{config.name.replace('-', '_')}"
+
+
+TELEMETRY_TABLE_NAME = "telemetry"
+
+
+def athena_workgroup_name(config: EnvironmentConfig) -> str:
+    return f"{config.resource_prefix}-telemetry"

@@ -14,6 +14,7 @@ from stacks.msk_stack import MskStack
 from stacks.network_stack import NetworkStack
 from stacks.service_fabric_stack import ServiceFabricStack
 from stacks.simulator_fleet_stack import SimulatorFleetStack
+from stacks.telemetry_sink_stack import TelemetrySinkStack
 
 
 def create_app(*, context: Mapping[str, Any] | None = None, outdir: str | None = None) -> cdk.App:
@@ -75,6 +76,19 @@ def build_platform(app: cdk.App, config: EnvironmentConfig) -> dict[str, cdk.Sta
         **stack_props("ServiceFabric", "Service Fabric cluster on EC2 (seed nodes, scaling group, load balancers)"),
     )
 
+    telemetry_sink = TelemetrySinkStack(
+        app,
+        f"{prefix}-TelemetrySink",
+        config=config,
+        vpc=network.vpc,
+        kafka=msk.kafka,
+        alarm_topic=monitoring.alarm_topic,
+        dashboard=monitoring.dashboard,
+        **stack_props("TelemetrySink", "Managed Flink job from MSK to Parquet in S3, Glue table for Athena"),
+    )
+    # The job reads the bootstrap broker parameter the MSK stack writes.
+    telemetry_sink.add_dependency(msk)
+
     cdk.Tags.of(app).add("Project", "telemetry-platform")
     cdk.Tags.of(app).add("Environment", config.name)
     return {
@@ -83,4 +97,5 @@ def build_platform(app: cdk.App, config: EnvironmentConfig) -> dict[str, cdk.Sta
         "msk": msk,
         "simulator_fleet": simulator_fleet,
         "service_fabric": service_fabric,
+        "telemetry_sink": telemetry_sink,
     }

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -18,9 +22,14 @@ class SecureBucket(Construct):
         removal_policy: RemovalPolicy,
         expiration_days: int | None = None,
         access_log_retention_days: int = 365,
+        encryption_key: kms.IKey | None = None,
+        transitions: Sequence[s3.Transition] = (),
+        noncurrent_version_expiration_days: int = 30,
+        extra_lifecycle_rules: Sequence[s3.LifecycleRule] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         destroy = removal_policy == RemovalPolicy.DESTROY
+        self.encryption_key = encryption_key
 
         self.access_logs = s3.Bucket(
             self,
@@ -40,7 +49,11 @@ class SecureBucket(Construct):
         self.bucket = s3.Bucket(
             self,
             "Bucket",
-            encryption=s3.BucketEncryption.S3_MANAGED,
+            # With a customer-managed key, an S3 Bucket Key keeps KMS requests (and their cost)
+            # per bucket rather than per object.
+            encryption=s3.BucketEncryption.KMS if encryption_key else s3.BucketEncryption.S3_MANAGED,
+            encryption_key=encryption_key,
+            bucket_key_enabled=True if encryption_key else None,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
             versioned=True,
@@ -49,10 +62,46 @@ class SecureBucket(Construct):
             lifecycle_rules=[
                 s3.LifecycleRule(
                     expiration=Duration.days(expiration_days) if expiration_days else None,
-                    noncurrent_version_expiration=Duration.days(30),
+                    transitions=list(transitions) or None,
+                    noncurrent_version_expiration=Duration.days(noncurrent_version_expiration_days),
                     abort_incomplete_multipart_upload_after=Duration.days(7),
-                )
+                ),
+                *extra_lifecycle_rules,
             ],
             removal_policy=removal_policy,
             auto_delete_objects=destroy,
         )
+
+    def grant_write_under(self, grantee: iam.IGrantable, prefixes: Sequence[str]) -> None:
+        """Let `grantee` write, read back and clean up objects under `prefixes` (e.g. a file sink's
+        in-progress and committed parts), list only those prefixes, and use the bucket's key."""
+        keys = [self.bucket.arn_for_objects(f"{prefix}/*") for prefix in prefixes]
+        iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=[
+                "s3:PutObject",
+                "s3:GetObject",
+                "s3:DeleteObject",
+                "s3:AbortMultipartUpload",
+                "s3:ListMultipartUploadParts",
+            ],
+            resource_arns=keys,
+        )
+        grantee.grant_principal.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[self.bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [p for prefix in prefixes for p in (prefix, f"{prefix}/*")]}},
+            )
+        )
+        iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
+            resource_arns=[self.bucket.bucket_arn],
+        )
+        if self.encryption_key:
+            iam.Grant.add_to_principal(
+                grantee=grantee,
+                actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                resource_arns=[self.encryption_key.key_arn],
+            )

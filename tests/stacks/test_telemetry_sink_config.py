@@ -51,6 +51,7 @@ def test_environments_differ_where_they_should(environments):
         ("log_retention_days", 10, "telemetry_sink.log_retention_days: 10 is not a CloudWatch Logs retention"),
         ("projection_start_date", "2025-02-30", "'2025-02-30' is not a calendar date (expected yyyy-MM-dd)"),
         ("projection_start_date", "01/02/2025", "projection_start_date: String should match pattern"),
+        ("max_part_size_mb", 5000, "max_part_size_mb: Input should be less than or equal to 4096"),
         ("autoscaling", "yes", "telemetry_sink.autoscaling: Input should be a valid boolean"),
         ("surprise", 1, "telemetry_sink.surprise: unknown key"),
     ],
