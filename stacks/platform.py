@@ -87,7 +87,7 @@ def build_platform(app: cdk.App, config: EnvironmentConfig) -> dict[str, cdk.Sta
         **stack_props("TelemetrySink", "Managed Flink job from MSK to Parquet in S3, Glue table for Athena"),
     )
     # The job reads the bootstrap broker parameter the MSK stack writes.
-    telemetry_sink.add_dependency(msk)
+    telemetry_sink.add_stack_dependency(msk)
 
     cdk.Tags.of(app).add("Project", "telemetry-platform")
     cdk.Tags.of(app).add("Environment", config.name)

@@ -216,6 +216,6 @@ class FlinkApplication(Construct):
                 log_stream_arn=log_stream_arn
             ),
         )
-        logging_option.add_dependency(self.application)
+        logging_option.add_resource_dependency(self.application)
         logging_option.node.add_dependency(log_stream)
 

@@ -113,7 +113,7 @@ class TelemetryCatalog(Construct):
                 ),
             ),
         )
-        self.table.add_dependency(self.database)
+        self.table.add_resource_dependency(self.database)
 
         # Results are encrypted with the telemetry key and the settings are enforced, so a client
         # cannot write results unencrypted or elsewhere.

@@ -215,9 +215,11 @@ def test_role_is_least_privilege(synthesized):
     assert prefixes == ["/dead-letter/*", "/telemetry/*"]
     listing = by_action["s3:ListBucket"]
     assert listing["Condition"]["StringLike"]["s3:prefix"] == ["telemetry", "telemetry/*", "dead-letter", "dead-letter/*"]
-    # The job's code: one object of the asset bucket, read only.
-    code = by_action["s3:GetObjectVersion"]
-    assert json.dumps(code["Resource"]).endswith('.zip"]]}')
+    # The job's code: the one object the application runs, read only.
+    code_key = application_config(synthesized, "prod")["ApplicationCodeConfiguration"]["CodeContent"][
+        "S3ContentLocation"
+    ]["FileKey"]
+    assert by_action["s3:GetObjectVersion"]["Resource"]["Fn::Join"][1][-1].endswith(f"/{code_key}")
     assert by_action["kms:GenerateDataKey"]["Resource"]["Fn::GetAtt"][0].startswith("TelemetryKey")
     assert by_action["logs:PutLogEvents"]["Resource"]["Fn::Join"][1][-1].endswith(
         ":log-group:/telemetry-prod/telemetry-sink:log-stream:application"
