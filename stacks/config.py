@@ -271,6 +271,32 @@ class SimulatorFleetConfig(_Section):
     _retention = field_validator("results_retention_days")(_check_retention)
 
 
+class NodeLifecycleConfig(_Section):
+    """How the scale-out/scale-in state machines and the zombie reaper pace themselves."""
+
+    poll_interval_seconds: int = Field(ge=5, le=300)  # between looks at a node or an upgrade
+    lock_retry_seconds: int = Field(ge=5, le=600)  # between tries for the membership lock
+    lock_ttl_seconds: int = Field(ge=300, le=86_400)  # a crashed holder's lock expires after this
+    drain_timeout_minutes: int = Field(ge=5, le=2880)  # a longer drain fails and alarms
+    join_timeout_minutes: int = Field(ge=5, le=2880)  # a longer join is abandoned and alarms
+    seed_hold_minutes: int = Field(ge=0, le=2880)  # a refused seed node's instance is held this long
+    reaper_interval_minutes: int = Field(ge=1, le=1440)
+    zombie_down_minutes: int = Field(ge=5, le=10_080)  # Down this long with its instance gone
+    log_retention_days: int
+
+    _retention = field_validator("log_retention_days")(_check_retention)
+
+    @model_validator(mode="after")
+    def _lock_outlives_a_change(self) -> NodeLifecycleConfig:
+        longest = max(self.drain_timeout_minutes, self.join_timeout_minutes) * 60
+        if self.lock_ttl_seconds < longest:
+            raise ValueError(
+                f"node_lifecycle.lock_ttl_seconds: {self.lock_ttl_seconds} s is shorter than the longest "
+                f"drain or join ({longest} s); another change could take the lock mid-way. Use at least {longest}"
+            )
+        return self
+
+
 # Managed Service for Apache Flink runtimes this platform's job is built for (flink/pom.xml).
 FLINK_RUNTIMES = ("FLINK-1_20", "FLINK-2_2")
 # S3 keeps an object in Standard-IA for at least 30 days before a lifecycle rule may move it on.
@@ -343,6 +369,7 @@ class EnvironmentConfig(_Section):
     service_fabric: ServiceFabricConfig
     simulator_fleet: SimulatorFleetConfig
     telemetry_sink: TelemetrySinkConfig
+    node_lifecycle: NodeLifecycleConfig
 
     @model_validator(mode="after")
     def _cross_checks(self) -> EnvironmentConfig:
@@ -377,6 +404,17 @@ class EnvironmentConfig(_Section):
                 f"telemetry_sink.parallelism: {sink.parallelism} exceeds the {sink_topic.partitions} partitions "
                 f"of topic '{sink.topic}'; the extra Kafka source subtasks would sit idle"
             )
+        lifecycle, heartbeat = self.node_lifecycle, self.service_fabric.lifecycle_heartbeat_seconds
+        for key, seconds in (
+            ("poll_interval_seconds", lifecycle.poll_interval_seconds),
+            ("lock_retry_seconds", lifecycle.lock_retry_seconds),
+        ):
+            if seconds * 2 > heartbeat:
+                raise ValueError(
+                    f"node_lifecycle.{key}: {seconds} s leaves too little of the lifecycle hook's "
+                    f"{heartbeat} s heartbeat timeout (service_fabric.lifecycle_heartbeat_seconds); "
+                    f"use at most {heartbeat // 2} s"
+                )
         if self.production:
             for cidr in self.service_fabric.management_cidrs:
                 if ipaddress.ip_network(cidr).prefixlen == 0:

@@ -1,5 +1,5 @@
 """Renders the PowerShell the Service Fabric nodes run: user data from `userdata/*.ps1` and the
-create-cluster Run Command document from `stacks/documents/create_cluster.yaml`.
+Run Command documents from `stacks/documents/` (create-cluster, add-node).
 
 Scripts mark each value as a quoted placeholder, `'{{ name }}'`; the renderer replaces the whole
 quoted placeholder with a PowerShell single-quoted literal of the value, so a value can never
@@ -17,7 +17,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent.parent
 USERDATA = REPO / "userdata"
-CREATE_CLUSTER_DOCUMENT = REPO / "stacks" / "documents" / "create_cluster.yaml"
+DOCUMENTS = REPO / "stacks" / "documents"
+CREATE_CLUSTER_DOCUMENT = DOCUMENTS / "create_cluster.yaml"
+ADD_NODE_DOCUMENT = DOCUMENTS / "add_node.yaml"
 
 PLACEHOLDER = re.compile(r"'\{\{\s*([A-Za-z][A-Za-z0-9_]*)\s*\}\}'")
 LOOKS_LIKE_PLACEHOLDER = re.compile(r"\{\{.*?\}\}")
@@ -58,16 +60,24 @@ def render_user_data(file_name: str, values: Mapping[str, str]) -> str:
     return rendered
 
 
-def render_create_cluster_document(defaults: Mapping[str, str]) -> dict:
-    """The Run Command document with the stack's values as parameter defaults."""
-    document = yaml.safe_load(CREATE_CLUSTER_DOCUMENT.read_text(encoding="utf-8"))
+def render_command_document(path: Path, defaults: Mapping[str, str]) -> dict:
+    """A Run Command document with the stack's values as parameter defaults."""
+    document = yaml.safe_load(path.read_text(encoding="utf-8"))
     parameters = document["parameters"]
     unknown = sorted(set(defaults) - set(parameters))
     if unknown:
-        raise ValueError(f"{CREATE_CLUSTER_DOCUMENT.name} has no parameters {unknown}")
+        raise ValueError(f"{path.name} has no parameters {unknown}")
     for name, value in defaults.items():
         parameters[name]["default"] = value
     unrendered = sorted(name for name, spec in parameters.items() if spec.get("default") == "rendered")
     if unrendered:
-        raise ValueError(f"{CREATE_CLUSTER_DOCUMENT.name}: no value given for {unrendered}")
+        raise ValueError(f"{path.name}: no value given for {unrendered}")
     return document
+
+
+def render_create_cluster_document(defaults: Mapping[str, str]) -> dict:
+    return render_command_document(CREATE_CLUSTER_DOCUMENT, defaults)
+
+
+def render_add_node_document(defaults: Mapping[str, str]) -> dict:
+    return render_command_document(ADD_NODE_DOCUMENT, defaults)
