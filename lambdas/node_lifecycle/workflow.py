@@ -136,7 +136,10 @@ def _elapsed(runtime: Runtime, state: State) -> float:
 
 
 def resolve(runtime: Runtime, state: State) -> dict[str, Any]:
-    return resolve_node(runtime.client, runtime.instances, _hook(state).instance_id).to_dict()
+    resolution = resolve_node(runtime.client, runtime.instances, _hook(state).instance_id)
+    if resolution.is_member:
+        runtime.record_metric("DrainsStarted", 1, "Count")
+    return resolution.to_dict()
 
 
 def check_seed(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -232,6 +235,7 @@ def _plan(state: State) -> NodePlan:
 
 
 def plan(runtime: Runtime, state: State) -> dict[str, Any]:
+    runtime.record_metric("JoinsStarted", 1, "Count")
     return plan_node(
         runtime.client,
         runtime.instances,
@@ -369,7 +373,6 @@ SCALE_IN_STEPS: dict[str, Step] = {
 SCALE_OUT_STEPS: dict[str, Step] = {
     "begin": lambda runtime, state: begin(runtime, state, flow=SCALE_OUT),
     "acquire_lock": acquire_lock,
-    "release_lock": release_lock,
     "plan_node": plan,
     "join_node": join,
     "poll_node_up": wait_up,

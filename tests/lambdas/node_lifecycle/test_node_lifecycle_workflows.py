@@ -288,7 +288,7 @@ def test_a_launched_instance_joins_the_cluster_and_the_configuration(world, ec2,
     assert tags_of(ec2, instance_id)["sf:nodename"] == name
     assert runtime.lifecycle.results == ["CONTINUE"]
     assert lock_holder(dynamodb) is None
-    assert [m[0] for m in metrics] == ["JoinsSucceeded", "JoinDurationSeconds"]
+    assert [m[0] for m in metrics] == ["JoinsStarted", "JoinsSucceeded", "JoinDurationSeconds"]
     sent = ssm.list_commands()["Commands"]
     assert [c["DocumentName"] for c in sent] == ["telemetry-test-add-node"]
     assert sent[0]["Parameters"]["nodeName"] == [name]
