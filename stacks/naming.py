@@ -42,6 +42,28 @@ SERVICE_FABRIC_METRICS_NAMESPACE = "Telemetry/ServiceFabricNodes"
 DEPLOYMENT_ACCOUNT = "sfdeploy"
 
 
+# Node lifecycle automation (scale-out joins, scale-in drains, the zombie reaper).
+NODE_LIFECYCLE_METRICS_NAMESPACE = "Telemetry/NodeLifecycle"
+
+
+def node_lifecycle_state_machine_name(config: EnvironmentConfig, flow: str) -> str:
+    """flow: 'scale-in' or 'scale-out'."""
+    return f"{config.resource_prefix}-sf-{flow}"
+
+
+def state_machine_arn(config: EnvironmentConfig, name: str) -> str:
+    """Literal, so dashboards and alarms in other stacks can name it without a reference."""
+    return f"arn:aws:states:{config.region}:{config.account}:stateMachine:{name}"
+
+
+def membership_lock_table_name(config: EnvironmentConfig) -> str:
+    return f"{config.resource_prefix}-sf-membership-lock"
+
+
+def add_node_document_name(config: EnvironmentConfig) -> str:
+    return f"{config.resource_prefix}-sf-add-node"
+
+
 def service_fabric_cluster_name(config: EnvironmentConfig) -> str:
     return f"{config.resource_prefix}-sf"
 

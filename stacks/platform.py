@@ -12,6 +12,7 @@ from stacks.config import EnvironmentConfig
 from stacks.monitoring_stack import MonitoringStack
 from stacks.msk_stack import MskStack
 from stacks.network_stack import NetworkStack
+from stacks.node_lifecycle_stack import NodeLifecycleStack
 from stacks.service_fabric_stack import ServiceFabricStack
 from stacks.simulator_fleet_stack import SimulatorFleetStack
 from stacks.telemetry_sink_stack import TelemetrySinkStack
@@ -89,6 +90,19 @@ def build_platform(app: cdk.App, config: EnvironmentConfig) -> dict[str, cdk.Sta
     # The job reads the bootstrap broker parameter the MSK stack writes.
     telemetry_sink.add_stack_dependency(msk)
 
+    node_lifecycle = NodeLifecycleStack(
+        app,
+        f"{prefix}-NodeLifecycle",
+        config=config,
+        vpc=network.vpc,
+        scaling_group=service_fabric.scaling_group,
+        gateway_client_security_group=service_fabric.gateway_client_security_group,
+        gateway_endpoints=service_fabric.gateway_endpoints,
+        alarm_topic=monitoring.alarm_topic,
+        dashboard=monitoring.dashboard,
+        **stack_props("NodeLifecycle", "Service Fabric node lifecycle: join on launch, drain on terminate, zombie reaper"),
+    )
+
     cdk.Tags.of(app).add("Project", "telemetry-platform")
     cdk.Tags.of(app).add("Environment", config.name)
     return {
@@ -98,4 +112,5 @@ def build_platform(app: cdk.App, config: EnvironmentConfig) -> dict[str, cdk.Sta
         "simulator_fleet": simulator_fleet,
         "service_fabric": service_fabric,
         "telemetry_sink": telemetry_sink,
+        "node_lifecycle": node_lifecycle,
     }

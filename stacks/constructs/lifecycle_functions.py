@@ -1,0 +1,118 @@
+"""The node lifecycle Lambdas: one code package (sf_rest + node_lifecycle + pinned wheels),
+built without Docker, and the functions that run it inside the VPC.
+
+The package is built by local bundling: the two packages are copied and
+`lambdas/requirements.txt` is installed with pip for the Lambda platform (manylinux
+wheels, no compilation), so `cdk synth` needs only the package registry. Tests skip
+bundling (`aws:cdk:bundling-stacks: []`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import aws_cdk as cdk
+import jsii
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+from stacks.compliance import acknowledge, managed_policy_finding
+from stacks.constructs.log_group import log_group
+
+LAMBDAS = Path(__file__).resolve().parent.parent.parent / "lambdas"
+PACKAGES = ("sf_rest", "node_lifecycle")
+RUNTIME = lambda_.Runtime.PYTHON_3_14
+ARCHITECTURE = lambda_.Architecture.ARM_64
+PIP_PLATFORM = "manylinux2014_aarch64"
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache")
+
+
+@jsii.implements(cdk.ILocalBundling)
+class _PipBundling:
+    """Copies the packages and pip-installs the pinned requirements for the Lambda platform."""
+
+    def try_bundle(self, output_dir: str, *, image: cdk.DockerImage, **_: object) -> bool:
+        out = Path(output_dir)
+        for package in PACKAGES:
+            shutil.copytree(LAMBDAS / package, out / package, ignore=IGNORED, dirs_exist_ok=True)
+        python_version = RUNTIME.name.removeprefix("python")
+        command = [
+            sys.executable, "-m", "pip", "install", "--quiet", "--no-compile",
+            "--requirement", str(LAMBDAS / "requirements.txt"),
+            "--target", str(out),
+            "--platform", PIP_PLATFORM, "--implementation", "cp",
+            "--python-version", python_version, "--only-binary=:all:",
+        ]  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"bundling the node lifecycle Lambdas failed: {result.stderr.strip()}")
+        return True
+
+
+def function_code() -> lambda_.Code:
+    return lambda_.Code.from_asset(
+        str(LAMBDAS),
+        exclude=["**/__pycache__", "**/.mypy_cache"],
+        bundling=cdk.BundlingOptions(
+            # Never pulled: local bundling always succeeds or raises.
+            image=RUNTIME.bundling_image,
+            local=_PipBundling(),
+        ),
+    )
+
+
+class LifecycleFunction(Construct):
+    """One Lambda of the node lifecycle: in the private subnets, able to reach the nodes' HTTP
+    gateway (through the gateway client security group), logging to a group with retention."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        code: lambda_.Code,
+        handler: str,
+        description: str,
+        environment: Mapping[str, str],
+        vpc: ec2.IVpc,
+        security_groups: Sequence[ec2.ISecurityGroup],
+        log_retention_days: int,
+        removal_policy: cdk.RemovalPolicy,
+        timeout: cdk.Duration = cdk.Duration.minutes(2),
+    ) -> None:
+        super().__init__(scope, construct_id)
+        logs = log_group(
+            self, "Logs", retention_days=log_retention_days, removal_policy=removal_policy
+        )
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            code=code,
+            handler=handler,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            description=description,
+            environment=dict(environment),
+            vpc=vpc,
+            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            security_groups=list(security_groups),
+            timeout=timeout,
+            memory_size=256,
+            log_group=logs,
+            tracing=lambda_.Tracing.ACTIVE,
+        )
+        role = self.function.role
+        assert role is not None
+        for policy in ("service-role/AWSLambdaBasicExecutionRole", "service-role/AWSLambdaVPCAccessExecutionRole"):
+            acknowledge(
+                role,
+                "AwsSolutions-IAM4",
+                "The AWS-managed Lambda execution policies grant only log delivery and the ENI "
+                "actions a function in a VPC needs; AWS maintains them as the service changes.",
+                finding=managed_policy_finding(policy),
+            )

@@ -1,0 +1,24 @@
+"""The zombie reaper: a scheduled run of the reaper function (node_lifecycle.handlers.reaper)."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+
+class ZombieReaper(Construct):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, function: lambda_.IFunction, interval_minutes: int
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.schedule = events.Rule(
+            self,
+            "Schedule",
+            description="Removes Service Fabric nodes whose machines are gone (zombies)",
+            schedule=events.Schedule.rate(cdk.Duration.minutes(interval_minutes)),
+            # A run that finds the lock taken simply waits for the next one: no retries.
+            targets=[targets.LambdaFunction(function, retry_attempts=0)],
+        )

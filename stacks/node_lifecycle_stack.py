@@ -1,0 +1,287 @@
+"""Node lifecycle automation of the Service Fabric cluster: the scaling group's launch and
+terminate lifecycle actions start state machines that join and drain nodes over the
+Service Fabric REST API, one membership change at a time (a DynamoDB lock), and a
+scheduled reaper removes nodes whose machines are gone.
+
+Runtime code: lambdas/node_lifecycle (steps in workflow.py, handlers in handlers.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from stacks.compliance import acknowledge, wildcard_resource_finding
+from stacks.config import EnvironmentConfig
+from stacks.constructs.lifecycle_functions import LifecycleFunction, function_code
+from stacks.constructs.lifecycle_monitoring import LifecycleMonitoring
+from stacks.constructs.lifecycle_workflows import Pacing, ScaleInWorkflow, ScaleOutWorkflow
+from stacks.constructs.membership_lock_table import MembershipLockTable
+from stacks.constructs.node_scripts import render_add_node_document
+from stacks.constructs.zombie_reaper import ZombieReaper
+from stacks.naming import (
+    CLUSTER_TAG,
+    DEPLOYMENT_ACCOUNT,
+    LAUNCH_HOOK_NAME,
+    NODE_LIFECYCLE_METRICS_NAMESPACE,
+    NODE_PREPARATION_STATUS_FILE,
+    SCALING_NODE_TYPE,
+    TERMINATE_HOOK_NAME,
+    add_node_document_name,
+    membership_lock_table_name,
+    node_lifecycle_state_machine_name,
+    scaling_group_name,
+    service_fabric_cluster_name,
+    state_machine_arn,
+)
+from stacks.removal import removal_policy
+
+STOP_HOST_DOCUMENT = "AWS-RunPowerShellScript"
+
+
+class NodeLifecycleStack(cdk.Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: EnvironmentConfig,
+        vpc: ec2.IVpc,
+        scaling_group: autoscaling.IAutoScalingGroup,
+        gateway_client_security_group: ec2.ISecurityGroup,
+        gateway_endpoints: Sequence[str],
+        alarm_topic: sns.ITopic,
+        dashboard: cloudwatch.Dashboard,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        settings, lifecycle = config.service_fabric, config.node_lifecycle
+        cluster_name = service_fabric_cluster_name(config)
+        group_name = scaling_group_name(config)
+        removal = removal_policy(config)
+
+        self.lock = MembershipLockTable(self, "MembershipLock", table_name=membership_lock_table_name(config))
+        add_node = ssm.CfnDocument(
+            self,
+            "AddNodeDocument",
+            name=add_node_document_name(config),
+            document_type="Command",
+            document_format="YAML",
+            update_method="NewVersion",
+            content=render_add_node_document(
+                {
+                    "statusFile": NODE_PREPARATION_STATUS_FILE,
+                    "certificateSecret": settings.cluster_certificate_secret,
+                    "deploymentAccount": DEPLOYMENT_ACCOUNT,
+                    "region": config.region,
+                }
+            ),
+        )
+
+        # The functions reach the gateways through the gateway client group, and AWS APIs
+        # (endpoints, NAT) over 443 through their own.
+        egress = ec2.SecurityGroup(
+            self, "FunctionSecurityGroup", vpc=vpc, allow_all_outbound=False,
+            description=f"Node lifecycle functions of {cluster_name}: HTTPS to AWS APIs",
+        )
+        egress.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "AWS APIs through endpoints and NAT")
+        environment = {
+            "SF_GATEWAY_ENDPOINTS": ",".join(gateway_endpoints),
+            "SF_ADMIN_CERTIFICATE_SECRET": settings.admin_certificate_secret,
+            "SF_CLUSTER_CERTIFICATE_SECRET": settings.cluster_certificate_secret,
+            "LOCK_TABLE_NAME": self.lock.table.table_name,
+            "LOCK_TTL_SECONDS": str(lifecycle.lock_ttl_seconds),
+            "SCALING_NODE_TYPE": SCALING_NODE_TYPE,
+            "ADD_NODE_DOCUMENT": add_node_document_name(config),
+            "SEED_HOLD_SECONDS": str(lifecycle.seed_hold_minutes * 60),
+            "ZOMBIE_DOWN_SECONDS": str(lifecycle.zombie_down_minutes * 60),
+            "METRICS_NAMESPACE": NODE_LIFECYCLE_METRICS_NAMESPACE,
+            "POWERTOOLS_METRICS_NAMESPACE": NODE_LIFECYCLE_METRICS_NAMESPACE,
+            "CLUSTER_NAME": cluster_name,
+        }
+        code = function_code()
+
+        def function(construct_id: str, handler: str, description: str, timeout_minutes: int) -> LifecycleFunction:
+            made = LifecycleFunction(
+                self,
+                construct_id,
+                code=code,
+                handler=f"node_lifecycle.handlers.{handler}",
+                description=description,
+                environment={
+                    **environment,
+                    "WORKFLOW_TIMEOUT_SECONDS": str(timeout_minutes * 60),
+                },
+                vpc=vpc,
+                security_groups=[egress, gateway_client_security_group],
+                log_retention_days=lifecycle.log_retention_days,
+                removal_policy=removal,
+            )
+            self._grant_common(made, config)
+            return made
+
+        scale_in = function("ScaleInFunction", "scale_in", f"Drains {cluster_name} nodes of terminating instances",
+                            lifecycle.drain_timeout_minutes)
+        scale_out = function("ScaleOutFunction", "scale_out", f"Joins launching instances to {cluster_name}",
+                             lifecycle.join_timeout_minutes)
+        reaper = function("ReaperFunction", "reaper", f"Removes zombie nodes of {cluster_name}",
+                          lifecycle.drain_timeout_minutes)
+
+        for made in (scale_in, scale_out):
+            self._grant_lifecycle_actions(made, config, group_name)
+        self._grant_run_command(scale_in, config, STOP_HOST_DOCUMENT, "stop the Fabric host service")
+        self._grant_run_command(scale_out, config, add_node.ref, "run AddNode.ps1")
+        self._grant_node_tagging(scale_out, config)
+
+        hold_seconds = min(settings.lifecycle_heartbeat_seconds // 2, 300)
+        state_machine_names = {
+            "ScaleIn": node_lifecycle_state_machine_name(config, "scale-in"),
+            "ScaleOut": node_lifecycle_state_machine_name(config, "scale-out"),
+        }
+        workflow_options = dict(
+            alarm_topic=alarm_topic,
+            group=scaling_group,
+            group_name=group_name,
+            log_retention_days=lifecycle.log_retention_days,
+            removal_policy=removal,
+        )
+        self.scale_in = ScaleInWorkflow(
+            self,
+            "ScaleIn",
+            function=scale_in.function,
+            state_machine_name=state_machine_names["ScaleIn"],
+            hook_name=TERMINATE_HOOK_NAME,
+            pacing=Pacing(
+                poll_interval=cdk.Duration.seconds(lifecycle.poll_interval_seconds),
+                lock_retry=cdk.Duration.seconds(lifecycle.lock_retry_seconds),
+                hold_interval=cdk.Duration.seconds(hold_seconds),
+                timeout=cdk.Duration.minutes(max(lifecycle.drain_timeout_minutes, lifecycle.seed_hold_minutes) + 30),
+            ),
+            **workflow_options,
+        )
+        self.scale_out = ScaleOutWorkflow(
+            self,
+            "ScaleOut",
+            function=scale_out.function,
+            state_machine_name=state_machine_names["ScaleOut"],
+            hook_name=LAUNCH_HOOK_NAME,
+            pacing=Pacing(
+                poll_interval=cdk.Duration.seconds(lifecycle.poll_interval_seconds),
+                lock_retry=cdk.Duration.seconds(lifecycle.lock_retry_seconds),
+                hold_interval=cdk.Duration.seconds(hold_seconds),
+                timeout=cdk.Duration.minutes(lifecycle.join_timeout_minutes + 30),
+            ),
+            **workflow_options,
+        )
+        self.reaper = ZombieReaper(self, "ZombieReaper", function=reaper.function,
+                                   interval_minutes=lifecycle.reaper_interval_minutes)
+        LifecycleMonitoring(
+            self,
+            "Monitoring",
+            namespace=NODE_LIFECYCLE_METRICS_NAMESPACE,
+            cluster_name=cluster_name,
+            state_machine_arns={label: state_machine_arn(config, name) for label, name in state_machine_names.items()},
+            reaper_interval_minutes=lifecycle.reaper_interval_minutes,
+            alarm_topic=alarm_topic,
+            dashboard=dashboard,
+        )
+
+    # -- least-privilege grants -----------------------------------------------------------
+
+    def _grant_common(self, made: LifecycleFunction, config: EnvironmentConfig) -> None:
+        """Every function: the lock, the two certificate secrets, and reading instances."""
+        fn, settings = made.function, config.service_fabric
+        self.lock.table.grant_read_write_data(fn)
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["secretsmanager:GetSecretValue"],
+                resources=[
+                    self.format_arn(service="secretsmanager", resource="secret",
+                                    resource_name=f"{name}-??????", arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)
+                    for name in (settings.admin_certificate_secret, settings.cluster_certificate_secret)
+                ],
+            )
+        )
+        fn.add_to_role_policy(iam.PolicyStatement(actions=["ec2:DescribeInstances"], resources=["*"]))
+        acknowledge(
+            self._policy(made),
+            "AwsSolutions-IAM5",
+            "ec2:DescribeInstances and ssm:GetCommandInvocation support no resource-level "
+            "permissions; they read which instance runs which node, whether it still exists, and "
+            "how a Run Command sent to a node went.",
+            finding=wildcard_resource_finding("*"),
+        )
+
+    def _grant_lifecycle_actions(self, made: LifecycleFunction, config: EnvironmentConfig, group_name: str) -> None:
+        group_arn = self.format_arn(
+            service="autoscaling", resource="autoScalingGroup",
+            resource_name=f"*:autoScalingGroupName/{group_name}", arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+        made.function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"],
+                resources=[group_arn],
+            )
+        )
+        acknowledge(
+            self._policy(made),
+            "AwsSolutions-IAM5",
+            "An Auto Scaling group ARN carries a generated id; the wildcard stands only for that id, "
+            "the group name is fixed, so only the Service Fabric scaling group's actions are allowed.",
+            finding=wildcard_resource_finding(
+                f"arn:<AWS::Partition>:autoscaling:{config.region}:{config.account}:autoScalingGroup:*:autoScalingGroupName/{group_name}"
+            ),
+        )
+
+    def _grant_run_command(self, made: LifecycleFunction, config: EnvironmentConfig, document: str, purpose: str) -> None:
+        fn = made.function
+        if document == STOP_HOST_DOCUMENT:
+            document_arn = f"arn:{self.partition}:ssm:{config.region}::document/{document}"
+        else:
+            document_arn = self.format_arn(service="ssm", resource="document", resource_name=document)
+        instances = self.format_arn(service="ec2", resource="instance", resource_name="*")
+        fn.add_to_role_policy(iam.PolicyStatement(actions=["ssm:SendCommand"], resources=[document_arn]))
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["ssm:SendCommand"],
+                resources=[instances],
+                conditions={"StringEquals": {f"ssm:resourceTag/{CLUSTER_TAG}": service_fabric_cluster_name(config)}},
+            )
+        )
+        fn.add_to_role_policy(iam.PolicyStatement(actions=["ssm:GetCommandInvocation"], resources=["*"]))
+        acknowledge(
+            self._policy(made),
+            "AwsSolutions-IAM5",
+            f"Run Command may target only instances tagged as nodes of this cluster (condition on "
+            f"the {CLUSTER_TAG} tag), to {purpose}; instance ids are not known in advance.",
+            finding=wildcard_resource_finding(f"arn:<AWS::Partition>:ec2:{config.region}:{config.account}:instance/*"),
+        )
+
+    def _grant_node_tagging(self, made: LifecycleFunction, config: EnvironmentConfig) -> None:
+        made.function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["ec2:CreateTags"],
+                resources=[self.format_arn(service="ec2", resource="instance", resource_name="*")],
+                conditions={
+                    "StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": service_fabric_cluster_name(config)},
+                    "ForAllValues:StringEquals": {"aws:TagKeys": ["sf:nodename"]},
+                },
+            )
+        )
+
+    @staticmethod
+    def _policy(made: LifecycleFunction) -> Construct:
+        role = made.function.role
+        assert role is not None
+        policy = role.node.try_find_child("DefaultPolicy")
+        assert policy is not None
+        return policy

@@ -1,0 +1,269 @@
+"""The node lifecycle stack as synthesized for each environment: rules, state machines, the
+lock table, the reaper, the functions' reach and permissions, alarms."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+import tree_sitter_powershell
+import yaml
+from tree_sitter import Language, Parser
+from node_lifecycle.workflow import SCALE_IN_STEPS, SCALE_OUT_STEPS
+
+from stacks.constructs.node_scripts import render_add_node_document
+from tests.conftest import cdk_context
+
+
+def resources(template, kind: str) -> dict[str, dict]:
+    return template.find_resources(kind)
+
+
+def definition(state_machine: dict) -> dict[str, Any]:
+    """The ASL document, with CloudFormation references replaced by a placeholder."""
+    body = state_machine["Properties"]["DefinitionString"]
+    if isinstance(body, dict):
+        body = "".join(part if isinstance(part, str) else "REF" for part in body["Fn::Join"][1])
+    return json.loads(body)
+
+
+def machines(template) -> dict[str, dict[str, Any]]:
+    """'scale-in'/'scale-out' -> ASL."""
+    found = {}
+    for resource in resources(template, "AWS::StepFunctions::StateMachine").values():
+        name = resource["Properties"]["StateMachineName"]
+        found[name.rsplit("-sf-", 1)[1]] = definition(resource)
+    return found
+
+
+def invoked_steps(asl: dict[str, Any]) -> list[str]:
+    steps = []
+    for state in asl["States"].values():
+        payload = state.get("Parameters") or {}
+        if "step" in payload:
+            steps.append(payload["step"])
+    return steps
+
+
+@pytest.fixture(scope="module")
+def dev(synthesized):
+    return synthesized("dev").template("node_lifecycle")
+
+
+@pytest.fixture(scope="module")
+def prod(synthesized):
+    return synthesized("prod").template("node_lifecycle")
+
+
+def test_lifecycle_actions_of_the_scaling_group_start_the_state_machines(dev):
+    patterns = {
+        tuple(rule["Properties"]["EventPattern"]["detail-type"]): rule["Properties"]["EventPattern"]
+        for rule in resources(dev, "AWS::Events::Rule").values()
+        if "EventPattern" in rule["Properties"]
+    }
+    launch = patterns[("EC2 Instance-launch Lifecycle Action",)]
+    terminate = patterns[("EC2 Instance-terminate Lifecycle Action",)]
+    assert launch["source"] == terminate["source"] == ["aws.autoscaling"]
+    assert launch["detail"] == {
+        "AutoScalingGroupName": ["telemetry-dev-sf-scaling"],
+        "LifecycleHookName": ["sf-join-cluster"],
+    }
+    assert terminate["detail"]["LifecycleHookName"] == ["sf-leave-cluster"]
+
+
+def test_every_step_the_state_machines_invoke_exists_in_the_lambda(dev):
+    found = machines(dev)
+    assert set(invoked_steps(found["scale-in"])) == set(SCALE_IN_STEPS)
+    assert set(invoked_steps(found["scale-out"])) == set(SCALE_OUT_STEPS)
+
+
+def test_every_step_after_the_first_is_caught_and_ends_in_an_alarm(dev):
+    for flow, asl in machines(dev).items():
+        states = asl["States"]
+        for name, state in states.items():
+            payload = state.get("Parameters") or {}
+            if payload.get("step") in (None, "begin", "fail"):
+                continue
+            catchers = state.get("Catch") or []
+            assert catchers and catchers[0]["Next"] == "Release the lock and word the alarm", (flow, name)
+            retried = {e for r in state["Retry"] for e in r["ErrorEquals"]}
+            assert {"FabricError", "GatewayUnavailableError"} <= retried, (flow, name)
+        alarm = states["Alarm the operators"]
+        assert alarm["Resource"].endswith(":states:::sns:publish")
+        assert alarm["Next"] in ("Drain failed", "Join failed") and states[alarm["Next"]]["Type"] == "Fail"
+
+
+def test_waits_loop_through_wait_states_at_the_configured_interval(dev, prod):
+    for template, seconds in ((dev, 15), (prod, 30)):
+        asl = machines(template)["scale-in"]
+        wait = asl["States"]["Wait until the node is Disabled: wait"]
+        assert wait == {"Type": "Wait", "Seconds": seconds, "Next": "Wait until the node is Disabled"}
+        choice = asl["States"]["Wait until the node is Disabled: done?"]
+        assert choice["Choices"][0]["Variable"] == "$.disabled.done"
+        assert choice["Choices"][0]["Next"] == "Stop the Fabric host"
+
+
+def test_a_seed_node_releases_the_lock_alarms_and_is_held(dev):
+    states = machines(dev)["scale-in"]["States"]
+    seed = states["Seed node?"]["Choices"][0]
+    assert seed["Variable"] == "$.seed.refused" and seed["Next"] == "Release the lock while holding"
+    assert states["Release the lock while holding"]["Next"] == "Alarm: seed node refused"
+    assert states["Alarm: seed node refused"]["Next"] == "Hold the seed node's instance"
+    assert states["Hold the seed node's instance: wait"]["Seconds"] == 300  # heartbeat 600 s / 2
+
+
+def test_state_machines_log_everything_and_are_traced(dev):
+    for resource in resources(dev, "AWS::StepFunctions::StateMachine").values():
+        props = resource["Properties"]
+        assert props["TracingConfiguration"] == {"Enabled": True}
+        assert props["LoggingConfiguration"]["Level"] == "ALL"
+        assert props["LoggingConfiguration"]["IncludeExecutionData"] is True
+
+
+def test_the_lock_table_keys_on_the_lock_name_and_expires_holders(dev):
+    dev.has_resource_properties(
+        "AWS::DynamoDB::GlobalTable",
+        {
+            "TableName": "telemetry-dev-sf-membership-lock",
+            "KeySchema": [{"AttributeName": "LockName", "KeyType": "HASH"}],
+            "TimeToLiveSpecification": {"AttributeName": "ExpiresAt", "Enabled": True},
+            "BillingMode": "PAY_PER_REQUEST",
+        },
+    )
+
+
+def test_the_reaper_runs_every_five_minutes(dev):
+    dev.has_resource_properties("AWS::Events::Rule", {"ScheduleExpression": "rate(5 minutes)"})
+
+
+def test_functions_run_in_the_vpc_with_the_gateway_client_group_and_validated_settings(dev):
+    functions = resources(dev, "AWS::Lambda::Function")
+    assert sorted(f["Properties"]["Handler"] for f in functions.values()) == [
+        "node_lifecycle.handlers.reaper",
+        "node_lifecycle.handlers.scale_in",
+        "node_lifecycle.handlers.scale_out",
+    ]
+    for function in functions.values():
+        props = function["Properties"]
+        assert len(props["VpcConfig"]["SecurityGroupIds"]) == 2
+        assert any("GatewayClientSecurityGroup" in json.dumps(g) for g in props["VpcConfig"]["SecurityGroupIds"])
+        variables = props["Environment"]["Variables"]
+        assert variables["SF_GATEWAY_ENDPOINTS"].startswith("https://") and ":19080" in variables["SF_GATEWAY_ENDPOINTS"]
+        assert variables["LOCK_TTL_SECONDS"] == "3600" and variables["SCALING_NODE_TYPE"] == "ScalingNodeType"
+        assert props["Runtime"].startswith("python3.") and props["Architectures"] == ["arm64"]
+
+
+def statements_of(template, handler: str) -> list[dict]:
+    function = next(
+        f for f in resources(template, "AWS::Lambda::Function").values() if f["Properties"]["Handler"].endswith(handler)
+    )
+    role = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    policy = next(
+        p for p in resources(template, "AWS::IAM::Policy").values() if p["Properties"]["Roles"] == [{"Ref": role}]
+    )
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+def actions(statement: dict) -> list[str]:
+    value = statement["Action"]
+    return [value] if isinstance(value, str) else value
+
+
+def test_run_command_reaches_only_this_clusters_nodes_and_only_the_needed_documents(dev):
+    for handler, document in (("scale_in", "document/AWS-RunPowerShellScript"), ("scale_out", "AddNodeDocument")):
+        sends = [s for s in statements_of(dev, handler) if "ssm:SendCommand" in actions(s)]
+        assert len(sends) == 2, handler
+        on_instances = next(s for s in sends if "Condition" in s)
+        assert on_instances["Condition"] == {"StringEquals": {"ssm:resourceTag/sf:cluster": "telemetry-dev-sf"}}
+        on_document = next(s for s in sends if "Condition" not in s)
+        assert document in json.dumps(on_document["Resource"]), handler
+    reaper = statements_of(dev, "reaper")
+    assert not any(a.startswith(("ssm:", "autoscaling:")) for s in reaper for a in actions(s))
+
+
+def test_only_scale_out_tags_instances_and_only_with_the_node_name(dev):
+    tagging = [s for s in statements_of(dev, "scale_out") if "ec2:CreateTags" in actions(s)]
+    assert tagging[0]["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": ["sf:nodename"]}
+    assert not any("ec2:CreateTags" in actions(s) for s in statements_of(dev, "scale_in"))
+
+
+def test_lifecycle_actions_are_allowed_on_the_scaling_group_only(dev):
+    for handler in ("scale_in", "scale_out"):
+        statement = next(
+            s for s in statements_of(dev, handler) if "autoscaling:CompleteLifecycleAction" in actions(s)
+        )
+        assert "autoScalingGroupName/telemetry-dev-sf-scaling" in json.dumps(statement["Resource"])
+
+
+def test_failures_stalls_zombies_and_seed_nodes_down_alarm(dev):
+    alarms = resources(dev, "AWS::CloudWatch::Alarm").values()
+
+    def metric_name(alarm: dict) -> str:
+        props = alarm["Properties"]
+        return props.get("MetricName") or props["Metrics"][0]["MetricStat"]["Metric"]["MetricName"]
+
+    metrics = {metric_name(a) for a in alarms}
+    assert {"DrainsFailed", "JoinsFailed", "ZombieNodes", "SeedNodesDown", "ExecutionsFailed", "ExecutionsTimedOut"} <= metrics
+    for alarm in alarms:
+        assert alarm["Properties"]["AlarmActions"] and alarm["Properties"]["OKActions"]
+
+
+def test_the_dashboard_shows_drains_joins_and_zombies(synthesized):
+    body = json.dumps(synthesized("dev").template("monitoring").to_json())
+    for metric in ("DrainsStarted", "DrainsSucceeded", "DrainsFailed", "DrainDurationSeconds", "ZombieNodes"):
+        assert metric in body
+
+
+def test_the_add_node_document_checks_every_parameter_and_renders_the_stack_values(dev):
+    document = next(iter(resources(dev, "AWS::SSM::Document").values()))["Properties"]
+    assert document["Name"] == "telemetry-dev-sf-add-node" and document["DocumentType"] == "Command"
+    parameters = document["Content"]["parameters"]
+    assert all("allowedPattern" in spec for spec in parameters.values())
+    assert parameters["certificateSecret"]["default"] == cdk_context()["environments"]["dev"]["service_fabric"][
+        "cluster_certificate_secret"
+    ]
+    patterns = {name: re.compile(spec["allowedPattern"]) for name, spec in parameters.items()}
+    assert patterns["nodeName"].fullmatch("scale-i-0123456789abcdef0")
+    assert patterns["faultDomain"].fullmatch("fd:/eu-west-1/eu-west-1a")
+    assert patterns["clientConnectionEndpoint"].fullmatch("10.10.4.10:19000")
+    assert not patterns["nodeName"].fullmatch("x'; Remove-Item C:\\ -Recurse; '")
+
+
+def test_the_add_node_script_parses_as_powershell_with_values_substituted():
+    document = render_add_node_document(
+        {"statusFile": "C:\\ServiceFabric\\s.json", "certificateSecret": "c", "deploymentAccount": "sfdeploy", "region": "eu-west-1"}
+    )
+    values = {
+        "nodeName": "scale-i-0abc", "nodeType": "ScalingNodeType", "ipAddress": "10.10.4.20",
+        "faultDomain": "fd:/eu-west-1/eu-west-1a", "upgradeDomain": "UD1",
+        "clientConnectionEndpoint": "10.10.4.10:19000", "preparationTimeoutSeconds": "1800",
+        "addNodeTimeoutSeconds": "1800", "statusFile": "C:\\ServiceFabric\\s.json", "certificateSecret": "c",
+        "deploymentAccount": "sfdeploy", "region": "eu-west-1",
+    }  # fmt: skip
+    script = document["mainSteps"][0]["inputs"]["runCommand"][0]
+    for name, value in values.items():
+        script = script.replace("{{ " + name + " }}", value)
+    assert "{{" not in script
+    tree = Parser(Language(tree_sitter_powershell.language())).parse(script.encode())
+    assert not tree.root_node.has_error
+    assert "AddNode.ps1" in script and "-ExistingClientConnectionEndpoint" in script
+    assert yaml.safe_dump(document)  # still a plain YAML document
+
+
+@pytest.mark.integration  # downloads the pinned wheels from the package registry
+def test_the_function_package_builds_without_docker(tmp_path):
+    from stacks.constructs.lifecycle_functions import _PipBundling
+
+    assert _PipBundling().try_bundle(str(tmp_path), image=None) is True
+    for path in (
+        "node_lifecycle/handlers.py",
+        "node_lifecycle/stop_fabric_host.ps1",  # sent by Run Command on scale-in
+        "sf_rest/client.py",
+        "requests/__init__.py",
+        "aws_lambda_powertools/metrics/__init__.py",
+    ):
+        assert (tmp_path / path).is_file(), path
+    assert not list(tmp_path.rglob("__pycache__"))
+    assert not (tmp_path / "boto3").exists()  # the Lambda runtime provides it
