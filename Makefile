@@ -18,7 +18,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 CDK := $(BIN)/cdk
 CDK_FLAGS := -c env=$(ENV)
 
-.PHONY: help venv synth test test-fast lint deploy diff destroy topics bench demo clean
+.PHONY: help venv synth test test-fast lint deploy diff destroy topics bench demo clean flink-test bench-sink
 
 help:
 	@echo "make synth   [ENV=dev]   synthesize every stack of ENV into cdk.out/ (offline)"
@@ -47,7 +47,7 @@ synth: $(STAMP)
 lint: synth
 	$(BIN)/cfn-lint cdk.out/*.template.json
 
-test: $(STAMP)
+test: $(STAMP) flink-test
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)
@@ -79,3 +79,14 @@ demo: $(STAMP)
 
 clean:
 	rm -rf cdk.out .pytest_cache bench-results
+
+# The Flink telemetry sink (flink/, Java 17 + Maven): unit, integration and restart tests, and
+# records/s through the job from a local topic to committed Parquet files.
+BENCH_SINK_ARGS ?= --messages 1000000
+
+flink-test:
+	mvn -q -f flink/pom.xml verify
+
+bench-sink:
+	mvn -q -f flink/pom.xml test-compile exec:exec@bench-sink \
+		-Dbench.args="$(BENCH_SINK_ARGS) --report $(abspath bench-results)/sink.json"

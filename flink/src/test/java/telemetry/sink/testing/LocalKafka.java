@@ -31,12 +31,17 @@ public final class LocalKafka implements AutoCloseable {
 
     /** Starts a broker whose state lives in stateDir (a broker already running there is reused). */
     public static LocalKafka start(Path stateDir) throws IOException, InterruptedException {
+        return start(stateDir, false);
+    }
+
+    /** fullJit: let the broker's JVM use C2 (long benchmarks); tests keep the quicker C1 start. */
+    public static LocalKafka start(Path stateDir, boolean fullJit) throws IOException, InterruptedException {
         Path script = repoRoot().resolve("scripts/local_kafka.py");
         if (!Files.isRegularFile(script)) {
             throw new IllegalStateException("scripts/local_kafka.py not found at " + script);
         }
         Files.createDirectories(stateDir);
-        List<String> output = run(script, stateDir, "start");
+        List<String> output = fullJit ? run(script, stateDir, "start", "--full-jit") : run(script, stateDir, "start");
         String bootstrap = output.isEmpty() ? "" : output.get(output.size() - 1).trim();
         if (!bootstrap.matches("127\\.0\\.0\\.1:\\d+")) {
             throw new IllegalStateException("local_kafka.py start printed " + output);
@@ -76,11 +81,17 @@ public final class LocalKafka implements AutoCloseable {
         run(script, stateDir, "stop");
     }
 
-    /** The repository root: the surefire/exec system property repo.root, else the parent of flink/. */
+    /**
+     * The repository root: the system property repo.root (set by surefire), else the working
+     * directory when it holds scripts/ (make from the root), else its parent (run from flink/).
+     */
     public static Path repoRoot() {
         String configured = System.getProperty("repo.root");
-        Path root = configured != null ? Path.of(configured) : Path.of("").toAbsolutePath().getParent();
-        return root.toAbsolutePath().normalize();
+        if (configured != null) {
+            return Path.of(configured).toAbsolutePath().normalize();
+        }
+        Path cwd = Path.of("").toAbsolutePath();
+        return Files.isDirectory(cwd.resolve("scripts")) ? cwd : cwd.getParent();
     }
 
     private static List<String> run(Path script, Path stateDir, String... command) throws IOException, InterruptedException {

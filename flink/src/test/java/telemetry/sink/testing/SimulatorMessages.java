@@ -30,22 +30,29 @@ public final class SimulatorMessages {
         return String.format(Locale.ROOT, "%s-d%06d", producerId, device);
     }
 
-    /** One message; readings vary deterministically with seq. */
+    /** One message; readings vary deterministically with seq (1,024 pre-rendered variants). */
     public byte[] render(int process, int device, long seq, long sentNs) {
-        double temperature = 21.0 + (seq % 50) * 0.13 - 3.0;
-        double humidity = 45.0 + (seq % 20) * 0.5;
-        double battery = 100.0 - (seq % 100);
-        double lat = 47.6 + (device % 100) * 0.001;
-        double lon = -122.3 - (device % 100) * 0.001;
-        String status = STATUSES[(int) (seq % STATUSES.length)];
         String head = "{\"run_id\":\"" + runId + "\",\"producer_id\":\"" + processProducerId(process)
-                + "\",\"device_id\":\"" + deviceId(device) + "\",\"seq\":"
-                + String.format(Locale.ROOT, "%10d", seq)
-                + ",\"sent_ns\":" + String.format(Locale.ROOT, "%19d", sentNs)
-                + ",\"readings\":" + pad(readings(temperature, humidity, battery, lat, lon, status), READINGS_WIDTH)
+                + "\",\"device_id\":\"" + deviceId(device) + "\",\"seq\":" + padLeft(seq, 10)
+                + ",\"sent_ns\":" + padLeft(sentNs, 19)
+                + ",\"readings\":" + READINGS[(int) (seq & (READINGS.length - 1))]
                 + ",\"pad\":\"";
         int padLength = Math.max(0, messageBytes - head.length() - 2);
         return (head + "x".repeat(padLength) + "\"}").getBytes(StandardCharsets.UTF_8);
+    }
+
+    private static final String[] READINGS = new String[1024];
+
+    static {
+        for (int v = 0; v < READINGS.length; v++) {
+            READINGS[v] = pad(readings(21.0 + (v % 50) * 0.13 - 3.0, 45.0 + (v % 20) * 0.5, 100.0 - (v % 100),
+                    47.6 + (v % 100) * 0.001, -122.3 - (v % 100) * 0.001, STATUSES[v % STATUSES.length]), READINGS_WIDTH);
+        }
+    }
+
+    private static String padLeft(long value, int width) {
+        String digits = Long.toString(value);
+        return digits.length() >= width ? digits : " ".repeat(width - digits.length()) + digits;
     }
 
     static String readings(double temperature, double humidity, double battery, double lat, double lon, String status) {
