@@ -563,3 +563,25 @@ def test_completing_a_launch_is_a_valid_auto_scaling_call(aws, region):
         )
         assert hooks.complete_lifecycle_action(hook, "ABANDON") is True
         stubber.assert_no_pending_responses()
+
+
+def test_the_reaper_handler_publishes_embedded_metrics_for_the_cluster(world, ec2, sf_cluster, monkeypatch, capsys):
+    import node_lifecycle.handlers as handlers
+
+    runtime = world[0]
+    for name, value in {**ENVIRONMENT, "POWERTOOLS_METRICS_NAMESPACE": "Telemetry/NodeLifecycle"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(Runtime, "from_settings", classmethod(lambda cls, settings, session: runtime))
+    monkeypatch.setattr(handlers, "_runtime", None)
+    monkeypatch.setattr(handlers.metrics, "namespace", "Telemetry/NodeLifecycle")
+    ec2.terminate_instances(InstanceIds=[tagged_instance(ec2, "scale-0")])
+    sf_cluster.stop_host("scale-0")
+    sf_cluster.nodes["scale-0"].down_since = sf_cluster.clock() - 3600
+
+    answer = handlers.reaper({"source": "aws.events"}, None)
+
+    assert list(answer["remove_state_for"]) == ["scale-0"]
+    emf = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert emf["Cluster"] == "telemetry-test" and emf["ZombieNodes"] == [1.0]
+    directive = emf["_aws"]["CloudWatchMetrics"][0]
+    assert directive["Namespace"] == "Telemetry/NodeLifecycle" and directive["Dimensions"] == [["Cluster"]]
