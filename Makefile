@@ -30,6 +30,8 @@ help:
 	@echo "make destroy [ENV=dev]   cdk destroy --all for ENV"
 	@echo "make bench               simulator benchmarks on a local Kafka broker"
 	@echo "make demo                local Kafka + simulator at 5,000 msg/s for 30 s"
+	@echo "make flink-test          the Flink sink's tests (mvn verify; part of make test)"
+	@echo "make bench-sink          records/s through the Flink sink into Parquet files"
 
 venv: $(STAMP)
 
