@@ -143,6 +143,17 @@ class NodeLifecycleStack(cdk.Stack):
         self._grant_node_tagging(scale_out, config)
 
         hold_seconds = min(settings.lifecycle_heartbeat_seconds // 2, 300)
+
+        def pacing(longest_minutes: int) -> Pacing:
+            # The execution outlives the steps' own deadline, so a stalled step fails through
+            # the alarm path rather than by the execution timing out.
+            return Pacing(
+                poll_interval=cdk.Duration.seconds(lifecycle.poll_interval_seconds),
+                lock_retry=cdk.Duration.seconds(lifecycle.lock_retry_seconds),
+                hold_interval=cdk.Duration.seconds(hold_seconds),
+                timeout=cdk.Duration.minutes(longest_minutes + 30),
+            )
+
         state_machine_names = {
             "ScaleIn": node_lifecycle_state_machine_name(config, "scale-in"),
             "ScaleOut": node_lifecycle_state_machine_name(config, "scale-out"),
@@ -160,12 +171,7 @@ class NodeLifecycleStack(cdk.Stack):
             function=scale_in.function,
             state_machine_name=state_machine_names["ScaleIn"],
             hook_name=TERMINATE_HOOK_NAME,
-            pacing=Pacing(
-                poll_interval=cdk.Duration.seconds(lifecycle.poll_interval_seconds),
-                lock_retry=cdk.Duration.seconds(lifecycle.lock_retry_seconds),
-                hold_interval=cdk.Duration.seconds(hold_seconds),
-                timeout=cdk.Duration.minutes(max(lifecycle.drain_timeout_minutes, lifecycle.seed_hold_minutes) + 30),
-            ),
+            pacing=pacing(max(lifecycle.drain_timeout_minutes, lifecycle.seed_hold_minutes)),
             **workflow_options,
         )
         self.scale_out = ScaleOutWorkflow(
@@ -174,12 +180,7 @@ class NodeLifecycleStack(cdk.Stack):
             function=scale_out.function,
             state_machine_name=state_machine_names["ScaleOut"],
             hook_name=LAUNCH_HOOK_NAME,
-            pacing=Pacing(
-                poll_interval=cdk.Duration.seconds(lifecycle.poll_interval_seconds),
-                lock_retry=cdk.Duration.seconds(lifecycle.lock_retry_seconds),
-                hold_interval=cdk.Duration.seconds(hold_seconds),
-                timeout=cdk.Duration.minutes(lifecycle.join_timeout_minutes + 30),
-            ),
+            pacing=pacing(lifecycle.join_timeout_minutes),
             **workflow_options,
         )
         self.reaper = ZombieReaper(self, "ZombieReaper", function=reaper.function,

@@ -136,22 +136,32 @@ class _Steps:
 
 
 class _Workflow(Construct):
-    """A state machine with logging and tracing, started by one lifecycle transition."""
+    """A state machine with logging and tracing, started by one lifecycle transition of the
+    scaling group. Subclasses give the definition; everything else is shared."""
 
-    def _finish(
+    detail_type: str
+    failure_label: str
+    failure_error: str
+
+    def __init__(
         self,
+        scope: Construct,
+        construct_id: str,
         *,
-        definition: sfn.IChainable,
         function: lambda_.IFunction,
+        alarm_topic: sns.ITopic,
         state_machine_name: str,
         group: autoscaling.IAutoScalingGroup,
         group_name: str,
         hook_name: str,
-        detail_type: str,
         pacing: Pacing,
         log_retention_days: int,
         removal_policy: cdk.RemovalPolicy,
     ) -> None:
+        super().__init__(scope, construct_id)
+        steps = _Steps(self, function, pacing)
+        definition = steps.begin().next(steps.lock_then(self._after_lock(steps, alarm_topic, pacing)))
+        steps.catch_all(steps.failure_path(alarm_topic, self.failure_label, self.failure_error))
         logs = log_group(self, "ExecutionLogs", retention_days=log_retention_days, removal_policy=removal_policy)
         self.state_machine = sfn.StateMachine(
             self,
@@ -165,10 +175,10 @@ class _Workflow(Construct):
         self.rule = events.Rule(
             self,
             "LifecycleAction",
-            description=f"{detail_type} of {group_name} ({hook_name}) starts {state_machine_name}",
+            description=f"{self.detail_type} of {group_name} ({hook_name}) starts {state_machine_name}",
             event_pattern=events.EventPattern(
                 source=["aws.autoscaling"],
-                detail_type=[detail_type],
+                detail_type=[self.detail_type],
                 detail={"AutoScalingGroupName": [group_name], "LifecycleHookName": [hook_name]},
             ),
             targets=[targets.SfnStateMachine(self.state_machine)],
@@ -191,33 +201,27 @@ class _Workflow(Construct):
             finding=wildcard_resource_finding("*"),
         )
 
+    def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic, pacing: Pacing) -> sfn.IChainable:
+        raise NotImplementedError
+
+    def _configuration_change(self, steps: _Steps, label: str, step: str, finish: sfn.IChainable) -> sfn.IChainable:
+        """Start the membership upgrade (waiting out others), then wait until it rolled forward."""
+        upgrade = steps.poll("Wait for the configuration upgrade", "poll_configuration_upgrade", "upgrade", finish)
+        changed = sfn.Choice(self, "Upgrade started?")
+        changed.when(sfn.Condition.boolean_equals("$.configuration.changed", True), upgrade).otherwise(finish)
+        return steps.retry_while_waiting(label, step, "configuration", changed)
+
 
 class ScaleInWorkflow(_Workflow):
     """Terminate lifecycle action -> drain the node -> CONTINUE (seed nodes: alarm and hold)."""
 
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        function: lambda_.IFunction,
-        alarm_topic: sns.ITopic,
-        state_machine_name: str,
-        group: autoscaling.IAutoScalingGroup,
-        group_name: str,
-        hook_name: str,
-        pacing: Pacing,
-        log_retention_days: int,
-        removal_policy: cdk.RemovalPolicy,
-    ) -> None:
-        super().__init__(scope, construct_id)
-        steps = _Steps(self, function, pacing)
+    detail_type = "EC2 Instance-terminate Lifecycle Action"
+    failure_label, failure_error = "Drain failed", "DrainFailed"
+
+    def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic, pacing: Pacing) -> sfn.IChainable:
         finish = steps.task("Complete the lifecycle action", "finish", "finish").next(sfn.Succeed(self, "Drained"))
-        upgrade = steps.poll("Wait for the configuration upgrade", "poll_configuration_upgrade", "upgrade", finish)
-        changed = sfn.Choice(self, "Upgrade started?")
-        changed.when(sfn.Condition.boolean_equals("$.configuration.changed", True), upgrade).otherwise(finish)
-        configuration = steps.retry_while_waiting(
-            "Remove the node from the configuration", "start_configuration_removal", "configuration", changed
+        configuration = self._configuration_change(
+            steps, "Remove the node from the configuration", "start_configuration_removal", finish
         )
         remove_state = steps.task("Remove the node state", "remove_node_state", "state_removal").next(configuration)
         down = steps.poll("Wait until the node is Down", "poll_node_down", "down", remove_state)
@@ -247,6 +251,7 @@ class ScaleInWorkflow(_Workflow):
             sfn.Fail(self, "Seed node refused", error="SeedNodeRefused", cause="a seed node's instance was to be terminated"),
             interval=pacing.hold_interval,
         )
+        # Holding must not block every other membership change: give the lock up first.
         release_for_hold = steps.task("Release the lock while holding", "release_lock", "released")
         release_for_hold.next(seed_alarm).next(held)
         seed = sfn.Choice(self, "Seed node?")
@@ -254,65 +259,21 @@ class ScaleInWorkflow(_Workflow):
         check_seed = steps.task("Refuse seed nodes", "refuse_seed_node", "seed").next(seed)
         member = sfn.Choice(self, "In the cluster?")
         member.when(sfn.Condition.boolean_equals("$.node.is_member", False), finish).otherwise(check_seed)
-        resolve = steps.task("Resolve the node", "resolve_node", "node").next(member)
-        definition = steps.begin().next(steps.lock_then(resolve))
-        steps.catch_all(steps.failure_path(alarm_topic, "Drain failed", "DrainFailed"))
-        self._finish(
-            definition=definition,
-            function=function,
-            state_machine_name=state_machine_name,
-            group=group,
-            group_name=group_name,
-            hook_name=hook_name,
-            detail_type="EC2 Instance-terminate Lifecycle Action",
-            pacing=pacing,
-            log_retention_days=log_retention_days,
-            removal_policy=removal_policy,
-        )
+        return steps.task("Resolve the node", "resolve_node", "node").next(member)
 
 
 class ScaleOutWorkflow(_Workflow):
     """Launch lifecycle action -> AddNode.ps1, configuration upgrade -> CONTINUE (or ABANDON)."""
 
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        function: lambda_.IFunction,
-        alarm_topic: sns.ITopic,
-        state_machine_name: str,
-        group: autoscaling.IAutoScalingGroup,
-        group_name: str,
-        hook_name: str,
-        pacing: Pacing,
-        log_retention_days: int,
-        removal_policy: cdk.RemovalPolicy,
-    ) -> None:
-        super().__init__(scope, construct_id)
-        steps = _Steps(self, function, pacing)
+    detail_type = "EC2 Instance-launch Lifecycle Action"
+    failure_label, failure_error = "Join failed", "JoinFailed"
+
+    def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic, pacing: Pacing) -> sfn.IChainable:
         finish = steps.task("Complete the lifecycle action", "finish", "finish").next(sfn.Succeed(self, "Joined"))
-        upgrade = steps.poll("Wait for the configuration upgrade", "poll_configuration_upgrade", "upgrade", finish)
-        changed = sfn.Choice(self, "Upgrade started?")
-        changed.when(sfn.Condition.boolean_equals("$.configuration.changed", True), upgrade).otherwise(finish)
-        configuration = steps.retry_while_waiting(
-            "Add the node to the configuration", "start_configuration_addition", "configuration", changed
+        configuration = self._configuration_change(
+            steps, "Add the node to the configuration", "start_configuration_addition", finish
         )
         tag = steps.task("Tag the instance with its node name", "tag_node_instance", "tagging").next(configuration)
         node_up = steps.poll("Wait until the node is Up", "poll_node_up", "node_up", tag)
         join = steps.retry_while_waiting("Run AddNode.ps1 on the instance", "join_node", "join", node_up)
-        plan = steps.task("Plan the node", "plan_node", "plan").next(join)
-        definition = steps.begin().next(steps.lock_then(plan))
-        steps.catch_all(steps.failure_path(alarm_topic, "Join failed", "JoinFailed"))
-        self._finish(
-            definition=definition,
-            function=function,
-            state_machine_name=state_machine_name,
-            group=group,
-            group_name=group_name,
-            hook_name=hook_name,
-            detail_type="EC2 Instance-launch Lifecycle Action",
-            pacing=pacing,
-            log_retention_days=log_retention_days,
-            removal_policy=removal_policy,
-        )
+        return steps.task("Plan the node", "plan_node", "plan").next(join)
