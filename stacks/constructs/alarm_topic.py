@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
@@ -52,3 +53,33 @@ class AlarmTopic(Construct):
         )
         for address in email_addresses:
             self.topic.add_subscription(subscriptions.EmailSubscription(address))
+
+
+def notifying_alarm(
+    scope: Construct,
+    construct_id: str,
+    *,
+    action: cloudwatch.IAlarmAction,
+    metric: cloudwatch.IMetric,
+    threshold: float,
+    evaluation_periods: int,
+    comparison: cloudwatch.ComparisonOperator,
+    description: str,
+    treat_missing_data: cloudwatch.TreatMissingData,
+    alarm_name: str | None = None,
+) -> cloudwatch.Alarm:
+    """An alarm that tells the alarm topic both when it fires and when it clears."""
+    alarm = cloudwatch.Alarm(
+        scope,
+        construct_id,
+        alarm_name=alarm_name,
+        alarm_description=description,
+        metric=metric,
+        threshold=threshold,
+        evaluation_periods=evaluation_periods,
+        comparison_operator=comparison,
+        treat_missing_data=treat_missing_data,
+    )
+    alarm.add_alarm_action(action)
+    alarm.add_ok_action(action)
+    return alarm

@@ -15,6 +15,8 @@ from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from stacks.constructs.alarm_topic import notifying_alarm
+
 
 class LifecycleMonitoring(Construct):
     def __init__(
@@ -44,18 +46,17 @@ class LifecycleMonitoring(Construct):
             )
 
         def alarm(alarm_id: str, description: str, watched: cloudwatch.IMetric, evaluation_periods: int = 1) -> None:
-            created = cloudwatch.Alarm(
+            notifying_alarm(
                 self,
                 alarm_id,
-                alarm_description=description,
+                action=action,
+                description=description,
                 metric=watched,
                 threshold=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 evaluation_periods=evaluation_periods,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             )
-            created.add_alarm_action(action)
-            created.add_ok_action(action)
 
         alarm("DrainFailed", f"A scale-in drain of {cluster_name} failed or stalled (see the alarm topic's message)",
               metric("DrainsFailed"))

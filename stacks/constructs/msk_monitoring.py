@@ -12,6 +12,8 @@ from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from stacks.constructs.alarm_topic import notifying_alarm
+
 NAMESPACE = "AWS/Kafka"
 PERIOD = Duration.minutes(1)
 
@@ -164,17 +166,16 @@ class MskMonitoring(Construct):
         periods: int,
         description: str,
     ) -> None:
-        alarm = cloudwatch.Alarm(
+        alarm = notifying_alarm(
             self,
             construct_id,
+            action=self._action,
             alarm_name=f"{self._cluster_name}-msk-{construct_id}",
-            alarm_description=description,
+            description=description,
             metric=metric,
             threshold=threshold,
             evaluation_periods=periods,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.MISSING,
         )
-        alarm.add_alarm_action(self._action)
-        alarm.add_ok_action(self._action)
         self.alarms.append(alarm)

@@ -13,6 +13,7 @@ from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from stacks.constructs.alarm_topic import notifying_alarm
 from stacks.naming import DEAD_LETTER_METRIC, FLINK_METRICS_NAMESPACE
 
 PERIOD = Duration.minutes(1)
@@ -157,18 +158,17 @@ class TelemetrySinkMonitoring(Construct):
         comparison: cloudwatch.ComparisonOperator,
         description: str,
     ) -> None:
-        alarm = cloudwatch.Alarm(
+        alarm = notifying_alarm(
             self,
             construct_id,
+            action=self._action,
             alarm_name=f"{self._application_name}-{construct_id}",
-            alarm_description=description,
+            description=description,
             metric=metric,
             threshold=threshold,
             evaluation_periods=periods,
-            comparison_operator=comparison,
+            comparison=comparison,
             # A stopped application publishes nothing; that is not an outage of a running one.
             treat_missing_data=cloudwatch.TreatMissingData.MISSING,
         )
-        alarm.add_alarm_action(self._action)
-        alarm.add_ok_action(self._action)
         self.alarms.append(alarm)
