@@ -105,7 +105,6 @@ class NodeLifecycleStack(cdk.Stack):
             "SEED_HOLD_SECONDS": str(lifecycle.seed_hold_minutes * 60),
             "ZOMBIE_DOWN_SECONDS": str(lifecycle.zombie_down_minutes * 60),
             "METRICS_NAMESPACE": NODE_LIFECYCLE_METRICS_NAMESPACE,
-            "POWERTOOLS_METRICS_NAMESPACE": NODE_LIFECYCLE_METRICS_NAMESPACE,
             "CLUSTER_NAME": cluster_name,
         }
         code = function_code()

@@ -17,7 +17,7 @@ from .runtime import UNREACHABLE, Runtime
 from .settings import Settings
 from .workflow import SCALE_IN_STEPS, SCALE_OUT_STEPS, reap_zombies, run_step
 
-metrics = Metrics()  # namespace from POWERTOOLS_METRICS_NAMESPACE
+metrics = Metrics()  # namespace and dimension from the validated settings, on first use
 _runtime: Runtime | None = None
 
 
@@ -25,6 +25,7 @@ def runtime() -> Runtime:
     global _runtime
     if _runtime is None:
         settings = Settings.from_environ(os.environ)
+        metrics.namespace = settings.metrics_namespace
         metrics.set_default_dimensions(Cluster=settings.cluster_name)
         built = Runtime.from_settings(settings, boto3.session.Session())
         built.record_metric = lambda name, value, unit: metrics.add_metric(

@@ -569,11 +569,10 @@ def test_the_reaper_handler_publishes_embedded_metrics_for_the_cluster(world, ec
     import node_lifecycle.handlers as handlers
 
     runtime = world[0]
-    for name, value in {**ENVIRONMENT, "POWERTOOLS_METRICS_NAMESPACE": "Telemetry/NodeLifecycle"}.items():
+    for name, value in ENVIRONMENT.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(Runtime, "from_settings", classmethod(lambda cls, settings, session: runtime))
     monkeypatch.setattr(handlers, "_runtime", None)
-    monkeypatch.setattr(handlers.metrics, "namespace", "Telemetry/NodeLifecycle")
     ec2.terminate_instances(InstanceIds=[tagged_instance(ec2, "scale-0")])
     sf_cluster.stop_host("scale-0")
     sf_cluster.nodes["scale-0"].down_since = sf_cluster.clock() - 3600
