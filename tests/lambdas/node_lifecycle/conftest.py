@@ -59,7 +59,8 @@ class InstancesInMemory:
 
 @dataclass
 class EmulatedMachines:
-    """FabricHost whose stop command stops the node's host in the emulated cluster.
+    """FabricHost whose stop command stops the node's host in the emulated cluster, and whose
+    AddNode command joins the node to it.
 
     Wraps a real adapter (moto's SSM) when given one, so the Run Command call is made
     too; moto cannot run PowerShell, so the "machine" part is ours.
@@ -69,6 +70,28 @@ class EmulatedMachines:
     node_by_instance: dict[str, str]
     inner: Any = None
     sent: list[str] = field(default_factory=list)
+    registered: bool = True  # False: the SSM agent has not registered yet
+    add_node_fails: bool = False  # AddNode.ps1 fails on the machine; the node never joins
+    added: list[dict[str, str]] = field(default_factory=list)
+
+    def send_add_node_command(self, instance_id: str, parameters: Any) -> str | None:
+        if not self.registered:
+            return None
+        if self.inner is not None:
+            command_id = self.inner.send_add_node_command(instance_id, parameters)
+        else:
+            command_id = f"cmd-add-{len(self.added)}"
+        self.added.append(dict(parameters))
+        if not self.add_node_fails:
+            self.cluster.add_node(
+                parameters["nodeName"],
+                ip=parameters["ipAddress"],
+                node_type=parameters["nodeType"],
+                fault_domain=parameters["faultDomain"],
+                upgrade_domain=parameters["upgradeDomain"],
+            )
+        self.node_by_instance[instance_id] = parameters["nodeName"]
+        return command_id
 
     def send_stop_command(self, instance_id: str) -> str:
         if self.inner is not None:
@@ -80,6 +103,8 @@ class EmulatedMachines:
         return command_id
 
     def command_status(self, command_id: str, instance_id: str) -> CommandStatus:
+        if self.add_node_fails:
+            return CommandStatus(command_id, "Failed", "AddNode.ps1: the node could not reach the seed")
         if self.inner:
             return self.inner.command_status(command_id, instance_id)
         return CommandStatus(command_id, "Success")
@@ -104,6 +129,11 @@ class RecordingLifecycle:
     @property
     def heartbeats(self) -> int:
         return sum(1 for name, _ in self.calls if name == "heartbeat")
+
+    @property
+    def results(self) -> list[str]:
+        """The results the action was completed with, in order (CONTINUE, ABANDON)."""
+        return [value for name, value in self.calls if name == "complete"]
 
 
 # -- driving the steps like the state machine -------------------------------------------

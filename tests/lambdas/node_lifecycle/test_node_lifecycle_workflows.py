@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 import boto3
 import pytest
 from botocore.stub import Stubber
-from node_lifecycle import CommandStatus, LifecycleError, Outcome
+from node_lifecycle import LifecycleError, Outcome
 from node_lifecycle.fabric_host import SsmFabricHost
 from node_lifecycle.instances import Ec2InstanceDirectory
 from node_lifecycle.lifecycle_hooks import AutoScalingLifecycleHooks
@@ -68,62 +68,6 @@ class Clock:
         return self.now
 
 
-@dataclass
-class Lifecycle:
-    """Auto Scaling's lifecycle calls, remembered; the action is pending until completed."""
-
-    calls: list[tuple[str, str]] = field(default_factory=list)
-    results: list[str] = field(default_factory=list)
-
-    def complete_lifecycle_action(self, hook, result: str) -> bool:
-        self.calls.append(("complete", result))
-        pending = not self.results
-        self.results.append(result)
-        return pending
-
-    def record_lifecycle_action_heartbeat(self, hook) -> bool:
-        self.calls.append(("heartbeat", hook.instance_id))
-        return not self.results
-
-
-@dataclass
-class Machines:
-    """The instances' side of Run Command: AddNode.ps1 joins the emulated cluster, the stop
-    script stops the node's host. The real SSM adapter (on moto) sends each command too."""
-
-    cluster: Any
-    ssm: SsmFabricHost
-    registered: bool = True  # False: the SSM agent has not registered yet
-    add_node_fails: bool = False
-    added: list[dict[str, str]] = field(default_factory=list)
-    node_by_instance: dict[str, str] = field(default_factory=dict)
-
-    def send_add_node_command(self, instance_id: str, parameters) -> str | None:
-        if not self.registered:
-            return None
-        command_id = self.ssm.send_add_node_command(instance_id, parameters)
-        self.added.append(dict(parameters))
-        if not self.add_node_fails:
-            self.cluster.add_node(
-                parameters["nodeName"],
-                ip=parameters["ipAddress"],
-                node_type=parameters["nodeType"],
-                fault_domain=parameters["faultDomain"],
-                upgrade_domain=parameters["upgradeDomain"],
-            )
-        self.node_by_instance[instance_id] = parameters["nodeName"]
-        return command_id
-
-    def send_stop_command(self, instance_id: str) -> str:
-        command_id = self.ssm.send_stop_command(instance_id)
-        self.cluster.stop_host(self.node_by_instance[instance_id])
-        return command_id
-
-    def command_status(self, command_id: str, instance_id: str) -> CommandStatus:
-        return CommandStatus(command_id, "Failed" if self.add_node_fails else "InProgress",
-                             "AddNode.ps1: the node could not reach the seed" if self.add_node_fails else "")
-
-
 @pytest.fixture
 def lock_table(dynamodb) -> str:
     dynamodb.create_table(
@@ -136,22 +80,22 @@ def lock_table(dynamodb) -> str:
 
 
 @pytest.fixture
-def world(sf_client, sf_cluster, ec2, ssm, dynamodb, lock_table):
+def world(sf_client, ec2, ssm, dynamodb, lock_table, machines, recording_lifecycle):
     """A Runtime on the emulator and moto, plus what the tests look at."""
     clock = Clock()
     metrics: list[tuple[str, float, str]] = []
-    machines = Machines(sf_cluster, SsmFabricHost(ssm, add_node_document="telemetry-test-add-node"))
+    host = machines({}, inner=SsmFabricHost(ssm, add_node_document="telemetry-test-add-node"))
     runtime = Runtime(
         settings=settings(),
         connect=lambda: sf_client,
         instances=Ec2InstanceDirectory(ec2),
-        host=machines,
-        lifecycle=Lifecycle(),
+        host=host,
+        lifecycle=recording_lifecycle,
         lock=DynamoDbMembershipLock(dynamodb, lock_table, clock=clock),
         clock=clock,
         record_metric=lambda name, value, unit: metrics.append((name, value, unit)),
     )
-    return runtime, clock, metrics, machines
+    return runtime, clock, metrics, host
 
 
 def lifecycle_event(instance_id: str, transition: str = "launch") -> dict[str, Any]:
