@@ -248,7 +248,9 @@ def test_the_add_node_script_parses_as_powershell_with_values_substituted():
     assert "{{" not in script
     tree = Parser(Language(tree_sitter_powershell.language())).parse(script.encode())
     assert not tree.root_node.has_error
-    assert "AddNode.ps1" in script and "-ExistingClientConnectionEndpoint" in script
+    # AddNode.ps1's parameters are splatted from a table (test_userdata.py checks the task script)
+    assert "& .\\AddNode.ps1 @parameters" in script
+    assert "ExistingClientConnectionEndpoint = '10.10.4.10:19000'" in script
     assert yaml.safe_dump(document)  # still a plain YAML document
 
 

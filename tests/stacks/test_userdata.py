@@ -1,4 +1,5 @@
-"""Node PowerShell: every userdata/*.ps1 and the create-cluster document render and parse cleanly.
+"""Node PowerShell: every userdata/*.ps1 and the create-cluster and add-node documents render and
+parse cleanly, and so do the scripts those documents generate for their scheduled tasks.
 
 PowerShell itself cannot run here; tree-sitter-powershell parses the rendered scripts, and a
 syntax error shows up as an ERROR or MISSING node (the first test proves the grammar catches
@@ -19,6 +20,7 @@ from stacks.constructs.node_scripts import (
     USERDATA,
     placeholders,
     powershell_literal,
+    render_add_node_document,
     render_create_cluster_document,
     render_script,
     render_user_data,
@@ -154,11 +156,9 @@ def test_node_preparation_covers_every_step_the_cluster_needs(synthesized):
     assert "exit 1" in script  # the failure signal EC2Launch records
 
 
-def create_cluster_script(parameters: dict) -> str:
-    document = render_create_cluster_document(
-        {"statusFile": "C:\\ServiceFabric\\prepare-node.status.json", "certificateSecret": "telemetry-dev/sf",
-         "deploymentAccount": "sfdeploy", "region": "eu-west-1"}
-    )
+def document_script(document: dict, parameters: dict) -> str:
+    """The document's one PowerShell step, parameters substituted as SSM does (as text), each
+    value checked against its allowedPattern first."""
     (step,) = document["mainSteps"]
     assert step["action"] == "aws:runPowerShellScript"
     script = "\n".join(step["inputs"]["runCommand"])
@@ -167,6 +167,14 @@ def create_cluster_script(parameters: dict) -> str:
         assert re.fullmatch(document["parameters"][name]["allowedPattern"], value), name
         script = script.replace("{{ " + name + " }}", value)
     return script
+
+
+def create_cluster_script(parameters: dict) -> str:
+    document = render_create_cluster_document(
+        {"statusFile": "C:\\ServiceFabric\\prepare-node.status.json", "certificateSecret": "telemetry-dev/sf",
+         "deploymentAccount": "sfdeploy", "region": "eu-west-1"}
+    )
+    return document_script(document, parameters)
 
 
 def test_create_cluster_document_parses_once_substituted():
@@ -185,3 +193,237 @@ def test_create_cluster_document_refuses_unknown_or_missing_values():
         render_create_cluster_document({"nope": "x"})
     with pytest.raises(ValueError, match="no value given for"):
         render_create_cluster_document({"region": "eu-west-1"})
+
+
+# -- The scripts the documents' scheduled tasks run -----------------------------------------
+# Both documents write a script to disk and run it as the deployment account (a scheduled task);
+# it calls Microsoft's standalone-package scripts, which report failure by exit code, not by
+# throwing. These tests take that generated script out of its here-string, as PowerShell would
+# evaluate it, and look at its syntax tree.
+
+ADD_NODE_VALUES = {
+    "nodeName": "scale-i-0abc", "nodeType": "ScalingNodeType", "ipAddress": "10.10.4.20",
+    "faultDomain": "fd:/eu-west-1/eu-west-1a", "upgradeDomain": "UD1",
+    "clientConnectionEndpoint": "10.10.4.10:19000",
+}  # fmt: skip
+THUMBPRINT = "0123456789ABCDEF0123456789ABCDEF01234567"
+# What the add-node script sets the variables its task script's here-string expands to.
+ADD_NODE_EXPANDED = {
+    "$root": "C:\\ServiceFabric",
+    "$logFile": "C:\\ServiceFabric\\Logs\\add-node.log",
+    "$resultFile": "C:\\ServiceFabric\\add-node.result",
+    "$thumbprint": THUMBPRINT,
+}
+# TestConfiguration.ps1's verdict as Microsoft's docs show it (a formatted object, after its
+# Write-Host lines).
+TEST_CONFIGURATION_OUTPUT = """Trace folder already exists. Traces will be written to existing trace folder: C:\\temp
+Running Best Practices Analyzer...
+Best Practices Analyzer completed successfully.
+
+LocalAdminPrivilege        : True
+IsJsonValid                : True
+IsCabValid                 : True
+RequiredPortsOpen          : True
+RemoteRegistryAvailable    : True
+FirewallAvailable          : True
+RpcCheckPassed             : True
+NoConflictingInstallations : True
+FabricInstallable          : True
+Passed                     : True
+"""
+
+
+def add_node_script() -> str:
+    document = render_add_node_document(
+        {"statusFile": "C:\\ServiceFabric\\s.json", "certificateSecret": "c", "deploymentAccount": "sfdeploy",
+         "region": "eu-west-1"}
+    )
+    return document_script(document, ADD_NODE_VALUES)
+
+
+def descendants(node, kind: str):
+    if node.type == kind:
+        yield node
+    for child in node.children:
+        yield from descendants(child, kind)
+
+
+def unescape(text: str) -> str:
+    """A literal part of an expandable string with its backtick escapes resolved."""
+    escapes = {"$": "$", "`": "`", '"': '"'}
+
+    def resolve(match: re.Match) -> str:
+        assert match.group(1) in escapes, f"unexpected escape `{match.group(1)}"
+        return escapes[match.group(1)]
+
+    return re.sub(r"`(.)", resolve, text)
+
+
+def task_script(script: str, variable: str, expanded: dict[str, str] | None = None) -> str:
+    """The script in the here-string assigned to `variable`, as PowerShell evaluates it: a
+    verbatim here-string as written; an expandable one with its variables replaced by `expanded`
+    (expanding anything else, a forgotten backtick, fails) and its escapes resolved."""
+    source = script.encode()
+    for assignment in descendants(PARSER.parse(source).root_node, "assignment_expression"):
+        if assignment.children[0].text.decode() != variable:
+            continue
+        value = assignment.children[-1]
+        verbatim = next(descendants(value, "verbatim_here_string_characters"), None)
+        if verbatim is not None:
+            return verbatim.text.decode()[3:-3]  # @'\n ... \n'@
+        here = next(descendants(value, "expandable_here_string_literal"))
+        parts, position = [], here.start_byte + 3  # after @"\n
+        for child in here.children:
+            name = child.text.decode()
+            assert child.type == "variable" and name in (expanded or {}), (
+                f"the {variable} here-string expands {name!r} when the script writes it, not when the task runs"
+            )
+            parts += [unescape(source[position : child.start_byte].decode()), expanded[name]]
+            position = child.end_byte
+        parts.append(unescape(source[position : here.end_byte - 3].decode()))  # before \n"@
+        return "".join(parts)
+    raise AssertionError(f"no {variable} = here-string")
+
+
+def statement_of(node):
+    while node.parent is not None and node.parent.type != "statement_list":
+        node = node.parent
+    return node
+
+
+def next_statement(node):
+    node = node.next_named_sibling
+    while node is not None and node.type == "comment":
+        node = node.next_named_sibling
+    return node
+
+
+def previous_statement(node):
+    node = node.prev_named_sibling
+    while node is not None and node.type == "comment":
+        node = node.prev_named_sibling
+    return node
+
+
+def calls_of(tree, script_name: str) -> list:
+    """The command nodes running script_name (`& .\\X.ps1 ...`, `& (Join-Path ... 'X.ps1') ...`)."""
+    return [
+        command
+        for command in descendants(tree.root_node, "command")
+        if any(script_name in n.text.decode() for n in command.children if n.type == "command_name_expr")
+    ]
+
+
+def exit_status_checks(task: str, script_name: str) -> list:
+    """For each call of script_name: the statement right after it, which must read $? (any later
+    statement would see its own status) and $LASTEXITCODE, the call having reset
+    $global:LASTEXITCODE to 0 just before (a stale code must not decide; a plain $LASTEXITCODE = 0
+    would make a script-scope copy that hides the real one)."""
+    tree = PARSER.parse(task.encode())
+    assert not tree.root_node.has_error
+    calls = calls_of(tree, script_name)
+    assert calls, f"the task script never runs {script_name}"
+    checks = []
+    for call in calls:
+        statement = statement_of(call)
+        before, after = previous_statement(statement), next_statement(statement)
+        assert before is not None and before.text.decode() == "$global:LASTEXITCODE = 0", (
+            f"{script_name}: LASTEXITCODE is not reset before {statement.text.decode()!r}"
+        )
+        assert after is not None, f"nothing checks how {script_name} exited"
+        read = {v.text.decode() for v in descendants(after, "variable")}
+        assert {"$?", "$LASTEXITCODE"} <= read, (
+            f"{script_name}: the statement after the call, {after.text.decode()!r}, does not check $? and $LASTEXITCODE"
+        )
+        checks.append(after)
+    return checks
+
+
+def assert_failure_is_reported(task: str, check, script_name: str) -> None:
+    """A failed exit throws "<script> exited <code>" before 'succeeded' is written; the catch
+    writes "failed: <message>" to the result file."""
+    assert check.type == "if_statement" and re.search(r"-ne\s+0", check.text.decode())
+    (thrown,) = descendants(check, "flow_control_statement")
+    assert thrown.text.decode() == f'throw "{script_name} exited $LASTEXITCODE"'
+    assert "-Value 'succeeded'" in next_statement(check).text.decode()
+    (catch,) = descendants(PARSER.parse(task.encode()).root_node, "catch_clause")
+    assert '-Value "failed: $($_.Exception.Message)"' in catch.text.decode()
+
+
+def test_add_node_task_script_is_valid_powershell_with_only_the_intended_expansions():
+    script = add_node_script()
+    assert syntax_errors(script) == []
+    task = task_script(script, "$addScript", ADD_NODE_EXPANDED)
+    assert syntax_errors(task) == []
+    assert "{{" not in task
+    # embedded as a literal, so checked to be a thumbprint first
+    assert "if ($thumbprint -notmatch '^[0-9A-F]{40}$')" in script
+
+
+def test_add_node_task_script_splats_named_parameters_into_add_node():
+    task = task_script(add_node_script(), "$addScript", ADD_NODE_EXPANDED)
+    tree = PARSER.parse(task.encode())
+    (call,) = calls_of(tree, "AddNode.ps1")
+    (elements,) = [n for n in call.children if n.type == "command_elements"]
+    arguments = [n for n in elements.named_children if n.type != "command_argument_sep"]
+    assert [a.text.decode() for a in arguments] == ["@parameters"], "AddNode.ps1 must get its parameters splatted"
+    (table,) = [
+        a.children[-1] for a in descendants(tree.root_node, "assignment_expression")
+        if a.children[0].text.decode() == "$parameters"
+    ]  # fmt: skip
+    entries = {e.children[0].text.decode(): e.children[-1].text.decode() for e in descendants(table, "hash_entry")}
+    assert entries == {
+        "NodeName": "'scale-i-0abc'", "NodeType": "'ScalingNodeType'", "NodeIPAddressorFQDN": "'10.10.4.20'",
+        "ExistingClientConnectionEndpoint": "'10.10.4.10:19000'", "UpgradeDomain": "'UD1'",
+        "FaultDomain": "'fd:/eu-west-1/eu-west-1a'", "X509Credential": "$true",
+        "ServerCertThumbprint": f"'{THUMBPRINT}'", "StoreLocation": "'LocalMachine'", "StoreName": "'My'",
+        "FindValueThumbprint": f"'{THUMBPRINT}'", "AcceptEULA": "$true",
+    }  # fmt: skip
+
+
+def test_add_node_task_script_fails_when_add_node_exits_non_zero():
+    task = task_script(add_node_script(), "$addScript", ADD_NODE_EXPANDED)
+    (check,) = exit_status_checks(task, "AddNode.ps1")
+    assert_failure_is_reported(task, check, "AddNode.ps1")
+
+
+def create_cluster_task() -> str:
+    config = base64.b64encode(json.dumps({"name": "telemetry-dev-sf", "nodes": []}).encode()).decode()
+    task = task_script(create_cluster_script({"clusterConfig": config}), "$createScript")
+    assert syntax_errors(task) == []
+    return task
+
+
+def test_create_cluster_task_script_fails_when_create_cluster_exits_non_zero():
+    task = create_cluster_task()
+    (check,) = exit_status_checks(task, "CreateServiceFabricCluster.ps1")
+    assert_failure_is_reported(task, check, "CreateServiceFabricCluster.ps1")
+
+
+def test_create_cluster_task_script_judges_test_configuration_by_exit_status_and_printed_verdict():
+    task = create_cluster_task()
+    assert not re.search(r"\$\w+\.Passed", task)  # what it returns may be text: no property to read
+    tree = PARSER.parse(task.encode())
+    (call,) = calls_of(tree, "TestConfiguration.ps1")
+    captured = re.fullmatch(r"(\$\w+) = & .*", statement_of(call).text.decode())
+    assert captured, "TestConfiguration.ps1's output must be kept, and not piped: $? would be the last command's"
+    assert {r.text.decode() for r in descendants(call, "redirection")} & {"6>&1", "*>&1"}, "and Write-Host's"
+    (check,) = exit_status_checks(task, "TestConfiguration.ps1")
+    (failed,) = {v.text.decode() for v in descendants(check, "variable")} - {"$?", "$LASTEXITCODE"}
+    verdict = next(n for n in descendants(tree.root_node, "if_statement") if "-match" in n.text.decode())
+    condition = verdict.children[2].text.decode()  # if ( condition ) { ... }
+    match = re.fullmatch(rf"{re.escape(failed)} -or (\$\w+) -match '([^']+)'", condition)
+    assert match, f"not judged by exit status and printed verdict: {condition}"
+    report, pattern = match.groups()
+    assert re.search(rf"^\s*{re.escape(report)} = {re.escape(captured.group(1))} \| Out-String$", task, re.MULTILINE)
+    assert re.search(rf"^\s*Write-Output {re.escape(report)}$", task, re.MULTILINE)  # into the transcript
+    assert re.fullmatch(r'\{\s*throw "TestConfiguration\.ps1 [^"]*"\s*\}', verdict.children[-1].text.decode())
+
+    def passes(check: str, value: str) -> bool:  # -match is case-insensitive; the pattern means the same in re
+        output, changed = re.subn(rf"^({check}\s*): True$", rf"\g<1>: {value}", TEST_CONFIGURATION_OUTPUT, flags=re.M)
+        assert changed == 1
+        return re.search(pattern, output, re.IGNORECASE) is None
+
+    assert passes("Passed", "True")
+    assert not passes("Passed", "False")
+    assert not passes("RpcCheckPassed", "False")
