@@ -2,11 +2,13 @@
 """Drain one Service Fabric node out of the cluster, from an operator's shell.
 
 Runs the scale-in steps of the node lifecycle state machine (lambdas/node_lifecycle)
-with the same REST client, looping their wait steps itself: deactivate (RemoveNode),
-wait for Disabled, stop FabricHostSvc (over SSM with --instance-id, else by you), wait
-for Down, RemoveNodeState, then a configuration upgrade that lists the node in
-NodesToBeRemoved. Every step picks up where the node is, so re-running after a failure
-or an interruption is safe.
+with the same REST client, looping their wait steps itself, in the order Microsoft
+documents for standalone clusters: deactivate (RemoveNode), wait for Disabled, then the
+configuration upgrade that takes the node out of `nodes` and names it alone in
+NodesToBeRemoved while its machine still runs, and wait until the node has left the node
+list. Over REST alone; only if the upgrade leaves the node listed does a clean-up stop
+FabricHostSvc (over SSM with --instance-id, else by you) and RemoveNodeState. Every step
+picks up where the node is, so re-running after a failure or an interruption is safe.
 
 exit status: 0 the node is out of the cluster and its configuration (or already was);
 1 failed (unknown node, TLS, the cluster refused); 2 bad usage; 3 refused (seed node,
@@ -32,26 +34,29 @@ if str(LAMBDAS) not in sys.path:
 
 from node_lifecycle import (
     FabricHost,
+    LifecycleError,
     NodeStage,
     Outcome,
-    LifecycleError,
     SeedNodeRefused,
     WaitStatus,
     WaitTimedOut,
+    check_node_removed,
     deactivate_node,
     node_stage,
     poll_configuration_upgrade,
     poll_deactivation,
     poll_node_down,
+    poll_running_upgrade,
     refuse_seed_node,
     remove_node_state,
     start_configuration_removal,
     stop_fabric_host,
     wait_until_done,
 )
+from node_lifecycle.membership_config import DEFAULT_START_GRACE_SECONDS
 from node_lifecycle.node_stage import describe
 from sf_rest import FabricError, ServiceFabricClient, TlsError
-from sf_rest.cluster_config import node_names, nodes_to_be_removed, remove_node
+from sf_rest.cluster_config import for_removal, node_names, nodes_to_be_removed
 
 PROG = "drain_node.py"
 EXIT_OK = 0
@@ -88,9 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--client-key", metavar="PEM", help="its private key")
     trust = parser.add_mutually_exclusive_group()
     trust.add_argument("--ca-bundle", metavar="PEM", help="cluster CA to verify the gateway")
+    trust.add_argument(
+        "--server-thumbprint",
+        metavar="HEX",
+        help="verify the gateway by its certificate's SHA-1 (or SHA-256) thumbprint instead",
+    )
     trust.add_argument("--insecure", action="store_true", help="do not verify the gateway")
     parser.add_argument(
-        "--instance-id", help="stop Fabric on this EC2 instance over SSM once the node is Disabled"
+        "--instance-id",
+        help="clean-up only: stop Fabric on this EC2 instance over SSM if the removal upgrade "
+        "leaves the node listed",
     )
     parser.add_argument("--region", help="AWS region for SSM (default: the AWS environment's)")
     parser.add_argument(
@@ -126,8 +138,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     scheme = urlsplit(args.endpoint).scheme
     if scheme not in ("http", "https") or not urlsplit(args.endpoint).netloc:
         raise UsageError(f"--endpoint must be https://HOST:PORT, got {args.endpoint!r}")
-    if scheme == "https" and not (args.ca_bundle or args.insecure):
-        raise UsageError("an https endpoint needs --ca-bundle PEM or --insecure")
+    if scheme == "https" and not (args.ca_bundle or args.server_thumbprint or args.insecure):
+        raise UsageError("an https endpoint needs --ca-bundle PEM, --server-thumbprint HEX or --insecure")
+    if args.server_thumbprint:
+        digits = args.server_thumbprint.replace(":", "").replace(" ", "")
+        if len(digits) not in (40, 64) or any(c not in "0123456789abcdefABCDEF" for c in digits):
+            raise UsageError("--server-thumbprint must be 40 (SHA-1) or 64 (SHA-256) hex digits")
     if args.timeout <= 0 or args.poll_interval <= 0:
         raise UsageError("--timeout and --poll-interval must be positive")
     return args
@@ -167,6 +183,7 @@ class Drain:
                 timeout_seconds=max(remaining, 0.0),
                 interval_seconds=self.args.poll_interval,
                 on_poll=progress,
+                sleep=lambda seconds: time.sleep(seconds),  # looked up per call: benchmarks swap it
             )
         except WaitTimedOut as err:
             last_seen = err.last.detail if isinstance(err.last, WaitStatus) else "?"
@@ -184,64 +201,80 @@ class Drain:
         elif deactivation.outcome == Outcome.ALREADY_DONE:
             say(f"{name} is already deactivated for removal (intent {deactivation.intent})")
         self.wait(f"{name} to be Disabled", lambda: poll_deactivation(client, name), name)
-        self.wait(f"{name} to go Down", self.stop_host(), name)
-        if remove_node_state(client, name).changed:
-            say(f"removed the node state of {name}")
         self.remove_from_configuration()
+        check = check_node_removed(client, name)
+        if not check.removed:
+            self.clean_up(check.status, check.down)
         return self.confirm_removed()
+
+    def remove_from_configuration(self) -> None:
+        client, name, interval = self.client, self.name, self.args.poll_interval
+        while True:
+            start = start_configuration_removal(client, name, now=time.time())
+            if start.outcome != Outcome.WAIT_FOR_UPGRADE:
+                break
+            say(f"another configuration upgrade is running ({start.detail}); waiting for it first")
+            self.wait("the running configuration upgrade", lambda: poll_running_upgrade(client), "upgrade")
+            self.pause(interval)  # the UOS may still refuse for a moment after the status clears
+        if start.outcome == Outcome.ALREADY_DONE:
+            say(f"{name} is already out of the node list and the configuration")
+            return
+        said = "started" if start.confirmed else "sent; the gateway's timeout passed, the upgrade goes on"
+        say(
+            f"configuration upgrade to version {start.target_version} {said}: {name} out of "
+            "nodes, alone in NodesToBeRemoved; its machine keeps running until it is done"
+        )
+        change = start.to_dict()
+        grace = min(DEFAULT_START_GRACE_SECONDS, 90 * interval)
+        self.wait(
+            f"the configuration upgrade to {start.target_version}",
+            lambda: poll_configuration_upgrade(client, change, now=time.time(), grace_seconds=grace),
+            "upgrade",
+        )
+
+    def clean_up(self, status: str, down: bool) -> None:
+        """The upgrade completed but the node is still listed: the UOS's own RemoveNodeState
+        did not happen (it is best effort). Finish it: Down first, then RemoveNodeState."""
+        client, name = self.client, self.name
+        say(f"clean-up: the upgrade completed but {name} is still listed ({status})")
+        if not down:
+            self.wait(f"{name} to go Down", self.stop_host(), name)
+        if remove_node_state(client, name).changed:
+            say(f"clean-up: removed the node state of {name}")
+
+    def pause(self, seconds: float) -> None:
+        if time.monotonic() - self.started + seconds > self.args.timeout:
+            raise WaitTimedOut(f"--timeout {self.args.timeout:g} s passed; re-run to go on")
+        time.sleep(seconds)
 
     def stop_host(self) -> Callable[[], WaitStatus]:
         """Stop Fabric over SSM when we can, else leave it to the operator; return the poll."""
         client, name = self.client, self.name
         if self.host is None:
-            if node_stage(client.get_node_info(name)) < NodeStage.REMOVE_STATE:
-                say(
-                    f"{name} is Disabled: stop FabricHostSvc on its machine (no --instance-id "
-                    "given); waiting for the node to go Down"
-                )
+            say(
+                f"clean-up: stop FabricHostSvc on {name}'s machine (no --instance-id given); "
+                "waiting for the node to go Down"
+            )
             return lambda: poll_node_down(client, name)
         stop = stop_fabric_host(client, self.host, name, self.args.instance_id)
         if stop.changed:
             say(
-                f"stopping FabricHostSvc on {stop.instance_id} over SSM (command {stop.command_id})"
+                f"clean-up: stopping FabricHostSvc on {stop.instance_id} over SSM "
+                f"(command {stop.command_id})"
             )
         host = self.host
         return lambda: poll_node_down(
             client, name, host=host, instance_id=stop.instance_id, command_id=stop.command_id
         )
 
-    def remove_from_configuration(self) -> None:
-        client, name = self.client, self.name
-        while True:
-            start = start_configuration_removal(client, name)
-            if start.outcome != Outcome.WAIT_FOR_UPGRADE:
-                break
-            say(f"a configuration upgrade is running ({start.detail}); waiting for it first")
-            self.wait(
-                "the running configuration upgrade",
-                lambda: poll_configuration_upgrade(client),
-                "upgrade",
-            )
-        if start.changed:
-            say(
-                f"configuration upgrade to version {start.target_version}: {name} out of "
-                "nodes, into NodesToBeRemoved"
-            )
-            self.wait(
-                f"the configuration upgrade to {start.target_version}",
-                lambda: poll_configuration_upgrade(client, target_version=start.target_version),
-                "upgrade",
-            )
-
     def confirm_removed(self) -> int:
         node = self.client.get_node_info(self.name)
+        if node_stage(node) != NodeStage.REMOVED:
+            raise LifecycleError(f"{self.name} is still in the node list ({describe(node)})")
         if self.name in node_names(self.client.get_cluster_configuration()):
-            raise LifecycleError(
-                f"the upgrade completed but {self.name} is still in the configuration"
-            )
-        state = "gone from the node list" if node is None else f"{node.status}"
+            raise LifecycleError(f"{self.name} is still in the cluster configuration")
         say(
-            f"done: {self.name} is out of the cluster ({state}) and out of its configuration "
+            f"done: {self.name} is out of the node list and the cluster configuration "
             f"({time.monotonic() - self.started:.0f} s)"
         )
         return EXIT_OK
@@ -254,6 +287,10 @@ def precheck(client: ServiceFabricClient, name: str) -> int | None:
     if node is None and name not in node_names(config):
         if name in nodes_to_be_removed(config):
             say(f"{name} is not in the cluster: already removed (listed in NodesToBeRemoved)")
+            return EXIT_OK
+        removed = [n for n in client.get_node_info_list(status_filter="removed") if n.name == name]
+        if removed:  # the FM keeps a removed node's entry for a while (RemovedNodeKeepDuration)
+            say(f"{name} is not in the cluster: already removed (the node list shows it Removed)")
             return EXIT_OK
         raise UnknownNode(
             f"node {name!r} is not known to the cluster at {client.endpoint} "
@@ -276,30 +313,29 @@ def dry_run(client: ServiceFabricClient, args: argparse.Namespace) -> int:
     stage = node_stage(node)
     if node is not None and stage == NodeStage.UNSETTLED:
         raise LifecycleError(f"{name} is {node.status}: a drain would not touch it now")
+    if stage == NodeStage.DOWN:
+        raise LifecycleError(
+            f"{name} is Down: the Upgrade Orchestration Service cannot remove it (it waits for "
+            "Disabled, which a Down node never reaches); start FabricHostSvc on its machine, or "
+            "see the README's runbook for a lost machine"
+        )
     steps = []
     if stage <= NodeStage.DEACTIVATE:
         steps.append(f"deactivate {name} with intent RemoveNode (RemoveData if refused)")
     if stage <= NodeStage.DEACTIVATING:
         steps.append(f"wait for {name} to be Disabled with its deactivation Completed")
-    if stage <= NodeStage.STOP_HOST:
-        steps.append(
-            f"stop FabricHostSvc on {args.instance_id} over SSM Run Command, wait for Down"
-            if args.instance_id
-            else f"wait for {name} to go Down (you stop FabricHostSvc; no --instance-id)"
-        )
-    if stage <= NodeStage.REMOVE_STATE:
-        steps.append(f"RemoveNodeState {name}")
     config = client.get_cluster_configuration()
-    target = remove_node(config, name)
-    if target != config:
+    if stage < NodeStage.REMOVED and name in node_names(config):
+        target = for_removal(config, name)
         steps.append(
             f"configuration upgrade {config.get('clusterConfigurationVersion')} -> "
-            f"{target.get('clusterConfigurationVersion')}: {name} out of nodes, "
-            "into NodesToBeRemoved"
+            f"{target.get('clusterConfigurationVersion')}: {name} out of nodes, NodesToBeRemoved "
+            f"= {name} (any earlier value dropped), while its machine runs"
         )
         upgrade = client.get_cluster_configuration_upgrade_status()
         if upgrade.is_running:
             steps.append(f"(first wait for the running upgrade: {upgrade.upgrade_state})")
+        steps.append(f"wait until the upgrade has rolled forward and {name} left the node list")
     say(
         "dry run: nothing was changed. A drain would:"
         if steps
@@ -311,7 +347,7 @@ def dry_run(client: ServiceFabricClient, args: argparse.Namespace) -> int:
 
 
 def make_fabric_host(args: argparse.Namespace) -> FabricHost | None:
-    if not args.instance_id or args.dry_run:
+    if not args.instance_id:
         return None
     try:  # only operators who stop Fabric over SSM need the AWS SDK
         import boto3
@@ -352,7 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     cert = (args.client_cert, args.client_key) if args.client_cert else None
     try:
         with ServiceFabricClient(
-            args.endpoint, client_certificate=cert, ca_bundle=args.ca_bundle, insecure=args.insecure
+            args.endpoint,
+            client_certificate=cert,
+            ca_bundle=args.ca_bundle,
+            server_thumbprint=args.server_thumbprint,
+            insecure=args.insecure,
         ) as client:
             early = precheck(client, args.node)
             if early is not None:
@@ -368,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail(
             EXIT_FAILED,
             "error",
-            f"TLS with {args.endpoint} failed (check --ca-bundle "
+            f"TLS with {args.endpoint} failed (check "
+            f"{'--server-thumbprint' if args.server_thumbprint else '--ca-bundle'} "
             f"and the client certificate): {err.message or err.code}",
         )
     except FabricError as err:

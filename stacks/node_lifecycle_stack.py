@@ -1,7 +1,7 @@
 """Node lifecycle automation of the Service Fabric cluster: the scaling group's launch and
 terminate lifecycle actions start state machines that join and drain nodes over the
 Service Fabric REST API, one membership change at a time (a DynamoDB lock), and a
-scheduled reaper removes nodes whose machines are gone.
+scheduled reaper counts nodes whose machines are gone (zombies) for the alarms.
 
 Runtime code: lambdas/node_lifecycle (steps in workflow.py, handlers in handlers.py).
 """
@@ -132,10 +132,11 @@ class NodeLifecycleStack(cdk.Stack):
                             lifecycle.drain_timeout_minutes)
         scale_out = function("ScaleOutFunction", "scale_out", f"Joins launching instances to {cluster_name}",
                              lifecycle.join_timeout_minutes)
-        reaper = function("ReaperFunction", "reaper", f"Removes zombie nodes of {cluster_name}",
+        reaper = function("ReaperFunction", "reaper", f"Counts zombie and Down seed nodes of {cluster_name}",
                           lifecycle.drain_timeout_minutes)
 
         for made in (scale_in, scale_out):
+            self.lock.table.grant_read_write_data(made.function)  # the reaper never locks
             self._grant_lifecycle_actions(made, config, group_name)
         self._grant_run_command(scale_in, config, STOP_HOST_DOCUMENT, "stop the Fabric host service")
         self._grant_run_command(scale_out, config, add_node.ref, "run AddNode.ps1")
@@ -198,9 +199,8 @@ class NodeLifecycleStack(cdk.Stack):
     # -- least-privilege grants -----------------------------------------------------------
 
     def _grant_common(self, made: LifecycleFunction, config: EnvironmentConfig) -> None:
-        """Every function: the lock, the two certificate secrets, and reading instances."""
+        """Every function: the two certificate secrets, and reading instances."""
         fn, settings = made.function, config.service_fabric
-        self.lock.table.grant_read_write_data(fn)
         fn.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["secretsmanager:GetSecretValue"],

@@ -1,160 +1,242 @@
-"""Membership changes as cluster configuration upgrades: a drain's last Fabric step takes
-the node out, a join's last step puts it in.
+"""Membership changes as cluster configuration upgrades, as the standalone Upgrade
+Orchestration Service (UOS) carries them out (microsoft/service-fabric, FabricUOS/exe and
+Microsoft.ServiceFabric.DeploymentManager/Common/StandaloneSettingsValidator.cs):
 
-A standalone cluster keeps its membership in the cluster configuration; a node that
-is only RemoveNodeState'd stays in `nodes`, and a node AddNode.ps1 joined is missing
-from it; either way later upgrades trip over it. Only one upgrade runs at a time, so a
-start that finds one running says so and the caller waits (poll_configuration_upgrade)
-and starts again.
+- a drain's removal upgrade drops the node from `nodes` and names it alone in NodesToBeRemoved,
+  while the node is Disabled and its machine still runs: the UOS checks the machine answers on
+  its ports, deactivates the node itself (skipped when it is Disabled already), upgrades, then
+  removes the node state itself;
+- a join's registration upgrade follows AddNode.ps1: until it runs, the Failover Manager knows a
+  node the UOS does not, and the UOS refuses every upgrade whose `nodes` differ from the FM's
+  list, removals included.
+
+Only one upgrade runs at a time: a start that finds one running says WAIT_FOR_UPGRADE and the
+caller starts again later. The start call waits for the whole orchestration, so it usually
+outlives the gateway's timeout while the upgrade goes on; then the status decides, by version
+(it shows the current version until the upgrade completes), and the start is never resent
+blindly. Every refusal arrives as FABRIC_E_CONFIG_UPGRADE_FAILED with the reason in the message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from sf_rest import (
+    ConfigurationUpgradeRefused,
     FabricError,
     NodeStatus,
     ServiceFabricClient,
     UpgradeHealthPolicy,
     UpgradeInProgressError,
-    UpgradeState,
 )
-from sf_rest.cluster_config import ConfigNode, add_node, remove_node
+from sf_rest.cluster_config import for_registration, for_removal, node_names, nodes_to_be_removed
 from sf_rest.errors import CONNECTION_LOST, OUTCOME_UNKNOWN, READ_TIMEOUT
 
 from .errors import ConfigurationUpgradeFailed, NodeInWrongState
 from .interfaces import AutoScalingLifecycle, LifecycleHook
 from .lifecycle import record_heartbeat
-from .node_stage import NodeStage, describe, node_stage, require_removable
-from .results import ConfigurationChange, Outcome, WaitStatus
+from .node_stage import describe, require_removable
+from .results import ConfigurationChange, NodeRemovalCheck, Outcome, WaitStatus
 
-# Failures after which the gateway may have started the upgrade anyway.
+# Failures after which the UOS may be carrying the upgrade out anyway.
 _UNCLEAR = OUTCOME_UNKNOWN | {READ_TIMEOUT, CONNECTION_LOST}
-_ROLLING_BACK = {UpgradeState.ROLLING_BACK_IN_PROGRESS, UpgradeState.ROLLING_BACK_COMPLETED}
+# After a start whose answer was lost, how long the status may show no trace of the upgrade
+# before we call it not started. For a removal the UOS first deactivates the node (ours is
+# Disabled already) and waits up to 10 minutes for Disabled (FabricPollDeactivatedNodes-
+# TimeoutInMinutes) before the manifest upgrade the status reports.
+DEFAULT_START_GRACE_SECONDS = 900.0
+REMOVAL, REGISTRATION = "removal", "registration"
 
 
 def start_configuration_removal(
     client: ServiceFabricClient,
     node_name: str,
     *,
+    now: float,
     policy: UpgradeHealthPolicy | None = None,
 ) -> ConfigurationChange:
-    """Start the upgrade that drops the node from `nodes` and lists it in NodesToBeRemoved.
+    """Start the upgrade that removes one Disabled node; ALREADY_DONE when the cluster no
+    longer lists it (an earlier run's upgrade removed it)."""
+    node = client.get_node_info(node_name)
+    config = client.get_cluster_configuration()
+    if node is None or node.status == NodeStatus.REMOVED:
+        if node_name in node_names(config):
+            raise NodeInWrongState(f"{node_name} is {describe(node)} but still in the configuration")
+        return ConfigurationChange(node_name, Outcome.ALREADY_DONE, kind=REMOVAL)
+    require_removable(node)
+    if node_name in nodes_to_be_removed(config):
+        return _adopt_removal(client, node_name, node.status == NodeStatus.DOWN, now=now)
+    if node.status == NodeStatus.DOWN:
+        raise NodeInWrongState(
+            f"not removing {node_name}: it is Down. The UOS deactivates each node it removes and "
+            "waits for Disabled, which a Down node never reaches; start FabricHostSvc on its "
+            "machine again, or see the README's runbook for a lost machine"
+        )
+    if not node.is_deactivated:
+        raise NodeInWrongState(
+            f"not removing {node_name}: it is {describe(node)}; deactivate it (RemoveNode) and "
+            "wait for Disabled first"
+        )
+    try:
+        target = for_removal(config, node_name)
+    except ValueError as err:
+        raise NodeInWrongState(str(err)) from err
+    return _start(client, node_name, REMOVAL, target, now=now, policy=policy)
 
-    ALREADY_DONE when the configuration has no more to change; WAIT_FOR_UPGRADE while
-    any upgrade runs (possibly ours, from a run that crashed after starting it).
-    """
-    return start_configuration_removals(client, [node_name], policy=policy)
 
-
-def start_configuration_removals(
-    client: ServiceFabricClient,
-    node_names: Sequence[str],
-    *,
-    policy: UpgradeHealthPolicy | None = None,
+def _adopt_removal(
+    client: ServiceFabricClient, node_name: str, down: bool, *, now: float
 ) -> ConfigurationChange:
-    """One upgrade that removes several nodes (the reaper's zombies); each must be Removed."""
-
-    def without_nodes(config: dict[str, Any]) -> dict[str, Any]:
-        target = config
-        for name in node_names:
-            edited = remove_node(target, name)
-            if edited != target:
-                node = client.get_node_info(name)
-                require_removable(node)
-                if node_stage(node) != NodeStage.REMOVED:
-                    raise NodeInWrongState(
-                        f"not removing {name} from the cluster configuration: it is "
-                        f"{describe(node)}; its node state must be removed first"
-                    )
-                target = edited
-        return target
-
-    return _start_membership_upgrade(client, ", ".join(node_names), without_nodes, policy)
-
-
-def start_configuration_addition(
-    client: ServiceFabricClient,
-    node: ConfigNode,
-    *,
-    policy: UpgradeHealthPolicy | None = None,
-) -> ConfigurationChange:
-    """Start the upgrade that puts a node AddNode.ps1 joined into `nodes`.
-
-    Without it the node runs but the configuration does not know it, and the next
-    configuration upgrade is rejected. Only an Up node is added.
-    """
-
-    def with_node(config: dict[str, Any]) -> dict[str, Any]:
-        target = add_node(config, node)
-        if target != config:
-            found = client.get_node_info(node.node_name)
-            if found is None or found.status != NodeStatus.UP:
-                raise NodeInWrongState(
-                    f"not adding {node.node_name} to the cluster configuration: it is "
-                    f"{describe(found)}, not Up"
-                )
-        return target
-
-    return _start_membership_upgrade(client, node.node_name, with_node, policy)
+    """The current configuration names the node in NodesToBeRemoved: a removal of it was
+    started before (this step re-run after a crash, or an operator's drain). The UOS makes a
+    removal's target current at once, so a second start would be a second orchestration: watch
+    the first instead. A node it left Down has had its manifest upgrade (FabricDeployer
+    uninstalls Fabric on the machine then): only the node state is left to remove."""
+    if down:
+        detail = "an earlier removal upgrade left it Down; its node state is left to remove"
+        return ConfigurationChange(node_name, Outcome.ALREADY_DONE, kind=REMOVAL, detail=detail)
+    status = client.get_cluster_configuration_upgrade_status()
+    return ConfigurationChange(
+        node_name,
+        Outcome.REQUESTED,
+        status.config_version,
+        "an earlier start of this removal is under way; watching it, not starting another",
+        REMOVAL,
+        False,
+        now,
+        status.progress_status - (1 if status.is_running else 0),
+    )
 
 
-def _start_membership_upgrade(
+def start_configuration_registration(
     client: ServiceFabricClient,
     node_name: str,
-    edit: Callable[[dict[str, Any]], dict[str, Any]],
+    *,
+    now: float,
+    policy: UpgradeHealthPolicy | None = None,
+) -> ConfigurationChange:
+    """Start the upgrade that registers a node AddNode.ps1 joined: the configuration as the
+    cluster lists it (the FM's nodes), a new version, no stale NodesToBeRemoved. Always sent:
+    GetClusterConfiguration lists the node already, so nothing there says the UOS knows it."""
+    node = client.get_node_info(node_name)
+    if node is None or node.status != NodeStatus.UP:
+        raise NodeInWrongState(f"not registering {node_name}: it is {describe(node)}, not Up")
+    config = client.get_cluster_configuration()
+    if node_name not in node_names(config):
+        raise NodeInWrongState(f"{node_name} is Up but the cluster configuration does not list it")
+    return _start(client, node_name, REGISTRATION, for_registration(config), now=now, policy=policy)
+
+
+def _start(
+    client: ServiceFabricClient,
+    node_name: str,
+    kind: str,
+    target: Mapping[str, Any],
+    *,
+    now: float,
     policy: UpgradeHealthPolicy | None,
 ) -> ConfigurationChange:
     running = client.get_cluster_configuration_upgrade_status()
     if running.is_running:
-        detail = f"{running.upgrade_state} to version {running.config_version}"
-        return ConfigurationChange(node_name, Outcome.WAIT_FOR_UPGRADE, detail=detail)
-    config = client.get_cluster_configuration()
-    target = edit(config)
-    if target == config:
-        return ConfigurationChange(node_name, Outcome.ALREADY_DONE)
+        detail = f"{running.upgrade_state} at version {running.config_version}"
+        return ConfigurationChange(node_name, Outcome.WAIT_FOR_UPGRADE, kind=kind, detail=detail)
     version = str(target.get("clusterConfigurationVersion", ""))
+
+    def started(confirmed: bool, detail: str) -> ConfigurationChange:
+        return ConfigurationChange(
+            node_name, Outcome.REQUESTED, version, detail, kind, confirmed, now,
+            running.progress_status,
+        )
+
     try:
         client.start_cluster_configuration_upgrade(target, policy)
-    except UpgradeInProgressError as err:  # another upgrade began since we looked
-        return ConfigurationChange(node_name, Outcome.WAIT_FOR_UPGRADE, detail=str(err))
+    except UpgradeInProgressError as err:  # one began since we looked (or is still validating)
+        return ConfigurationChange(node_name, Outcome.WAIT_FOR_UPGRADE, kind=kind, detail=err.message)
+    except ConfigurationUpgradeRefused as err:
+        raise ConfigurationUpgradeFailed(
+            f"the cluster refused the {kind} upgrade to {version} for {node_name}: {err.message}"
+        ) from err
     except FabricError as err:
         if err.code not in _UNCLEAR:
             raise
-        # The request may have been carried out; starting it twice would be refused or
-        # worse, so ask the cluster instead.
-        after = client.get_cluster_configuration_upgrade_status()
-        if not (after.is_running or after.config_version == version):
-            raise
-        detail = f"started (confirmed by status after {err.code})"
-        return ConfigurationChange(node_name, Outcome.REQUESTED, version, detail)
-    return ConfigurationChange(node_name, Outcome.REQUESTED, version, "started")
+        return started(False, f"no answer in time ({err.code}); the upgrade may be under way")
+    return started(True, "the orchestration ended")
 
 
 def poll_configuration_upgrade(
     client: ServiceFabricClient,
+    change: Mapping[str, Any],
     *,
-    target_version: str = "",
+    now: float,
+    grace_seconds: float = DEFAULT_START_GRACE_SECONDS,
     lifecycle: AutoScalingLifecycle | None = None,
     hook: LifecycleHook | None = None,
 ) -> WaitStatus:
-    """One look at the upgrade: done once rolled forward; raises on Failed or rolling back.
+    """One look at our upgrade (`change`: a started ConfigurationChange as a dict).
 
-    With `target_version` (from start_configuration_removal) done also needs that version:
-    right after the start the gateway may still report the previous, completed upgrade.
-    """
+    The status shows the Cluster Manager's manifest upgrade (UpgradeState, and ProgressStatus,
+    its target manifest version, one more per upgrade) and the UOS's current configuration
+    version. A registration is done when that version is its target. A removal makes its
+    target current at once, before the node is even deactivated, so it is done only once a
+    manifest upgrade newer than the one before our start has rolled forward.
+
+    Raises when it can no longer get there: that manifest upgrade rolled back, or the start
+    was answered (the orchestration has ended) or the grace period passed with no upgrade to
+    show for it (refused, or aborted without a word)."""
     status = client.get_cluster_configuration_upgrade_status()
     heartbeat = record_heartbeat(lifecycle, hook)
-    state = status.upgrade_state
-    if state == UpgradeState.FAILED or state in _ROLLING_BACK:
+    target, kind = str(change["target_version"]), str(change.get("kind") or "")
+    state, version = status.upgrade_state, status.config_version
+    manifest_moved = status.progress_status > int(change.get("manifest_before") or 0)
+    at_target = version == target and (kind != REMOVAL or manifest_moved)
+    if at_target and status.is_completed:
+        return WaitStatus(True, state, f"version {target} is current, {state}", heartbeat)
+    if status.is_running:
+        detail = f"{state} (manifest {status.progress_status}); configuration {version}, target {target}"
+        return WaitStatus(False, state, detail, heartbeat)
+    if manifest_moved and status.has_failed:
+        reason = f": {status.details}" if status.details else ""
         raise ConfigurationUpgradeFailed(
-            f"configuration upgrade to {status.config_version or '?'} is {state}"
-            + (f": {status.details}" if status.details else "")
+            f"the {kind} upgrade to {target} ended {state}{reason}; the cluster is at {version}"
         )
-    done = status.is_completed and (not target_version or status.config_version == target_version)
-    detail = f"{state} to version {status.config_version}"
-    if status.is_completed and not done:
-        detail += f", waiting for {target_version}"
-    return WaitStatus(done=done, status=state, detail=detail, heartbeat=heartbeat)
+    started = change.get("started_at")
+    waited = now - float(now if started is None else started)
+    if change.get("confirmed") or waited >= grace_seconds:
+        raise ConfigurationUpgradeFailed(
+            f"the {kind} upgrade to {target} ended without upgrading the cluster (version "
+            f"{version}, {state}, manifest {status.progress_status}). The UOS ends a removal "
+            "without a word when it cannot find or deactivate a node to be removed, or when the "
+            "node does not reach Disabled in 10 minutes"
+        )
+    detail = (
+        f"{state} at version {version}; waiting {waited:.0f}/{grace_seconds:.0f} s for the "
+        f"upgrade to {target} to show"
+    )
+    return WaitStatus(False, state, detail, heartbeat)
+
+
+def poll_running_upgrade(
+    client: ServiceFabricClient,
+    *,
+    lifecycle: AutoScalingLifecycle | None = None,
+    hook: LifecycleHook | None = None,
+) -> WaitStatus:
+    """One look at someone else's upgrade: done once none runs."""
+    status = client.get_cluster_configuration_upgrade_status()
+    heartbeat = record_heartbeat(lifecycle, hook)
+    detail = f"{status.upgrade_state} at version {status.config_version}"
+    return WaitStatus(not status.is_running, status.upgrade_state, detail, heartbeat)
+
+
+def check_node_removed(client: ServiceFabricClient, node_name: str) -> NodeRemovalCheck:
+    """After the removal upgrade: the UOS removes the node state itself, best effort
+    (UpgradeOrchestrator.RemoveNodeStateAsync only traces a failure). A node still listed
+    needs the clean-up: stop its host, wait Down, RemoveNodeState."""
+    node = client.get_node_info(node_name)
+    if node is None or node.status == NodeStatus.REMOVED:
+        return NodeRemovalCheck(node_name, removed=True, status=describe(node))
+    return NodeRemovalCheck(
+        node_name, removed=False, status=describe(node), down=node.status == NodeStatus.DOWN
+    )
+

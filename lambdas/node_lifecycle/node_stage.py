@@ -17,24 +17,24 @@ ABSENT = "Absent"  # how results name a node the gateway answers 204 for
 
 
 class NodeStage(IntEnum):
-    UNSETTLED = 0  # Unknown/Invalid: nothing safe to do until Fabric knows the node's state
+    UNSETTLED = 0  # Unknown/Invalid (Invalid: a manifest row for a node the FM has removed)
     DEACTIVATE = 1  # Up, or deactivated for another reason (Pause, Restart)
     DEACTIVATING = 2  # removal asked for; safety checks still running
-    STOP_HOST = 3  # Disabled and Completed: the Fabric host can be stopped
-    REMOVE_STATE = 4  # Down
-    REMOVED = 5  # Removed, or unknown to the node list
+    DEACTIVATED = 3  # Disabled and Completed: ready for the removal upgrade
+    DOWN = 4  # Down: the UOS cannot remove it; RemoveNodeState can (clean-up only)
+    REMOVED = 5  # Removed, or unknown to the node list (the gateway answers 204)
 
 
 def node_stage(node: NodeInfo | None) -> NodeStage:
     if node is None or node.status == NodeStatus.REMOVED:
         return NodeStage.REMOVED
     if node.status == NodeStatus.DOWN:
-        return NodeStage.REMOVE_STATE
+        return NodeStage.DOWN
     if node.status in (NodeStatus.DISABLING, NodeStatus.DISABLED):
         if node.deactivation_intent not in REMOVAL_INTENTS:
             return NodeStage.DEACTIVATE  # escalate: Fabric accepts a stronger intent
         if node.is_deactivated:
-            return NodeStage.STOP_HOST
+            return NodeStage.DEACTIVATED
         return NodeStage.DEACTIVATING
     if node.status in (NodeStatus.UP, NodeStatus.ENABLING):
         return NodeStage.DEACTIVATE

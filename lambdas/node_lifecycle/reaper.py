@@ -1,8 +1,8 @@
 """The zombie reaper's decision: which Down nodes have lost their machine for good.
 
 Pure functions: the scheduled Lambda reads the node list and the instances, asks
-`decide_reaping`, then (under the membership lock) runs remove_node_state and
-start_configuration_removal for each zombie, and alarms on seed nodes that are Down.
+`decide_reaping`, and publishes the counts the zombie and seed alarms watch. It changes
+nothing in the cluster (see workflow.reap_zombies for why).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ GONE_STATES = frozenset({"shutting-down", "terminated"})
 
 @dataclass(frozen=True)
 class ReaperDecision:
-    remove_state_for: tuple[str, ...]  # zombies: Down long enough, instance gone, not seeds
+    zombies: tuple[str, ...]  # Down long enough, instance gone, not seeds
     seed_nodes_down: tuple[str, ...]  # alarm on these; never touch them
     waiting: tuple[str, ...]  # Down, but not long enough or the instance still exists
 
     @property
     def zombie_count(self) -> int:
-        return len(self.remove_state_for)
+        return len(self.zombies)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "zombie_count": self.zombie_count}
@@ -42,7 +42,7 @@ def decide_reaping(
     down_for: timedelta,
     node_types: Collection[str] | None = None,
 ) -> ReaperDecision:
-    """Sort the Down nodes into zombies to remove, seeds to alarm on, and ones to leave be.
+    """Sort the Down nodes into zombies, seeds to alarm on, and ones that may yet come back.
 
     `instance_states` maps node name -> EC2 state of its instance (None or missing: EC2
     does not know it any more). `node_types`, when given, limits removal to nodes of those

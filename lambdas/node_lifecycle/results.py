@@ -67,10 +67,26 @@ class NodeStateRemoval(_Result):
 
 @dataclass(frozen=True)
 class ConfigurationChange(_Result):
+    """A membership upgrade asked for: pass it (as a dict) to poll_configuration_upgrade."""
+
     node_name: str
     outcome: Outcome
-    target_version: str = ""  # the version our upgrade moves to (pass to the upgrade poll)
+    target_version: str = ""  # the version our upgrade moves to
     detail: str = ""
+    kind: str = ""  # "removal" or "registration"
+    confirmed: bool = False  # the start call answered: the orchestration has ended
+    started_at: float = 0.0  # epoch seconds of the start, for the grace period
+    manifest_before: int = 0  # the status's ProgressStatus (manifest version) before the start
+
+
+@dataclass(frozen=True)
+class NodeRemovalCheck(_Result):
+    """After the removal upgrade: is the node out of the node list?"""
+
+    node_name: str
+    removed: bool
+    status: str  # as `describe` words it; "Absent" once the gateway answers 204
+    down: bool = False  # still listed and Down: RemoveNodeState can finish it
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,9 @@
-"""Scale-in steps that act on the node itself, in drain order.
+"""Scale-in steps that act on the node itself.
+
+The drain, as Microsoft documents it for standalone clusters: resolve_node ->
+refuse_seed_node -> deactivate_node -> poll_deactivation*, then the removal upgrade
+(membership_config) while the machine still runs. stop_fabric_host -> poll_node_down* ->
+remove_node_state are clean-up only, for a node the upgrade left in the node list.
 
 Each function is one state of the scale-in state machine (one Lambda call): it reads
 where the node is, does its one thing only if still needed, and returns a small
@@ -96,9 +101,9 @@ def deactivate_node(client: ServiceFabricClient, node_name: str) -> Deactivation
     stage = node_stage(node)
     if stage == NodeStage.UNSETTLED:
         raise NodeInWrongState(f"{node_name} is {node.status}: not deactivating it")
-    if stage in (NodeStage.DEACTIVATING, NodeStage.STOP_HOST):
+    if stage in (NodeStage.DEACTIVATING, NodeStage.DEACTIVATED):
         return Deactivation(node_name, Outcome.ALREADY_DONE, node.deactivation_intent)
-    if stage > NodeStage.STOP_HOST:  # Down or Removed: no replicas left to move
+    if stage > NodeStage.DEACTIVATED:  # Down or Removed: no replicas left to move
         return Deactivation(node_name, Outcome.NOT_NEEDED, node.deactivation_intent)
     try:
         intent = _deactivate(client, node_name)
@@ -130,7 +135,7 @@ def poll_deactivation(
     heartbeat = record_heartbeat(lifecycle, hook)
     require_not_reactivated(node, stage)
     return WaitStatus(
-        done=stage >= NodeStage.STOP_HOST,
+        done=stage >= NodeStage.DEACTIVATED,
         status=node.status if node else "Absent",
         detail=describe(node),
         heartbeat=heartbeat,
@@ -140,14 +145,15 @@ def poll_deactivation(
 def stop_fabric_host(
     client: ServiceFabricClient, host: FabricHost, node_name: str, instance_id: str
 ) -> HostStop:
-    """Stop FabricHostSvc on the instance over Run Command, once the node is Disabled."""
+    """Clean-up: stop FabricHostSvc on the instance over Run Command, for a Disabled node the
+    removal upgrade left in the node list, so it goes Down and its state can be removed."""
     node = client.get_node_info(node_name)
     require_removable(node)
     stage = node_stage(node)
-    if stage >= NodeStage.REMOVE_STATE:
+    if stage >= NodeStage.DOWN:
         outcome = Outcome.NOT_A_MEMBER if node is None else Outcome.ALREADY_DONE
         return HostStop(node_name, instance_id, outcome)
-    if stage != NodeStage.STOP_HOST:
+    if stage != NodeStage.DEACTIVATED:
         # Stopping the host before the deactivation completes would lose replicas.
         raise NodeInWrongState(
             f"not stopping Fabric on {instance_id}: {node_name} is {describe(node)}, "
@@ -177,7 +183,7 @@ def poll_node_down(
     heartbeat = record_heartbeat(lifecycle, hook)
     require_not_reactivated(node, stage)
     status = node.status if node else "Absent"
-    if stage >= NodeStage.REMOVE_STATE:
+    if stage >= NodeStage.DOWN:
         return WaitStatus(True, status, describe(node), heartbeat)
     detail = describe(node)
     if host is not None and command_id:
@@ -192,7 +198,9 @@ def poll_node_down(
 
 
 def remove_node_state(client: ServiceFabricClient, node_name: str) -> NodeStateRemoval:
-    """RemoveNodeState, which Fabric allows only for a Down node. Removed/absent is fine."""
+    """Clean-up: RemoveNodeState, which Fabric allows only for a Down node. Removed/absent is
+    fine. Never before the removal upgrade: a node the UOS still lists but the FM has removed
+    makes every later upgrade built from GetClusterConfiguration fail validation."""
     node = client.get_node_info(node_name)
     if node is None:
         return NodeStateRemoval(node_name, Outcome.NOT_A_MEMBER)
@@ -200,7 +208,7 @@ def remove_node_state(client: ServiceFabricClient, node_name: str) -> NodeStateR
     stage = node_stage(node)
     if stage == NodeStage.REMOVED:
         return NodeStateRemoval(node_name, Outcome.ALREADY_DONE)
-    if stage != NodeStage.REMOVE_STATE:
+    if stage != NodeStage.DOWN:
         raise NodeInWrongState(f"not removing the state of {node_name}: it is {describe(node)}")
     try:
         client.remove_node_state(node_name)

@@ -1,12 +1,12 @@
 """Scale-out steps: a launching instance joins the cluster, one state machine state each.
 
     plan_node -> join_node (-> wait_for_instance / wait_for_upgrade loops) -> poll_node_up*
-    -> tag_node_instance -> start_configuration_addition -> poll_configuration_upgrade*
+    -> tag_node_instance -> start_configuration_registration -> poll_configuration_upgrade*
     -> complete (CONTINUE)
 
 On any failure: clean_up_failed_scale_out (deactivate what was half-added, ABANDON). The
-instance then terminates; the terminate hook's drain or, failing that, the zombie reaper
-removes the node's state and configuration entry.
+instance then terminates through the terminate hook, whose drain removes a registered node
+by configuration upgrade while the machine still runs.
 
 Like the scale-in steps, each reads where the node is before it acts, so a duplicated
 event or a step re-run after a crash picks up where the node is.
@@ -25,7 +25,6 @@ from sf_rest import (
     NodeStatus,
     ServiceFabricClient,
 )
-from sf_rest.cluster_config import ConfigNode
 
 from .errors import InstanceNotJoinable, NodeJoinFailed, NodeInWrongState
 from .interfaces import AutoScalingLifecycle, FabricHost, InstanceDirectory, LifecycleHook
@@ -166,16 +165,6 @@ def tag_node_instance(instances: InstanceDirectory, plan: NodePlan) -> dict[str,
     """Tag the instance with its node name: how scale-in and the reaper find the node."""
     instances.tag_node_name(plan.instance_id, plan.node_name)
     return {"instance_id": plan.instance_id, "node_name": plan.node_name}
-
-
-def config_node(plan: NodePlan) -> ConfigNode:
-    return ConfigNode(
-        node_name=plan.node_name,
-        ip_address=plan.ip_address,
-        node_type=plan.node_type,
-        fault_domain=plan.fault_domain,
-        upgrade_domain=plan.upgrade_domain,
-    )
 
 
 def clean_up_failed_scale_out(

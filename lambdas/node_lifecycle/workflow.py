@@ -20,17 +20,15 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sf_rest import NodeStatus
-from sf_rest.cluster_config import node_names
-
 from .errors import LifecycleError, WaitTimedOut
 from .interfaces import LifecycleHook
 from .lifecycle import CONTINUE, complete_lifecycle_action
 from .membership_config import (
+    DEFAULT_START_GRACE_SECONDS,
+    check_node_removed,
     poll_configuration_upgrade,
-    start_configuration_addition,
+    start_configuration_registration,
     start_configuration_removal,
-    start_configuration_removals,
 )
 from .reaper import decide_reaping, instance_states_by_node
 from .results import NodePlan
@@ -46,7 +44,6 @@ from .scale_in import (
 )
 from .scale_out import (
     clean_up_failed_scale_out,
-    config_node,
     join_node,
     plan_node,
     poll_node_up,
@@ -96,7 +93,9 @@ def poll_upgrade(runtime: Runtime, state: State) -> dict[str, Any]:
     _check_deadline(runtime, state, "the configuration upgrade")
     status = poll_configuration_upgrade(
         runtime.client,
-        target_version=state["configuration"].get("target_version", ""),
+        state["configuration"],
+        now=runtime.clock(),
+        grace_seconds=DEFAULT_START_GRACE_SECONDS,
         lifecycle=runtime.lifecycle,
         hook=_hook(state),
     )
@@ -167,6 +166,20 @@ def wait_disabled(runtime: Runtime, state: State) -> dict[str, Any]:
     ).to_dict()
 
 
+def remove_from_configuration(runtime: Runtime, state: State) -> dict[str, Any]:
+    """The removal upgrade, while the machine runs (WAIT_FOR_UPGRADE: the state machine waits
+    and calls again)."""
+    _check_deadline(runtime, state, "other configuration upgrades to finish")
+    runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
+    name = state["node"]["node_name"]
+    return start_configuration_removal(runtime.client, name, now=runtime.clock()).to_dict()
+
+
+def check_removed(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Is the node out of the node list? If not, the state machine runs the clean-up."""
+    return check_node_removed(runtime.client, state["node"]["node_name"]).to_dict()
+
+
 def stop_host(runtime: Runtime, state: State) -> dict[str, Any]:
     name, instance_id = state["node"]["node_name"], _hook(state).instance_id
     return stop_fabric_host(runtime.client, runtime.host, name, instance_id).to_dict()
@@ -180,7 +193,7 @@ def wait_down(runtime: Runtime, state: State) -> dict[str, Any]:
         name,
         host=runtime.host,
         instance_id=_hook(state).instance_id,
-        command_id=state["host_stop"].get("command_id", ""),
+        command_id=(state.get("host_stop") or {}).get("command_id", ""),
         lifecycle=runtime.lifecycle,
         hook=_hook(state),
     ).to_dict()
@@ -188,11 +201,6 @@ def wait_down(runtime: Runtime, state: State) -> dict[str, Any]:
 
 def remove_state(runtime: Runtime, state: State) -> dict[str, Any]:
     return remove_node_state(runtime.client, state["node"]["node_name"]).to_dict()
-
-
-def remove_from_configuration(runtime: Runtime, state: State) -> dict[str, Any]:
-    _check_deadline(runtime, state, "other configuration upgrades to finish")
-    return start_configuration_removal(runtime.client, state["node"]["node_name"]).to_dict()
 
 
 def finish_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -220,9 +228,11 @@ def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
         "message": (
             f"Draining node {node} (instance {hook.instance_id}, group {hook.group_name}) "
             f"failed after {_elapsed(runtime, state):.0f} s: {_failure(state)}. The terminate "
-            "lifecycle action was not completed; finish the drain with scripts/drain_node.py "
-            "--node NAME --instance-id ID before it times out, or the zombie reaper removes "
-            "the node's state once the instance is gone."
+            "lifecycle action was not completed, so the machine keeps running until the hook's "
+            "heartbeat timeout: finish the drain before then with scripts/drain_node.py --node "
+            f"{node} (the removal upgrade needs the machine to answer on port 445), or extend "
+            "the wait with aws autoscaling record-lifecycle-action-heartbeat. A node whose "
+            "machine is gone can no longer be removed by upgrade (README: lost machines)."
         ),
     }
 
@@ -268,9 +278,13 @@ def tag_instance(runtime: Runtime, state: State) -> dict[str, Any]:
     return tag_node_instance(runtime.instances, _plan(state))
 
 
-def add_to_configuration(runtime: Runtime, state: State) -> dict[str, Any]:
+def register_in_configuration(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Always one registration upgrade after AddNode.ps1, recorded in the execution's state
+    (`configuration`): GetClusterConfiguration lists the node before the UOS knows it."""
     _check_deadline(runtime, state, "other configuration upgrades to finish")
-    return start_configuration_addition(runtime.client, config_node(_plan(state))).to_dict()
+    runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
+    name = _plan(state).node_name
+    return start_configuration_registration(runtime.client, name, now=runtime.clock()).to_dict()
 
 
 def finish_scale_out(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -306,50 +320,26 @@ def fail_scale_out(runtime: Runtime, state: State) -> dict[str, Any]:
 # -- the zombie reaper (a scheduled function, not a state machine) -------------------
 
 
-REAPER_OWNER = "zombie-reaper"
-
-
 def reap_zombies(runtime: Runtime, now: datetime | None = None) -> dict[str, Any]:
-    """Remove the state and configuration entry of scaling nodes that are Down and whose
-    instance is gone; count zombies and Down seed nodes (alarmed on, never touched)."""
-    client, settings = runtime.client, runtime.settings
-    nodes = client.get_node_info_list(status_filter="all")
+    """Count scaling nodes that are Down with their instance gone (zombies) and Down seed nodes,
+    for the alarms; change nothing. The UOS removes a node only by configuration upgrade, and
+    refuses that for a machine that does not answer on 445 (StandaloneSettingsValidator,
+    CheckRequiredPorts); RemoveNodeState alone would leave the UOS listing a node the FM has
+    dropped, and every later upgrade, joins included, would fail validation. So a zombie stays
+    Down in the cluster (later upgrades keep it in `nodes` and pass) and the README's runbook
+    says what an operator can do."""
+    nodes = runtime.client.get_node_info_list(status_filter="all")
     states = instance_states_by_node(nodes, runtime.instances.list_node_instances())
     decision = decide_reaping(
         nodes,
         states,
         now=now or datetime.now(timezone.utc),
-        down_for=timedelta(seconds=settings.zombie_down_seconds),
-        node_types={settings.scaling_node_type},
+        down_for=timedelta(seconds=runtime.settings.zombie_down_seconds),
+        node_types={runtime.settings.scaling_node_type},
     )
     runtime.record_metric("ZombieNodes", decision.zombie_count, "Count")
     runtime.record_metric("SeedNodesDown", len(decision.seed_nodes_down), "Count")
-    # Nodes whose state an earlier run removed but whose configuration entry is left.
-    listed = set(node_names(client.get_cluster_configuration()))
-    leftovers = [
-        n.name
-        for n in nodes
-        if n.status == NodeStatus.REMOVED
-        and n.name in listed
-        and n.node_type == settings.scaling_node_type
-    ]
-    result: dict[str, Any] = {**decision.to_dict(), "removed": [], "configuration": None}
-    if not decision.remove_state_for and not leftovers:
-        return result
-    grant = runtime.lock.acquire(REAPER_OWNER, ttl_seconds=settings.lock_ttl_seconds)
-    if not grant.acquired:
-        return {**result, "skipped": f"membership lock held by {grant.holder}"}
-    try:
-        for name in decision.remove_state_for:
-            result["removed"].append(remove_node_state(client, name).to_dict())
-        to_remove = sorted({*decision.remove_state_for, *leftovers})
-        change = start_configuration_removals(client, to_remove)
-        result["configuration"] = change.to_dict()
-        if change.changed:
-            runtime.record_metric("ZombiesRemoved", len(to_remove), "Count")
-    finally:
-        runtime.lock.release(REAPER_OWNER)
-    return result
+    return decision.to_dict()
 
 
 SCALE_IN_STEPS: dict[str, Step] = {
@@ -361,11 +351,12 @@ SCALE_IN_STEPS: dict[str, Step] = {
     "hold_seed_node": hold_seed,
     "deactivate_node": deactivate,
     "poll_deactivation": wait_disabled,
+    "start_configuration_removal": remove_from_configuration,
+    "poll_configuration_upgrade": poll_upgrade,
+    "check_node_removed": check_removed,
     "stop_fabric_host": stop_host,
     "poll_node_down": wait_down,
     "remove_node_state": remove_state,
-    "start_configuration_removal": remove_from_configuration,
-    "poll_configuration_upgrade": poll_upgrade,
     "finish": finish_scale_in,
     "fail": fail_scale_in,
 }
@@ -377,7 +368,7 @@ SCALE_OUT_STEPS: dict[str, Step] = {
     "join_node": join,
     "poll_node_up": wait_up,
     "tag_node_instance": tag_instance,
-    "start_configuration_addition": add_to_configuration,
+    "start_configuration_registration": register_in_configuration,
     "poll_configuration_upgrade": poll_upgrade,
     "finish": finish_scale_out,
     "fail": fail_scale_out,

@@ -8,6 +8,7 @@ from .client_certificate import (
     write_client_certificate,
 )
 from .errors import (
+    ConfigurationUpgradeRefused,
     FabricError,
     GatewayUnavailableError,
     InvalidArgumentError,
@@ -31,6 +32,7 @@ from .retry import NO_RETRY, RetryPolicy
 __all__ = [
     "ClientCertificate",
     "ClusterConfigurationUpgradeStatus",
+    "ConfigurationUpgradeRefused",
     "DeactivationIntent",
     "DeactivationStatus",
     "FabricError",

@@ -1,46 +1,27 @@
 """Pure edits of a standalone ClusterConfig document (as from GetClusterConfiguration).
 
-Membership changes of a standalone cluster are configuration upgrades:
-- removing a node: drop it from `nodes` and list it in the `NodesToBeRemoved` parameter
-  of the `Setup` section of `properties.fabricSettings` (a comma-separated list);
-- adding a node (after AddNode.ps1): put it into `nodes`.
-Every upgrade needs a new `clusterConfigurationVersion` ("increase it every time you
-upgrade"), so an edit that changes anything bumps the last version component.
+Membership changes of a standalone cluster are configuration upgrades, checked by the Upgrade
+Orchestration Service (UOS) against what it knows (microsoft/service-fabric,
+StandaloneSettingsValidator.GetRemovedNodes / ValidateTopologyAsync):
+- removing a node: drop it from `nodes` and name it, alone, in the `NodesToBeRemoved`
+  parameter of the `Setup` section. Every name there must be a node the UOS still knows, so a
+  value left from an earlier removal is never carried on (service-fabric-issues #1469);
+- registering a node AddNode.ps1 joined: GetClusterConfiguration already lists it (its `nodes`
+  come from the Failover Manager), and the UOS wants exactly that list; the upgrade is the same
+  document with a new version and no stale NodesToBeRemoved.
+Every upgrade needs a new `clusterConfigurationVersion`, so each edit bumps the last component.
 
-The functions never mutate their input and are idempotent: an edit that is already in
-place returns a document equal to the input, with the version unchanged, which tells
-the caller that no upgrade is needed.
+The functions never mutate their input.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 SETUP_SECTION = "Setup"
 NODES_TO_BE_REMOVED = "NodesToBeRemoved"
-
-
-@dataclass(frozen=True)
-class ConfigNode:
-    """One entry of the `nodes` list, as AddNode.ps1 was told about it."""
-
-    node_name: str
-    ip_address: str
-    node_type: str
-    fault_domain: str
-    upgrade_domain: str
-
-    def to_json(self) -> dict[str, str]:
-        return {
-            "nodeName": self.node_name,
-            "iPAddress": self.ip_address,
-            "nodeTypeRef": self.node_type,
-            "faultDomain": self.fault_domain,
-            "upgradeDomain": self.upgrade_domain,
-        }
 
 
 def bump_version(version: str) -> str:
@@ -63,43 +44,26 @@ def nodes_to_be_removed(config: Mapping[str, Any]) -> list[str]:
     return _split_names(parameter.get("value", "")) if parameter else []
 
 
-def remove_node(config: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """Return a copy without `name` in `nodes` and with it in NodesToBeRemoved."""
+def for_removal(config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The target of the upgrade that removes `name`: out of `nodes`, alone in
+    NodesToBeRemoved, version bumped. Raises ValueError when `nodes` does not list it."""
     if not name:
         raise ValueError("node name must not be empty")
     result = copy.deepcopy(dict(config))
     nodes = result.get("nodes") or []
     kept = [node for node in nodes if node.get("nodeName") != name]
-    listed = nodes_to_be_removed(result)
-    if len(kept) == len(nodes) and name in listed:
-        return result
+    if len(kept) == len(nodes):
+        raise ValueError(f"{name} is not in the configuration's nodes")
     result["nodes"] = kept
-    _set_nodes_to_be_removed(result, [*listed, name] if name not in listed else listed)
+    _set_nodes_to_be_removed(result, [name])
     return _bumped(result)
 
 
-def add_node(config: Mapping[str, Any], node: ConfigNode | Mapping[str, Any]) -> dict[str, Any]:
-    """Return a copy with `node` in `nodes` (replacing a different entry of the same name).
-
-    A name listed in NodesToBeRemoved is taken off that list: the node is wanted again.
-    """
-    entry = node.to_json() if isinstance(node, ConfigNode) else dict(node)
-    name = entry.get("nodeName")
-    if not name:
-        raise ValueError("node entry needs a nodeName")
+def for_registration(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The target of the upgrade that registers joined nodes with the UOS: `nodes` as the
+    cluster lists them, no NodesToBeRemoved, version bumped."""
     result = copy.deepcopy(dict(config))
-    nodes = list(result.get("nodes") or [])
-    listed = nodes_to_be_removed(result)
-    index = next((i for i, n in enumerate(nodes) if n.get("nodeName") == name), None)
-    if index is not None and nodes[index] == entry and name not in listed:
-        return result
-    if index is None:
-        nodes.append(entry)
-    else:
-        nodes[index] = entry
-    result["nodes"] = nodes
-    if name in listed:
-        _set_nodes_to_be_removed(result, [n for n in listed if n != name])
+    _set_nodes_to_be_removed(result, [])
     return _bumped(result)
 
 
@@ -119,23 +83,33 @@ def _split_names(value: str) -> list[str]:
     return names
 
 
+def _same(name: Any, wanted: str) -> bool:
+    """Section and parameter names compare case-insensitively, as the UOS compares them."""
+    return str(name or "").lower() == wanted.lower()
+
+
 def _find_parameter(config: Mapping[str, Any], section: str, name: str) -> dict | None:
     for entry in (config.get("properties") or {}).get("fabricSettings") or []:
-        if entry.get("name") == section:
+        if _same(entry.get("name"), section):
             for parameter in entry.get("parameters") or []:
-                if parameter.get("name") == name:
+                if _same(parameter.get("name"), name):
                     return parameter
     return None
 
 
 def _set_nodes_to_be_removed(config: dict[str, Any], names: list[str]) -> None:
-    settings = config.setdefault("properties", {}).setdefault("fabricSettings", [])
-    section = next((s for s in settings if s.get("name") == SETUP_SECTION), None)
+    """Set the Setup section's NodesToBeRemoved to `names`; with none, take the parameter out
+    (an empty value would be one empty name to the UOS, which it refuses)."""
+    properties = config.get("properties") or {}
+    settings = properties.get("fabricSettings") or []
+    section = next((s for s in settings if _same(s.get("name"), SETUP_SECTION)), None)
     if section is None:
+        if not names:
+            return
         section = {"name": SETUP_SECTION, "parameters": []}
-        settings.append(section)
+        config["properties"] = {**properties, "fabricSettings": [*settings, section]}
     parameters = section.setdefault("parameters", [])
-    parameter = next((p for p in parameters if p.get("name") == NODES_TO_BE_REMOVED), None)
+    parameter = next((p for p in parameters if _same(p.get("name"), NODES_TO_BE_REMOVED)), None)
     if not names:
         if parameter is not None:
             parameters.remove(parameter)

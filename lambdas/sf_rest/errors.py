@@ -17,6 +17,13 @@ TIMEOUT = "FABRIC_E_TIMEOUT"
 COMMUNICATION_ERROR = "FABRIC_E_COMMUNICATION_ERROR"
 INVALID_ARGUMENT = "E_INVALIDARG"
 UPGRADE_IN_PROGRESS = "FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS"
+# Every refusal of the standalone Upgrade Orchestration Service, whatever the reason: the
+# reason is in the message ("<ExceptionType>: <text>", ConvertToComException in
+# FabricUOS/exe/UpgradeOrchestrationMessageProcessor.cs).
+CONFIG_UPGRADE_FAILED = "FABRIC_E_CONFIG_UPGRADE_FAILED"
+# How the UOS words a refusal because another configuration upgrade runs
+# (ProcessStartClusterConfigurationUpgradeAsync).
+UPGRADE_RUNNING_TEXT = "is already in progress and cannot be interrupted"
 
 # The gateway refused the request before acting on it: safe to resend any request.
 REJECTED_BEFORE_ACTING = frozenset(
@@ -91,8 +98,15 @@ class InvalidArgumentError(FabricError):
     """E_INVALIDARG: the gateway rejected a parameter (e.g. an unsupported intent)."""
 
 
-class UpgradeInProgressError(FabricError):
-    """An upgrade is already running; membership changes must wait for it."""
+class ConfigurationUpgradeRefused(FabricError):
+    """FABRIC_E_CONFIG_UPGRADE_FAILED: the UOS refused the configuration upgrade; the message
+    says why (a validation rule, or another upgrade running)."""
+
+
+class UpgradeInProgressError(ConfigurationUpgradeRefused):
+    """An upgrade is already running; membership changes must wait for it. The UOS says so
+    with FABRIC_E_CONFIG_UPGRADE_FAILED and "... is already in progress and cannot be
+    interrupted"; FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS is the cluster manager's own code."""
 
 
 class GatewayUnavailableError(FabricError):
@@ -108,6 +122,7 @@ _BY_CODE: dict[str, type[FabricError]] = {
     NODE_IS_UP: NodeIsUpError,
     INVALID_ARGUMENT: InvalidArgumentError,
     UPGRADE_IN_PROGRESS: UpgradeInProgressError,
+    CONFIG_UPGRADE_FAILED: ConfigurationUpgradeRefused,
 }
 
 
@@ -132,4 +147,7 @@ def error_from_response(status: int, text: str, *, method: str, path: str) -> Fa
     if code is None:
         cls: type[FabricError] = GatewayUnavailableError if status >= 500 else FabricError
         return cls(f"HTTP_{status}", message, status=status, method=method, path=path)
-    return error_class_for(code)(code, message, status=status, method=method, path=path)
+    cls = error_class_for(code)
+    if code == CONFIG_UPGRADE_FAILED and UPGRADE_RUNNING_TEXT in message:
+        cls = UpgradeInProgressError
+    return cls(code, message, status=status, method=method, path=path)

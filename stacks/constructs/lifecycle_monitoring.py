@@ -93,7 +93,7 @@ class LifecycleMonitoring(Construct):
             cloudwatch.GraphWidget(
                 title="Joins, zombies, seed nodes down",
                 left=[metric("JoinsSucceeded"), metric("JoinsFailed")],
-                right=[metric("ZombieNodes", "Maximum"), metric("SeedNodesDown", "Maximum"), metric("ZombiesRemoved")],
+                right=[metric("ZombieNodes", "Maximum"), metric("SeedNodesDown", "Maximum")],
                 width=8,
             ),
         )

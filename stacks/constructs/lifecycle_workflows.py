@@ -204,29 +204,37 @@ class _Workflow(Construct):
     def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic, pacing: Pacing) -> sfn.IChainable:
         raise NotImplementedError
 
-    def _configuration_change(self, steps: _Steps, label: str, step: str, finish: sfn.IChainable) -> sfn.IChainable:
-        """Start the membership upgrade (waiting out others), then wait until it rolled forward."""
-        upgrade = steps.poll("Wait for the configuration upgrade", "poll_configuration_upgrade", "upgrade", finish)
+    def _configuration_change(self, steps: _Steps, label: str, step: str, then: sfn.IChainable) -> sfn.IChainable:
+        """Start the membership upgrade (waiting out others), then wait until it has taken
+        effect; an upgrade already done goes straight on."""
+        upgrade = steps.poll("Wait for the configuration upgrade", "poll_configuration_upgrade", "upgrade", then)
         changed = sfn.Choice(self, "Upgrade started?")
-        changed.when(sfn.Condition.boolean_equals("$.configuration.changed", True), upgrade).otherwise(finish)
+        changed.when(sfn.Condition.boolean_equals("$.configuration.changed", True), upgrade).otherwise(then)
         return steps.retry_while_waiting(label, step, "configuration", changed)
 
 
 class ScaleInWorkflow(_Workflow):
-    """Terminate lifecycle action -> drain the node -> CONTINUE (seed nodes: alarm and hold)."""
+    """Terminate lifecycle action -> deactivate, removal upgrade while the machine runs, check
+    the node left (clean-up if not) -> CONTINUE (seed nodes: alarm and hold)."""
 
     detail_type = "EC2 Instance-terminate Lifecycle Action"
     failure_label, failure_error = "Drain failed", "DrainFailed"
 
     def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic, pacing: Pacing) -> sfn.IChainable:
         finish = steps.task("Complete the lifecycle action", "finish", "finish").next(sfn.Succeed(self, "Drained"))
+        # Clean-up only, for a node the removal upgrade left in the node list.
+        remove_state = steps.task("Clean-up: remove the node state", "remove_node_state", "state_removal").next(finish)
+        down = steps.poll("Clean-up: wait until the node is Down", "poll_node_down", "down", remove_state)
+        stop_host = steps.task("Clean-up: stop the Fabric host", "stop_fabric_host", "host_stop").next(down)
+        removed = sfn.Choice(self, "Node gone?")
+        removed.when(sfn.Condition.boolean_equals("$.removal.removed", True), finish)
+        removed.when(sfn.Condition.boolean_equals("$.removal.down", True), remove_state)
+        removed.otherwise(stop_host)
+        check = steps.task("Check the node left the node list", "check_node_removed", "removal").next(removed)
         configuration = self._configuration_change(
-            steps, "Remove the node from the configuration", "start_configuration_removal", finish
+            steps, "Remove the node from the configuration", "start_configuration_removal", check
         )
-        remove_state = steps.task("Remove the node state", "remove_node_state", "state_removal").next(configuration)
-        down = steps.poll("Wait until the node is Down", "poll_node_down", "down", remove_state)
-        stop_host = steps.task("Stop the Fabric host", "stop_fabric_host", "host_stop").next(down)
-        disabled = steps.poll("Wait until the node is Disabled", "poll_deactivation", "disabled", stop_host)
+        disabled = steps.poll("Wait until the node is Disabled", "poll_deactivation", "disabled", configuration)
         deactivate = steps.task("Deactivate the node", "deactivate_node", "deactivation").next(disabled)
 
         seed_alarm = tasks.SnsPublish(
@@ -263,7 +271,7 @@ class ScaleInWorkflow(_Workflow):
 
 
 class ScaleOutWorkflow(_Workflow):
-    """Launch lifecycle action -> AddNode.ps1, configuration upgrade -> CONTINUE (or ABANDON)."""
+    """Launch lifecycle action -> AddNode.ps1, registration upgrade -> CONTINUE (or ABANDON)."""
 
     detail_type = "EC2 Instance-launch Lifecycle Action"
     failure_label, failure_error = "Join failed", "JoinFailed"
@@ -271,7 +279,7 @@ class ScaleOutWorkflow(_Workflow):
     def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic, pacing: Pacing) -> sfn.IChainable:
         finish = steps.task("Complete the lifecycle action", "finish", "finish").next(sfn.Succeed(self, "Joined"))
         configuration = self._configuration_change(
-            steps, "Add the node to the configuration", "start_configuration_addition", finish
+            steps, "Register the node with the configuration", "start_configuration_registration", finish
         )
         tag = steps.task("Tag the instance with its node name", "tag_node_instance", "tagging").next(configuration)
         node_up = steps.poll("Wait until the node is Up", "poll_node_up", "node_up", tag)

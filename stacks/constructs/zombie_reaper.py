@@ -17,8 +17,8 @@ class ZombieReaper(Construct):
         self.schedule = events.Rule(
             self,
             "Schedule",
-            description="Removes Service Fabric nodes whose machines are gone (zombies)",
+            description="Counts Service Fabric nodes whose machines are gone (zombies) for the alarms",
             schedule=events.Schedule.rate(cdk.Duration.minutes(interval_minutes)),
-            # A run that finds the lock taken simply waits for the next one: no retries.
+            # A failed run is simply followed by the next one: no retries.
             targets=[targets.LambdaFunction(function, retry_attempts=0)],
         )

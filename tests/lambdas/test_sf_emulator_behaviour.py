@@ -1,35 +1,176 @@
-"""The emulator keeps to the gateway's rules that later tests rely on."""
+"""The emulator keeps to its sources: one test per behaviour that failover_manager.py,
+upgrade_orchestration.py and cluster.py model (each cites the runtime source it follows),
+driven over real HTTPS with sf_rest's client.
+
+Every gateway request is one tick of the cluster's clock (routes.dispatch calls tick() before
+the handler); the tick counts below follow from that and from the settings of
+standard_cluster(): deactivation_ticks=2, upgrade_ticks=3, start_wait_ticks=1.
+"""
 
 from __future__ import annotations
 
 import pytest
 import requests
-from sf_rest import DeactivationIntent, NodeStatus
+from sf_rest import (
+    ConfigurationUpgradeRefused,
+    DeactivationIntent,
+    DeactivationStatus,
+    FabricError,
+    NodeIsUpError,
+    NodeNotFoundError,
+    NodeStatus,
+    UpgradeInProgressError,
+    UpgradeState,
+)
+from sf_rest.cluster_config import for_registration, for_removal, node_names, nodes_to_be_removed
 
 from tests.sf_emulator import SfEmulator, standard_cluster
 
 pytestmark = pytest.mark.integration  # starts the HTTP(S) emulator
 
+START = r"/\$/StartClusterConfigurationUpgrade"
+CONFIG_UPGRADE_FAILED = "FABRIC_E_CONFIG_UPGRADE_FAILED"
 
-def test_a_deactivation_can_stick_in_safety_checks(sf_client, sf_cluster):
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _start(client, target) -> int:
+    """Start an upgrade; 202, or 504 when the start outlived its wait (the upgrade goes on)."""
+    try:
+        client.start_cluster_configuration_upgrade(target)
+    except FabricError as err:
+        if (err.code, err.status) != ("FABRIC_E_TIMEOUT", 504):
+            raise
+        return 504
+    return 202
+
+
+def _refused(client, cluster, emulator, target, text: str) -> ConfigurationUpgradeRefused:
+    """The start is refused as the UOS refuses: HTTP 500, FABRIC_E_CONFIG_UPGRADE_FAILED,
+    "ValidationException: <text>"; sent once and nothing started."""
+    version = cluster.upgrade_status()["ConfigVersion"]
+    with pytest.raises(ConfigurationUpgradeRefused) as refused:
+        client.start_cluster_configuration_upgrade(target)
+    err = refused.value
+    assert (err.code, err.status) == (CONFIG_UPGRADE_FAILED, 500)
+    assert err.message.startswith("ValidationException: ")
+    assert text in err.message
+    assert not isinstance(err, UpgradeInProgressError)
+    assert [r.status for r in emulator.requests_to("POST", START)] == [500]
+    assert cluster.uos.pending is None and cluster.upgrades == []
+    assert cluster.upgrade_status()["ConfigVersion"] == version
+    return err
+
+
+def _until(predicate, limit: int = 80):
+    """Call predicate (each call makes requests, so ticks) until it returns something truthy."""
+    for _ in range(limit):
+        value = predicate()
+        if value:
+            return value
+    raise AssertionError(f"not reached within {limit} tries")
+
+
+def _setup(config, name: str, value: str):
+    """Set a Setup parameter on a target (the client's helpers never write a stale one)."""
+    [section] = [s for s in config["properties"]["fabricSettings"] if s["name"] == "Setup"]
+    section["parameters"] = [p for p in section["parameters"] if p["name"] != name]
+    section["parameters"].append({"name": name, "value": value})
+    return config
+
+
+# -- the Failover Manager: deactivation -------------------------------------------------------
+
+
+def test_deactivation_takes_deactivation_ticks_ticks(sf_client, sf_cluster):
+    sf_cluster.deactivation_ticks = 4
+    sf_client.deactivate_node("scale-0", DeactivationIntent.REMOVE_NODE)
+
+    seen = [sf_client.get_node_info("scale-0") for _ in range(4)]
+
+    assert [n.status for n in seen] == ["Disabling"] * 3 + ["Disabled"]
+    assert [n.deactivation_status for n in seen] == ["SafetyCheckInProgress"] * 3 + ["Completed"]
+
+
+def test_ticks_of_the_clock_count_like_requests(sf_client, sf_cluster):
+    sf_cluster.deactivation_ticks = 4
+    sf_client.deactivate_node("scale-0", DeactivationIntent.REMOVE_NODE)
+
+    sf_cluster.tick(2)
+    assert sf_client.get_node_info("scale-0").status == NodeStatus.DISABLING  # third tick
+    assert sf_client.get_node_info("scale-0").status == NodeStatus.DISABLED  # fourth
+
+
+def test_a_stuck_safety_check_stays_in_progress(sf_client, sf_cluster):
     sf_cluster.set_stuck_in_safety_check("scale-0")
     sf_client.deactivate_node("scale-0", DeactivationIntent.REMOVE_NODE)
 
-    states = {sf_client.get_node_info("scale-0").deactivation_status for _ in range(5)}
+    seen = [sf_client.get_node_info("scale-0") for _ in range(5)]
+    sf_cluster.tick(20)
 
-    assert states == {"SafetyCheckInProgress"}
-    sf_cluster.set_stuck_in_safety_check("scale-0", stuck=False)  # checks resume
+    assert {(n.status, n.deactivation_status) for n in seen} == {
+        ("Disabling", "SafetyCheckInProgress")
+    }
+    assert sf_client.get_node_info("scale-0").deactivation_status == "SafetyCheckInProgress"
+    sf_cluster.set_stuck_in_safety_check("scale-0", stuck=False)  # the checks resume
     after = [sf_client.get_node_info("scale-0").status for _ in range(2)]
     assert after == [NodeStatus.DISABLING, NodeStatus.DISABLED]
 
 
-def test_deactivation_takes_the_configured_number_of_polls(sf_client, sf_cluster):
-    sf_cluster.deactivation_polls = 4
+def test_a_lower_intent_after_a_higher_one_is_ignored(sf_client, sf_cluster, sf_emulator):
+    sf_client.deactivate_node("scale-0", DeactivationIntent.REMOVE_NODE)
+    sf_client.deactivate_node("scale-0", DeactivationIntent.PAUSE)  # 200, ignored
+
+    node = sf_client.get_node_info("scale-0")
+
+    assert node.deactivation_intent == "RemoveNode"
+    assert node.is_deactivated  # the checks were not restarted: two ticks after the first
+    assert [r.status for r in sf_emulator.requests_to("POST", r"/Nodes/scale-0/\$/Deactivate")] == [
+        200,
+        200,
+    ]
+
+
+def test_a_higher_intent_replaces_a_lower_one_and_restarts_the_checks(sf_client, sf_cluster):
+    sf_client.deactivate_node("scale-0", DeactivationIntent.PAUSE)
+    sf_cluster.tick()
+    assert sf_client.get_node_info("scale-0").is_deactivated  # two ticks
+
+    sf_client.deactivate_node("scale-0", DeactivationIntent.REMOVE_NODE)
+    node = sf_client.get_node_info("scale-0")
+
+    assert (node.deactivation_intent, node.status) == ("RemoveNode", "Disabling")
+    assert node.deactivation_status == DeactivationStatus.SAFETY_CHECK_IN_PROGRESS
+
+
+def test_deactivating_an_unknown_name_succeeds_and_the_node_stays_unlisted(
+    sf_client, sf_emulator
+):
+    sf_client.deactivate_node("ghost", DeactivationIntent.REMOVE_NODE)  # no error
+    sf_client.activate_node("never-seen")  # no error either
+
+    assert sf_client.get_node_info("ghost") is None
+    assert [r.status for r in sf_emulator.requests_to("GET", "/Nodes/ghost")] == [204]
+    assert "ghost" not in {n.name for n in sf_client.get_node_info_list()}
+    everything = {n.name: n.status for n in sf_client.get_node_info_list(status_filter="all")}
+    assert everything["ghost"] == NodeStatus.UNKNOWN  # the FM's placeholder entry
+    assert "never-seen" not in everything
+
+
+def test_a_down_node_deactivated_stays_down(sf_client, sf_cluster):
+    sf_cluster.stop_host("scale-0")
     sf_client.deactivate_node("scale-0", DeactivationIntent.REMOVE_NODE)
 
-    statuses = [sf_client.get_node_info("scale-0").status for _ in range(4)]
+    seen = [sf_client.get_node_info("scale-0") for _ in range(3)]
 
-    assert statuses == ["Disabling"] * 3 + ["Disabled"]
+    assert [n.status for n in seen] == ["Down"] * 3
+    assert [n.deactivation_status for n in seen] == [
+        "SafetyCheckInProgress",
+        "Completed",
+        "Completed",
+    ]
+    assert not seen[-1].is_deactivated  # Completed, but never Disabled
 
 
 def test_down_time_is_reported_and_the_host_can_come_back(sf_cluster, sf_client):
@@ -41,6 +182,463 @@ def test_down_time_is_reported_and_the_host_can_come_back(sf_cluster, sf_client)
     assert sf_client.get_node_info("scale-1").node_down_time_in_seconds == 420
     sf_cluster.start_host("scale-1")
     assert sf_client.get_node_info("scale-1").status == NodeStatus.UP
+
+
+# -- the Failover Manager: RemoveNodeState and what the node list shows -----------------------
+
+
+@pytest.mark.parametrize("status", ["Up", "Disabling", "Disabled"])
+def test_remove_node_state_of_a_node_that_is_not_down_is_node_is_up_400(
+    sf_client, sf_cluster, sf_emulator, status
+):
+    if status != "Up":
+        sf_client.deactivate_node("scale-0", DeactivationIntent.REMOVE_NODE)
+        sf_cluster.tick(2 if status == "Disabled" else 0)
+    assert sf_cluster.node("scale-0").status == status
+
+    with pytest.raises(NodeIsUpError) as refused:
+        sf_client.remove_node_state("scale-0")
+
+    assert (refused.value.code, refused.value.status) == ("FABRIC_E_NODE_IS_UP", 400)
+    assert sf_cluster.node("scale-0").status in (status, "Disabled")  # not Removed
+    assert len(sf_emulator.requests_to("POST", r"/Nodes/scale-0/\$/RemoveNodeState")) == 1
+
+
+def test_remove_node_state_of_an_unknown_name_is_node_not_found_404(sf_client, sf_emulator):
+    with pytest.raises(NodeNotFoundError) as missing:
+        sf_client.remove_node_state("ghost")
+
+    assert (missing.value.code, missing.value.status) == ("FABRIC_E_NODE_NOT_FOUND", 404)
+    assert len(sf_emulator.requests) == 1
+
+
+def test_remove_node_state_of_a_down_node_removes_it(sf_client, sf_cluster):
+    sf_cluster.add_node("scale-7", ip="10.0.2.17")  # by AddNode.ps1: the UOS does not know it
+    sf_cluster.stop_host("scale-7")
+
+    sf_client.remove_node_state("scale-7")
+    sf_client.remove_node_state("scale-7")  # a repeat succeeds
+
+    assert sf_client.get_node_info("scale-7") is None  # HTTP 204
+    assert "scale-7" not in node_names(sf_client.get_cluster_configuration())
+    assert "scale-7" not in {n.name for n in sf_client.get_node_info_list()}
+    everything = {n.name: n.status for n in sf_client.get_node_info_list(status_filter="all")}
+    assert everything["scale-7"] == NodeStatus.REMOVED
+
+
+def test_a_removed_node_the_uos_still_lists_answers_200_invalid(sf_client, sf_cluster):
+    sf_cluster.stop_host("scale-0")
+    sf_client.remove_node_state("scale-0")
+    assert "scale-0" in sf_cluster.uos_nodes  # still in the cluster manifest
+
+    node = sf_client.get_node_info("scale-0")
+
+    assert node is not None and node.status == NodeStatus.INVALID
+    listed = {n.name: n.status for n in sf_client.get_node_info_list()}
+    assert listed["scale-0"] == NodeStatus.INVALID  # the manifest's row
+    everything = {n.name: n.status for n in sf_client.get_node_info_list(status_filter="all")}
+    assert everything["scale-0"] == NodeStatus.REMOVED  # the FM's own row, no Invalid twin
+
+
+def test_cluster_configuration_lists_a_joined_node_and_leaves_out_invalid_rows(
+    sf_client, sf_cluster
+):
+    sf_cluster.add_node("scale-7", ip="10.0.2.17")  # FM only (in_config=False)
+    sf_cluster.stop_host("scale-0")
+    sf_client.remove_node_state("scale-0")  # its row turns Invalid
+
+    config = sf_client.get_cluster_configuration()
+
+    assert node_names(config) == ["scale-1", "scale-7", "seed-0", "seed-1", "seed-2"]
+    [entry] = [n for n in config["nodes"] if n["nodeName"] == "scale-7"]
+    assert entry == {
+        "nodeName": "scale-7",
+        "iPAddress": "10.0.2.17",
+        "nodeTypeRef": "ScalingNodeType",
+        "faultDomain": "fd:/aws/az0",
+        "upgradeDomain": "UD0",
+    }
+    assert "scale-7" not in sf_cluster.uos_nodes and "scale-0" in sf_cluster.uos_nodes
+
+
+def test_the_upgrade_status_shows_the_current_version(sf_client):
+    status = sf_client.get_cluster_configuration_upgrade_status()
+
+    assert status.config_version == "1.0.0"
+    assert (status.upgrade_state, status.progress_status) == ("RollingForwardCompleted", 1)
+    assert status.details == "" and status.is_completed
+
+
+# -- the UOS: validation of a start -----------------------------------------------------------
+
+
+def test_a_target_with_the_same_version_is_refused(sf_client, sf_cluster, sf_emulator):
+    target = sf_client.get_cluster_configuration()
+
+    _refused(
+        sf_client,
+        sf_cluster,
+        sf_emulator,
+        target,
+        "ValidationException: UpgradeWithIdenticalConfigVersionNotAllowed",
+    )
+
+
+@pytest.mark.parametrize(
+    ("dropped", "listed"),
+    [
+        ("scale-0", "old-node,scale-0"),  # the name from the last removal carried on (#1469)
+        ("scale-0", "scale-0,scale-1"),  # also names a node the target keeps
+        (None, ""),  # an empty value is one empty name
+        (None, "scale-0"),
+    ],
+)
+def test_a_stale_nodes_to_be_removed_name_is_refused(
+    sf_client, sf_cluster, sf_emulator, dropped, listed
+):
+    config = sf_client.get_cluster_configuration()
+    target = for_removal(config, dropped) if dropped else for_registration(config)
+    _setup(target, "NodesToBeRemoved", listed)
+
+    _refused(
+        sf_client,
+        sf_cluster,
+        sf_emulator,
+        target,
+        "NodesToBeRemoved parameter contains inconsistent information.",
+    )
+
+
+@pytest.mark.parametrize("listed", [None, "scale-0"])
+def test_a_dropped_node_not_in_nodes_to_be_removed_is_refused(
+    sf_client, sf_cluster, sf_emulator, listed
+):
+    target = for_registration(sf_client.get_cluster_configuration())
+    target["nodes"] = [n for n in target["nodes"] if n["nodeName"] not in ("scale-0", "scale-1")]
+    if listed is not None:
+        _setup(target, "NodesToBeRemoved", listed)  # one of the two dropped nodes
+
+    _refused(
+        sf_client,
+        sf_cluster,
+        sf_emulator,
+        target,
+        "Nodes have been removed from the JSON config but NodesToBeRemoved parameter does not "
+        "contain NodeName for all removed nodes.",
+    )
+
+
+def test_adding_and_removing_in_one_upgrade_is_refused(sf_client, sf_cluster, sf_emulator):
+    target = for_removal(sf_client.get_cluster_configuration(), "scale-0")
+    target["nodes"].append({**target["nodes"][-1], "nodeName": "scale-7", "iPAddress": "10.0.2.17"})
+
+    _refused(
+        sf_client,
+        sf_cluster,
+        sf_emulator,
+        target,
+        "Nodes cannot be added and removed in the same upgrade.",
+    )
+
+
+def test_a_new_node_not_joined_first_is_refused(sf_client, sf_cluster, sf_emulator):
+    target = for_registration(sf_client.get_cluster_configuration())
+    target["nodes"].append({**target["nodes"][-1], "nodeName": "scale-7", "iPAddress": "10.0.2.17"})
+
+    _refused(
+        sf_client,
+        sf_cluster,
+        sf_emulator,
+        target,
+        "Please ensure all newly added nodes are first added using AddNode API",
+    )
+
+
+@pytest.mark.parametrize(
+    ("edit", "text"),
+    [
+        # A removal while a joined node is not yet registered: one node short.
+        (
+            lambda config: for_removal(config, "scale-0"),
+            "Nodes present in the cluster must exactly match the nodes in JSON config",
+        ),
+        # The joined node left out of the registration.
+        (
+            lambda config: {
+                **for_registration(config),
+                "nodes": [n for n in config["nodes"] if n["nodeName"] != "scale-7"],
+            },
+            "Nodes present in the cluster must exactly match the nodes in JSON config",
+        ),
+        # As many nodes as listed, but one the cluster does not list.
+        (
+            lambda config: {
+                **for_registration(config),
+                "nodes": [
+                    {**n, "nodeName": "scale-8"} if n["nodeName"] == "scale-7" else n
+                    for n in config["nodes"]
+                ],
+            },
+            "The new JSON config contains some newly added nodes which are not part of the "
+            "cluster.",
+        ),
+    ],
+    ids=["removal", "joined-node-left-out", "unknown-node"],
+)
+def test_with_a_joined_node_the_target_must_list_exactly_the_listed_nodes(
+    sf_client, sf_cluster, sf_emulator, edit, text
+):
+    sf_cluster.add_node("scale-7", ip="10.0.2.17")  # AddNode.ps1: FM only
+
+    _refused(sf_client, sf_cluster, sf_emulator, edit(sf_client.get_cluster_configuration()), text)
+
+
+def test_removing_a_node_whose_machine_is_unreachable_is_refused(
+    sf_client, sf_cluster, sf_emulator
+):
+    sf_cluster.terminate_machine("scale-0")
+
+    _refused(
+        sf_client,
+        sf_cluster,
+        sf_emulator,
+        for_removal(sf_client.get_cluster_configuration(), "scale-0"),
+        "Required ports on the node to be removed are not reacheable.",
+    )
+
+
+def test_removing_a_down_node_whose_machine_answers_is_accepted(sf_client, sf_cluster):
+    sf_cluster.stop_host("scale-0")  # Fabric stopped; the machine still answers on 445
+
+    assert _start(sf_client, for_removal(sf_client.get_cluster_configuration(), "scale-0")) == 504
+    assert sf_cluster.uos.pending is not None
+
+
+@pytest.mark.parametrize(("field", "value"), [("iPAddress", "10.0.2.99"), ("nodeTypeRef", "X")])
+def test_changing_an_existing_nodes_address_or_type_is_refused(
+    sf_client, sf_cluster, sf_emulator, field, value
+):
+    target = for_registration(sf_client.get_cluster_configuration())
+    [entry] = [n for n in target["nodes"] if n["nodeName"] == "scale-0"]
+    entry[field] = value
+
+    _refused(
+        sf_client,
+        sf_cluster,
+        sf_emulator,
+        target,
+        "ValidationException: NodeIPNodeTypeRefCantBeChanged: scale-0",
+    )
+
+
+def test_changing_the_cluster_name_is_refused(sf_client, sf_cluster, sf_emulator):
+    target = {**for_registration(sf_client.get_cluster_configuration()), "name": "other"}
+
+    _refused(
+        sf_client, sf_cluster, sf_emulator, target, "ValidationException: ClusterNameCantBeChanged"
+    )
+
+
+def test_a_start_during_an_uninterruptible_upgrade_is_already_in_progress(
+    sf_client, sf_cluster, sf_emulator
+):
+    sf_cluster.run_other_upgrade(ticks=5)
+    target = for_removal(sf_client.get_cluster_configuration(), "scale-0")  # tick 1
+
+    with pytest.raises(UpgradeInProgressError) as refused:  # tick 2
+        sf_client.start_cluster_configuration_upgrade(target)
+
+    err = refused.value
+    assert isinstance(err, ConfigurationUpgradeRefused)
+    assert (err.code, err.status) == (CONFIG_UPGRADE_FAILED, 500)
+    assert err.message == (
+        "FabricException: Cluster configuration upgrade of type "
+        "StandAloneSimpleClusterUpgradeState is already in progress and cannot be interrupted."
+    )
+    assert len(sf_emulator.requests_to("POST", START)) == 1  # not resent
+    status = sf_client.get_cluster_configuration_upgrade_status()  # tick 3
+    assert status.is_running and status.config_version == "1.0.0"
+    sf_cluster.tick(2)  # the other upgrade ends at its fifth tick
+    assert _start(sf_client, target) == 504  # accepted now
+
+
+# -- the UOS: the start waits for the orchestration -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("start_wait_ticks", "answer"),
+    [(1, 504), (5, 504), (6, 202), (50, 202)],
+    # A removal needs 6 ticks: deactivate, 2 of safety checks (the second starts the manifest
+    # upgrade), 3 of manifest upgrade.
+)
+def test_the_start_answers_only_when_the_orchestration_ends_within_its_wait(
+    sf_client, sf_cluster, sf_emulator, start_wait_ticks, answer
+):
+    sf_cluster.start_wait_ticks = start_wait_ticks
+    target = for_removal(sf_client.get_cluster_configuration(), "scale-0")
+
+    assert _start(sf_client, target) == answer
+
+    [post] = sf_emulator.requests_to("POST", START)  # the 504 is not resent
+    assert post.status == answer
+    if answer == 202:
+        [removal] = sf_cluster.upgrades
+        assert removal.log[-1] == "completed"
+        assert sf_client.get_node_info("scale-0") is None
+    else:
+        assert sf_cluster.upgrades == [] and sf_cluster.uos.pending is not None
+        _until(lambda: sf_client.get_node_info("scale-0") is None)  # it goes on without us
+        [removal] = sf_cluster.upgrades
+        assert removal.log == ["wait_disabled", "upgrade", "completed"]
+        assert len(sf_emulator.requests_to("POST", START)) == 1
+
+
+# -- the UOS: removal and registration timelines ----------------------------------------------
+
+
+def test_removal_timeline(sf_client, sf_cluster):
+    target = for_removal(sf_client.get_cluster_configuration(), "scale-1")
+
+    assert _start(sf_client, target) == 504  # its wait tick deactivated the node
+    first = sf_client.get_cluster_configuration_upgrade_status()
+    node = sf_client.get_node_info("scale-1")  # this tick finds it Disabled: manifest upgrade
+    during = []
+    while not during or during[-1].is_running:
+        during.append(sf_client.get_cluster_configuration_upgrade_status())
+        assert len(during) < 20
+
+    # The target is Current at once, while the node is still listed and the Cluster Manager
+    # still reports the last manifest upgrade.
+    assert first.config_version == "1.0.1"
+    assert (first.upgrade_state, first.progress_status) == ("RollingForwardCompleted", 1)
+    assert node is not None and node.status == NodeStatus.DISABLED
+    assert node.deactivation_intent == "RemoveNode"
+    # The manifest upgrade: ProgressStatus one higher, for upgrade_ticks ticks.
+    assert [(s.upgrade_state, s.progress_status) for s in during] == [
+        ("RollingForwardInProgress", 2),
+        ("RollingForwardInProgress", 2),
+        ("RollingForwardCompleted", 2),
+    ]
+    assert {s.config_version for s in during} == {"1.0.1"} and during[-1].details == ""
+    # Completed: the machine uninstalled Fabric and the UOS removed the node's state.
+    assert sf_client.get_node_info("scale-1") is None  # 204
+    everything = {n.name: n.status for n in sf_client.get_node_info_list(status_filter="all")}
+    assert everything["scale-1"] == NodeStatus.REMOVED
+    config = sf_client.get_cluster_configuration()
+    assert "scale-1" not in node_names(config) and "scale-1" not in sf_cluster.uos_nodes
+    assert nodes_to_be_removed(config) == ["scale-1"]  # echoed from the last upgrade
+    assert not sf_cluster.node("scale-1").host_running
+
+
+def test_a_removal_without_the_uos_remove_node_state_leaves_the_node_down(
+    sf_client, sf_cluster
+):
+    sf_cluster.removes_node_state = False  # UO.RemoveNodeStateAsync failed (best effort)
+    sf_cluster.start_wait_ticks = 50
+
+    assert _start(sf_client, for_removal(sf_client.get_cluster_configuration(), "scale-1")) == 202
+
+    node = sf_client.get_node_info("scale-1")
+    assert node is not None and node.status == NodeStatus.DOWN  # out of the manifest, not removed
+    assert "scale-1" not in sf_cluster.uos_nodes
+    sf_client.remove_node_state("scale-1")  # the clean-up left to us
+    assert sf_client.get_node_info("scale-1") is None
+
+
+def test_a_down_node_never_deactivates_and_the_removal_stops_silently(sf_client, sf_cluster):
+    sf_cluster.uos.deactivation_timeout_ticks = 5
+    sf_cluster.stop_host("scale-0")
+
+    assert _start(sf_client, for_removal(sf_client.get_cluster_configuration(), "scale-0")) == 504
+    sf_cluster.tick(5)
+    status = sf_client.get_cluster_configuration_upgrade_status()
+
+    [removal] = sf_cluster.upgrades
+    assert removal.log == ["wait_disabled", "timed out waiting for nodes to be deactivated"]
+    assert (status.upgrade_state, status.progress_status, status.details) == (
+        "RollingForwardCompleted",
+        1,  # no manifest upgrade ran
+        "",  # and nothing says why
+    )
+    assert status.config_version == "1.0.1"  # yet the target is Current
+    assert "scale-0" in sf_cluster.uos_nodes
+    assert sf_client.get_node_info("scale-0").status == NodeStatus.DOWN
+
+
+def test_a_removal_whose_node_cannot_be_found_ends_silently(sf_client, sf_cluster):
+    sf_cluster.start_wait_ticks = 0  # answer before the orchestration's first step
+    assert _start(sf_client, for_removal(sf_client.get_cluster_configuration(), "scale-0")) == 504
+    # Model the UOS's lookup (GetNodeListAsync(name)) finding nothing: hide the node from the
+    # FM's list and the manifest's row from the query for one tick, then put both back. The UOS
+    # topology itself is left alone.
+    node = sf_cluster.nodes.pop("scale-0")
+    manifest_nodes = sf_cluster.fm.manifest_nodes
+    sf_cluster.fm.manifest_nodes = lambda: {
+        name: entry for name, entry in sf_cluster.uos.topology.items() if name != "scale-0"
+    }
+    try:
+        sf_cluster.tick()
+    finally:
+        sf_cluster.nodes["scale-0"] = node
+        sf_cluster.fm.manifest_nodes = manifest_nodes
+
+    status = sf_client.get_cluster_configuration_upgrade_status()
+
+    [removal] = sf_cluster.upgrades
+    assert removal.log == [
+        "Remove node operations were not performed succesfully. Aborting upgrade."
+    ]
+    assert sf_cluster.uos.pending is None
+    assert (status.upgrade_state, status.progress_status, status.details) == (
+        "RollingForwardCompleted",
+        1,
+        "",
+    )
+    assert "scale-0" in sf_cluster.uos_nodes  # nothing removed
+    scale_0 = sf_client.get_node_info("scale-0")
+    assert (scale_0.status, scale_0.deactivation_intent) == ("Up", "Invalid")  # not deactivated
+
+
+def test_a_rolled_back_removal_leaves_the_status_rolling_back_completed(sf_client, sf_cluster):
+    sf_cluster.upgrade_outcome = UpgradeState.ROLLING_BACK_COMPLETED
+
+    assert _start(sf_client, for_removal(sf_client.get_cluster_configuration(), "scale-1")) == 504
+    def ended():
+        status = sf_client.get_cluster_configuration_upgrade_status()
+        return status if sf_cluster.upgrades else None
+
+    final = _until(ended)
+
+    assert final.upgrade_state == UpgradeState.ROLLING_BACK_COMPLETED and final.has_failed
+    assert final.details == "" and final.progress_status == 2
+    assert sf_cluster.upgrades[-1].log[-1] == "RollingBackCompleted"
+    node = sf_client.get_node_info("scale-1")
+    assert node is not None and node.status == NodeStatus.DISABLED  # not uninstalled
+    again = sf_client.get_cluster_configuration_upgrade_status()
+    assert again.upgrade_state == UpgradeState.ROLLING_BACK_COMPLETED  # and it stays so
+
+
+def test_registration_timeline(sf_client, sf_cluster):
+    sf_cluster.add_node("scale-7", ip="10.0.2.17")  # AddNode.ps1
+    target = for_registration(sf_client.get_cluster_configuration())
+
+    assert _start(sf_client, target) == 504
+    assert "scale-7" in sf_cluster.uos_nodes  # the topology is the target's at once
+    during = []
+    while not during or during[-1].is_running:
+        during.append(sf_client.get_cluster_configuration_upgrade_status())
+        assert len(during) < 20
+
+    assert [(s.upgrade_state, s.progress_status, s.config_version) for s in during] == [
+        ("RollingForwardInProgress", 2, "1.0.0"),  # Current only at completion
+        ("RollingForwardCompleted", 2, "1.0.1"),
+    ]
+    [registration] = sf_cluster.upgrades
+    assert registration.adding == ("scale-7",) and registration.log == ["upgrade", "completed"]
+    assert sf_client.get_node_info("scale-7").status == NodeStatus.UP
+
+
+# -- the gateway ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import socket
 import pytest
 from sf_rest import (
     NO_RETRY,
+    ConfigurationUpgradeRefused,
     FabricError,
     GatewayUnavailableError,
     RetryPolicy,
@@ -128,24 +129,91 @@ def test_client_errors_are_not_retried(sf_client, sf_emulator, fake_time, status
     assert len(sf_emulator.requests) == 1 and fake_time.sleeps == []
 
 
-def test_upgrade_start_is_resent_only_when_the_gateway_surely_did_not_act(make_client, sf_emulator):
-    sf_client = make_client(timeouts=QUICK_READ_TIMEOUT)
-    config = sf_client.get_cluster_configuration()
-    config["clusterConfigurationVersion"] = "1.0.1"
-    upgrade = r"/\$/StartClusterConfigurationUpgrade"
+UPGRADE = r"/\$/StartClusterConfigurationUpgrade"
 
-    sf_emulator.inject_error(503, "FABRIC_E_NOT_READY", path=upgrade)  # refused before acting
+
+def _settings_upgrade(client, version):
+    config = client.get_cluster_configuration()
+    config["clusterConfigurationVersion"] = version
+    return config
+
+
+def test_upgrade_start_is_resent_when_the_gateway_surely_did_not_act(
+    sf_client, sf_cluster, sf_emulator, fake_time
+):
+    sf_cluster.start_wait_ticks = 50  # the start answers 202 once the upgrade is done
+    config = _settings_upgrade(sf_client, "1.0.1")
+
+    sf_emulator.inject_error(503, "FABRIC_E_NOT_READY", path=UPGRADE)  # refused before acting
     sf_client.start_cluster_configuration_upgrade(config)
-    assert [r.status for r in sf_emulator.requests_to("POST", upgrade)] == [503, 202]
 
-    sf_emulator.clear_log()
-    sf_emulator.inject_hang(10.0, path=upgrade)  # outcome unknown: may have started
+    assert [r.status for r in sf_emulator.requests_to("POST", UPGRADE)] == [503, 202]
+    assert fake_time.sleeps == [0.5]
+    assert len(sf_cluster.upgrade_requests) == 1  # only the second reached the UOS
+
+
+def test_upgrade_start_is_not_resent_after_a_read_timeout(make_client, sf_emulator):
+    sf_client = make_client(timeouts=QUICK_READ_TIMEOUT)
+    config = _settings_upgrade(sf_client, "1.0.1")
+    sf_emulator.inject_hang(10.0, path=UPGRADE)  # outcome unknown: it may have started
+
     with pytest.raises(GatewayUnavailableError) as raised:
-        sf_client.start_cluster_configuration_upgrade(
-            {**config, "clusterConfigurationVersion": "1.0.2"}
-        )
-    assert raised.value.code == "READ_TIMEOUT"
-    assert len(sf_emulator.requests_to("POST", upgrade)) == 1
+        sf_client.start_cluster_configuration_upgrade(config)
+
+    assert raised.value.code == "READ_TIMEOUT" and raised.value.attempts == 1
+    assert len(sf_emulator.requests_to("POST", UPGRADE)) == 1
+
+
+def test_upgrade_start_is_not_resent_after_the_gateway_timeout(
+    sf_client, sf_cluster, sf_emulator, fake_time
+):
+    # start_wait_ticks=1: the orchestration outlives the start's wait, as it usually does on a
+    # real cluster; the gateway answers 504 FABRIC_E_TIMEOUT while the upgrade goes on.
+    config = _settings_upgrade(sf_client, "1.0.1")
+
+    with pytest.raises(FabricError) as raised:
+        sf_client.start_cluster_configuration_upgrade(config)
+
+    assert (raised.value.code, raised.value.status) == ("FABRIC_E_TIMEOUT", 504)
+    assert raised.value.attempts == 1 and fake_time.sleeps == []
+    assert [r.status for r in sf_emulator.requests_to("POST", UPGRADE)] == [504]
+    assert sf_cluster.uos.pending is not None  # it started all the same
+    for _ in range(10):
+        status = sf_client.get_cluster_configuration_upgrade_status()
+        if status.config_version == "1.0.1":
+            break
+    assert status.is_completed and status.config_version == "1.0.1"
+
+
+def test_a_refused_upgrade_start_is_final(sf_client, sf_emulator, fake_time):
+    config = sf_client.get_cluster_configuration()  # same version: the UOS refuses it
+
+    with pytest.raises(ConfigurationUpgradeRefused) as raised:
+        sf_client.start_cluster_configuration_upgrade(config)
+
+    assert (raised.value.code, raised.value.status) == ("FABRIC_E_CONFIG_UPGRADE_FAILED", 500)
+    assert raised.value.attempts == 1 and fake_time.sleeps == []
+    assert len(sf_emulator.requests_to("POST", UPGRADE)) == 1
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "ValidationException: UpgradeWithIdenticalConfigVersionNotAllowed",
+        "FabricException: Cluster configuration upgrade of type StandAloneSimpleClusterUpgrade"
+        "State is already in progress and cannot be interrupted.",
+    ],
+)
+def test_a_config_upgrade_failure_is_not_retried_even_on_an_idempotent_call(
+    sf_client, sf_emulator, fake_time, message
+):
+    sf_emulator.inject_error(500, "FABRIC_E_CONFIG_UPGRADE_FAILED", message=message, times=3)
+
+    with pytest.raises(ConfigurationUpgradeRefused) as raised:
+        sf_client.get_cluster_configuration_upgrade_status()
+
+    assert raised.value.attempts == 1 and fake_time.sleeps == []
+    assert len(sf_emulator.requests) == 1
 
 
 def test_no_retry_policy_tries_once(make_client, sf_emulator):

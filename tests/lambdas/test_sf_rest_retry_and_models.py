@@ -9,14 +9,18 @@ import pytest
 import requests
 from sf_rest import (
     ClusterConfigurationUpgradeStatus,
+    ConfigurationUpgradeRefused,
     FabricError,
     GatewayUnavailableError,
+    InvalidArgumentError,
     NodeInfo,
     NodeIsUpError,
+    NodeNotFoundError,
     RetryPolicy,
     ServiceFabricClient,
     Timeouts,
     UpgradeHealthPolicy,
+    UpgradeInProgressError,
 )
 from sf_rest.errors import error_from_response, parse_error_body
 from sf_rest.models import iso8601_duration
@@ -37,7 +41,11 @@ def test_error_parsing_of_bodies_that_are_not_fabric_errors():
         ("FABRIC_E_NOT_READY", 503, False, True),
         ("FABRIC_E_TIMEOUT", 504, True, True),
         ("FABRIC_E_TIMEOUT", 504, False, False),
-        ("FABRIC_E_NODE_IS_UP", 500, True, False),
+        ("FABRIC_E_NODE_IS_UP", 400, True, False),
+        ("FABRIC_E_CONFIG_UPGRADE_FAILED", 500, False, False),  # a refusal is final
+        ("FABRIC_E_CONFIG_UPGRADE_FAILED", 500, True, False),
+        ("HTTP_500", 500, True, True),
+        ("HTTP_500", 500, False, False),
         ("HTTP_502", 502, True, True),
         ("HTTP_502", 502, False, False),
         ("HTTP_501", 501, True, False),
@@ -45,6 +53,7 @@ def test_error_parsing_of_bodies_that_are_not_fabric_errors():
         ("CONNECTION_LOST", None, True, True),
         ("CONNECTION_LOST", None, False, False),
         ("READ_TIMEOUT", None, False, False),
+        ("READ_TIMEOUT", None, True, True),
     ],
 )
 def test_retry_decisions(code, status, idempotent, expected):
@@ -68,16 +77,54 @@ def test_endpoint_and_timeouts_are_validated():
         RetryPolicy(max_attempts=0)
 
 
+def _error(status, code, message):
+    body = json.dumps({"Error": {"Code": code, "Message": message}})
+    return error_from_response(
+        status, body, method="POST", path="/$/StartClusterConfigurationUpgrade"
+    )
+
+
 def test_fabric_codes_map_to_exception_classes():
     err = error_from_response(
-        500,
+        400,
         '{"Error": {"Code": "FABRIC_E_NODE_IS_UP", "Message": "up"}}',
         method="POST",
         path="/Nodes/n/$/RemoveNodeState",
     )
     assert isinstance(err, NodeIsUpError) and not err.is_transient
-    assert (err.code, err.status, err.message) == ("FABRIC_E_NODE_IS_UP", 500, "up")
+    assert (err.code, err.status, err.message) == ("FABRIC_E_NODE_IS_UP", 400, "up")
+    assert type(_error(404, "FABRIC_E_NODE_NOT_FOUND", "")) is NodeNotFoundError
+    assert type(_error(400, "E_INVALIDARG", "")) is InvalidArgumentError
+    assert type(_error(409, "FABRIC_E_SOMETHING_ELSE", "")) is FabricError
     assert FabricError("FABRIC_E_NOT_READY").is_transient
+
+
+def test_a_uos_refusal_is_configuration_upgrade_refused():
+    err = _error(
+        500,
+        "FABRIC_E_CONFIG_UPGRADE_FAILED",
+        "ValidationException: NodesToBeRemoved parameter contains inconsistent information.",
+    )
+
+    assert type(err) is ConfigurationUpgradeRefused and not err.is_transient
+    assert (err.code, err.status) == ("FABRIC_E_CONFIG_UPGRADE_FAILED", 500)
+    assert err.message.startswith("ValidationException: NodesToBeRemoved")
+
+
+def test_the_uos_in_progress_refusal_is_upgrade_in_progress():
+    err = _error(
+        500,
+        "FABRIC_E_CONFIG_UPGRADE_FAILED",
+        "FabricException: Cluster configuration upgrade of type StandAloneAutoScaleClusterUpgrade"
+        "State is already in progress and cannot be interrupted.",
+    )
+    cluster_manager = _error(400, "FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS", "")
+
+    assert isinstance(err, UpgradeInProgressError) and isinstance(err, ConfigurationUpgradeRefused)
+    assert err.code == "FABRIC_E_CONFIG_UPGRADE_FAILED" and not err.is_transient
+    assert isinstance(cluster_manager, UpgradeInProgressError)
+    # The text must match: other codes saying the same are not taken for it.
+    assert type(_error(500, "FABRIC_E_SOMETHING", err.message)) is FabricError
 
 
 def test_node_info_tolerates_missing_fields():

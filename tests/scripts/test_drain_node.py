@@ -1,17 +1,31 @@
-"""scripts/drain_node.py end to end: run as an operator would, against the HTTPS emulator."""
+"""scripts/drain_node.py end to end: run as an operator would, against the HTTPS emulator.
+
+The drain's order (README, "Node lifecycle"): deactivate -> wait Disabled -> the removal
+upgrade while the node's machine still runs (waiting out others) -> wait until done -> node
+gone; a clean-up (stop the host, RemoveNodeState) only when the upgrade leaves the node listed.
+
+Most drains run in-process through `drain_node.main` (fast, and the emulator's cluster can be
+watched while they run); the operator-facing edges (usage, help, seed, TLS, a timeout) run the
+script in a fresh interpreter from outside the repository.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
 import pytest
+import requests
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 from moto import mock_aws
 from sf_rest.cluster_config import node_names, nodes_to_be_removed
 
@@ -22,21 +36,39 @@ pytestmark = pytest.mark.integration  # starts the HTTPS emulator and subprocess
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "drain_node.py"
 INSTANCE = "i-0123456789abcdef0"
+SEEDS = ["seed-0", "seed-1", "seed-2"]
+FAST = ("--poll-interval", "0.02", "--timeout", "20")
+START = "/$/StartClusterConfigurationUpgrade"
+IN_PROGRESS = "is already in progress and cannot be interrupted"
+
+
+def deactivate_path(name: str) -> str:
+    return f"/Nodes/{name}/$/Deactivate"
+
+
+def remove_state_path(name: str) -> str:
+    return f"/Nodes/{name}/$/RemoveNodeState"
+
+
+# -- running the script ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
 @pytest.fixture
-def gateway(sf_emulator, sf_pki) -> list[str]:
+def client_flags(sf_pki) -> list[str]:
+    return ["--client-cert", sf_pki.client.cert_path, "--client-key", sf_pki.client.key_path]
+
+
+@pytest.fixture
+def gateway(sf_emulator, sf_pki, client_flags) -> list[str]:
     """The flags that reach the emulator over mutual TLS."""
-    return [
-        "--endpoint",
-        sf_emulator.endpoint,
-        "--client-cert",
-        sf_pki.client.cert_path,
-        "--client-key",
-        sf_pki.client.key_path,
-        "--ca-bundle",
-        sf_pki.ca_path,
-    ]
+    return ["--endpoint", sf_emulator.endpoint, *client_flags, "--ca-bundle", sf_pki.ca_path]
 
 
 @pytest.fixture
@@ -58,8 +90,48 @@ def drain(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
     return run
 
 
+@pytest.fixture
+def run(capsys) -> Callable[..., Run]:
+    """Runs `drain_node.main` in this process; stdout and stderr as the operator sees them."""
+
+    def go(*args: str) -> Run:
+        capsys.readouterr()
+        code = drain_node.main(list(args))
+        out, err = capsys.readouterr()
+        return Run(code, out, err)
+
+    return go
+
+
+@pytest.fixture
+def aws_calls(monkeypatch) -> list[str]:
+    """Any AWS client the drain would make (SSM, for --instance-id) is recorded and refused."""
+    calls: list[str] = []
+
+    def refuse(*args, **kwargs):
+        calls.append(str(args[-1] if args else kwargs.get("service_name")))
+        raise AssertionError("the drain made an AWS client")
+
+    monkeypatch.setattr(boto3, "client", refuse)
+    monkeypatch.setattr(boto3.session.Session, "client", refuse)
+    return calls
+
+
+@pytest.fixture
+def aws_credentials(monkeypatch) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.setenv(name, "testing")
+
+
+# -- reading the emulator ----------------------------------------------------------------------
+
+
 def posts(emulator) -> list[str]:
     return [r.path for r in emulator.requests if r.method == "POST"]
+
+
+def starts(emulator) -> list:
+    return emulator.requests_to("POST", r"/\$/StartClusterConfigurationUpgrade")
 
 
 def one_line(stderr: str) -> str:
@@ -69,7 +141,112 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
-def operator_stops_the_host(cluster, name: str, when: Callable[[], bool]) -> threading.Thread:
+def target_of(body: dict) -> dict:
+    """The ClusterConfig a StartClusterConfigurationUpgrade body asked for."""
+    return json.loads(body["ClusterConfig"])
+
+
+def gateway_status(emulator, pki, path: str) -> int:
+    """The HTTP status the gateway answers a GET with (one more request in its log)."""
+    response = requests.get(
+        emulator.endpoint + path,
+        params={"api-version": "6.0"},
+        cert=(pki.client.cert_path, pki.client.key_path),
+        verify=pki.ca_path,
+        timeout=5,
+    )
+    return response.status_code
+
+
+def assert_gone(cluster, emulator, pki, name: str) -> None:
+    """Out of the node list (GET 204), of GetClusterConfiguration and of the UOS's topology."""
+    assert name not in node_names(cluster.config)
+    assert name not in cluster.uos_nodes
+    assert gateway_status(emulator, pki, f"/Nodes/{name}") == 204
+
+
+def assert_still_member(cluster, name: str) -> None:
+    assert name in node_names(cluster.config)
+    assert name in cluster.uos_nodes
+    assert cluster.upgrade_requests == []
+
+
+# -- watching the cluster while a drain runs ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartSeen:
+    """The cluster at the moment a StartClusterConfigurationUpgrade reached it."""
+
+    node_status: str
+    deactivation: str
+    host_running: bool
+    other_upgrade_running: bool
+
+
+def watch_starts(monkeypatch, cluster, name: str, before: Callable[[], None] = lambda: None):
+    """Records the node and the upgrade state whenever a start arrives; `before()` runs first."""
+    seen: list[StartSeen] = []
+    original = cluster.start_upgrade
+
+    def start_upgrade(body):
+        before()
+        node = cluster.node(name)
+        running = cluster.upgrade_status()["UpgradeState"] == "RollingForwardInProgress"
+        seen.append(StartSeen(node.status, node.deactivation_status, node.host_running, running))
+        return original(body)
+
+    monkeypatch.setattr(cluster, "start_upgrade", start_upgrade)
+    return seen
+
+
+def watch_node_state_removals(monkeypatch, cluster) -> list[tuple[str, str]]:
+    """(node, its status) for every RemoveNodeState the gateway receives (not the UOS's own)."""
+    seen: list[tuple[str, str]] = []
+    original = cluster.remove_node_state
+
+    def remove_node_state(name):
+        node = cluster.node(name)
+        seen.append((name, node.status if node else "absent"))
+        return original(name)
+
+    monkeypatch.setattr(cluster, "remove_node_state", remove_node_state)
+    return seen
+
+
+def once_after_tick(
+    monkeypatch, cluster, condition: Callable[[], bool], action: Callable[[], None]
+):
+    """Runs `action` right after the first tick (gateway request) at which `condition` holds."""
+    fired: list[int] = []
+    original = cluster.tick
+
+    def tick(count: int = 1) -> None:
+        original(count)
+        if not fired and condition():
+            fired.append(cluster.ticks)
+            action()
+
+    monkeypatch.setattr(cluster, "tick", tick)
+    return fired
+
+
+def removal_completed(cluster, name: str) -> Callable[[], bool]:
+    return lambda: any(
+        name in run.removing and run.log[-1:] == ["completed"] for run in cluster.upgrades
+    )
+
+
+def fabric_survives_the_removal(monkeypatch, cluster, name: str) -> list[int]:
+    """The removal upgrade completes but Fabric comes back on the machine (its uninstall did
+    not happen) and the UOS's RemoveNodeState fails: the node is listed, Disabled, afterwards."""
+    cluster.removes_node_state = False
+    return once_after_tick(
+        monkeypatch, cluster, removal_completed(cluster, name), lambda: cluster.start_host(name)
+    )
+
+
+def stop_host_when(cluster, name: str, when: Callable[[], bool]) -> threading.Thread:
     """Stands in for whoever stops FabricHostSvc on the machine, once `when()` holds."""
 
     def watch() -> None:
@@ -78,149 +255,407 @@ def operator_stops_the_host(cluster, name: str, when: Callable[[], bool]) -> thr
             if when():
                 cluster.stop_host(name)
                 return
-            time.sleep(0.02)
+            time.sleep(0.01)
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     return thread
 
 
-def seen_disabled(cluster, emulator, name: str, reads: int = 2) -> Callable[[], bool]:
-    """True once the drain has read the Disabled node `reads` more times: by then it has
-    decided that the operator must stop the host (and said so)."""
-    reads_when_disabled: list[int] = []
-
-    def check() -> bool:
-        count = len(emulator.requests_to("GET", f"/Nodes/{name}"))
-        if not reads_when_disabled:
-            if cluster.node(name).status != "Disabled":
-                return False
-            reads_when_disabled.append(count)
-        return count >= reads_when_disabled[0] + reads
-
-    return check
+# -- 1. a drain over REST alone ----------------------------------------------------------------
 
 
-def test_a_drain_takes_the_node_out_and_a_second_run_finds_nothing_to_do(
-    drain,
-    gateway,
-    sf_cluster,
-    sf_emulator,
+def test_a_drain_removes_the_node_over_rest_alone_and_a_second_run_writes_nothing(
+    run, gateway, sf_cluster, sf_emulator, sf_pki, monkeypatch, aws_calls
 ):
-    disabled = seen_disabled(sf_cluster, sf_emulator, "scale-0")
-    operator = operator_stops_the_host(sf_cluster, "scale-0", disabled)
+    at_start = watch_starts(monkeypatch, sf_cluster, "scale-0")
+    state_removals = watch_node_state_removals(monkeypatch, sf_cluster)
 
-    first = drain(*gateway, "--node", "scale-0", "--poll-interval", "0.05", "--timeout", "30")
-    operator.join(timeout=5)
-    sf_emulator.clear_log()
-    second = drain(*gateway, "--node", "scale-0", "--poll-interval", "0.05")
+    first = run(*gateway, "--node", "scale-0", *FAST)
 
     assert (first.returncode, first.stderr) == (0, ""), first.stdout
     out = first.stdout
+    assert "scale-0: Up; in the cluster configuration (version 1.0.0)" in out
     assert "deactivating scale-0 (intent RemoveNode)" in out
-    assert "  scale-0: Disabling (SafetyCheckInProgress, intent RemoveNode)" in out
-    assert "stop FabricHostSvc on its machine (no --instance-id given)" in out
-    assert "  scale-0: Down" in out
-    assert "removed the node state of scale-0" in out
-    assert "configuration upgrade to version 1.0.1" in out
-    assert "done: scale-0 is out of the cluster (gone from the node list)" in out
-    assert "scale-0" not in sf_cluster.nodes
-    assert "scale-0" not in node_names(sf_cluster.config)
-    assert nodes_to_be_removed(sf_cluster.config) == ["scale-0"]
-    assert second.returncode == 0
+    assert "  scale-0: Disabled (Completed, intent RemoveNode)" in out
+    assert "configuration upgrade to version 1.0.1 sent" in out
+    assert "done: scale-0 is out of the node list and the cluster configuration" in out
+    assert "clean-up" not in out
+    # Writes: the deactivation, then the one start; no RemoveNodeState (the UOS did it).
+    assert posts(sf_emulator) == [deactivate_path("scale-0"), START]
+    assert state_removals == []
+    assert aws_calls == []  # no SSM: nothing stopped the host but the upgrade itself
+    (request,) = sf_cluster.upgrade_requests
+    target = target_of(request)
+    assert nodes_to_be_removed(target) == ["scale-0"]
+    assert sorted(node_names(target)) == ["scale-1", *SEEDS]
+    assert target["clusterConfigurationVersion"] == "1.0.1"
+    # The start found the node Disabled with its machine running, so the UOS went straight
+    # through: no wait for a Down node, the node dropped, the manifest upgrade completed.
+    assert at_start == [StartSeen("Disabled", "Completed", True, False)]
+    (upgrade,) = sf_cluster.upgrades
+    assert (upgrade.removing, upgrade.log) == (
+        ("scale-0",),
+        ["wait_disabled", "upgrade", "completed"],
+    )
+    assert sf_cluster.nodes["scale-0"].status == "Removed"  # by the UOS's RemoveNodeState
+    assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-0")
+    assert sf_cluster.uos_nodes == ["scale-1", *SEEDS]
+
+    sf_emulator.clear_log()
+    second = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert (second.returncode, second.stderr) == (0, ""), second.stdout
     assert "already removed (listed in NodesToBeRemoved)" in second.stdout
     assert posts(sf_emulator) == []
+    assert len(sf_cluster.upgrade_requests) == 1
 
 
-def test_a_dry_run_shows_the_remaining_steps_and_writes_nothing(
-    drain,
-    gateway,
-    sf_cluster,
-    sf_emulator,
+# -- 2. two drains in a row --------------------------------------------------------------------
+
+
+def test_two_drains_in_a_row_each_name_only_their_own_node(
+    run, gateway, sf_cluster, sf_emulator, sf_pki
 ):
-    fresh = drain(*gateway, "--node", "scale-0", "--instance-id", INSTANCE, "--dry-run")
-    sf_cluster.nodes["scale-1"].status = "Down"  # its machine died
-    halfway = drain(*gateway, "--node", "scale-1", "--dry-run")
+    first = run(*gateway, "--node", "scale-0", *FAST)
+    second = run(*gateway, "--node", "scale-1", *FAST)
 
-    assert (fresh.returncode, fresh.stderr) == (0, "")
-    assert fresh.stdout.splitlines() == [
-        "scale-0: Up; in the cluster configuration (version 1.0.0)",
-        "dry run: nothing was changed. A drain would:",
-        "  - deactivate scale-0 with intent RemoveNode (RemoveData if refused)",
-        "  - wait for scale-0 to be Disabled with its deactivation Completed",
-        f"  - stop FabricHostSvc on {INSTANCE} over SSM Run Command, wait for Down",
-        "  - RemoveNodeState scale-0",
-        "  - configuration upgrade 1.0.0 -> 1.0.1: scale-0 out of nodes, into NodesToBeRemoved",
+    assert (first.returncode, first.stderr) == (0, ""), first.stdout
+    assert (second.returncode, second.stderr) == (0, ""), second.stdout
+    assert "configuration upgrade to version 1.0.2 sent" in second.stdout
+    before, after = (target_of(body) for body in sf_cluster.upgrade_requests)
+    assert nodes_to_be_removed(before) == ["scale-0"]
+    assert nodes_to_be_removed(after) == ["scale-1"]  # the first drain's value not carried on
+    assert sorted(node_names(after)) == SEEDS
+    assert [(u.removing, u.log[-1]) for u in sf_cluster.upgrades] == [
+        (("scale-0",), "completed"),
+        (("scale-1",), "completed"),
     ]
-    assert halfway.returncode == 0
-    assert halfway.stdout.splitlines()[2:] == [
-        "  - RemoveNodeState scale-1",
-        "  - configuration upgrade 1.0.0 -> 1.0.1: scale-1 out of nodes, into NodesToBeRemoved",
-    ]
-    assert posts(sf_emulator) == []
-    assert sf_cluster.node("scale-0").status == "Up"
+    assert sorted(node_names(sf_cluster.config)) == SEEDS
+    assert sf_cluster.uos_nodes == SEEDS
+    assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-0")
+    assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-1")
 
 
-def test_a_seed_node_is_refused_with_one_line_and_nothing_changed(
-    drain,
-    gateway,
-    sf_emulator,
+# -- 3. another upgrade running ----------------------------------------------------------------
+
+
+def test_a_drain_waits_out_an_upgrade_the_status_shows_running(
+    run, gateway, sf_cluster, sf_emulator, sf_pki, monkeypatch
 ):
-    result = drain(*gateway, "--node", "seed-1")
+    # Someone else's upgrade (6 ticks) begins as the node turns Disabled, so it is running
+    # when the drain is ready to start its own.
+    fired = once_after_tick(
+        monkeypatch,
+        sf_cluster,
+        lambda: sf_cluster.node("scale-0").status == "Disabled",
+        lambda: sf_cluster.run_other_upgrade(ticks=6),
+    )
+    at_start = watch_starts(monkeypatch, sf_cluster, "scale-0")
 
-    assert result.returncode == drain_node.EXIT_REFUSED
-    assert one_line(result.stderr).startswith("drain_node.py: refused: seed-1 is a seed node")
-    assert posts(sf_emulator) == []
+    result = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    assert fired
+    assert (
+        "another configuration upgrade is running (RollingForwardInProgress at version 1.0.0); "
+        "waiting for it first"
+    ) in result.stdout
+    # No start reached the cluster while the other upgrade ran: one start, after it ended.
+    assert at_start == [StartSeen("Disabled", "Completed", True, False)]
+    assert len(starts(sf_emulator)) == 1
+    assert [(u.version, u.removing, u.log[-1]) for u in sf_cluster.upgrades] == [
+        ("other", (), "RollingForwardCompleted"),
+        ("1.0.1", ("scale-0",), "completed"),
+    ]
+    assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-0")
 
 
-def test_an_unknown_node_is_one_line(drain, gateway, sf_emulator):
-    result = drain(*gateway, "--node", "scale-42")
+def test_a_start_refused_because_an_upgrade_began_meanwhile_is_sent_again_after_it(
+    run, gateway, sf_cluster, sf_emulator, sf_pki, monkeypatch
+):
+    # Another party's upgrade begins between the drain's look at the status and its start.
+    began: list[bool] = []
 
-    assert result.returncode == drain_node.EXIT_FAILED
-    assert "'scale-42' is not known to the cluster" in one_line(result.stderr)
-    assert posts(sf_emulator) == []
+    def other_begins() -> None:
+        if not began:
+            began.append(True)
+            sf_cluster.run_other_upgrade(ticks=6)
+
+    at_start = watch_starts(monkeypatch, sf_cluster, "scale-0", before=other_begins)
+
+    result = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    assert "another configuration upgrade is running (" in result.stdout
+    assert IN_PROGRESS in result.stdout
+    refused, accepted = starts(sf_emulator)
+    assert refused.status == 500 and accepted.status in (202, 504)
+    # The first start met the running upgrade and was refused; the second came after it.
+    assert [seen.other_upgrade_running for seen in at_start] == [True, False]
+    assert [nodes_to_be_removed(target_of(b)) for b in sf_cluster.upgrade_requests] == [
+        ["scale-0"],
+        ["scale-0"],
+    ]
+    assert [(u.version, u.log[-1]) for u in sf_cluster.upgrades] == [
+        ("other", "RollingForwardCompleted"),
+        ("1.0.1", "completed"),
+    ]
+    assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-0")
+
+
+# -- 4. the start call outlives the gateway's timeout ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("start_wait_ticks", "answer", "said"),
+    [
+        (1, 504, "sent; the gateway's timeout passed, the upgrade goes on"),  # as on a real cluster
+        (50, 202, "started"),  # the orchestration ended within the call
+    ],
+)
+def test_the_start_is_sent_once_whether_or_not_it_answers_in_time(
+    run, gateway, sf_cluster, sf_emulator, sf_pki, start_wait_ticks, answer, said
+):
+    sf_cluster.start_wait_ticks = start_wait_ticks
+
+    result = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    assert f"configuration upgrade to version 1.0.1 {said}: scale-0 out of nodes" in result.stdout
+    (start,) = starts(sf_emulator)
+    assert start.status == answer
+    assert len(sf_cluster.upgrade_requests) == 1
+    assert [(u.removing, u.log[-1]) for u in sf_cluster.upgrades] == [(("scale-0",), "completed")]
+    assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-0")
+
+
+def test_a_start_the_cluster_never_saw_is_not_resent_and_a_re_run_finishes(
+    run, gateway, sf_cluster, sf_emulator, sf_pki
+):
+    # The gateway answers FABRIC_E_TIMEOUT without passing the start on: the outcome is
+    # unknown to the drain, which must watch the status, not send the start again.
+    sf_emulator.inject_error(504, "FABRIC_E_TIMEOUT", method="POST", path="StartCluster")
+
+    lost = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert lost.returncode == drain_node.EXIT_FAILED, lost.stdout
+    assert "ended without upgrading the cluster" in one_line(lost.stderr)
+    assert [s.status for s in starts(sf_emulator)] == [504]
+    assert_still_member(sf_cluster, "scale-0")
+    assert sf_cluster.node("scale-0").status == "Disabled"
+
+    sf_emulator.clear_log()
+    again = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert (again.returncode, again.stderr) == (0, ""), again.stdout
+    assert "scale-0 is already deactivated for removal (intent RemoveNode)" in again.stdout
+    assert posts(sf_emulator) == [START]
+    assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-0")
+
+
+# -- 5. a safety check that never ends ---------------------------------------------------------
 
 
 def test_a_drain_that_runs_out_of_time_says_where_it_stopped(
-    drain,
-    gateway,
-    sf_cluster,
+    drain, gateway, sf_cluster, sf_emulator
 ):
     sf_cluster.set_stuck_in_safety_check("scale-0")
 
-    result = drain(*gateway, "--node", "scale-0", "--timeout", "1", "--poll-interval", "0.1")
+    result = drain(*gateway, "--node", "scale-0", "--timeout", "1", "--poll-interval", "0.05")
 
-    assert result.returncode == drain_node.EXIT_TIMED_OUT
+    assert result.returncode == drain_node.EXIT_TIMED_OUT, result.stdout
     line = one_line(result.stderr)
-    assert line.startswith("drain_node.py: timed out: --timeout 1 s passed waiting for scale-0")
+    assert line.startswith(
+        "drain_node.py: timed out: --timeout 1 s passed waiting for scale-0 to be Disabled"
+    )
     assert "SafetyCheckInProgress" in line
+    assert starts(sf_emulator) == []
+    assert_still_member(sf_cluster, "scale-0")
     assert sf_cluster.node("scale-0").status == "Disabling"  # and a re-run picks up from here
 
 
-def test_a_gateway_certificate_from_another_ca_is_one_line(
-    drain,
-    sf_emulator,
-    sf_pki,
-    tmp_path,
-):
-    stranger = make_pki(tmp_path / "other")
+# -- 6. clean-up: the UOS's RemoveNodeState did not happen -------------------------------------
 
+
+def test_when_the_uos_leaves_the_node_down_the_drain_removes_its_state(
+    run, gateway, sf_cluster, sf_emulator, sf_pki, monkeypatch, aws_calls
+):
+    sf_cluster.removes_node_state = False
+    state_removals = watch_node_state_removals(monkeypatch, sf_cluster)
+
+    result = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    out = result.stdout
+    assert (
+        "clean-up: the upgrade completed but scale-0 is still listed "
+        "(Down (Completed, intent RemoveNode))"
+    ) in out
+    assert "clean-up: removed the node state of scale-0" in out
+    assert "stop FabricHostSvc" not in out  # already Down: nothing to stop
+    assert posts(sf_emulator) == [deactivate_path("scale-0"), START, remove_state_path("scale-0")]
+    assert state_removals == [("scale-0", "Down")]
+    assert aws_calls == []
+    assert sf_cluster.nodes["scale-0"].status == "Removed"
+    assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-0")
+
+
+def test_when_fabric_survives_the_removal_the_operator_stops_it(
+    run, gateway, sf_cluster, sf_emulator, sf_pki, monkeypatch, aws_calls
+):
+    restarted = fabric_survives_the_removal(monkeypatch, sf_cluster, "scale-0")
+    state_removals = watch_node_state_removals(monkeypatch, sf_cluster)
+    reads: list[int] = []
+
+    def drain_is_waiting_for_down() -> bool:
+        # Two reads of the node after Fabric came back: the drain has asked for the stop.
+        count = len(sf_emulator.requests_to("GET", "/Nodes/scale-0"))
+        if restarted and not reads:
+            reads.append(count)
+        return bool(reads) and count >= reads[0] + 2
+
+    operator = stop_host_when(sf_cluster, "scale-0", drain_is_waiting_for_down)
+
+    result = run(*gateway, "--node", "scale-0", *FAST)
+    operator.join(timeout=5)
+
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    out = result.stdout
+    assert "clean-up: the upgrade completed but scale-0 is still listed (Disabled" in out
+    assert "stop FabricHostSvc on scale-0's machine (no --instance-id given)" in out
+    assert "  scale-0: Down" in out
+    assert "clean-up: removed the node state of scale-0" in out
+    assert state_removals == [("scale-0", "Down")]
+    assert aws_calls == []
+    assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-0")
+
+
+# -- with --instance-id: SSM (moto), in-process ------------------------------------------------
+
+
+def test_with_an_instance_id_ssm_is_only_checked_when_the_upgrade_removes_the_node(
+    run, gateway, sf_cluster, sf_emulator, sf_pki, aws_credentials
+):
+    with mock_aws():
+        ssm = boto3.client("ssm", region_name="eu-west-1")
+        result = run(
+            *gateway, "--node", "scale-0", "--instance-id", INSTANCE, "--region", "eu-west-1", *FAST
+        )
+        commands = ssm.list_commands(InstanceId=INSTANCE)["Commands"]
+
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    assert commands == []  # the upgrade took the node out; nothing was run on the machine
+    assert "clean-up" not in result.stdout
+    assert posts(sf_emulator) == [deactivate_path("scale-0"), START]
+    assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-0")
+
+
+def test_with_an_instance_id_a_surviving_fabric_is_stopped_over_ssm(
+    run, gateway, sf_cluster, sf_emulator, sf_pki, monkeypatch, aws_credentials
+):
+    fabric_survives_the_removal(monkeypatch, sf_cluster, "scale-0")
+    state_removals = watch_node_state_removals(monkeypatch, sf_cluster)
+    with mock_aws():
+        ssm = boto3.client("ssm", region_name="eu-west-1")
+        sent = lambda: bool(ssm.list_commands(InstanceId=INSTANCE)["Commands"])  # noqa: E731
+        machine = stop_host_when(sf_cluster, "scale-0", sent)  # moto runs no PowerShell
+
+        result = run(
+            *gateway, "--node", "scale-0", "--instance-id", INSTANCE, "--region", "eu-west-1", *FAST
+        )
+        machine.join(timeout=5)
+        (command,) = ssm.list_commands(InstanceId=INSTANCE)["Commands"]
+
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    assert (
+        f"clean-up: stopping FabricHostSvc on {INSTANCE} over SSM (command {command['CommandId']})"
+        in result.stdout
+    )
+    assert command["DocumentName"] == "AWS-RunPowerShellScript"
+    assert state_removals == [("scale-0", "Down")]
+    assert posts(sf_emulator) == [deactivate_path("scale-0"), START, remove_state_path("scale-0")]
+    assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-0")
+
+
+# -- 7. a Down node ----------------------------------------------------------------------------
+
+
+def test_a_node_whose_host_is_down_is_refused_and_nothing_is_sent(
+    run, gateway, sf_cluster, sf_emulator
+):
+    sf_cluster.stop_host("scale-1")
+
+    result = run(*gateway, "--node", "scale-1", *FAST)
+
+    assert result.returncode == drain_node.EXIT_FAILED, result.stdout
+    line = one_line(result.stderr)
+    assert line.startswith("drain_node.py: error: not removing scale-1: it is Down")
+    assert posts(sf_emulator) == []
+    assert_still_member(sf_cluster, "scale-1")
+    assert sf_cluster.node("scale-1").status == "Down"
+
+
+# -- 8. the gateway verified by thumbprint -----------------------------------------------------
+
+
+def sha256_thumbprint(cert_pem: str) -> str:
+    return x509.load_pem_x509_certificate(cert_pem.encode()).fingerprint(hashes.SHA256()).hex()
+
+
+@pytest.mark.parametrize(
+    "thumbprint",
+    [
+        pytest.param(lambda pki: pki.server.sha1_thumbprint, id="sha1"),
+        pytest.param(
+            lambda pki: ":".join(
+                pki.server.sha1_thumbprint[i : i + 2] for i in range(0, 40, 2)
+            ).lower(),
+            id="sha1-colons",
+        ),
+        pytest.param(lambda pki: sha256_thumbprint(pki.server.cert_pem), id="sha256"),
+    ],
+)
+def test_a_drain_can_verify_the_gateway_by_its_thumbprint(
+    run, client_flags, sf_cluster, sf_emulator, sf_pki, thumbprint
+):
+    result = run(
+        "--endpoint",
+        sf_emulator.endpoint,
+        *client_flags,
+        "--server-thumbprint",
+        thumbprint(sf_pki),
+        "--node",
+        "scale-0",
+        *FAST,
+    )
+
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    assert {r.client_cn for r in sf_emulator.requests} == {"sf-admin"}  # still mutual TLS
+    assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-0")
+
+
+def test_a_wrong_thumbprint_is_one_line_and_nothing_is_sent(
+    drain, client_flags, sf_cluster, sf_emulator, sf_pki
+):
     result = drain(
         "--endpoint",
         sf_emulator.endpoint,
+        *client_flags,
+        "--server-thumbprint",
+        sf_pki.client.sha1_thumbprint,  # a real certificate, not the gateway's
         "--node",
         "scale-0",
-        "--ca-bundle",
-        stranger.ca_path,
-        "--client-cert",
-        sf_pki.client.cert_path,
-        "--client-key",
-        sf_pki.client.key_path,
+        *FAST,
     )
 
     assert result.returncode == drain_node.EXIT_FAILED
-    assert "TLS with https://127.0.0.1" in one_line(result.stderr)
+    assert one_line(result.stderr).startswith("drain_node.py: error: TLS with https://127.0.0.1")
     assert sf_emulator.requests == []
+    assert sf_cluster.node("scale-0").status == "Up"
+
+
+# -- usage, help, refusals ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -230,13 +665,33 @@ def test_a_gateway_certificate_from_another_ca_is_one_line(
             ["--ca-bundle", "{ca}", "--insecure"],
             "--insecure: not allowed with argument --ca-bundle",
         ),
+        (
+            ["--ca-bundle", "{ca}", "--server-thumbprint", "{sha1}"],
+            "--server-thumbprint: not allowed with argument --ca-bundle",
+        ),
+        (
+            ["--insecure", "--server-thumbprint", "{sha1}"],
+            "--server-thumbprint: not allowed with argument --insecure",
+        ),
+        (
+            ["--server-thumbprint", "{sha1}00"],
+            "--server-thumbprint must be 40 (SHA-1) or 64 (SHA-256) hex digits",
+        ),
+        (
+            ["--server-thumbprint", "Z" * 40],
+            "--server-thumbprint must be 40 (SHA-1) or 64 (SHA-256) hex digits",
+        ),
         (["--client-cert", "{cert}"], "--client-cert and --client-key go together"),
         (["--insecure", "--timeout", "-5"], "must be positive"),
-        ([], "needs --ca-bundle PEM or --insecure"),
+        ([], "needs --ca-bundle PEM, --server-thumbprint HEX or --insecure"),
     ],
 )
 def test_bad_flags_are_one_line(drain, sf_emulator, sf_pki, flags, message):
-    values = {"ca": sf_pki.ca_path, "cert": sf_pki.client.cert_path}
+    values = {
+        "ca": sf_pki.ca_path,
+        "cert": sf_pki.client.cert_path,
+        "sha1": sf_pki.server.sha1_thumbprint,
+    }
     flags = [flag.format(**values) for flag in flags]
 
     result = drain("--endpoint", sf_emulator.endpoint, "--node", "scale-0", *flags)
@@ -246,7 +701,7 @@ def test_bad_flags_are_one_line(drain, sf_emulator, sf_pki, flags, message):
     assert sf_emulator.requests == []
 
 
-def test_help_describes_the_fixed_interface(drain):
+def test_help_describes_the_interface(drain):
     result = drain("--help")
 
     assert result.returncode == 0
@@ -256,6 +711,7 @@ def test_help_describes_the_fixed_interface(drain):
         "--client-cert",
         "--client-key",
         "--ca-bundle",
+        "--server-thumbprint",
         "--insecure",
         "--instance-id",
         "--timeout",
@@ -266,47 +722,92 @@ def test_help_describes_the_fixed_interface(drain):
     assert "exit status: 0 the node is out of the cluster" in result.stdout
 
 
-# -- with --instance-id: Fabric stopped over SSM (moto), in-process ------------------------
-
-
-def test_with_an_instance_id_the_host_is_stopped_over_ssm(
-    gateway,
-    sf_cluster,
-    monkeypatch,
-    capsys,
+def test_a_seed_node_is_refused_with_one_line_and_nothing_changed(
+    drain, gateway, sf_cluster, sf_emulator
 ):
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-    }.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        ssm = boto3.client("ssm", region_name="eu-west-1")
-        sent = lambda: bool(ssm.list_commands(InstanceId=INSTANCE)["Commands"])
-        machine = operator_stops_the_host(sf_cluster, "scale-0", sent)  # moto runs no PowerShell
+    result = drain(*gateway, "--node", "seed-1", *FAST)
 
-        code = drain_node.main(
-            [
-                *gateway,
-                "--node",
-                "scale-0",
-                "--instance-id",
-                INSTANCE,
-                "--region",
-                "eu-west-1",
-                "--poll-interval",
-                "0.05",
-                "--timeout",
-                "30",
-            ]
-        )
-        machine.join(timeout=5)
-        (command,) = ssm.list_commands(InstanceId=INSTANCE)["Commands"]
+    assert result.returncode == drain_node.EXIT_REFUSED
+    assert one_line(result.stderr).startswith("drain_node.py: refused: seed-1 is a seed node")
+    assert posts(sf_emulator) == []
+    assert sf_cluster.node("seed-1").status == "Up"
 
-    out, err = capsys.readouterr()
-    assert (code, err) == (0, ""), out
-    assert f"stopping FabricHostSvc on {INSTANCE} over SSM (command {command['CommandId']})" in out
-    assert command["DocumentName"] == "AWS-RunPowerShellScript"
-    assert "scale-0" not in sf_cluster.nodes
-    assert "scale-0" not in node_names(sf_cluster.config)
+
+def test_an_unknown_node_is_one_line(drain, gateway, sf_cluster, sf_emulator):
+    result = drain(*gateway, "--node", "scale-42")
+
+    assert result.returncode == drain_node.EXIT_FAILED
+    assert "'scale-42' is not known to the cluster" in one_line(result.stderr)
+    assert posts(sf_emulator) == []
+    assert "scale-42" not in sf_cluster.nodes  # a Deactivate would have made a placeholder
+
+
+def test_a_gateway_certificate_from_another_ca_is_one_line(
+    drain, client_flags, sf_emulator, tmp_path
+):
+    stranger = make_pki(tmp_path / "other")
+
+    result = drain(
+        "--endpoint",
+        sf_emulator.endpoint,
+        "--node",
+        "scale-0",
+        "--ca-bundle",
+        stranger.ca_path,
+        *client_flags,
+        *FAST,
+    )
+
+    assert result.returncode == drain_node.EXIT_FAILED
+    assert "TLS with https://127.0.0.1" in one_line(result.stderr)
+    assert sf_emulator.requests == []
+
+
+# -- 9. dry run --------------------------------------------------------------------------------
+
+
+def test_a_dry_run_shows_the_remaining_steps_and_writes_nothing(
+    run, gateway, sf_cluster, sf_emulator, aws_calls
+):
+    fresh = run(*gateway, "--node", "scale-0", "--instance-id", INSTANCE, "--dry-run")
+
+    assert (fresh.returncode, fresh.stderr) == (0, ""), fresh.stdout
+    assert fresh.stdout.splitlines() == [
+        "scale-0: Up; in the cluster configuration (version 1.0.0)",
+        "dry run: nothing was changed. A drain would:",
+        "  - deactivate scale-0 with intent RemoveNode (RemoveData if refused)",
+        "  - wait for scale-0 to be Disabled with its deactivation Completed",
+        "  - configuration upgrade 1.0.0 -> 1.0.1: scale-0 out of nodes, NodesToBeRemoved = "
+        "scale-0 (any earlier value dropped), while its machine runs",
+        "  - wait until the upgrade has rolled forward and scale-0 left the node list",
+    ]
+    assert posts(sf_emulator) == []
+    assert aws_calls == []  # a dry run does not even check SSM access
+    assert sf_cluster.node("scale-0").status == "Up"
+    assert sf_cluster.upgrade_requests == []
+
+
+def test_a_dry_run_picks_up_where_the_node_is(
+    run, gateway, sf_cluster, sf_emulator, aws_calls
+):
+    sf_cluster.deactivate("scale-1", "RemoveNode")
+    sf_cluster.tick(sf_cluster.deactivation_ticks)  # Disabled: half-way through a drain
+    sf_cluster.run_other_upgrade(ticks=100)
+    sf_cluster.stop_host("scale-0")
+    sf_emulator.clear_log()
+
+    halfway = run(*gateway, "--node", "scale-1", "--dry-run")
+    down = run(*gateway, "--node", "scale-0", "--dry-run")
+
+    assert (halfway.returncode, halfway.stderr) == (0, ""), halfway.stdout
+    assert halfway.stdout.splitlines()[1:] == [
+        "dry run: nothing was changed. A drain would:",
+        "  - configuration upgrade 1.0.0 -> 1.0.1: scale-1 out of nodes, NodesToBeRemoved = "
+        "scale-1 (any earlier value dropped), while its machine runs",
+        "  - (first wait for the running upgrade: RollingForwardInProgress)",
+        "  - wait until the upgrade has rolled forward and scale-1 left the node list",
+    ]
+    assert down.returncode == drain_node.EXIT_FAILED
+    assert one_line(down.stderr).startswith("drain_node.py: error: scale-0 is Down")
+    assert posts(sf_emulator) == []
+    assert sf_cluster.upgrade_requests == []

@@ -90,5 +90,6 @@ def dispatch(
         if not _version_at_least(query.get("api-version", ""), api_version):
             raise EmulatedFabricError(400, "E_INVALIDARG", f"api-version {api_version} required")
         groups = {key: unquote(value) for key, value in found.groupdict().items()}
+        cluster.tick()  # one request, one tick of the cluster's clock
         return handler(cluster, groups, query, body)
     raise EmulatedFabricError(404, "EMULATOR_UNKNOWN_ROUTE", f"{method} {path}")

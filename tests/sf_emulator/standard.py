@@ -31,7 +31,7 @@ def standard_cluster(
             upgrade_domain=f"UD{i % 3}",
             in_config=True,
         )
-    cluster.config["properties"] = {
+    cluster.set_properties({
         "nodeTypes": [
             {
                 "name": name,
@@ -49,5 +49,5 @@ def standard_cluster(
         "fabricSettings": [
             {"name": "Setup", "parameters": [{"name": "FabricDataRoot", "value": "D:\\SF"}]}
         ],
-    }
+    })
     return cluster

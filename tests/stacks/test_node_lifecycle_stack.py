@@ -102,7 +102,36 @@ def test_waits_loop_through_wait_states_at_the_configured_interval(dev, prod):
         assert wait == {"Type": "Wait", "Seconds": seconds, "Next": "Wait until the node is Disabled"}
         choice = asl["States"]["Wait until the node is Disabled: done?"]
         assert choice["Choices"][0]["Variable"] == "$.disabled.done"
-        assert choice["Choices"][0]["Next"] == "Stop the Fabric host"
+        assert choice["Choices"][0]["Next"] == "Remove the node from the configuration"
+
+
+def test_scale_in_removes_by_upgrade_before_it_ever_stops_a_host(dev):
+    """The documented order: Disabled, then the removal upgrade while the machine runs; the
+    host is stopped only on the clean-up branch after the check that the node is still listed."""
+    states = machines(dev)["scale-in"]["States"]
+
+    def reachable(start: str, avoid: str = "") -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            name = todo.pop()
+            if name in seen or name == avoid:
+                continue
+            seen.add(name)
+            state = states[name]
+            todo += [state[k] for k in ("Next", "Default") if k in state]
+            todo += [choice["Next"] for choice in state.get("Choices", [])]
+        return seen
+
+    before_check = reachable("Deactivate the node", avoid="Check the node left the node list")
+    assert "Remove the node from the configuration" in before_check
+    assert not {"Clean-up: stop the Fabric host", "Clean-up: remove the node state"} & before_check
+    gone = states["Node gone?"]
+    assert [c["Variable"] for c in gone["Choices"]] == ["$.removal.removed", "$.removal.down"]
+    assert [c["Next"] for c in gone["Choices"]] == [
+        "Complete the lifecycle action",
+        "Clean-up: remove the node state",
+    ]
+    assert gone["Default"] == "Clean-up: stop the Fabric host"
 
 
 def test_a_seed_node_releases_the_lock_alarms_and_is_held(dev):
@@ -180,7 +209,7 @@ def test_run_command_reaches_only_this_clusters_nodes_and_only_the_needed_docume
         on_document = next(s for s in sends if "Condition" not in s)
         assert document in json.dumps(on_document["Resource"]), handler
     reaper = statements_of(dev, "reaper")
-    assert not any(a.startswith(("ssm:", "autoscaling:")) for s in reaper for a in actions(s))
+    assert not any(a.startswith(("ssm:", "autoscaling:", "dynamodb:")) for s in reaper for a in actions(s))
 
 
 def test_only_scale_out_tags_instances_and_only_with_the_node_name(dev):

@@ -21,11 +21,13 @@ from node_lifecycle import (
     LifecycleHook,
     Outcome,
     WaitStatus,
+    check_node_removed,
     complete_lifecycle_action,
     deactivate_node,
     poll_configuration_upgrade,
     poll_deactivation,
     poll_node_down,
+    poll_running_upgrade,
     record_heartbeat,
     refuse_seed_node,
     remove_node_state,
@@ -165,6 +167,9 @@ def drive_scale_in(
     lifecycle: Any,
     hook: LifecycleHook,
 ) -> dict[str, dict[str, Any]]:
+    """The scale-in state machine's path: resolve, refuse seeds, deactivate, wait Disabled, the
+    removal upgrade (waiting out others), wait for it, check the node left; clean-up only if
+    it did not."""
     states: dict[str, dict[str, Any]] = {}
     keep = {"lifecycle": lifecycle, "hook": hook}
     states["resolve"] = _as_state(resolve_node(client, instances, hook.instance_id))
@@ -178,34 +183,37 @@ def drive_scale_in(
         return states
     states["deactivate"] = _as_state(deactivate_node(client, name))
     states["disabled"] = _as_state(loop(lambda: poll_deactivation(client, name, **keep)))
-    stop = _as_state(stop_fabric_host(client, host, name, hook.instance_id))
-    states["stop_host"] = stop
-    states["down"] = _as_state(
-        loop(
-            lambda: poll_node_down(
-                client,
-                name,
-                host=host,
-                instance_id=stop["instance_id"],
-                command_id=stop["command_id"],
-                **keep,
-            )
-        )
-    )
-    states["remove_state"] = _as_state(remove_node_state(client, name))
+    clock = itertools.count()
     while True:
-        start = _as_state(start_configuration_removal(client, name))
+        start = _as_state(start_configuration_removal(client, name, now=next(clock)))
         if start["outcome"] != Outcome.WAIT_FOR_UPGRADE:
             break
         states["waited_for_other_upgrade"] = _as_state(
-            loop(lambda: poll_configuration_upgrade(client, **keep))
+            loop(lambda: poll_running_upgrade(client, **keep))
         )
     states["configuration"] = start
     if start["changed"]:
-        version = start["target_version"]
         states["upgrade"] = _as_state(
-            loop(lambda: poll_configuration_upgrade(client, target_version=version, **keep))
+            loop(lambda: poll_configuration_upgrade(client, start, now=next(clock), **keep))
         )
+    states["removal"] = _as_state(check_node_removed(client, name))
+    if not states["removal"]["removed"]:
+        if not states["removal"]["down"]:
+            stop = _as_state(stop_fabric_host(client, host, name, hook.instance_id))
+            states["stop_host"] = stop
+            states["down"] = _as_state(
+                loop(
+                    lambda: poll_node_down(
+                        client,
+                        name,
+                        host=host,
+                        instance_id=stop["instance_id"],
+                        command_id=stop["command_id"],
+                        **keep,
+                    )
+                )
+            )
+        states["remove_state"] = _as_state(remove_node_state(client, name))
     states["complete"] = _as_state(complete_lifecycle_action(lifecycle, hook))
     return states
 
@@ -283,6 +291,12 @@ def region() -> str:
 @pytest.fixture
 def recording_lifecycle() -> RecordingLifecycle:
     return RecordingLifecycle()
+
+
+@pytest.fixture
+def recording() -> Callable[[], RecordingLifecycle]:
+    """Another RecordingLifecycle, for a test with more than one lifecycle action."""
+    return RecordingLifecycle
 
 
 @pytest.fixture

@@ -69,7 +69,7 @@ def test_the_reaper_removes_only_long_down_non_seed_nodes_whose_instance_is_gone
 
     decision = decide_reaping(nodes, states, now=NOW, down_for=TEN_MINUTES)
 
-    assert decision.remove_state_for == ("scale-0", "scale-1")
+    assert decision.zombies == ("scale-0", "scale-1")
     assert decision.seed_nodes_down == ("seed-0",)
     assert decision.waiting == ("scale-2", "scale-3")
     assert json.loads(json.dumps(decision.to_dict()))["zombie_count"] == 2
@@ -82,7 +82,7 @@ def test_the_reaper_leaves_nodes_of_other_types_alone():
         [fixed], {}, now=NOW, down_for=TEN_MINUTES, node_types={"ScalingNodeType"}
     )
 
-    assert decision.remove_state_for == () and decision.waiting == ()
+    assert decision.zombies == () and decision.waiting == ()
 
 
 def test_the_reaper_counts_down_time_from_node_down_at_when_given():
@@ -92,7 +92,7 @@ def test_the_reaper_counts_down_time_from_node_down_at_when_given():
 
     decision = decide_reaping([long_down, never_set], {}, now=NOW, down_for=TEN_MINUTES)
 
-    assert decision.remove_state_for == ("scale-0", "scale-1")
+    assert decision.zombies == ("scale-0", "scale-1")
 
 
 def test_instances_are_matched_to_nodes_by_tag_then_by_live_address():
@@ -117,14 +117,14 @@ def test_instances_are_matched_to_nodes_by_tag_then_by_live_address():
     [
         (None, NodeStage.REMOVED),
         (node("n", "Removed"), NodeStage.REMOVED),
-        (node("n", "Down"), NodeStage.REMOVE_STATE),
+        (node("n", "Down"), NodeStage.DOWN),
         (node("n", "Up"), NodeStage.DEACTIVATE),
         (node("n", "Disabled", intent="Pause", deactivation="Completed"), NodeStage.DEACTIVATE),
         (
             node("n", "Disabling", intent="RemoveNode", deactivation="SafetyCheckInProgress"),
             NodeStage.DEACTIVATING,
         ),
-        (node("n", "Disabled", intent="RemoveData", deactivation="Completed"), NodeStage.STOP_HOST),
+        (node("n", "Disabled", intent="RemoveData", deactivation="Completed"), NodeStage.DEACTIVATED),
         (node("n", "Unknown"), NodeStage.UNSETTLED),
     ],
 )

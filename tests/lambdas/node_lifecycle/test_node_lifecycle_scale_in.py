@@ -1,15 +1,17 @@
-"""Scale-in steps against the HTTPS gateway emulator: a node goes from Up to out of the cluster."""
+"""Scale-in steps against the HTTPS gateway emulator: a node goes from Up to out of the cluster,
+in the order Microsoft documents for standalone clusters (deactivate, wait for Disabled, then the
+removal upgrade while the machine runs); the host is stopped only to clean up after an upgrade
+that left the node listed."""
 
 from __future__ import annotations
 
 import uuid
 
-import boto3
 import pytest
-from botocore.stub import Stubber
 from node_lifecycle import (
     AmbiguousNode,
     CommandStatus,
+    ConfigurationUpgradeFailed,
     FabricHostStopFailed,
     InstanceInfo,
     LifecycleHook,
@@ -17,7 +19,8 @@ from node_lifecycle import (
     NodeReactivated,
     Outcome,
     SeedNodeRefused,
-    complete_lifecycle_action,
+    WaitTimedOut,
+    check_node_removed,
     deactivate_node,
     poll_configuration_upgrade,
     poll_deactivation,
@@ -30,12 +33,13 @@ from node_lifecycle import (
 )
 from node_lifecycle.fabric_host import SsmFabricHost
 from node_lifecycle.instances import Ec2InstanceDirectory
-from node_lifecycle.lifecycle_hooks import AutoScalingLifecycleHooks
 from sf_rest.cluster_config import node_names, nodes_to_be_removed
 
 from tests.sf_emulator import DOCUMENTED_INTENTS
 
 pytestmark = pytest.mark.integration  # starts the HTTPS emulator
+
+START = "/$/StartClusterConfigurationUpgrade"
 
 
 def posts(emulator) -> list[str]:
@@ -51,56 +55,55 @@ def tagged(instance_id: str, node: str, ip: str = "10.0.2.99") -> InstanceInfo:
     return InstanceInfo(instance_id, "running", ip, {"sf:nodename": node})
 
 
+def drain(scale_in, client, machines, instances, lifecycle, instance_id: str, node: str, **kw):
+    return scale_in(
+        client,
+        instances=instances(tagged(instance_id, node)),
+        host=machines({instance_id: node}, **kw),
+        lifecycle=lifecycle,
+        hook=hook_for(instance_id),
+    )
+
+
 def assert_removed(client, cluster, name: str) -> None:
+    """Out of the node list (204, not just Down), the configuration and the UOS's own list,
+    and named alone in the NodesToBeRemoved of the upgrade that removed it."""
     config = client.get_cluster_configuration()
-    assert client.get_node_info(name) is None  # gone from the node list, not just Down
+    assert client.get_node_info(name) is None
     assert name not in node_names(config)
-    assert name in nodes_to_be_removed(config)
-    assert name not in cluster.nodes
+    assert name not in cluster.uos_nodes
+    assert nodes_to_be_removed(config) == [name]
 
 
-def test_a_full_drain_takes_a_scaling_node_out_with_heartbeats_on_every_poll(
-    sf_client, sf_cluster, sf_emulator, scale_in, machines, launch, ec2, ssm, region
+def test_a_full_drain_removes_the_node_by_upgrade_while_its_machine_runs(
+    sf_client, sf_cluster, sf_emulator, scale_in, machines, instances, launch, ec2, ssm,
+    recording_lifecycle,
 ):
-    sf_cluster.deactivation_polls, sf_cluster.upgrade_polls = 2, 2
     instance = launch(node_name="scale-0")
     hook = hook_for(instance["InstanceId"])
     host = machines({instance["InstanceId"]: "scale-0"}, inner=SsmFabricHost(ssm))
-    autoscaling = boto3.client("autoscaling", region_name=region)
-    stubber = Stubber(autoscaling)  # validates each call against the real API model
-    address = {
-        "LifecycleHookName": hook.hook_name,
-        "AutoScalingGroupName": hook.group_name,
-        "LifecycleActionToken": hook.token,
-    }
-    # 2 polls to Disabled + 1 to Down + 2 for the upgrade: one heartbeat each.
-    for _ in range(5):
-        stubber.add_response("record_lifecycle_action_heartbeat", {}, address)
-    stubber.add_response(
-        "complete_lifecycle_action", {}, {**address, "LifecycleActionResult": "CONTINUE"}
+
+    states = scale_in(
+        sf_client,
+        instances=Ec2InstanceDirectory(ec2),
+        host=host,
+        lifecycle=recording_lifecycle,
+        hook=hook,
     )
 
-    with stubber:
-        states = scale_in(
-            sf_client,
-            instances=Ec2InstanceDirectory(ec2),
-            host=host,
-            lifecycle=AutoScalingLifecycleHooks(autoscaling),
-            hook=hook,
-        )
-        stubber.assert_no_pending_responses()
-
     assert states["resolve"]["node_name"] == "scale-0"
-    assert states["resolve"]["found_by"] == "tag"
     assert states["deactivate"]["intent"] == "RemoveNode"
     assert states["configuration"]["outcome"] == Outcome.REQUESTED
-    assert states["complete"]["outcome"] == Outcome.REQUESTED
+    assert states["removal"]["removed"] is True
     assert_removed(sf_client, sf_cluster, "scale-0")
-    assert len(sf_cluster.upgrade_requests) == 1
-    commands = ssm.list_commands(InstanceId=instance["InstanceId"])["Commands"]
-    assert [c["DocumentName"] for c in commands] == ["AWS-RunPowerShellScript"]
-    assert any("Stop-Service" in line for line in commands[0]["Parameters"]["commands"])
-    # The rest of the cluster is as it was.
+    writes = posts(sf_emulator)
+    assert writes == ["/Nodes/scale-0/$/Deactivate", START]  # no RemoveNodeState, no stop
+    assert host.sent == [] and ssm.list_commands()["Commands"] == []
+    [removal] = sf_cluster.upgrades
+    assert removal.removing == ("scale-0",) and removal.log[-1] == "completed"
+    # A heartbeat on every poll, then one CONTINUE.
+    assert recording_lifecycle.heartbeats >= 3
+    assert recording_lifecycle.results == ["CONTINUE"]
     assert {n.name: n.status for n in sf_client.get_node_info_list()} == {
         "scale-1": "Up",
         "seed-0": "Up",
@@ -109,97 +112,257 @@ def test_a_full_drain_takes_a_scaling_node_out_with_heartbeats_on_every_poll(
     }
 
 
-def test_every_step_run_again_after_the_drain_changes_nothing(
-    sf_client, sf_emulator, scale_in, machines, instances, recording_lifecycle
+def test_the_node_is_still_disabled_and_its_machine_running_when_the_upgrade_starts(
+    sf_client, sf_cluster, scale_in, machines, instances, recording_lifecycle
 ):
-    hook = hook_for("i-0aaa")
-    host = machines({"i-0aaa": "scale-0"})
-    directory = instances(tagged("i-0aaa", "scale-0"))
-    scale_in(sf_client, instances=directory, host=host, lifecycle=recording_lifecycle, hook=hook)
-    sf_emulator.clear_log()
+    seen = {}
+    start = sf_cluster.start_upgrade
 
-    again = [
-        deactivate_node(sf_client, "scale-0"),
-        stop_fabric_host(sf_client, host, "scale-0", "i-0aaa"),
-        remove_node_state(sf_client, "scale-0"),
-        start_configuration_removal(sf_client, "scale-0"),
-        complete_lifecycle_action(recording_lifecycle, hook),
-    ]
-    polls = [
-        poll_deactivation(sf_client, "scale-0"),
-        poll_node_down(sf_client, "scale-0", host=host, instance_id="i-0aaa", command_id="cmd-0"),
-        poll_configuration_upgrade(sf_client),
-    ]
-    replay = scale_in(
-        sf_client, instances=directory, host=host, lifecycle=recording_lifecycle, hook=hook
+    def watched(body):
+        node = sf_cluster.node("scale-0")
+        seen["at start"] = (node.status, node.host_running, node.machine_reachable)
+        return start(body)
+
+    sf_cluster.start_upgrade = watched
+    drain(scale_in, sf_client, machines, instances, recording_lifecycle, "i-0aaa", "scale-0")
+
+    assert seen["at start"] == ("Disabled", True, True)
+
+
+def test_two_drains_in_a_row_both_complete_naming_only_their_own_node(
+    sf_client, sf_cluster, scale_in, machines, instances, recording_lifecycle, recording
+):
+    drain(scale_in, sf_client, machines, instances, recording_lifecycle, "i-0aaa", "scale-0")
+    second = recording()
+    drain(scale_in, sf_client, machines, instances, second, "i-0bbb", "scale-1")
+
+    assert_removed(sf_client, sf_cluster, "scale-1")
+    assert "scale-0" not in sf_cluster.uos_nodes
+    assert [u.removing for u in sf_cluster.upgrades] == [("scale-0",), ("scale-1",)]
+    assert [u.log[-1] for u in sf_cluster.upgrades] == ["completed", "completed"]
+    assert second.results == ["CONTINUE"]
+
+
+def test_a_removal_is_not_done_while_the_uos_has_yet_to_upgrade_though_its_version_shows(
+    sf_client, sf_cluster, sf_emulator, scale_in, machines, instances, recording_lifecycle
+):
+    """The UOS makes a removal's target version current at once; the status still shows the
+    previous manifest upgrade, completed, until the UOS gets to its own."""
+    sf_cluster.uos.lookup_ticks = 8
+
+    states = drain(
+        scale_in, sf_client, machines, instances, recording_lifecycle, "i-0aaa", "scale-0"
     )
 
-    assert [r.changed for r in again] == [False] * 5
-    assert [r.outcome for r in again] == [
-        Outcome.NOT_A_MEMBER,
-        Outcome.NOT_A_MEMBER,
-        Outcome.NOT_A_MEMBER,
-        Outcome.ALREADY_DONE,
-        Outcome.ALREADY_DONE,
-    ]
-    assert all(p.done for p in polls)
-    assert replay["resolve"]["is_member"] is False  # a duplicated event completes at once
-    assert replay["complete"]["outcome"] == Outcome.ALREADY_DONE
-    assert posts(sf_emulator) == []
-    assert host.sent == ["i-0aaa"]  # the host was stopped once, by the first drain
-
-
-def _deactivated(client, cluster, poll_loop, host):
-    deactivate_node(client, "scale-0")
-    poll_loop(lambda: poll_deactivation(client, "scale-0"))
-
-
-def _down(client, cluster, poll_loop, host):
-    _deactivated(client, cluster, poll_loop, host)
-    stop_fabric_host(client, host, "scale-0", "i-0aaa")
-
-
-def _state_removed(client, cluster, poll_loop, host):
-    _down(client, cluster, poll_loop, host)
-    remove_node_state(client, "scale-0")
-
-
-def _upgrade_started(client, cluster, poll_loop, host):
-    _state_removed(client, cluster, poll_loop, host)
-    start_configuration_removal(client, "scale-0")
-
-
-@pytest.mark.parametrize(
-    "first_run_reached", [_deactivated, _down, _state_removed, _upgrade_started]
-)
-def test_a_drain_run_again_from_the_start_picks_up_where_the_node_is(
-    sf_client,
-    sf_cluster,
-    sf_emulator,
-    scale_in,
-    machines,
-    instances,
-    poll_loop,
-    recording_lifecycle,
-    first_run_reached,
-):
-    host = machines({"i-0aaa": "scale-0"})
-    first_run_reached(sf_client, sf_cluster, poll_loop, host)  # then the Lambda "crashed"
-
-    states = scale_in(
-        sf_client,
-        instances=instances(tagged("i-0aaa", "scale-0")),
-        host=host,
-        lifecycle=recording_lifecycle,
-        hook=hook_for("i-0aaa"),
-    )
-
+    assert states["removal"]["removed"] is True and "stop_host" not in states
+    assert posts(sf_emulator) == ["/Nodes/scale-0/$/Deactivate", START]
     assert_removed(sf_client, sf_cluster, "scale-0")
-    writes = posts(sf_emulator)
-    assert writes.count("/Nodes/scale-0/$/Deactivate") == 1
-    assert writes.count("/Nodes/scale-0/$/RemoveNodeState") == 1
-    assert writes.count("/$/StartClusterConfigurationUpgrade") == 1
-    assert host.sent == ["i-0aaa"]
+
+
+def test_a_drain_waits_out_an_upgrade_that_cannot_be_interrupted(
+    sf_client, sf_cluster, sf_emulator, scale_in, machines, instances, recording_lifecycle
+):
+    sf_cluster.run_other_upgrade(ticks=20)
+
+    states = drain(
+        scale_in, sf_client, machines, instances, recording_lifecycle, "i-0aaa", "scale-0"
+    )
+
+    assert states["waited_for_other_upgrade"]["done"] is True
+    assert_removed(sf_client, sf_cluster, "scale-0")
+    # Ours was started once, after the other one ended.
+    assert len(sf_emulator.requests_to("POST", r"/\$/StartClusterConfigurationUpgrade")) == 1
+    assert [u.log[-1] for u in sf_cluster.upgrades] == ["RollingForwardCompleted", "completed"]
+
+
+def test_a_start_refused_as_in_progress_waits_and_starts_again(
+    sf_client, sf_cluster, sf_emulator
+):
+    deactivate_node(sf_client, "scale-0")
+    sf_cluster.tick(3)
+    sf_emulator.inject_error(
+        500,
+        "FABRIC_E_CONFIG_UPGRADE_FAILED",
+        path="StartClusterConfigurationUpgrade",
+        message="FabricException: Cluster configuration upgrade of type "
+        "StandAloneSimpleClusterUpgradeState is already in progress and cannot be interrupted.",
+    )
+
+    first = start_configuration_removal(sf_client, "scale-0", now=0)
+    second = start_configuration_removal(sf_client, "scale-0", now=1)
+
+    assert first.outcome == Outcome.WAIT_FOR_UPGRADE and "already in progress" in first.detail
+    assert second.outcome == Outcome.REQUESTED
+
+
+@pytest.mark.parametrize("start_wait_ticks", [1, 50], ids=["start-times-out", "start-answers"])
+def test_a_removal_completes_whether_or_not_the_start_outlives_the_gateway_timeout(
+    sf_client, sf_cluster, sf_emulator, scale_in, machines, instances, recording_lifecycle,
+    start_wait_ticks,
+):
+    sf_cluster.start_wait_ticks = start_wait_ticks
+
+    states = drain(
+        scale_in, sf_client, machines, instances, recording_lifecycle, "i-0aaa", "scale-0"
+    )
+
+    assert states["configuration"]["confirmed"] is (start_wait_ticks == 50)
+    assert_removed(sf_client, sf_cluster, "scale-0")
+    starts = [r.status for r in sf_emulator.requests_to("POST", r"/\$/StartClusterConfigurationUpgrade")]
+    assert starts == ([504] if start_wait_ticks == 1 else [202])  # never resent
+
+
+def test_a_deactivation_stuck_in_safety_checks_times_out_with_nothing_removed(
+    sf_client, sf_cluster, sf_emulator, scale_in, machines, instances, recording_lifecycle
+):
+    sf_cluster.set_stuck_in_safety_check("scale-0")
+
+    with pytest.raises(WaitTimedOut):
+        drain(scale_in, sf_client, machines, instances, recording_lifecycle, "i-0aaa", "scale-0")
+
+    node = sf_client.get_node_info("scale-0")
+    assert (node.status, node.deactivation_status) == ("Disabling", "SafetyCheckInProgress")
+    assert posts(sf_emulator) == ["/Nodes/scale-0/$/Deactivate"]
+    assert "scale-0" in sf_cluster.uos_nodes and "scale-0" in node_names(sf_cluster.config)
+    assert recording_lifecycle.results == []  # left to an operator, not completed
+    with pytest.raises(NodeInWrongState, match="wait for Disabled first"):
+        start_configuration_removal(sf_client, "scale-0", now=0)
+
+
+def test_the_clean_up_removes_the_state_of_a_node_the_upgrade_left_down(
+    sf_client, sf_cluster, sf_emulator, scale_in, machines, instances, recording_lifecycle
+):
+    sf_cluster.removes_node_state = False  # the UOS's own RemoveNodeState is best effort
+
+    states = drain(
+        scale_in, sf_client, machines, instances, recording_lifecycle, "i-0aaa", "scale-0"
+    )
+
+    assert states["removal"] == {
+        "node_name": "scale-0",
+        "removed": False,
+        "status": "Down (Completed, intent RemoveNode)",
+        "down": True,
+    }
+    assert states["remove_state"]["outcome"] == Outcome.REQUESTED
+    assert posts(sf_emulator).count("/Nodes/scale-0/$/RemoveNodeState") == 1
+    assert "stop_host" not in states  # its machine had uninstalled Fabric already
+    assert_removed(sf_client, sf_cluster, "scale-0")
+
+
+def test_a_node_whose_host_is_down_is_refused_before_any_upgrade(
+    sf_client, sf_cluster, sf_emulator, scale_in, machines, instances, recording_lifecycle
+):
+    sf_cluster.stop_host("scale-1")
+
+    with pytest.raises(NodeInWrongState, match="Down"):
+        drain(scale_in, sf_client, machines, instances, recording_lifecycle, "i-0bbb", "scale-1")
+
+    assert sf_cluster.upgrade_requests == []
+    assert "scale-1" in sf_cluster.uos_nodes
+
+
+def test_a_removal_the_uos_ends_without_upgrading_fails_loudly(
+    sf_client, sf_cluster, sf_emulator
+):
+    """The UOS aborts without a word when its node lookup finds nothing (here: the node's FM
+    entry vanishes between our start and its lookup, and the manifest no longer lists it)."""
+    sf_cluster.start_wait_ticks = 50
+    deactivate_node(sf_client, "scale-0")
+    sf_cluster.tick(3)
+    original = sf_cluster.uos.start
+
+    def start_then_lose_the_node(body):
+        run = original(body)
+        del sf_cluster.nodes["scale-0"]
+        sf_cluster.uos.topology.pop("scale-0")
+        return run
+
+    sf_cluster.uos.start = start_then_lose_the_node
+    change = start_configuration_removal(sf_client, "scale-0", now=0)
+
+    assert change.confirmed and "Aborting upgrade" in sf_cluster.upgrades[-1].log[-1]
+    with pytest.raises(ConfigurationUpgradeFailed, match="ended without upgrading"):
+        poll_configuration_upgrade(sf_client, change.to_dict(), now=1)
+
+
+def test_a_rolled_back_removal_fails_with_the_state(sf_client, sf_cluster):
+    sf_cluster.upgrade_outcome = "RollingBackCompleted"
+    sf_cluster.start_wait_ticks = 50
+    deactivate_node(sf_client, "scale-0")
+    sf_cluster.tick(3)
+
+    change = start_configuration_removal(sf_client, "scale-0", now=0)
+
+    with pytest.raises(ConfigurationUpgradeFailed, match="ended RollingBackCompleted"):
+        poll_configuration_upgrade(sf_client, change.to_dict(), now=1)
+
+
+def test_an_unconfirmed_start_with_no_trace_fails_after_the_grace_period(sf_client, sf_cluster):
+    deactivate_node(sf_client, "scale-0")
+    sf_cluster.tick(3)
+    status = sf_client.get_cluster_configuration_upgrade_status()
+    lost = {  # a start whose answer we never got, and that the cluster never acted on
+        "target_version": "9.9.9", "kind": "removal", "confirmed": False, "started_at": 0,
+        "manifest_before": status.progress_status,
+    }
+
+    waiting = poll_configuration_upgrade(sf_client, lost, now=10, grace_seconds=60)
+    assert waiting.done is False and "10/60 s" in waiting.detail
+    with pytest.raises(ConfigurationUpgradeFailed, match="without upgrading"):
+        poll_configuration_upgrade(sf_client, lost, now=61, grace_seconds=60)
+
+
+def test_a_removal_step_run_again_watches_the_first_start_instead_of_starting_another(
+    sf_client, sf_cluster, sf_emulator, poll_loop
+):
+    deactivate_node(sf_client, "scale-0")
+    sf_cluster.tick(3)
+    first = start_configuration_removal(sf_client, "scale-0", now=0)  # answer lost (504)
+
+    again = start_configuration_removal(sf_client, "scale-0", now=1)  # the step is retried
+    poll_loop(lambda: poll_configuration_upgrade(sf_client, again.to_dict(), now=2))
+
+    assert first.confirmed is False
+    assert again.outcome == Outcome.REQUESTED and "not starting another" in again.detail
+    assert len(sf_cluster.upgrade_requests) == 1
+    assert check_node_removed(sf_client, "scale-0").removed is True
+
+
+CRASH_POINTS = {
+    "after-deactivate": lambda client, cluster: deactivate_node(client, "scale-0"),
+    "after-disabled": lambda client, cluster: (
+        deactivate_node(client, "scale-0"), cluster.tick(3)
+    ),
+    "after-start": lambda client, cluster: (
+        deactivate_node(client, "scale-0"),
+        cluster.tick(3),
+        start_configuration_removal(client, "scale-0", now=0),
+    ),
+    "after-upgrade": lambda client, cluster: (
+        deactivate_node(client, "scale-0"),
+        cluster.tick(3),
+        start_configuration_removal(client, "scale-0", now=0),
+        cluster.tick(10),
+    ),
+}
+
+
+@pytest.mark.parametrize("crash", CRASH_POINTS)
+def test_a_drain_run_again_from_the_start_picks_up_where_the_node_is(
+    sf_client, sf_cluster, sf_emulator, scale_in, machines, instances, recording_lifecycle, crash
+):
+    CRASH_POINTS[crash](sf_client, sf_cluster)
+
+    states = drain(
+        scale_in, sf_client, machines, instances, recording_lifecycle, "i-0aaa", "scale-0"
+    )
+
+    assert_removed(sf_client, sf_cluster, "scale-0") if crash != "after-upgrade" else None
+    assert sf_client.get_node_info("scale-0") is None
+    assert len(sf_cluster.upgrade_requests) == 1  # the first start was the only one
+    assert posts(sf_emulator).count("/Nodes/scale-0/$/Deactivate") == 1
+    assert recording_lifecycle.results == ["CONTINUE"]
     assert states["complete"]["outcome"] == Outcome.REQUESTED
 
 
@@ -250,60 +413,6 @@ def test_a_gateway_that_refuses_remove_node_gets_remove_data(
     assert asked == ["RemoveNode", "RemoveData"]  # and not again on the re-run
     assert states["deactivate"]["outcome"] == Outcome.ALREADY_DONE
     assert_removed(sf_client, sf_cluster, "scale-1")
-
-
-def test_a_deactivation_stuck_in_safety_checks_is_never_done(
-    sf_client, sf_cluster, sf_emulator, machines, recording_lifecycle
-):
-    sf_cluster.set_stuck_in_safety_check("scale-0")
-    host = machines({"i-0aaa": "scale-0"})
-    hook = hook_for("i-0aaa")
-
-    deactivate_node(sf_client, "scale-0")
-    polls = [
-        poll_deactivation(sf_client, "scale-0", lifecycle=recording_lifecycle, hook=hook)
-        for _ in range(6)
-    ]
-
-    assert [p.done for p in polls] == [False] * 6
-    assert {p.status for p in polls} == {"Disabling"}
-    assert "SafetyCheckInProgress" in polls[-1].detail
-    assert recording_lifecycle.heartbeats == 6
-    with pytest.raises(NodeInWrongState, match="not Disabled/Completed"):
-        stop_fabric_host(sf_client, host, "scale-0", "i-0aaa")
-    assert host.sent == []  # the host keeps running while replicas are still moving
-
-
-def test_transient_gateway_errors_are_retried_through_a_drain(
-    sf_client,
-    sf_cluster,
-    sf_emulator,
-    scale_in,
-    machines,
-    instances,
-    fake_time,
-    recording_lifecycle,
-):
-    sf_emulator.inject_error(503, "FABRIC_E_NOT_READY", times=2, path=r"^/Nodes/scale-0$")
-    sf_emulator.inject_error(503, "FABRIC_E_NOT_READY", method="POST", path="Deactivate")
-    sf_emulator.inject_error(503, None, path="RemoveNodeState")  # plain 503, no Fabric body
-    sf_emulator.inject_error(
-        503, "FABRIC_E_NOT_READY", path="StartClusterConfigurationUpgrade"
-    )  # refused before acting: safe to resend even this one
-    sf_emulator.inject_error(503, "FABRIC_E_COMMUNICATION_ERROR", path="GetClusterConfiguration")
-
-    scale_in(
-        sf_client,
-        instances=instances(tagged("i-0aaa", "scale-0")),
-        host=machines({"i-0aaa": "scale-0"}),
-        lifecycle=recording_lifecycle,
-        hook=hook_for("i-0aaa"),
-    )
-
-    assert_removed(sf_client, sf_cluster, "scale-0")
-    assert sf_emulator.faults.pending == 0
-    assert len(fake_time.sleeps) == 6  # every fault was waited out, none was fatal
-    assert len(sf_cluster.upgrade_requests) == 1
 
 
 def test_an_instance_that_never_joined_completes_at_once(
@@ -365,21 +474,6 @@ def test_an_address_match_prefers_the_live_node_and_never_guesses(sf_client, sf_
         resolve_node(sf_client, Directory(), "i-1")
 
 
-def test_steps_run_too_early_refuse_without_writing(sf_client, sf_cluster, sf_emulator, machines):
-    host = machines({"i-0aaa": "scale-0"})
-
-    with pytest.raises(NodeInWrongState, match="state of scale-0: it is Up"):
-        remove_node_state(sf_client, "scale-0")
-    with pytest.raises(NodeInWrongState, match="must be removed first"):
-        start_configuration_removal(sf_client, "scale-0")
-    with pytest.raises(NodeInWrongState):
-        stop_fabric_host(sf_client, host, "scale-0", "i-0aaa")
-
-    assert posts(sf_emulator) == []
-    assert sf_cluster.upgrade_requests == []
-    assert refuse_seed_node(sf_client, "scale-0").refused is False
-
-
 def test_a_node_activated_again_mid_drain_ends_the_wait_loudly(sf_client):
     deactivate_node(sf_client, "scale-0")
     sf_client.activate_node("scale-0")  # an operator changed their mind
@@ -408,3 +502,37 @@ def test_a_failed_stop_command_ends_the_wait_for_down(sf_client, poll_loop):
             instance_id="i-0aaa",
             command_id=stop.command_id,
         )
+
+
+def test_steps_run_too_early_refuse_without_writing(sf_client, sf_cluster, sf_emulator, machines):
+    host = machines({"i-0aaa": "scale-0"})
+
+    with pytest.raises(NodeInWrongState, match="state of scale-0: it is Up"):
+        remove_node_state(sf_client, "scale-0")
+    with pytest.raises(NodeInWrongState, match="deactivate it"):
+        start_configuration_removal(sf_client, "scale-0", now=0)
+    with pytest.raises(NodeInWrongState):
+        stop_fabric_host(sf_client, host, "scale-0", "i-0aaa")
+
+    assert posts(sf_emulator) == []
+    assert sf_cluster.upgrade_requests == []
+    assert refuse_seed_node(sf_client, "scale-0").refused is False
+
+
+def test_transient_gateway_errors_are_retried_through_a_drain(
+    sf_client, sf_cluster, sf_emulator, scale_in, machines, instances, fake_time,
+    recording_lifecycle,
+):
+    sf_emulator.inject_error(503, "FABRIC_E_NOT_READY", times=2, path=r"^/Nodes/scale-0$")
+    sf_emulator.inject_error(503, "FABRIC_E_NOT_READY", method="POST", path="Deactivate")
+    sf_emulator.inject_error(
+        503, "FABRIC_E_NOT_READY", path="StartClusterConfigurationUpgrade"
+    )  # refused before acting: safe to resend even this one
+    sf_emulator.inject_error(503, "FABRIC_E_COMMUNICATION_ERROR", path="GetClusterConfiguration")
+
+    drain(scale_in, sf_client, machines, instances, recording_lifecycle, "i-0aaa", "scale-0")
+
+    assert_removed(sf_client, sf_cluster, "scale-0")
+    assert sf_emulator.faults.pending == 0
+    assert len(fake_time.sleeps) == 5  # every fault was waited out, none was fatal
+    assert len(sf_cluster.upgrade_requests) == 1

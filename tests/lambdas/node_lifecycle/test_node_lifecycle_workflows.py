@@ -25,7 +25,6 @@ from node_lifecycle.membership_lock import DynamoDbMembershipLock
 from node_lifecycle.runtime import Runtime, connect_gateway
 from node_lifecycle.settings import Settings, SettingsError
 from node_lifecycle.workflow import (
-    REAPER_OWNER,
     SCALE_IN_STEPS,
     SCALE_OUT_STEPS,
     reap_zombies,
@@ -161,7 +160,7 @@ def scale_out(execution: Execution) -> dict[str, Any]:
         if join["outcome"] in (Outcome.REQUESTED, Outcome.ALREADY_DONE):
             execution.loop("node_up", "poll_node_up")
         execution.put("tagging", "tag_node_instance")
-        change = execution.retry_while_waiting("configuration", "start_configuration_addition")
+        change = execution.retry_while_waiting("configuration", "start_configuration_registration")
         if change["changed"]:
             execution.loop("upgrade", "poll_configuration_upgrade")
         execution.put("finish", "finish")
@@ -182,12 +181,15 @@ def scale_in(execution: Execution) -> dict[str, Any]:
             return execution.state
         execution.put("deactivation", "deactivate_node")
         execution.loop("disabled", "poll_deactivation")
-        execution.put("host_stop", "stop_fabric_host")
-        execution.loop("down", "poll_node_down")
-        execution.put("state_removal", "remove_node_state")
         change = execution.retry_while_waiting("configuration", "start_configuration_removal")
         if change["changed"]:
             execution.loop("upgrade", "poll_configuration_upgrade")
+        removal = execution.put("removal", "check_node_removed")
+        if not removal["removed"]:  # clean-up, as the state machine's "Node gone?" choice
+            if not removal["down"]:
+                execution.put("host_stop", "stop_fabric_host")
+                execution.loop("down", "poll_node_down")
+            execution.put("state_removal", "remove_node_state")
         execution.put("finish", "finish")
     except (LifecycleError, FabricError) as err:
         execution.fail(err)
@@ -246,9 +248,12 @@ def test_a_duplicated_launch_event_changes_nothing_the_second_time(world, ec2, s
     upgrades = len(sf_cluster.upgrade_requests)
     again = scale_out(Execution(SCALE_OUT_STEPS, runtime, clock, event, "exec-2"))
     assert again["join"]["outcome"] == Outcome.ALREADY_DONE
-    assert again["configuration"]["outcome"] == Outcome.ALREADY_DONE
+    # Nothing the cluster shows says the UOS knows the node, so the registration is sent
+    # again: a version bump with nothing else to change, which completes.
+    assert again["configuration"]["outcome"] == Outcome.REQUESTED
+    assert sf_cluster.upgrades[-1].log[-1] == "completed"
     assert again["finish"]["outcome"] == Outcome.ALREADY_DONE  # the action was completed
-    assert len(machines.added) == 1 and len(sf_cluster.upgrade_requests) == upgrades
+    assert len(machines.added) == 1 and len(sf_cluster.upgrade_requests) == upgrades + 1
 
 
 def test_a_join_waits_for_the_ssm_agent_and_for_a_running_upgrade(world, ec2, sf_client, sf_cluster):
@@ -260,10 +265,7 @@ def test_a_join_waits_for_the_ssm_agent_and_for_a_running_upgrade(world, ec2, sf
     execution.put("plan", "plan_node")
     assert execution.put("join", "join_node")["outcome"] == Outcome.WAIT_FOR_INSTANCE
     machines.registered = True
-    sf_cluster.upgrade_polls = 3
-    config = sf_client.get_cluster_configuration()
-    config["clusterConfigurationVersion"] = "1.0.9"
-    sf_client.start_cluster_configuration_upgrade(config)
+    sf_cluster.run_other_upgrade(ticks=6)  # an operator's upgrade that cannot be interrupted
     assert execution.put("join", "join_node")["outcome"] == Outcome.WAIT_FOR_UPGRADE
     assert machines.added == []  # AddNode refuses to run during an upgrade: never sent
     scale_out(execution)
@@ -329,7 +331,9 @@ def test_two_scale_ins_at_once_take_turns_and_both_nodes_leave(world, ec2, sf_cl
     config = sf_client.get_cluster_configuration()
     for name in ("scale-0", "scale-1"):
         assert sf_client.get_node_info(name) is None and name not in node_names(config)
-        assert name in nodes_to_be_removed(config)
+    # One upgrade each, each naming only its own node (no stale NodesToBeRemoved).
+    assert [u.removing for u in sf_cluster.upgrades] == [("scale-0",), ("scale-1",)]
+    assert nodes_to_be_removed(config) == ["scale-1"]
     assert runtime.lifecycle.results == ["CONTINUE", "CONTINUE"]
     assert [m[0] for m in metrics].count("DrainsSucceeded") == 2
     assert lock_holder(dynamodb) is None
@@ -371,7 +375,7 @@ def test_a_stalled_drain_fails_at_the_deadline_and_alarms(world, ec2, sf_cluster
     assert lock_holder(dynamodb) is None and runtime.lifecycle.results == []
 
 
-def test_a_drain_rerun_after_a_crash_between_steps_finishes(world, ec2, sf_client):
+def test_a_drain_rerun_after_a_crash_between_steps_finishes(world, ec2, sf_client, sf_cluster):
     runtime, clock, _, machines = world
     instance_id = tagged_instance(ec2, "scale-1")
     machines.node_by_instance[instance_id] = "scale-1"
@@ -380,12 +384,14 @@ def test_a_drain_rerun_after_a_crash_between_steps_finishes(world, ec2, sf_clien
     crashed.put("node", "resolve_node")
     crashed.put("deactivation", "deactivate_node")
     crashed.loop("disabled", "poll_deactivation")
-    crashed.put("host_stop", "stop_fabric_host")  # ... and the execution dies here
+    sf_cluster.upgrade_ticks = 10  # the removal is still rolling when the re-run arrives
+    crashed.put("configuration", "start_configuration_removal")  # ... and the execution dies here
     clock.now += runtime.settings.lock_ttl_seconds + 1  # its lock expires
     rerun = scale_in(Execution(SCALE_IN_STEPS, runtime, clock, lifecycle_event(instance_id, "terminate"), "b"))
     assert "failure" not in rerun
-    assert rerun["deactivation"]["outcome"] == Outcome.NOT_NEEDED
-    assert sf_client.get_node_info("scale-1") is None
+    assert rerun["deactivation"]["outcome"] == Outcome.ALREADY_DONE
+    assert len(sf_cluster.upgrade_requests) == 1
+    assert sf_client.get_node_info("scale-1") is None and rerun["removal"]["removed"] is True
 
 
 # -- the reaper -------------------------------------------------------------------------
@@ -395,38 +401,25 @@ def reap(runtime: Runtime) -> dict[str, Any]:
     return json.loads(json.dumps(reap_zombies(runtime, now=datetime.now(timezone.utc))))
 
 
-def test_the_reaper_removes_a_zombie_and_counts_seeds_down_without_touching_them(
-    world, ec2, sf_client, sf_cluster, sf_emulator
+def test_the_reaper_counts_zombies_and_seeds_down_and_changes_nothing(
+    world, ec2, sf_client, sf_cluster, sf_emulator, dynamodb
 ):
     runtime, _, metrics, _ = world
     gone = tagged_instance(ec2, "scale-0")
     ec2.terminate_instances(InstanceIds=[gone])
-    tagged_instance(ec2, "scale-1")  # running: its node is left alone even when Down
+    tagged_instance(ec2, "scale-1")  # running: its node may come back
     for name in ("scale-0", "scale-1", "seed-2"):
         sf_cluster.stop_host(name)
         sf_cluster.nodes[name].down_since = sf_cluster.clock() - 3600
     result = reap(runtime)
-    assert result["remove_state_for"] == ["scale-0"] and result["seed_nodes_down"] == ["seed-2"]
-    assert result["configuration"]["outcome"] == Outcome.REQUESTED
+    assert result["zombies"] == ["scale-0"] and result["seed_nodes_down"] == ["seed-2"]
+    assert result["waiting"] == ["scale-1"]
     assert ("ZombieNodes", 1, "Count") in metrics and ("SeedNodesDown", 1, "Count") in metrics
-    assert sf_cluster.node("seed-2").status == "Down" and sf_cluster.node("scale-1").status == "Down"
-    sf_client.get_cluster_configuration_upgrade_status()
-    sf_client.get_cluster_configuration_upgrade_status()  # the emulator's upgrade rolls forward
-    assert "scale-0" not in node_names(sf_client.get_cluster_configuration())
-    assert [r.method for r in sf_emulator.requests].count("POST") == 2  # RemoveNodeState + upgrade
-
-
-def test_the_reaper_leaves_zombies_while_another_change_holds_the_lock(world, ec2, sf_cluster, dynamodb):
-    runtime, _, _, _ = world
-    ec2.terminate_instances(InstanceIds=[tagged_instance(ec2, "scale-0")])
-    sf_cluster.stop_host("scale-0")
-    sf_cluster.nodes["scale-0"].down_since = sf_cluster.clock() - 3600
-    runtime.lock.acquire("scale-in:i-other:x", ttl_seconds=600)
-    result = reap(runtime)
-    assert result["skipped"] == "membership lock held by scale-in:i-other:x"
-    assert sf_cluster.node("scale-0").status == "Down"
-    assert lock_holder(dynamodb) == "scale-in:i-other:x"
-    assert REAPER_OWNER not in (lock_holder(dynamodb) or "")
+    # No RemoveNodeState, no upgrade: the UOS would refuse to remove a machine that is gone,
+    # and a node state removed by hand blocks every later upgrade (test_node_lifecycle_membership).
+    assert [r.method for r in sf_emulator.requests].count("POST") == 0
+    assert sf_cluster.node("scale-0").status == "Down" and "scale-0" in sf_cluster.uos_nodes
+    assert lock_holder(dynamodb) is None  # the reaper never takes the membership lock
 
 
 # -- settings and the gateway connection ------------------------------------------------
@@ -523,7 +516,7 @@ def test_the_reaper_handler_publishes_embedded_metrics_for_the_cluster(world, ec
 
     answer = handlers.reaper({"source": "aws.events"}, None)
 
-    assert list(answer["remove_state_for"]) == ["scale-0"]
+    assert list(answer["zombies"]) == ["scale-0"]
     emf = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert emf["Cluster"] == "telemetry-test" and emf["ZombieNodes"] == [1.0]
     directive = emf["_aws"]["CloudWatchMetrics"][0]

@@ -1,0 +1,230 @@
+"""The Failover Manager's view of the nodes, as the HTTP gateway shows it.
+
+Each behaviour names its source in the open-source runtime (microsoft/service-fabric, read at
+its newest snapshot) or Microsoft's REST reference; where no source says, the comment says so
+and the behaviour is a risk (listed in the README's "What the emulator is based on").
+
+Time is counted in ticks (one per gateway request, see cluster.py), so tests are deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# DeactivationIntent, weakest first (ServiceModel/reliability/failover/NodeDeactivationIntent.h).
+# A higher intent replaces the one in force and restarts the safety checks; a lower or equal one
+# is ignored with success (Reliability/Failover/fm/NodeDeactivationInfo.cpp, AddBatch).
+INTENT_ORDER = ("Pause", "Restart", "RemoveData", "RemoveNode")
+ALL_INTENTS = INTENT_ORDER
+# The REST reference's DeactivationIntent model lists Pause, Restart and RemoveData, but the
+# gateway parses RemoveNode too (Common/EnumJsonSerializer.h, NodesHandler::DeactivateNode);
+# tests use this to play an older or stricter gateway.
+DOCUMENTED_INTENTS = ("Pause", "Restart", "RemoveData")
+
+# NodeStatusFilter "default": every node but Unknown and Removed
+# (Reliability/Failover/fm/QueryHelper.cpp, FMQueryHelper::IsMatch).
+HIDDEN_BY_DEFAULT = ("Unknown", "Removed")
+
+
+class EmulatedFabricError(Exception):
+    """A failure as the gateway returns it: HTTP status and a FabricError body."""
+
+    def __init__(self, status: int, code: str, message: str = "") -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message = status, code, message
+
+
+@dataclass
+class EmulatedNode:
+    name: str
+    ip: str
+    node_type: str
+    is_seed: bool
+    fault_domain: str
+    upgrade_domain: str
+    status: str = "Up"
+    deactivation_intent: str = "Invalid"
+    deactivation_status: str = "None"
+    host_running: bool = True  # FabricHostSvc runs on the node's machine
+    machine_reachable: bool = True  # the machine answers on TCP 445 (SMB), which the UOS checks
+    stuck_in_safety_check: bool = False
+    ticks_until_disabled: int = 0
+    down_since: float | None = None
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        """NodeInfo (REST reference, sfclient-model-nodeinfo): only the fields we model."""
+        down = int(now - self.down_since) if self.down_since is not None else 0
+        return {
+            "Name": self.name,
+            "IpAddressOrFQDN": self.ip,
+            "Type": self.node_type,
+            "NodeStatus": self.status,
+            "IsSeedNode": self.is_seed,
+            "UpgradeDomain": self.upgrade_domain,
+            "FaultDomain": self.fault_domain,
+            "HealthState": "Ok" if self.status == "Up" else "Warning",
+            "NodeDeactivationInfo": {
+                "NodeDeactivationIntent": self.deactivation_intent,
+                "NodeDeactivationStatus": self.deactivation_status,
+                "NodeDeactivationTask": [],
+                "PendingSafetyChecks": [],
+            },
+            "IsStopped": not self.host_running,
+            "NodeDownTimeInSeconds": str(down),
+        }
+
+    def config_entry(self) -> dict[str, str]:
+        """How GetClusterConfiguration lists the node: built from the FM's NodeInfo
+        (UpgradeOrchestrationMessageProcessor.ProcessGetClusterConfigurationAsync)."""
+        return {
+            "nodeName": self.name,
+            "iPAddress": self.ip,
+            "nodeTypeRef": self.node_type,
+            "faultDomain": self.fault_domain,
+            "upgradeDomain": self.upgrade_domain,
+        }
+
+
+# HTTP statuses: Management/HttpTransport/HttpUtil.cpp, ErrorCodeToHttpStatus.
+def node_not_found(name: str) -> EmulatedFabricError:
+    return EmulatedFabricError(404, "FABRIC_E_NODE_NOT_FOUND", f"Node {name} not found")
+
+
+class FailoverManager:
+    """The node list and what Deactivate, Activate and RemoveNodeState do to it."""
+
+    def __init__(
+        self, clock: Callable[[], float], manifest_nodes: Callable[[], dict[str, dict[str, Any]]]
+    ) -> None:
+        self.clock = clock
+        self.manifest_nodes = manifest_nodes
+        self.nodes: dict[str, EmulatedNode] = {}
+        self.deactivation_ticks = 2
+        self.accepted_intents: tuple[str, ...] = ALL_INTENTS
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def query(self, name: str | None = None, status_filter: str = "default") -> list[EmulatedNode]:
+        """GetNodeList as the gateway runs it (query/GetNodeListQuerySpecification.cpp,
+        OnParallelQueryExecutionComplete): the FM's rows that pass the status filter, then, for
+        the default or `all` filter, a row for every node the cluster manifest lists that the
+        FM did not return, with NodeStatus Invalid (ClusterManagerReplica::GetNodes,
+        NodeQueryResult's CM-only constructor). The manifest's nodes are the UOS's topology."""
+        wanted = status_filter.lower() or "default"
+        rows = []
+        for node in self.nodes.values():
+            if wanted == "default":
+                passes = node.status not in HIDDEN_BY_DEFAULT
+            else:
+                passes = wanted == "all" or node.status.lower() == wanted
+            if passes:
+                rows.append(node)
+        if wanted in ("default", "all"):
+            returned = {node.name for node in rows}
+            for entry in self.manifest_nodes().values():
+                if entry["nodeName"] not in returned:
+                    rows.append(_manifest_row(entry))
+        rows.sort(key=lambda node: node.name)
+        return [node for node in rows if name is None or node.name == name]
+
+    def visible(self, name: str) -> EmulatedNode | None:
+        """GET /Nodes/{name}: the query with the name and the default filter; an empty answer
+        is HTTP 204 with no body (httpgateway/NodesHandler.cpp, OnGetNodeByNameComplete)."""
+        rows = self.query(name)
+        return rows[0] if rows else None
+
+    # -- time -------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Safety checks finish after `deactivation_ticks` ticks unless a test holds them
+        (a stuck check is the field failure of service-fabric-issues #836)."""
+        for node in self.nodes.values():
+            checking = node.deactivation_status == "SafetyCheckInProgress"
+            if not checking or node.stuck_in_safety_check:
+                continue
+            node.ticks_until_disabled -= 1
+            if node.ticks_until_disabled <= 0:
+                node.deactivation_status = "Completed"
+                if node.status == "Disabling":
+                    node.status = "Disabled"
+
+    # -- operations -------------------------------------------------------------------------
+
+    def deactivate(self, name: str, intent: str) -> None:
+        """EntreeService DeactivateNode -> FM NodeCache::DeactivateNodes."""
+        if intent not in self.accepted_intents:
+            # NodeDeactivationIntent::FromPublic refuses Invalid and unknown values.
+            raise EmulatedFabricError(400, "E_INVALIDARG", f"DeactivationIntent {intent}")
+        node = self.nodes.get(name)
+        if node is None:
+            # GetLockedNode(createNewEntry=true): an unknown name gets a placeholder entry,
+            # which the node list shows as Unknown (so the default filter hides it).
+            node = EmulatedNode(name, "", "", False, "", "", status="Unknown")
+            self.nodes[name] = node
+        if node.deactivation_intent in INTENT_ORDER and INTENT_ORDER.index(
+            intent
+        ) <= INTENT_ORDER.index(node.deactivation_intent):
+            return
+        node.deactivation_intent = intent
+        node.deactivation_status = "SafetyCheckInProgress"
+        node.ticks_until_disabled = self.deactivation_ticks
+        if node.status in ("Down", "Unknown", "Removed"):
+            # A node that is not up stays Down; Pause/Restart complete at once, RemoveData and
+            # RemoveNode after their safety checks (DeactivateNodes, UpdateNodeDeactivationStatus).
+            if intent in ("Pause", "Restart"):
+                node.deactivation_status = "Completed"
+            return
+        node.status = "Disabling"
+        if self.deactivation_ticks <= 0 and not node.stuck_in_safety_check:
+            node.status, node.deactivation_status = "Disabled", "Completed"
+
+    def activate(self, name: str) -> None:
+        node = self.nodes.get(name)
+        if node is None:
+            return  # RemoveNodeDeactivation: no batch to remove is a success
+        node.deactivation_intent, node.deactivation_status = "Invalid", "None"
+        if node.status in ("Disabling", "Disabled"):
+            node.status = "Up"
+
+    def remove_node_state(self, name: str) -> None:
+        """Allowed only for a node that is not up (FailoverManager.cpp,
+        NodeStateRemovedAsyncMessageHandler): FABRIC_E_NODE_IS_UP (HTTP 400) for Up, Disabling
+        or Disabled; FABRIC_E_NODE_NOT_FOUND (404) for an unknown name; a second call succeeds."""
+        node = self.nodes.get(name)
+        if node is None:
+            raise node_not_found(name)
+        if node.status == "Removed":
+            return
+        if node.status not in ("Down", "Unknown"):
+            raise EmulatedFabricError(400, "FABRIC_E_NODE_IS_UP", f"Node {name} is up")
+        node.status = "Removed"
+
+    # -- what happens on the machines -------------------------------------------------------
+
+    def host_stopped(self, name: str) -> None:
+        node = self.nodes[name]
+        node.host_running = False
+        if node.status not in HIDDEN_BY_DEFAULT:
+            node.status = "Down"
+            node.down_since = self.clock()
+
+    def host_started(self, name: str) -> None:
+        node = self.nodes[name]
+        node.host_running = True
+        node.down_since = None
+        if node.status == "Down":
+            node.status = "Up" if node.deactivation_intent == "Invalid" else "Disabled"
+
+
+def _manifest_row(entry: dict[str, Any]) -> EmulatedNode:
+    return EmulatedNode(
+        str(entry["nodeName"]),
+        str(entry.get("iPAddress", "")),
+        str(entry.get("nodeTypeRef", "")),
+        bool(entry.get("isSeedNode", False)),
+        str(entry.get("faultDomain", "")),
+        str(entry.get("upgradeDomain", "")),
+        status="Invalid",
+    )
