@@ -18,7 +18,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 CDK := $(BIN)/cdk
 CDK_FLAGS := -c env=$(ENV)
 
-.PHONY: help venv synth test test-fast lint deploy diff destroy topics bench demo clean flink-test bench-sink
+.PHONY: help venv synth test test-fast lint deploy diff destroy topics bench demo clean flink-test bench-sink bench-membership
 
 help:
 	@echo "make synth   [ENV=dev]   synthesize every stack of ENV into cdk.out/ (offline)"
@@ -32,6 +32,7 @@ help:
 	@echo "make demo                local Kafka + simulator at 5,000 msg/s for 30 s"
 	@echo "make flink-test          the Flink sink's tests (mvn verify; part of make test)"
 	@echo "make bench-sink          records/s through the Flink sink into Parquet files"
+	@echo "make bench-membership    REST calls and time per drain and per join (SF emulator)"
 
 venv: $(STAMP)
 
@@ -71,6 +72,9 @@ DEMO_TOPIC := telemetry-demo
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_simulator.py --report bench-results/simulator.json
+
+bench-membership: $(STAMP)
+	$(BIN)/python -m tests.bench_membership --report bench-results/membership.json
 
 demo: $(STAMP)
 	@bootstrap=$$($(KAFKA) start) && \
