@@ -279,7 +279,8 @@ class NodeLifecycleConfig(_Section):
     lock_ttl_seconds: int = Field(ge=300, le=86_400)  # a crashed holder's lock expires after this
     drain_timeout_minutes: int = Field(ge=5, le=2880)  # a longer drain fails and alarms
     join_timeout_minutes: int = Field(ge=5, le=2880)  # a longer join is abandoned and alarms
-    seed_hold_minutes: int = Field(ge=0, le=2880)  # a refused seed node's instance is held this long
+    # A refused seed node's instance, or one whose drain failed, is held this long for an operator.
+    operator_hold_minutes: int = Field(ge=0, le=2880)
     reaper_interval_minutes: int = Field(ge=1, le=1440)
     zombie_down_minutes: int = Field(ge=5, le=10_080)  # Down this long with its instance gone
     log_retention_days: int

@@ -102,7 +102,7 @@ class NodeLifecycleStack(cdk.Stack):
             "LOCK_TTL_SECONDS": str(lifecycle.lock_ttl_seconds),
             "SCALING_NODE_TYPE": SCALING_NODE_TYPE,
             "ADD_NODE_DOCUMENT": add_node_document_name(config),
-            "SEED_HOLD_SECONDS": str(lifecycle.seed_hold_minutes * 60),
+            "OPERATOR_HOLD_SECONDS": str(lifecycle.operator_hold_minutes * 60),
             "ZOMBIE_DOWN_SECONDS": str(lifecycle.zombie_down_minutes * 60),
             "METRICS_NAMESPACE": NODE_LIFECYCLE_METRICS_NAMESPACE,
             "CLUSTER_NAME": cluster_name,
@@ -171,7 +171,7 @@ class NodeLifecycleStack(cdk.Stack):
             function=scale_in.function,
             state_machine_name=state_machine_names["ScaleIn"],
             hook_name=TERMINATE_HOOK_NAME,
-            pacing=pacing(max(lifecycle.drain_timeout_minutes, lifecycle.seed_hold_minutes)),
+            pacing=pacing(lifecycle.drain_timeout_minutes + lifecycle.operator_hold_minutes),
             **workflow_options,
         )
         self.scale_out = ScaleOutWorkflow(

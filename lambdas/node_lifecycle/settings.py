@@ -25,7 +25,7 @@ class Settings:
     scaling_node_type: str
     add_node_document: str
     workflow_timeout_seconds: int  # a drain or join that takes longer fails and alarms
-    seed_hold_seconds: int  # how long a refused seed node is held for an operator
+    operator_hold_seconds: int  # how long a refused seed node's or failed drain's instance is held
     zombie_down_seconds: int  # how long a node must be Down before the reaper removes it
     metrics_namespace: str
     cluster_name: str  # the metrics' Cluster dimension
@@ -63,7 +63,7 @@ class Settings:
             scaling_node_type=text("SCALING_NODE_TYPE"),
             add_node_document=text("ADD_NODE_DOCUMENT"),
             workflow_timeout_seconds=seconds("WORKFLOW_TIMEOUT_SECONDS", 60),
-            seed_hold_seconds=seconds("SEED_HOLD_SECONDS", 0),
+            operator_hold_seconds=seconds("OPERATOR_HOLD_SECONDS", 0),
             zombie_down_seconds=seconds("ZOMBIE_DOWN_SECONDS", 60),
             metrics_namespace=text("METRICS_NAMESPACE"),
             cluster_name=text("CLUSTER_NAME"),

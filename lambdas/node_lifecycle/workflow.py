@@ -145,12 +145,15 @@ def check_seed(runtime: Runtime, state: State) -> dict[str, Any]:
     return refuse_seed_node(runtime.client, state["node"]["node_name"]).to_dict()
 
 
-def hold_seed(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Keep a refused seed node's instance from terminating until an operator acts, up to
-    the configured hold; `done` once the hold is over (the action then times out)."""
-    held = _elapsed(runtime, state)
+def hold_instance(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Keep the instance from terminating while an operator acts, up to the configured hold:
+    a refused seed node's, or one whose drain failed (its removal upgrade needs the machine
+    running). `done` once the hold is over or the action is no longer pending (an operator
+    completed it); the action then times out or is gone."""
+    since = (state.get("failure") or {}).get("hold_from") or state["started_at"]
+    held = max(runtime.clock() - float(since), 0.0)
     heartbeat = runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
-    done = held >= runtime.settings.seed_hold_seconds or not heartbeat
+    done = held >= runtime.settings.operator_hold_seconds or not heartbeat
     return {"done": done, "held_seconds": round(held), "heartbeat": heartbeat}
 
 
@@ -224,15 +227,16 @@ def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
     node = (state.get("node") or {}).get("node_name") or "(unresolved)"
     return {
         "lock_released": release.released,
+        "hold_from": runtime.clock(),
         "subject": f"Service Fabric drain failed: {node} on {hook.instance_id}"[:100],
         "message": (
             f"Draining node {node} (instance {hook.instance_id}, group {hook.group_name}) "
-            f"failed after {_elapsed(runtime, state):.0f} s: {_failure(state)}. The terminate "
-            "lifecycle action was not completed, so the machine keeps running until the hook's "
-            "heartbeat timeout: finish the drain before then with scripts/drain_node.py --node "
-            f"{node} (the removal upgrade needs the machine to answer on port 445), or extend "
-            "the wait with aws autoscaling record-lifecycle-action-heartbeat. A node whose "
-            "machine is gone can no longer be removed by upgrade (README: lost machines)."
+            f"failed after {_elapsed(runtime, state):.0f} s: {_failure(state)}. The instance is "
+            f"held with lifecycle heartbeats for {runtime.settings.operator_hold_seconds // 60} "
+            "minutes: finish the drain meanwhile with scripts/drain_node.py --node "
+            f"{node} (the removal upgrade needs the machine to answer on port 445), then "
+            "complete the lifecycle action. A node whose machine is gone can no longer be "
+            "removed by upgrade (README: lost machines)."
         ),
     }
 
@@ -348,7 +352,7 @@ SCALE_IN_STEPS: dict[str, Step] = {
     "release_lock": release_lock,
     "resolve_node": resolve,
     "refuse_seed_node": check_seed,
-    "hold_seed_node": hold_seed,
+    "hold_instance": hold_instance,
     "deactivate_node": deactivate,
     "poll_deactivation": wait_disabled,
     "start_configuration_removal": remove_from_configuration,

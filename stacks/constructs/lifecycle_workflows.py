@@ -109,17 +109,10 @@ class _Steps:
         )
         return begin
 
-    def failure_path(self, alarm_topic: sns.ITopic, fail_label: str, error: str) -> sfn.IChainable:
-        fail = tasks.LambdaInvoke(
-            self.scope,
-            "Release the lock and word the alarm",
-            lambda_function=self.function,
-            payload=sfn.TaskInput.from_object({"step": "fail", "state": sfn.JsonPath.object_at("$")}),
-            payload_response_only=True,
-            result_path="$.failure",
-            retry_on_service_exceptions=True,
-        )
-        fail.add_retry(errors=["States.ALL"], interval=cdk.Duration.seconds(10), max_attempts=3, backoff_rate=2)
+    def failure_path(self, alarm_topic: sns.ITopic, fail_label: str, error: str, *, hold: bool) -> sfn.IChainable:
+        """Release the lock and word the alarm, publish it, then (drains) hold the instance with
+        heartbeats for an operator before the execution fails. Its own tasks are not caught."""
+        fail = self._unguarded("Release the lock and word the alarm", "fail", "$.failure")
         publish = tasks.SnsPublish(
             self.scope,
             "Alarm the operators",
@@ -128,7 +121,31 @@ class _Steps:
             message=sfn.TaskInput.from_json_path_at("$.failure.message"),
             result_path=sfn.JsonPath.DISCARD,
         )
-        return fail.next(publish).next(sfn.Fail(self.scope, fail_label, error=error, cause="see the alarm message"))
+        failed = sfn.Fail(self.scope, fail_label, error=error, cause="see the alarm message")
+        if not hold:
+            return fail.next(publish).next(failed)
+        # The removal upgrade needs the machine running: keep it until an operator is done.
+        label = "Hold the instance for an operator"
+        held = self._unguarded(label, "hold_instance", "$.failure_hold")
+        wait = sfn.Wait(self.scope, f"{label}: wait", time=sfn.WaitTime.duration(self.pacing.hold_interval))
+        done = sfn.Choice(self.scope, f"{label}: done?")
+        done.when(sfn.Condition.boolean_equals("$.failure_hold.done", True), failed).otherwise(wait)
+        wait.next(held)
+        return fail.next(publish).next(held).next(done)
+
+    def _unguarded(self, label: str, step: str, result_path: str) -> tasks.LambdaInvoke:
+        """A task of the failure path: retried, but never caught into the failure path again."""
+        task = tasks.LambdaInvoke(
+            self.scope,
+            label,
+            lambda_function=self.function,
+            payload=sfn.TaskInput.from_object({"step": step, "state": sfn.JsonPath.object_at("$")}),
+            payload_response_only=True,
+            result_path=result_path,
+            retry_on_service_exceptions=True,
+        )
+        task.add_retry(errors=["States.ALL"], interval=cdk.Duration.seconds(10), max_attempts=3, backoff_rate=2)
+        return task
 
     def catch_all(self, handler: sfn.IChainable) -> None:
         for task in self.catchers:
@@ -142,6 +159,7 @@ class _Workflow(Construct):
     detail_type: str
     failure_label: str
     failure_error: str
+    hold_on_failure = False  # keep the instance for an operator after the alarm
 
     def __init__(
         self,
@@ -161,7 +179,9 @@ class _Workflow(Construct):
         super().__init__(scope, construct_id)
         steps = _Steps(self, function, pacing)
         definition = steps.begin().next(steps.lock_then(self._after_lock(steps, alarm_topic, pacing)))
-        steps.catch_all(steps.failure_path(alarm_topic, self.failure_label, self.failure_error))
+        steps.catch_all(
+            steps.failure_path(alarm_topic, self.failure_label, self.failure_error, hold=self.hold_on_failure)
+        )
         logs = log_group(self, "ExecutionLogs", retention_days=log_retention_days, removal_policy=removal_policy)
         self.state_machine = sfn.StateMachine(
             self,
@@ -219,6 +239,7 @@ class ScaleInWorkflow(_Workflow):
 
     detail_type = "EC2 Instance-terminate Lifecycle Action"
     failure_label, failure_error = "Drain failed", "DrainFailed"
+    hold_on_failure = True
 
     def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic, pacing: Pacing) -> sfn.IChainable:
         finish = steps.task("Complete the lifecycle action", "finish", "finish").next(sfn.Succeed(self, "Drained"))
@@ -254,7 +275,7 @@ class ScaleInWorkflow(_Workflow):
         )
         held = steps.poll(
             "Hold the seed node's instance",
-            "hold_seed_node",
+            "hold_instance",
             "hold",
             sfn.Fail(self, "Seed node refused", error="SeedNodeRefused", cause="a seed node's instance was to be terminated"),
             interval=pacing.hold_interval,

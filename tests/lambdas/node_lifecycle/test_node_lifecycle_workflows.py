@@ -50,7 +50,7 @@ def settings(**overrides: Any) -> Settings:
         scaling_node_type="ScalingNodeType",
         add_node_document="telemetry-test-add-node",
         workflow_timeout_seconds=3600,
-        seed_hold_seconds=1800,
+        operator_hold_seconds=1800,
         zombie_down_seconds=600,
         metrics_namespace="Telemetry/NodeLifecycle",
         cluster_name="telemetry-test",
@@ -177,7 +177,7 @@ def scale_in(execution: Execution) -> dict[str, Any]:
             return execution.state
         if execution.put("seed", "refuse_seed_node")["refused"]:
             execution.put("released", "release_lock")
-            execution.loop("hold", "hold_seed_node", wait=300)
+            execution.loop("hold", "hold_instance", wait=300)
             return execution.state
         execution.put("deactivation", "deactivate_node")
         execution.loop("disabled", "poll_deactivation")
@@ -353,9 +353,9 @@ def test_a_seed_node_is_held_for_an_operator_then_let_go_untouched(world, ec2, s
     instance_id = tagged_instance(ec2, "seed-1")
     state = scale_in(Execution(SCALE_IN_STEPS, runtime, clock, lifecycle_event(instance_id, "terminate")))
     assert state["seed"]["refused"] is True and state["hold"]["done"] is True
-    assert state["hold"]["held_seconds"] >= runtime.settings.seed_hold_seconds
+    assert state["hold"]["held_seconds"] >= runtime.settings.operator_hold_seconds
     heartbeats = [c for c in runtime.lifecycle.calls if c[0] == "heartbeat"]
-    assert len(heartbeats) >= runtime.settings.seed_hold_seconds // 300
+    assert len(heartbeats) >= runtime.settings.operator_hold_seconds // 300
     assert runtime.lifecycle.results == []  # never completed: the operator decides
     assert sf_cluster.node("seed-1").status == "Up"
     assert [r.method for r in sf_emulator.requests].count("POST") == 0
@@ -371,8 +371,20 @@ def test_a_stalled_drain_fails_at_the_deadline_and_alarms(world, ec2, sf_cluster
     state = scale_in(Execution(SCALE_IN_STEPS, runtime, clock, lifecycle_event(instance_id, "terminate")))
     message = state["failure"]["message"]
     assert "WaitTimedOut" in message and "scale-0 to be Disabled" in message
+    assert "held with lifecycle heartbeats for 30 minutes" in message
     assert ("DrainsFailed", 1, "Count") in metrics
     assert lock_holder(dynamodb) is None and runtime.lifecycle.results == []
+    # Then the instance is held for an operator: heartbeats until the hold is over.
+    failed_at = clock.now
+    heartbeats = runtime.lifecycle.heartbeats
+    hold = Execution.__new__(Execution)
+    hold.steps, hold.runtime, hold.clock, hold.state, hold.polls = (
+        SCALE_IN_STEPS, runtime, clock, state, 0
+    )
+    held = hold.loop("failure_hold", "hold_instance", wait=300)
+    assert held["done"] is True and clock.now - failed_at >= runtime.settings.operator_hold_seconds
+    assert runtime.lifecycle.heartbeats - heartbeats >= runtime.settings.operator_hold_seconds // 300
+    assert runtime.lifecycle.results == []  # never completed by the automation
 
 
 def test_a_drain_rerun_after_a_crash_between_steps_finishes(world, ec2, sf_client, sf_cluster):
@@ -435,7 +447,7 @@ ENVIRONMENT = {
     "SCALING_NODE_TYPE": "ScalingNodeType",
     "ADD_NODE_DOCUMENT": "telemetry-test-add-node",
     "WORKFLOW_TIMEOUT_SECONDS": "3600",
-    "SEED_HOLD_SECONDS": "1800",
+    "OPERATOR_HOLD_SECONDS": "1800",
     "ZOMBIE_DOWN_SECONDS": "600",
     "METRICS_NAMESPACE": "Telemetry/NodeLifecycle",
     "CLUSTER_NAME": "telemetry-test",
