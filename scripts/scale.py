@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Scale an environment's Service Fabric scaling node group and wait until it is steady.
 
-Sets the group's desired capacity (within its min and max) and waits, printing progress, until
+The stack creates the group empty (no instance can join before the cluster exists); run this
+after bootstrap_cluster.py without --desired to bring the group to its configured baseline
+(`scaling_desired_nodes`, with the configured minimum `scaling_min_nodes`). With --desired N it
+sets that size instead (within the configured minimum and the group's maximum). It waits, printing
+progress, until
 the group has exactly that many instances in service, none still joining or draining in a
 lifecycle hook (Pending:Wait, Terminating:Wait, ...), and no scaling activity in progress. Seed
 groups are refused: seeds never scale.
@@ -88,12 +92,17 @@ class ScalingGroups:
         # Cooldowns pace the automatic policies; an operator's explicit request goes ahead.
         self._client.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=desired, HonorCooldown=False)
 
+    def set_size(self, name: str, minimum: int, desired: int) -> None:
+        """The configured minimum and the desired size together (the stack creates the group
+        with minimum 0, so that nothing launches before the cluster can take it)."""
+        self._client.update_auto_scaling_group(AutoScalingGroupName=name, MinSize=minimum, DesiredCapacity=desired)
 
-def check_request(state: GroupState, desired: int) -> None:
+
+def check_request(state: GroupState, desired: int, minimum: int) -> None:
     if state.is_seed_group:
         raise ToolError(f"{state.name} is a seed node group; seeds never scale (one instance each, by design)")
-    if not state.min_size <= desired <= state.max_size:
-        raise ToolError(f"{desired} is outside {state.name}'s limits {state.min_size}-{state.max_size}")
+    if not minimum <= desired <= state.max_size:
+        raise ToolError(f"{desired} is outside {state.name}'s limits {minimum}-{state.max_size}")
 
 
 def wait_until_steady(
@@ -124,15 +133,20 @@ def scale(args: argparse.Namespace, session_factory: Callable[[str], object]) ->
     name = args.group or scaling_group_name(config)
     groups = ScalingGroups(session_factory(config.region))
     state = groups.state(name)
-    check_request(state, args.desired)
-    print(f"{name}: {state.progress()} -> desired {args.desired} (limits {state.min_size}-{state.max_size})")
+    # The environment's own group takes the configured minimum; another group keeps its own.
+    minimum = state.min_size if args.group else config.service_fabric.scaling_min_nodes
+    desired = config.service_fabric.scaling_desired_nodes if args.desired is None else args.desired
+    check_request(state, desired, minimum)
+    print(f"{name}: {state.progress()} -> desired {desired} (limits {minimum}-{state.max_size})")
     if args.dry_run:
         print("dry run: desired capacity not changed")
         return 0
-    if state.desired != args.desired:
-        groups.set_desired(name, args.desired)
-    if wait_until_steady(groups, name, args.desired, timeout_s=args.timeout, poll_interval_s=args.poll_interval):
-        print(f"{name} is steady with {args.desired} node(s) in service")
+    if state.min_size != minimum:
+        groups.set_size(name, minimum, desired)
+    elif state.desired != desired:
+        groups.set_desired(name, desired)
+    if wait_until_steady(groups, name, desired, timeout_s=args.timeout, poll_interval_s=args.poll_interval):
+        print(f"{name} is steady with {desired} node(s) in service")
         return 0
     print(f"error: {name} not steady after {args.timeout:.0f} s; the node lifecycle automation may be stuck "
           "(check its alarms and the group's activity history)", file=sys.stderr)
@@ -155,7 +169,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         epilog="Exit codes: 0 steady (or dry run); 1 not steady in time; 2 refused or AWS errors.",
     )
     parser.add_argument("--env", required=True, help="environment name in cdk.json")
-    parser.add_argument("--desired", required=True, type=_count, help="number of scaling nodes wanted")
+    parser.add_argument(
+        "--desired",
+        type=_count,
+        help="number of scaling nodes wanted (default: the environment's scaling_desired_nodes)",
+    )
     parser.add_argument("--group", help="Auto Scaling group name (default: the environment's scaling group)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for a steady group (default 3600)")
     parser.add_argument("--poll-interval", type=float, default=15.0, help="seconds between progress lines (default 15)")

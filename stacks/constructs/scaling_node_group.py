@@ -2,6 +2,12 @@
 terminations wait in lifecycle hooks until the node lifecycle automation has joined the node to
 the cluster or drained it out.
 
+The group is created empty, with its hooks in its own definition (LifecycleHookSpecificationList):
+a hook created as a separate resource after the group does not cover the instances the group
+launched before it existed, and before the cluster is bootstrapped no instance could join
+anyway. `scripts/scale.py --env ENV` brings the group to its configured size once the cluster
+runs, and every instance it launches goes through the join.
+
 Scale-out follows CPU by target tracking. Scale-in is a separate simple scaling policy that
 removes one instance at a time: simple scaling waits until the previous activity (including its
 terminate lifecycle hook, i.e. the whole drain) has finished and the cooldown has passed before it
@@ -12,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Annotations, Duration, Tags
+from aws_cdk import Duration, Tags
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
@@ -37,9 +43,7 @@ class ScalingNodeGroup(Construct):
         cluster_name: str,
         group_name: str,
         instance_type: str,
-        min_nodes: int,
         max_nodes: int,
-        desired_nodes: int,
         security_groups: Sequence[ec2.ISecurityGroup],
         node_role: NodeRole,
         user_data: ec2.UserData,
@@ -69,18 +73,14 @@ class ScalingNodeGroup(Construct):
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             launch_template=launch_template,
             auto_scaling_group_name=group_name,
-            min_capacity=min_nodes,
+            # Empty until scripts/scale.py applies the configured sizes after bootstrap; with no
+            # DesiredCapacity in the template, a later deployment leaves the live sizes alone.
+            min_capacity=0,
             max_capacity=max_nodes,
-            desired_capacity=desired_nodes,
             default_instance_warmup=INSTANCE_WARMUP,
             group_metrics=[autoscaling.GroupMetrics.all()],
             # The oldest node goes first: it has run longest since its last patching.
             termination_policies=[autoscaling.TerminationPolicy.OLDEST_INSTANCE],
-        )
-        Annotations.of(self.group).acknowledge_warning(
-            "@aws-cdk/aws-autoscaling:desiredCapacitySet",
-            "Config's scaling_desired_nodes is the group's baseline; a deployment that updates the group "
-            "returns it there, and every node that removes is drained through the terminate hook",
         )
         for key, value in ((CLUSTER_TAG, cluster_name), (NODE_TYPE_TAG, SCALING_NODE_TYPE)):
             Tags.of(self.group).add(key, value)
@@ -97,24 +97,25 @@ class ScalingNodeGroup(Construct):
             "up from EventBridge, and it alarms when a join or drain fails; SNS notices would duplicate that",
         )
 
-        heartbeat = Duration.seconds(heartbeat_seconds)
-        # A launch nobody completes must not leave a half-joined node in service: Auto Scaling
-        # terminates it and the reaper removes whatever state it left in the cluster.
-        self.group.add_lifecycle_hook(
-            "JoinCluster",
-            lifecycle_hook_name=launch_hook_name,
-            lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
-            default_result=autoscaling.DefaultResult.ABANDON,
-            heartbeat_timeout=heartbeat,
-        )
-        # A terminating instance goes either way; CONTINUE lets any other terminate hooks run.
-        self.group.add_lifecycle_hook(
-            "LeaveCluster",
-            lifecycle_hook_name=terminate_hook_name,
-            lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_TERMINATING,
-            default_result=autoscaling.DefaultResult.CONTINUE,
-            heartbeat_timeout=heartbeat,
-        )
+        group = self.group.node.default_child
+        assert isinstance(group, autoscaling.CfnAutoScalingGroup)
+        group.lifecycle_hook_specification_list = [
+            # A launch nobody completes must not leave a half-joined node in service: Auto
+            # Scaling terminates it, and its terminate hook drains what it left in the cluster.
+            autoscaling.CfnAutoScalingGroup.LifecycleHookSpecificationProperty(
+                lifecycle_hook_name=launch_hook_name,
+                lifecycle_transition="autoscaling:EC2_INSTANCE_LAUNCHING",
+                default_result="ABANDON",
+                heartbeat_timeout=heartbeat_seconds,
+            ),
+            # A terminating instance goes either way; CONTINUE lets any other terminate hooks run.
+            autoscaling.CfnAutoScalingGroup.LifecycleHookSpecificationProperty(
+                lifecycle_hook_name=terminate_hook_name,
+                lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
+                default_result="CONTINUE",
+                heartbeat_timeout=heartbeat_seconds,
+            ),
+        ]
 
         self.group.scale_on_cpu_utilization(
             "ScaleOutOnCpu",

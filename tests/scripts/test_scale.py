@@ -56,6 +56,34 @@ def test_scales_out_within_the_limits_and_waits_until_steady(aws, capsys):
     assert "steady with 3 node(s) in service" in out
 
 
+def test_without_desired_the_empty_group_gets_the_configured_baseline(aws, capsys):
+    """The stack creates the group empty; after bootstrap, scale.py brings it to the configured
+    minimum and desired size (dev: 0 and 1), through the hooks."""
+    autoscaling = aws.client("autoscaling")
+    autoscaling.update_auto_scaling_group(AutoScalingGroupName=SCALING, MinSize=0, DesiredCapacity=0)
+    autoscaling.update_auto_scaling_group(AutoScalingGroupName=SCALING, MaxSize=3)
+    assert run(["--env", "dev", "--poll-interval", "0"], aws) == 0
+    state = group(aws)
+    assert (state["MinSize"], state["DesiredCapacity"]) == (0, 1)
+    assert "-> desired 1 (limits 0-3)" in capsys.readouterr().out
+
+
+def test_the_configured_minimum_is_applied_to_the_environments_group(aws, monkeypatch, capsys):
+    from stacks import config as config_module
+
+    real = config_module.load_environment
+
+    def with_minimum(environments, name):
+        loaded = real(environments, name)
+        fabric = loaded.service_fabric.model_copy(update={"scaling_min_nodes": 1})
+        return loaded.model_copy(update={"service_fabric": fabric})
+
+    monkeypatch.setattr(scale, "load_environment", with_minimum)
+    assert run(["--env", "dev", "--desired", "2", "--poll-interval", "0"], aws) == 0
+    assert (group(aws)["MinSize"], group(aws)["DesiredCapacity"]) == (1, 2)
+    assert refused(aws, capsys, ["--env", "dev", "--desired", "0"]) == f"error: 0 is outside {SCALING}'s limits 1-3"
+
+
 def test_scales_in(aws):
     assert run(["--env", "dev", "--desired", "0", "--poll-interval", "0"], aws) == 0
     assert group(aws)["Instances"] == []
@@ -122,6 +150,7 @@ def test_a_stuck_drain_times_out_with_exit_1(aws, monkeypatch, capsys):
     stuck = state(0, "Terminating:Wait")
     monkeypatch.setattr(scale.ScalingGroups, "state", lambda self, name: stuck)
     monkeypatch.setattr(scale.ScalingGroups, "set_desired", lambda self, name, desired: None)
+    monkeypatch.setattr(scale.ScalingGroups, "set_size", lambda self, name, minimum, desired: None)
     assert run(["--env", "dev", "--desired", "0", "--timeout", "0", "--poll-interval", "0"], aws) == 1
     err = capsys.readouterr().err
     assert f"error: {SCALING} not steady after 0 s" in err and "Traceback" not in err

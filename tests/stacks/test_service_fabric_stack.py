@@ -89,18 +89,21 @@ def test_seed_data_volumes_are_snapshotted_on_a_schedule(synthesized):
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
-def test_scaling_group_sizes_hooks_and_tags_follow_config(synthesized, env):
+def test_scaling_group_starts_empty_with_its_hooks_and_tags_follow_config(synthesized, env):
+    """No scaling instance can run before its hooks exist or before a cluster can take it: the
+    group is created empty (scripts/scale.py applies the configured sizes after bootstrap) and
+    its hooks are part of the group, not separate resources created after it."""
     settings = config(env)
     _, scaling = groups(synthesized, env)
     props = scaling["Properties"]
-    assert (props["MinSize"], props["MaxSize"], props["DesiredCapacity"]) == (
-        str(settings.scaling_min_nodes), str(settings.scaling_max_nodes), str(settings.scaling_desired_nodes)
-    )
+    assert (props["MinSize"], props["MaxSize"]) == ("0", str(settings.scaling_max_nodes))
+    assert "DesiredCapacity" not in props  # a deployment never resets the live size
     assert props["AutoScalingGroupName"] == f"telemetry-{env}-sf-scaling"
     assert tags(scaling) | {"Environment": env} == tags(scaling)
     assert tags(scaling)["sf:nodetype"] == "ScalingNodeType"
     assert tags(scaling)["sf:cluster"] == f"telemetry-{env}-sf"
-    hooks = {h["Properties"]["LifecycleTransition"]: h["Properties"] for h in resources(synthesized, env, "AWS::AutoScaling::LifecycleHook").values()}
+    assert resources(synthesized, env, "AWS::AutoScaling::LifecycleHook") == {}
+    hooks = {h["LifecycleTransition"]: h for h in props["LifecycleHookSpecificationList"]}
     launch = hooks["autoscaling:EC2_INSTANCE_LAUNCHING"]
     terminate = hooks["autoscaling:EC2_INSTANCE_TERMINATING"]
     assert (launch["LifecycleHookName"], launch["DefaultResult"]) == ("sf-join-cluster", "ABANDON")
