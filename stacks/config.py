@@ -139,6 +139,17 @@ def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
+# MB/s an FSx for OpenZFS file system of each deployment type can be given.
+_GEN1_THROUGHPUT = (64, 128, 256, 512, 1024, 2048, 3072, 4096)
+_GEN2_THROUGHPUT = (160, 320, 640, 1280, 2560, 3840, 5120, 7680, 10240)
+SHARED_STORAGE_THROUGHPUT = {
+    "SINGLE_AZ_1": _GEN1_THROUGHPUT,
+    "SINGLE_AZ_HA_1": _GEN1_THROUGHPUT,
+    "SINGLE_AZ_2": _GEN2_THROUGHPUT,
+    "SINGLE_AZ_HA_2": _GEN2_THROUGHPUT,
+}
+
+
 class ServiceFabricConfig(_Section):
     seed_node_count: int
     seed_instance_type: str = Field(pattern=r"^[a-z0-9]+\.[a-z0-9]+$")
@@ -173,12 +184,30 @@ class ServiceFabricConfig(_Section):
     seed_snapshot_retain_count: int = Field(default=14, ge=1, le=1000)
     access_log_retention_days: int = Field(default=365, ge=1)
     node_log_retention_days: int = 90
+    # Shared storage: FSx for OpenZFS over NFS v3 (what Windows' NFS client speaks; EFS is NFSv4
+    # only). Throughput options depend on the deployment type (FSx for OpenZFS user guide).
+    shared_storage_deployment: Literal["SINGLE_AZ_1", "SINGLE_AZ_HA_1", "SINGLE_AZ_2", "SINGLE_AZ_HA_2"] = (
+        "SINGLE_AZ_1"
+    )
+    shared_storage_gib: int = Field(default=64, ge=64, le=524_288)
+    shared_storage_throughput_mbps: int = 64
+    shared_storage_backup_days: int = Field(default=7, ge=0, le=90)
     # The Service Fabric standalone package for Windows Server (Microsoft's download link).
     runtime_package_url: str = Field(
         default="https://go.microsoft.com/fwlink/?LinkId=730690", pattern=r"^https://[^\s'\"]+$"
     )
 
     _node_log_retention = field_validator("node_log_retention_days")(_check_retention)
+
+    @model_validator(mode="after")
+    def _shared_storage_throughput(self) -> ServiceFabricConfig:
+        allowed = SHARED_STORAGE_THROUGHPUT[self.shared_storage_deployment]
+        if self.shared_storage_throughput_mbps not in allowed:
+            raise ValueError(
+                f"shared_storage_throughput_mbps: {self.shared_storage_throughput_mbps} is not offered for "
+                f"{self.shared_storage_deployment}; allowed: {', '.join(map(str, allowed))}"
+            )
+        return self
 
     @field_validator("seed_node_count")
     @classmethod

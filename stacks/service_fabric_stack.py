@@ -26,7 +26,7 @@ from stacks.constructs.node_security import CLIENT_CONNECTION_PORT, HTTP_GATEWAY
 from stacks.constructs.scaling_node_group import ScalingNodeGroup
 from stacks.constructs.secure_bucket import SecureBucket
 from stacks.constructs.seed_nodes import SeedNodes
-from stacks.constructs.shared_storage import SharedStorage
+from stacks.constructs.shared_storage import ROOT_VOLUME_PATH, SharedStorage
 from stacks.naming import (
     DEPLOYMENT_ACCOUNT,
     LAUNCH_HOOK_NAME,
@@ -75,7 +75,17 @@ class ServiceFabricStack(Stack):
         # Applications on the cluster produce to and consume from MSK.
         node_groups = [self.security.nodes, kafka.client_security_group]
         self.storage = SharedStorage(
-            self, "SharedStorage", vpc=vpc, cluster_name=cluster_name, nodes=self.security.nodes, removal_policy=retain
+            self,
+            "SharedStorage",
+            vpc=vpc,
+            cluster_name=cluster_name,
+            nodes=self.security.nodes,
+            node_subnets=vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnets,
+            deployment_type=settings.shared_storage_deployment,
+            storage_gib=settings.shared_storage_gib,
+            throughput_mbps=settings.shared_storage_throughput_mbps,
+            backup_days=settings.shared_storage_backup_days,
+            removal_policy=retain,
         )
         node_logs = log_group(
             self,
@@ -93,7 +103,6 @@ class ServiceFabricStack(Stack):
                 certificate_secret_name=settings.cluster_certificate_secret,
                 log_group=node_logs,
                 metrics_namespace=SERVICE_FABRIC_METRICS_NAMESPACE,
-                file_system=self.storage.file_system,
             )
 
         def user_data(node_type: str, seed_interface_id: str = "") -> ec2.UserData:
@@ -109,6 +118,7 @@ class ServiceFabricStack(Stack):
                     "application_ports": ",".join(str(p) for p in settings.application_ports),
                     "certificate_secret": settings.cluster_certificate_secret,
                     "file_system_dns": self.storage.dns_name,
+                    "shared_storage_path": ROOT_VOLUME_PATH.replace("/", "\\"),
                     "package_url": settings.runtime_package_url,
                     "seed_interface_id": seed_interface_id,
                     "log_group": node_log_group_name(config),

@@ -18,6 +18,7 @@ $NodeUdpPorts = '{{ node_udp_ports }}'
 $ApplicationPorts = '{{ application_ports }}'
 $CertificateSecret = '{{ certificate_secret }}'
 $FileSystemDns = '{{ file_system_dns }}'
+$SharedStoragePath = '{{ shared_storage_path }}'
 $PackageUrl = '{{ package_url }}'
 $SeedInterfaceId = '{{ seed_interface_id }}'
 $LogGroup = '{{ log_group }}'
@@ -178,15 +179,24 @@ try {
         Set-ItemProperty -Path $policy -Name LocalAccountTokenFilterPolicy -Value 1 -Type DWord
     }
 
-    # Windows' NFS client speaks NFSv3 only; a share that needs NFSv4 fails here, which is
-    # recorded as degraded instead of keeping the node out of the cluster.
+    # The shared file system (FSx for OpenZFS, NFS v3, which Windows' NFS client speaks) is
+    # reached by its UNC path, not a drive letter: a mapped drive belongs to one logon session,
+    # while the path works for every account, the services Service Fabric runs included.
+    # Anonymous access maps to uid/gid 0, which the export lets write (no_root_squash). The
+    # path is published machine-wide as SF_SHARED_STORAGE. A failure is recorded as degraded
+    # instead of keeping the node out of the cluster.
     Invoke-Step 'mount shared storage' -Optional {
         Install-WindowsFeature -Name NFS-Client | Out-Null
         $nfs = 'HKLM:\SOFTWARE\Microsoft\ClientForNFS\CurrentVersion\Default'
         Set-ItemProperty -Path $nfs -Name AnonymousUid -Value 0 -Type DWord
         Set-ItemProperty -Path $nfs -Name AnonymousGid -Value 0 -Type DWord
-        & mount.exe -o 'anon,nolock,mtype=hard' "\\$FileSystemDns\" 'S:'
-        if ($LASTEXITCODE -ne 0) { throw "mount.exe exited with $LASTEXITCODE" }
+        Restart-Service -Name NfsClnt
+        $share = "\\$FileSystemDns$SharedStoragePath"
+        $probe = Join-Path $share ".probe-$env:COMPUTERNAME"
+        Set-Content -Path $probe -Value (Get-Date).ToString('o')
+        Remove-Item -Path $probe
+        [Environment]::SetEnvironmentVariable('SF_SHARED_STORAGE', $share, 'Machine')
+        Write-Log "shared storage writable at $share (SF_SHARED_STORAGE)"
     }
 
     Invoke-Step 'download Service Fabric standalone package' {

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 
 from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_efs as efs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
@@ -26,7 +25,8 @@ DATA_DEVICE = "xvdb"  # appears as the first RAW disk, which userdata/prepare_no
 
 class NodeRole(Construct):
     """The instance role of one node type: SSM agent, the cluster certificate secret, its log group,
-    its metrics namespace and the shared file system, and nothing else."""
+    and its metrics namespace, and nothing else (the shared file system is NFS: the network, not
+    IAM, decides who mounts it)."""
 
     def __init__(
         self,
@@ -37,7 +37,6 @@ class NodeRole(Construct):
         certificate_secret_name: str,
         log_group: logs.ILogGroup,
         metrics_namespace: str,
-        file_system: efs.IFileSystem,
     ) -> None:
         super().__init__(scope, construct_id)
         self.role = iam.Role(
@@ -89,7 +88,6 @@ class NodeRole(Construct):
                 conditions={"StringEquals": {"cloudwatch:namespace": metrics_namespace}},
             )
         )
-        file_system.grant(self.role, "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite")
         self._acknowledge_resource_star()
 
     def allow_attach_network_interfaces(self, interface_ids: Sequence[str], *, cluster_name: str) -> None:

@@ -97,6 +97,18 @@ def test_missing_environments_context():
             ["10.0.0.0/8", "0.0.0.0/0"],
             "service_fabric.management_cidrs: 0.0.0.0/0 opens cluster management to the whole internet",
         ),
+        (
+            "dev",
+            ("service_fabric", "shared_storage_throughput_mbps"),
+            160,
+            "service_fabric: shared_storage_throughput_mbps: 160 is not offered for SINGLE_AZ_1; allowed: 64, 128,",
+        ),
+        (
+            "dev",
+            ("service_fabric", "shared_storage_deployment"),
+            "MULTI_AZ_1",
+            "service_fabric.shared_storage_deployment: Input should be 'SINGLE_AZ_1'",
+        ),
         ("dev", ("msk", "broker_count"), "3", "msk.broker_count: Input should be a valid integer"),
         ("dev", ("msk", "kafka_version"), "2.8.1", "msk.kafka_version: Input should be '3.7.x'"),
         ("dev", ("msk", "broker_log_retention_days"), 10, "10 is not a CloudWatch Logs retention; allowed: 1, 3"),

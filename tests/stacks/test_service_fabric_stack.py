@@ -216,15 +216,45 @@ def test_load_balancer_access_logs_go_to_a_secure_bucket(synthesized):
     assert logs["DeletionPolicy"] == "Retain"
 
 
-def test_shared_storage_is_encrypted_backed_up_and_reached_by_nodes_only(synthesized):
-    (file_system,) = resources(synthesized, "prod", "AWS::EFS::FileSystem").values()
-    assert file_system["Properties"]["Encrypted"] is True
-    assert file_system["Properties"]["BackupPolicy"] == {"Status": "ENABLED"}
-    assert file_system["DeletionPolicy"] == "Retain"
-    assert len(resources(synthesized, "prod", "AWS::EFS::MountTarget")) == 3
-    node = node_security_group_id(synthesized, "prod")
-    nfs = [r["Properties"] for r in resources(synthesized, "prod", "AWS::EC2::SecurityGroupIngress").values() if r["Properties"]["FromPort"] == 2049]
-    assert [r["SourceSecurityGroupId"] for r in nfs] == [{"Fn::GetAtt": [node, "GroupId"]}]
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_shared_storage_is_fsx_for_openzfs_over_nfs3_reached_by_nodes_only(synthesized, env):
+    """Windows' NFS client speaks v3, EFS only v4: the nodes get FSx for OpenZFS, and no EFS."""
+    settings = config(env)
+    assert resources(synthesized, env, "AWS::EFS::FileSystem") == {}
+    assert resources(synthesized, env, "AWS::EFS::MountTarget") == {}
+    (file_system,) = resources(synthesized, env, "AWS::FSx::FileSystem").values()
+    props = file_system["Properties"]
+    assert props["FileSystemType"] == "OPENZFS"
+    assert props["StorageCapacity"] == settings.shared_storage_gib
+    assert "KmsKeyId" in props
+    zfs = props["OpenZFSConfiguration"]
+    assert zfs["DeploymentType"] == settings.shared_storage_deployment
+    assert zfs["ThroughputCapacity"] == settings.shared_storage_throughput_mbps
+    assert zfs["AutomaticBackupRetentionDays"] == settings.shared_storage_backup_days > 0
+    (export,) = zfs["RootVolumeConfiguration"]["NfsExports"]
+    clients = sorted(c["Clients"] for c in export["ClientConfigurations"])
+    network = synthesized(env).stacks["network"]["Resources"]
+    private = sorted(
+        r["Properties"]["CidrBlock"]
+        for r in network.values()
+        if r["Type"] == "AWS::EC2::Subnet"
+        and {"Key": "aws-cdk:subnet-type", "Value": "Private"} in r["Properties"].get("Tags", [])
+    )
+    assert clients == private and len(clients) == 3  # the node subnets, nothing wider
+    assert all("no_root_squash" in c["Options"] for c in export["ClientConfigurations"])
+    assert file_system["DeletionPolicy"] == ("Retain" if env == "prod" else "Delete")
+    # NFS (portmapper, nfs, mount/lock/status daemons), TCP and UDP, from the node group only.
+    node = node_security_group_id(synthesized, env)
+    storage_group = props["SecurityGroupIds"][0]["Fn::GetAtt"][0]
+    ingress = [
+        (r["IpProtocol"], r["FromPort"], r["ToPort"], json.dumps(r["SourceSecurityGroupId"]))
+        for r in (x["Properties"] for x in resources(synthesized, env, "AWS::EC2::SecurityGroupIngress").values())
+        if r["GroupId"] == {"Fn::GetAtt": [storage_group, "GroupId"]}
+    ]
+    source = json.dumps({"Fn::GetAtt": [node, "GroupId"]})
+    assert sorted(ingress) == sorted(
+        (protocol, low, high, source) for protocol in ("tcp", "udp") for low, high in ((111, 111), (2049, 2049), (20001, 20003))
+    )
 
 
 def role_statements(synthesized, env, role_prefix):
@@ -243,7 +273,7 @@ def test_node_roles_hold_only_what_a_node_needs(synthesized):
     scaling = role_statements(synthesized, "prod", "ScalingNodeRole")
     assert actions(scaling) == {
         "secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret", "logs:CreateLogStream",
-        "logs:PutLogEvents", "cloudwatch:PutMetricData", "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite",
+        "logs:PutLogEvents", "cloudwatch:PutMetricData",
     }
     secret = next(s for s in scaling if "secretsmanager:GetSecretValue" in actions([s]))
     assert "secret:telemetry-prod/service-fabric/cluster-certificate-??????" in json.dumps(secret["Resource"])

@@ -156,6 +156,16 @@ def test_node_preparation_covers_every_step_the_cluster_needs(synthesized):
     assert "exit 1" in script  # the failure signal EC2Launch records
 
 
+def test_shared_storage_is_reached_by_its_unc_path_for_every_account(synthesized):
+    """A drive letter belongs to one logon session; the UNC path of the FSx root volume, published
+    machine-wide, works for the services Service Fabric runs too."""
+    script = next(iter(user_data_scripts(synthesized, "prod").values()))
+    assert "$SharedStoragePath = '\\fsx'" in script
+    assert '$share = "\\\\$FileSystemDns$SharedStoragePath"' in script
+    assert "SetEnvironmentVariable('SF_SHARED_STORAGE', $share, 'Machine')" in script
+    assert "mount.exe" not in script  # no per-session drive mapping
+
+
 def document_script(document: dict, parameters: dict) -> str:
     """The document's one PowerShell step, parameters substituted as SSM does (as text), each
     value checked against its allowedPattern first."""
