@@ -105,13 +105,28 @@ try {
     }
 
     Invoke-Step 'initialize data volume' {
-        $raw = Get-Disk | Where-Object PartitionStyle -EQ 'RAW'
-        foreach ($disk in $raw) {
-            $disk | Initialize-Disk -PartitionStyle GPT -PassThru |
+        # The data volume is the raw EBS disk (NVMe model "Amazon Elastic Block Store"; "AWS PV
+        # Disk" on Xen types); instance store disks, also raw at first boot, are left alone.
+        $data = @(Get-Disk | Where-Object {
+            $_.PartitionStyle -eq 'RAW' -and $_.FriendlyName -match 'Elastic Block Store|AWS PV'
+        })
+        if ($data.Count -gt 1) { throw "$($data.Count) raw EBS disks; expected the one data volume" }
+        if ($data.Count -eq 1) {
+            # D: may already name another volume (an instance store, a CD drive): move it aside.
+            $taken = Get-CimInstance -ClassName Win32_Volume -Filter "DriveLetter = 'D:'"
+            if ($taken) {
+                $used = (Get-CimInstance -ClassName Win32_Volume).DriveLetter
+                $free = [char[]](69..90) | ForEach-Object { "${_}:" } | Where-Object { $_ -notin $used } | Select-Object -First 1
+                Set-CimInstance -InputObject $taken -Property @{ DriveLetter = $free }
+                Write-Log "moved the volume that had D: to $free"
+            }
+            $data[0] | Initialize-Disk -PartitionStyle GPT -PassThru |
                 New-Partition -DriveLetter D -UseMaximumSize |
                 Format-Volume -FileSystem NTFS -NewFileSystemLabel 'ServiceFabric' -Confirm:$false | Out-Null
         }
-        if (-not (Test-Path 'D:\')) { throw 'no data volume mounted as D:' }
+        if ((Get-Volume -DriveLetter D -ErrorAction SilentlyContinue).FileSystemLabel -ne 'ServiceFabric') {
+            throw 'D: is not the ServiceFabric data volume'
+        }
         New-Item -ItemType Directory -Force -Path 'D:\SF' | Out-Null
     }
 
@@ -145,9 +160,30 @@ try {
         [IO.File]::WriteAllBytes($pfx, [Convert]::FromBase64String($secret.pfx))
         try {
             $password = ConvertTo-SecureString -String $secret.pfx_password -AsPlainText -Force
-            $cert = Import-PfxCertificate -FilePath $pfx -CertStoreLocation 'Cert:\LocalMachine\My' -Password $password
+            # A PFX that carries its chain imports several certificates: the cluster certificate
+            # is the one with the private key; the chain goes where Windows trusts it from.
+            $imported = @(Import-PfxCertificate -FilePath $pfx -CertStoreLocation 'Cert:\LocalMachine\My' -Password $password)
         } finally {
             Remove-Item -Force $pfx
+        }
+        $keyed = @($imported | Where-Object HasPrivateKey)
+        if ($keyed.Count -ne 1) { throw "the cluster PFX holds $($keyed.Count) certificates with a private key; expected 1" }
+        $cert = $keyed[0]
+        $chain = @($imported | Where-Object { -not $_.HasPrivateKey })
+        if ($cert.Subject -eq $cert.Issuer) {
+            # A self-signed cluster certificate is its own CA: trust its public half.
+            $chain += New-Object Security.Cryptography.X509Certificates.X509Certificate2(, $cert.RawData)
+        }
+        foreach ($issuer in $chain) {
+            # Self-signed: a root the cluster certificate chains to (Root); else an intermediate (CA).
+            $store = if ($issuer.Subject -eq $issuer.Issuer) { 'Root' } else { 'CA' }
+            $target = New-Object Security.Cryptography.X509Certificates.X509Store($store, 'LocalMachine')
+            $target.Open('ReadWrite')
+            try { $target.Add($issuer) } finally { $target.Close() }
+            if (-not $issuer.Equals($cert)) {
+                Remove-Item -Path "Cert:\LocalMachine\My\$($issuer.Thumbprint)" -ErrorAction SilentlyContinue
+            }
+            Write-Log "trusted $($issuer.Subject) in LocalMachine\$store"
         }
         # Fabric runs as NETWORK SERVICE and must read the private key.
         $key = [Security.Cryptography.X509Certificates.RSACertificateExtensions]::GetRSAPrivateKey($cert)

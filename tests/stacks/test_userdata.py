@@ -156,6 +156,37 @@ def test_node_preparation_covers_every_step_the_cluster_needs(synthesized):
     assert "exit 1" in script  # the failure signal EC2Launch records
 
 
+def step_body(script: str, step: str) -> str:
+    """The text of one Invoke-Step's script block (up to the next step)."""
+    start = script.index(f"Invoke-Step '{step}'")
+    following = script.find("Invoke-Step '", start + 1)
+    return script[start : following if following > 0 else len(script)]
+
+
+def test_the_data_volume_is_the_ebs_disk_and_takes_d_even_when_d_is_taken(synthesized):
+    script = next(iter(user_data_scripts(synthesized, "prod").values()))
+    body = step_body(script, "initialize data volume")
+    # Instance store disks are raw at first boot too: only the EBS data volume is formatted.
+    assert "-match 'Elastic Block Store|AWS PV'" in body
+    assert "raw EBS disks; expected the one data volume" in body
+    # Another volume holding D: is moved to a free letter before the data volume takes D:.
+    assert body.index("DriveLetter = 'D:'") < body.index("New-Partition -DriveLetter D")
+    assert "Set-CimInstance -InputObject $taken -Property @{ DriveLetter = $free }" in body
+    assert "FileSystemLabel -ne 'ServiceFabric'" in body  # D: is checked to be ours, not any D:
+
+
+def test_a_pfx_with_its_chain_yields_one_cluster_certificate_and_a_trusted_chain(synthesized):
+    script = next(iter(user_data_scripts(synthesized, "prod").values()))
+    body = step_body(script, "import cluster certificate")
+    assert "$imported = @(Import-PfxCertificate" in body  # several certificates are a list
+    assert "$keyed = @($imported | Where-Object HasPrivateKey)" in body
+    assert "if ($keyed.Count -ne 1) { throw" in body
+    assert "$store = if ($issuer.Subject -eq $issuer.Issuer) { 'Root' } else { 'CA' }" in body
+    assert "if ($cert.Subject -eq $cert.Issuer)" in body  # a self-signed cluster certificate too
+    # The key ACL and the thumbprint use the one certificate, never the whole import.
+    assert "GetRSAPrivateKey($cert)" in body and "-Value $cert.Thumbprint" in body
+
+
 def test_shared_storage_is_reached_by_its_unc_path_for_every_account(synthesized):
     """A drive letter belongs to one logon session; the UNC path of the FSx root volume, published
     machine-wide, works for the services Service Fabric runs too."""
