@@ -57,6 +57,7 @@ from node_lifecycle.membership_config import DEFAULT_START_GRACE_SECONDS
 from node_lifecycle.node_stage import describe
 from sf_rest import FabricError, ServiceFabricClient, TlsError
 from sf_rest.cluster_config import for_removal, node_names, nodes_to_be_removed
+from sf_rest.gateway import normalise_thumbprint
 
 PROG = "drain_node.py"
 EXIT_OK = 0
@@ -141,9 +142,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if scheme == "https" and not (args.ca_bundle or args.server_thumbprint or args.insecure):
         raise UsageError("an https endpoint needs --ca-bundle PEM, --server-thumbprint HEX or --insecure")
     if args.server_thumbprint:
-        digits = args.server_thumbprint.replace(":", "").replace(" ", "")
-        if len(digits) not in (40, 64) or any(c not in "0123456789abcdefABCDEF" for c in digits):
-            raise UsageError("--server-thumbprint must be 40 (SHA-1) or 64 (SHA-256) hex digits")
+        try:
+            normalise_thumbprint(args.server_thumbprint)  # the check the client makes itself
+        except ValueError:
+            raise UsageError("--server-thumbprint must be 40 (SHA-1) or 64 (SHA-256) hex digits") from None
     if args.timeout <= 0 or args.poll_interval <= 0:
         raise UsageError("--timeout and --poll-interval must be positive")
     return args

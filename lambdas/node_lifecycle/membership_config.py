@@ -12,9 +12,9 @@ Microsoft.ServiceFabric.DeploymentManager/Common/StandaloneSettingsValidator.cs)
 
 Only one upgrade runs at a time: a start that finds one running says WAIT_FOR_UPGRADE and the
 caller starts again later. The start call waits for the whole orchestration, so it usually
-outlives the gateway's timeout while the upgrade goes on; then the status decides, by version
-(it shows the current version until the upgrade completes), and the start is never resent
-blindly. Every refusal arrives as FABRIC_E_CONFIG_UPGRADE_FAILED with the reason in the message.
+outlives the gateway's timeout while the upgrade goes on; then the status decides (see
+poll_configuration_upgrade), and the start is never resent blindly. Every refusal arrives as
+FABRIC_E_CONFIG_UPGRADE_FAILED with the reason in the message.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from sf_rest.errors import CONNECTION_LOST, OUTCOME_UNKNOWN, READ_TIMEOUT
 from .errors import ConfigurationUpgradeFailed, NodeInWrongState
 from .interfaces import AutoScalingLifecycle, LifecycleHook
 from .lifecycle import record_heartbeat
-from .node_stage import describe, require_removable
+from .node_stage import NodeStage, describe, node_stage, require_removable
 from .results import ConfigurationChange, NodeRemovalCheck, Outcome, WaitStatus
 
 # Failures after which the UOS may be carrying the upgrade out anyway.
@@ -60,7 +60,7 @@ def start_configuration_removal(
     longer lists it (an earlier run's upgrade removed it)."""
     node = client.get_node_info(node_name)
     config = client.get_cluster_configuration()
-    if node is None or node.status == NodeStatus.REMOVED:
+    if node_stage(node) == NodeStage.REMOVED:
         if node_name in node_names(config):
             raise NodeInWrongState(f"{node_name} is {describe(node)} but still in the configuration")
         return ConfigurationChange(node_name, Outcome.ALREADY_DONE, kind=REMOVAL)
@@ -234,7 +234,7 @@ def check_node_removed(client: ServiceFabricClient, node_name: str) -> NodeRemov
     (UpgradeOrchestrator.RemoveNodeStateAsync only traces a failure). A node still listed
     needs the clean-up: stop its host, wait Down, RemoveNodeState."""
     node = client.get_node_info(node_name)
-    if node is None or node.status == NodeStatus.REMOVED:
+    if node_stage(node) == NodeStage.REMOVED:
         return NodeRemovalCheck(node_name, removed=True, status=describe(node))
     return NodeRemovalCheck(
         node_name, removed=False, status=describe(node), down=node.status == NodeStatus.DOWN

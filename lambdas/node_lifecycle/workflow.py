@@ -24,7 +24,6 @@ from .errors import LifecycleError, WaitTimedOut
 from .interfaces import LifecycleHook
 from .lifecycle import CONTINUE, complete_lifecycle_action
 from .membership_config import (
-    DEFAULT_START_GRACE_SECONDS,
     check_node_removed,
     poll_configuration_upgrade,
     start_configuration_registration,
@@ -95,7 +94,6 @@ def poll_upgrade(runtime: Runtime, state: State) -> dict[str, Any]:
         runtime.client,
         state["configuration"],
         now=runtime.clock(),
-        grace_seconds=DEFAULT_START_GRACE_SECONDS,
         lifecycle=runtime.lifecycle,
         hook=_hook(state),
     )

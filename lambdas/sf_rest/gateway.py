@@ -70,7 +70,8 @@ class _ThumbprintAdapter(HTTPAdapter):
         super().init_poolmanager(*args, **kwargs)
 
 
-def _normalise_thumbprint(value: str) -> str:
+def normalise_thumbprint(value: str) -> str:
+    """A SHA-1 or SHA-256 certificate thumbprint as lower-case hex; ValueError if it is not one."""
     digits = value.replace(":", "").replace(" ", "").lower()
     if len(digits) not in (40, 64) or any(c not in "0123456789abcdef" for c in digits):
         raise ValueError("server_thumbprint must be a SHA-1 (40 hex) or SHA-256 (64 hex) digest")
@@ -163,7 +164,7 @@ class Gateway:
             return ca_bundle
         if thumbprint:
             self._session.mount(
-                self.endpoint + "/", _ThumbprintAdapter(_normalise_thumbprint(thumbprint))
+                self.endpoint + "/", _ThumbprintAdapter(normalise_thumbprint(thumbprint))
             )
             return False  # the chain is not checked; the pinned thumbprint is
         if insecure:

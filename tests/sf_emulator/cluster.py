@@ -14,6 +14,7 @@ All methods are thread-safe (the HTTP server handles requests on several threads
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -211,8 +212,6 @@ class EmulatedCluster:
             self.fm.remove_node_state(name)
 
     def get_configuration(self) -> dict[str, Any]:
-        import json
-
         with self.lock:
             return {"ClusterConfiguration": json.dumps(self.uos.configuration())}
 
