@@ -18,7 +18,6 @@ seed instance starts.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,18 +31,10 @@ from constructs import Construct
 from stacks.compliance import acknowledge, managed_policy_finding
 from stacks.constructs.node_instance import NodeRole, node_launch_template
 from stacks.naming import CLUSTER_TAG, NODE_NAME_TAG, NODE_TYPE_TAG, SEED_NODE_TYPE, seed_node_name
+from stacks.seed_addresses import seed_block
 
-SEED_BLOCK_PREFIX = 28
 SNAPSHOT_TAG = "sf:snapshots"
 DLM_POLICY = "service-role/AWSDataLifecycleManagerServiceRole"
-
-
-def seed_block(subnet_cidr: str) -> ipaddress.IPv4Network:
-    """The block of a private subnet reserved for seed addresses."""
-    subnet = ipaddress.ip_network(subnet_cidr)
-    if subnet.prefixlen > SEED_BLOCK_PREFIX - 2:
-        raise ValueError(f"subnet {subnet_cidr} is too small to reserve a /{SEED_BLOCK_PREFIX} for seed nodes")
-    return list(subnet.subnets(new_prefix=SEED_BLOCK_PREFIX))[-2]
 
 
 @dataclass(frozen=True)
