@@ -25,7 +25,7 @@ from stacks.constructs.node_scripts import render_create_cluster_document, rende
 from stacks.constructs.node_security import CLIENT_CONNECTION_PORT, HTTP_GATEWAY_PORT, NodeSecurity, firewall_ports
 from stacks.constructs.scaling_node_group import ScalingNodeGroup
 from stacks.constructs.secure_bucket import SecureBucket
-from stacks.constructs.seed_nodes import SeedNodes
+from stacks.constructs.seed_nodes import SeedNodes, seed_alarm_name
 from stacks.constructs.shared_storage import ROOT_VOLUME_PATH, SharedStorage
 from stacks.naming import (
     DEPLOYMENT_ACCOUNT,
@@ -40,7 +40,6 @@ from stacks.naming import (
     management_load_balancer_name,
     node_log_group_name,
     scaling_group_name,
-    seed_group_name,
     service_fabric_cluster_name,
 )
 from stacks.removal import removal_policy
@@ -105,7 +104,7 @@ class ServiceFabricStack(Stack):
                 metrics_namespace=SERVICE_FABRIC_METRICS_NAMESPACE,
             )
 
-        def user_data(node_type: str, seed_interface_id: str = "") -> ec2.UserData:
+        def user_data(node_type: str) -> ec2.UserData:
             script = render_user_data(
                 "prepare_node.ps1",
                 {
@@ -120,7 +119,6 @@ class ServiceFabricStack(Stack):
                     "file_system_dns": self.storage.dns_name,
                     "shared_storage_path": ROOT_VOLUME_PATH.replace("/", "\\"),
                     "package_url": settings.runtime_package_url,
-                    "seed_interface_id": seed_interface_id,
                     "log_group": node_log_group_name(config),
                     "metrics_namespace": SERVICE_FABRIC_METRICS_NAMESPACE,
                     "status_file": NODE_PREPARATION_STATUS_FILE,
@@ -141,12 +139,12 @@ class ServiceFabricStack(Stack):
             instance_type=settings.seed_instance_type,
             security_groups=node_groups,
             node_role=node_role("SeedNodeRole", SEED_NODE_TYPE),
-            user_data=lambda interface_id: user_data(SEED_NODE_TYPE, interface_id),
-            group_name=lambda index: seed_group_name(config, index),
+            user_data=user_data(SEED_NODE_TYPE),
             root_volume_gib=settings.root_volume_gib,
             data_volume_gib=settings.data_volume_gib,
             snapshot_interval_hours=settings.seed_snapshot_interval_hours,
             snapshot_retain_count=settings.seed_snapshot_retain_count,
+            alarm_topic=alarm_topic,
         )
         self.scaling = ScalingNodeGroup(
             self,
@@ -167,10 +165,6 @@ class ServiceFabricStack(Stack):
             cpu_target_percent=settings.scaling_cpu_target_percent,
             scale_in_cpu_percent=settings.scale_in_cpu_percent,
         )
-
-        # Seed addresses are claimed before any scaling node can take one of them.
-        for interface in self.seeds.interfaces:
-            self.scaling.group.node.add_dependency(interface)
 
         access_logs = SecureBucket(
             self, "LoadBalancerLogs", removal_policy=retain, expiration_days=settings.access_log_retention_days
@@ -207,9 +201,9 @@ class ServiceFabricStack(Stack):
                 "config; only the configured application ports are open"
             ),
         )
-        for group in (*self.seeds.groups, self.scaling.group):
-            self.management.add_nodes(group)
-            self.applications.add_nodes(group)
+        for balancer in (self.management, self.applications):
+            balancer.add_instances(instance.ref for instance in self.seeds.instances)
+            balancer.add_group(self.scaling.group)
 
         ssm.CfnDocument(
             self,
@@ -231,10 +225,12 @@ class ServiceFabricStack(Stack):
             self,
             "Monitoring",
             cluster_name=cluster_name,
-            seed_groups=self.seeds.groups,
             management_endpoint=self.management.target_groups[0],
             scaling_group_name=scaling_group_name(config),
-            seed_group_names=[seed_group_name(config, i) for i in range(settings.seed_node_count)],
+            seed_alarm_names=[
+                seed_alarm_name(cluster_name, p.name, kind) for p in self.seeds.placements for kind in ("recovery", "impaired")
+            ],
+            region=config.region,
             load_balancer_names={
                 "management": management_load_balancer_name(config),
                 "applications": application_load_balancer_name(config),

@@ -1,5 +1,6 @@
 # Prepares a Windows Server 2022 instance to be a Service Fabric node, at first boot (EC2 user
-# data). Both node types run it; seed nodes also attach their persistent network interface.
+# data). Both node types run it; a seed's fixed address is its primary private address, so
+# nothing here differs by node type but the recorded type.
 # The stack renders the quoted placeholders (a name in double braces); nothing else changes per node.
 #
 # Every step is logged to $LogFile. The outcome is written to $StatusFile as JSON
@@ -20,7 +21,6 @@ $CertificateSecret = '{{ certificate_secret }}'
 $FileSystemDns = '{{ file_system_dns }}'
 $SharedStoragePath = '{{ shared_storage_path }}'
 $PackageUrl = '{{ package_url }}'
-$SeedInterfaceId = '{{ seed_interface_id }}'
 $LogGroup = '{{ log_group }}'
 $MetricsNamespace = '{{ metrics_namespace }}'
 $StatusFile = '{{ status_file }}'
@@ -60,14 +60,6 @@ function Invoke-Step {
     }
 }
 
-function Get-InstanceMetadata {
-    param([string]$Path)
-    # IMDSv2 only: the launch template requires session tokens.
-    $headers = @{ 'X-aws-ec2-metadata-token-ttl-seconds' = '300' }
-    $token = Invoke-RestMethod -Method Put -Uri 'http://169.254.169.254/latest/api/token' -Headers $headers
-    Invoke-RestMethod -Uri "http://169.254.169.254/latest/meta-data/$Path" -Headers @{ 'X-aws-ec2-metadata-token' = $token }
-}
-
 function Get-ClusterSecret {
     (Get-SECSecretValue -SecretId $CertificateSecret -Region $Region).SecretString | ConvertFrom-Json
 }
@@ -83,26 +75,6 @@ function Wait-Until {
 
 try {
     Write-Log "preparing a $NodeType node of $ClusterName"
-    $InstanceId = Get-InstanceMetadata 'instance-id'
-
-    if ($SeedInterfaceId) {
-        # The seed's identity in the cluster configuration is this interface's fixed address.
-        # A replacement instance waits until the interface is free (its predecessor terminated).
-        Invoke-Step 'attach seed network interface' {
-            $eni = Get-EC2NetworkInterface -NetworkInterfaceId $SeedInterfaceId -Region $Region
-            if ($eni.Attachment.InstanceId -ne $InstanceId) {
-                Wait-Until 'the seed interface to be available' {
-                    (Get-EC2NetworkInterface -NetworkInterfaceId $SeedInterfaceId -Region $Region).Status -eq 'available'
-                } 900
-                Add-EC2NetworkInterface -NetworkInterfaceId $SeedInterfaceId -InstanceId $InstanceId -DeviceIndex 1 -Region $Region | Out-Null
-            }
-            $address = $eni.PrivateIpAddress
-            Wait-Until "Windows to configure $address" {
-                $null -ne (Get-NetIPAddress -IPAddress $address -ErrorAction SilentlyContinue)
-            } 300
-            Write-Log "seed address $address is configured"
-        }
-    }
 
     Invoke-Step 'initialize data volume' {
         # The data volume is the raw EBS disk (NVMe model "Amazon Elastic Block Store"; "AWS PV

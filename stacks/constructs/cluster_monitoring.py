@@ -1,16 +1,17 @@
 """Alarms and dashboard widgets of the Service Fabric cluster.
 
-Alarms (in this stack, to the environment's alarm topic): a seed group with no instance in
-service, and a management endpoint with no healthy node. Dashboard widgets (in the monitoring
-stack) name groups and load balancers by their literal physical names: tokens would make the
-monitoring stack depend on the Service Fabric stack, which already depends on it.
+Alarms (in this stack, to the environment's alarm topic): a management endpoint with no healthy
+node (each seed's own recovery and impaired alarms are in stacks/constructs/seed_nodes.py).
+Dashboard widgets (in the monitoring stack) name groups, alarms and load balancers by their
+literal physical names: tokens would make the monitoring stack depend on the Service Fabric
+stack, which already depends on it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import Aws
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
@@ -47,26 +48,16 @@ class ClusterMonitoring(Construct):
         construct_id: str,
         *,
         cluster_name: str,
-        seed_groups: Sequence[autoscaling.AutoScalingGroup],
         management_endpoint: elbv2.NetworkTargetGroup,
         scaling_group_name: str,
-        seed_group_names: Sequence[str],
+        seed_alarm_names: Sequence[str],
+        region: str,
         load_balancer_names: Mapping[str, str],
         alarm_topic: sns.ITopic,
         dashboard: cloudwatch.Dashboard,
     ) -> None:
         super().__init__(scope, construct_id)
         action = cloudwatch_actions.SnsAction(alarm_topic)
-        for index, group in enumerate(seed_groups):
-            cloudwatch.Alarm(
-                self,
-                f"Seed{index}Missing",
-                alarm_description=f"Seed node seed-{index} has no instance in service; the cluster has lost a seed",
-                metric=group_metric(group.auto_scaling_group_name, "GroupInServiceInstances", statistic="Minimum"),
-                threshold=1,
-                comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-                evaluation_periods=3,
-            ).add_alarm_action(action)
         cloudwatch.Alarm(
             self,
             "ManagementEndpointDown",
@@ -89,11 +80,13 @@ class ClusterMonitoring(Construct):
                 ],
                 width=8,
             ),
-            cloudwatch.GraphWidget(
-                title="Seed nodes in service",
-                left=[
-                    group_metric(name, "GroupInServiceInstances", label=f"seed-{index}")
-                    for index, name in enumerate(seed_group_names)
+            cloudwatch.AlarmStatusWidget(
+                title="Seed nodes",
+                alarms=[
+                    cloudwatch.Alarm.from_alarm_arn(
+                        self, f"SeedAlarm{index}", f"arn:{Aws.PARTITION}:cloudwatch:{region}:{Aws.ACCOUNT_ID}:alarm:{name}"
+                    )
+                    for index, name in enumerate(seed_alarm_names)
                 ],
                 width=8,
             ),

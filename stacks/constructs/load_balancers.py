@@ -9,12 +9,13 @@ the nodes admit its ports only from that group.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from aws_cdk import Duration
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+from aws_cdk import aws_elasticloadbalancingv2_targets as targets
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -100,6 +101,12 @@ class NodeLoadBalancer(Construct):
     def dns_name(self) -> str:
         return self.load_balancer.load_balancer_dns_name
 
-    def add_nodes(self, group: autoscaling.AutoScalingGroup) -> None:
+    def add_group(self, group: autoscaling.AutoScalingGroup) -> None:
         for target_group in self.target_groups:
             group.attach_to_network_target_group(target_group)
+
+    def add_instances(self, instance_ids: Iterable[str]) -> None:
+        """Instance targets: the load balancer reaches each on its primary private address."""
+        ids = list(instance_ids)
+        for target_group in self.target_groups:
+            target_group.add_target(*(targets.InstanceIdTarget(i) for i in ids))

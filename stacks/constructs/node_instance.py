@@ -17,7 +17,6 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from stacks.compliance import acknowledge, attribute_ref, managed_policy_finding, wildcard_resource_finding
-from stacks.naming import CLUSTER_TAG
 
 WINDOWS_ROOT_DEVICE = "/dev/sda1"
 DATA_DEVICE = "xvdb"  # appears as the first RAW disk, which userdata/prepare_node.ps1 formats as D:
@@ -87,34 +86,6 @@ class NodeRole(Construct):
                 resources=["*"],
                 conditions={"StringEquals": {"cloudwatch:namespace": metrics_namespace}},
             )
-        )
-        self._acknowledge_resource_star()
-
-    def allow_attach_network_interfaces(self, interface_ids: Sequence[str], *, cluster_name: str) -> None:
-        """Seed nodes attach their own persistent network interface at boot."""
-        stack = Stack.of(self)
-        self.role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["ec2:AttachNetworkInterface"],
-                resources=[
-                    *(stack.format_arn(service="ec2", resource="network-interface", resource_name=i) for i in interface_ids),
-                    stack.format_arn(service="ec2", resource="instance", resource_name="*"),
-                ],
-                # Both the interface and the instance must belong to this cluster.
-                conditions={"StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": cluster_name}},
-            )
-        )
-        acknowledge(
-            self.role,
-            "AwsSolutions-IAM5",
-            "A replacement seed instance has a new id, unknown at deploy time; it may attach only the seed "
-            "interfaces named here, and only to instances tagged as members of this cluster",
-            finding=wildcard_resource_finding(f"arn:<AWS::Partition>:ec2:{stack.region}:{stack.account}:instance/*"),
-        )
-        self.role.add_to_policy(iam.PolicyStatement(actions=["ec2:DescribeNetworkInterfaces"], resources=["*"]))
-        self._resource_star_reasons.append(
-            "ec2:DescribeNetworkInterfaces has no resource-level permissions (read-only, used to wait until "
-            "the seed interface is free)"
         )
         self._acknowledge_resource_star()
 

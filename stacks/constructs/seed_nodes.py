@@ -1,19 +1,31 @@
-"""The seed nodes (primary node type): fixed machines with a stable identity each.
+"""The seed nodes (primary node type): fixed machines, each with one address for life.
 
-Each seed is an Auto Scaling group of exactly one instance, pinned to one private subnet, plus a
-persistent network interface with a fixed private address that every instance of that group
-attaches at boot (userdata/prepare_node.ps1). A replaced instance therefore comes back with the
-same address and node name, so the cluster configuration stays valid. Seeds are protected from
-scale-in, have no scaling policy, sit in a spread placement group (no two on one rack) and have
-their data volumes snapshotted by Data Lifecycle Manager.
+Each seed is a single EC2 instance whose one network interface has a fixed primary private
+address from the seed block of its zone's private subnet (stacks/seed_addresses.py), which the
+network stack reserves so EC2 never hands it to anything else. That address is what Service
+Fabric binds (ClusterConfig.json names it), what the HTTP gateway clients call, and what the
+load balancers' instance targets reach: "traffic is routed to instances using the primary private
+IP address" (Elastic Load Balancing, Network Load Balancer target groups). There is no second
+interface, so no asymmetric routing within one subnet.
 
-Addresses: seed `i` lives in zone `i % 3` and takes address `i // 3` of the /28 just below the
-last /28 of its zone's private subnet, far from the low addresses EC2 tends to hand out first. The
-subnet CIDRs come from the VPC built in the same app (from config), so the addresses are plain,
-reviewable values in the template and need no lookup. The block is not reserved: CloudFormation
-does not offer AWS::EC2::SubnetCidrReservation in every region (eu-west-1 among them). Should an
-address already be taken, creating its interface fails with "address already in use" before any
-seed instance starts.
+Why single instances and not groups of one: a replacement instance from a group would need the
+same address, which only a second interface or a secondary address moved at boot could give,
+and Windows configures neither by itself (a secondary address needs a static IP configuration,
+EC2 User Guide "Configure a secondary private IPv4 address for your Windows instance"). A seed
+instead stays the same machine: on a host failure the recovery alarm below moves it to healthy
+hardware with "the same instance ID, private IP addresses, ... and all instance metadata" and its
+EBS volumes (EC2 User Guide, "Automatic instance recovery"), so Service Fabric sees a reboot, not
+a new node. Termination protection keeps it from being removed by hand.
+
+A deployment never touches a running seed. Every instance property that would replace it
+(ImageId, LaunchTemplate, SubnetId, PrivateIpAddress are create-only in the AWS::EC2::Instance
+schema) or stop it (UserData, InstanceType) is held in version 1 of the seed launch template,
+which the instances name by number: later versions (a new monthly Windows image, a changed
+preparation script) reach only seeds built after them. A seed lost for good (its zone or its
+volumes gone) is rebuilt by an operator; nothing here does it automatically.
+
+Seeds sit in a spread placement group (no two on one rack) and their data volumes are
+snapshotted by Data Lifecycle Manager.
 """
 
 from __future__ import annotations
@@ -21,11 +33,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from aws_cdk import CfnTag, Tags
-from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import CfnTag, Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_dlm as dlm
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from stacks.compliance import acknowledge, managed_policy_finding
@@ -34,7 +48,24 @@ from stacks.naming import CLUSTER_TAG, NODE_NAME_TAG, NODE_TYPE_TAG, SEED_NODE_T
 from stacks.seed_addresses import seed_block
 
 SNAPSHOT_TAG = "sf:snapshots"
+# Seeds keep the launch template version they were created from (see the module docstring).
+SEED_LAUNCH_TEMPLATE_VERSION = "1"
 DLM_POLICY = "service-role/AWSDataLifecycleManagerServiceRole"
+
+
+def seed_alarm_name(cluster_name: str, seed_name: str, kind: str) -> str:
+    """Named, so the dashboard in the monitoring stack can show them without a cross-stack reference."""
+    return f"{cluster_name}-{seed_name}-{kind}"
+
+
+def instance_metric(instance_id: str, metric_name: str) -> cloudwatch.Metric:
+    return cloudwatch.Metric(
+        namespace="AWS/EC2",
+        metric_name=metric_name,
+        dimensions_map={"InstanceId": instance_id},
+        statistic="Maximum",
+        period=Duration.minutes(1),
+    )
 
 
 @dataclass(frozen=True)
@@ -83,12 +114,12 @@ class SeedNodes(Construct):
         instance_type: str,
         security_groups: Sequence[ec2.ISecurityGroup],
         node_role: NodeRole,
-        user_data: Callable[[str], ec2.UserData],
-        group_name: Callable[[int], str],
+        user_data: ec2.UserData,
         root_volume_gib: int,
         data_volume_gib: int,
         snapshot_interval_hours: int,
         snapshot_retain_count: int,
+        alarm_topic: sns.ITopic,
     ) -> None:
         super().__init__(scope, construct_id)
         subnets = vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnets
@@ -96,64 +127,78 @@ class SeedNodes(Construct):
         placement_group = ec2.PlacementGroup(
             self, "SpreadPlacement", strategy=ec2.PlacementGroupStrategy.SPREAD, spread_level=ec2.PlacementGroupSpreadLevel.RACK
         )
-        self.interfaces: list[ec2.CfnNetworkInterface] = []
-        self.groups: list[autoscaling.AutoScalingGroup] = []
+        launch_template = node_launch_template(
+            self,
+            "LaunchTemplate",
+            instance_type=instance_type,
+            role=node_role.role,
+            security_groups=security_groups,
+            user_data=user_data,
+            root_volume_gib=root_volume_gib,
+            data_volume_gib=data_volume_gib,
+            placement_group=placement_group,
+        )
+        notify = cloudwatch_actions.SnsAction(alarm_topic)
+        self.instances: list[ec2.CfnInstance] = []
         for placement in self.placements:
             part = f"Seed{placement.index}"
-            interface = ec2.CfnNetworkInterface(
+            instance = ec2.CfnInstance(
                 self,
-                f"{part}Interface",
+                part,
+                launch_template=ec2.CfnInstance.LaunchTemplateSpecificationProperty(
+                    launch_template_id=launch_template.launch_template_id, version=SEED_LAUNCH_TEMPLATE_VERSION
+                ),
                 subnet_id=subnets[placement.zone_index].subnet_id,
                 private_ip_address=placement.address,
-                group_set=[group.security_group_id for group in security_groups],
-                description=f"Persistent address of Service Fabric seed node {placement.name} of {cluster_name}",
-                tags=[CfnTag(key=CLUSTER_TAG, value=cluster_name), CfnTag(key=NODE_NAME_TAG, value=placement.name)],
-            )
-            launch_template = node_launch_template(
-                self,
-                f"{part}LaunchTemplate",
-                instance_type=instance_type,
-                role=node_role.role,
-                security_groups=security_groups,
-                user_data=user_data(interface.ref),
-                root_volume_gib=root_volume_gib,
-                data_volume_gib=data_volume_gib,
-                placement_group=placement_group,
-            )
-            group = autoscaling.AutoScalingGroup(
-                self,
-                f"{part}Group",
-                vpc=vpc,
-                vpc_subnets=ec2.SubnetSelection(subnets=[subnets[placement.zone_index]]),
-                launch_template=launch_template,
-                auto_scaling_group_name=group_name(placement.index),
-                min_capacity=1,
-                max_capacity=1,
-                new_instances_protected_from_scale_in=True,
-                group_metrics=[autoscaling.GroupMetrics.all()],
-            )
-            for key, value in (
-                (CLUSTER_TAG, cluster_name),
-                (NODE_TYPE_TAG, SEED_NODE_TYPE),
-                (NODE_NAME_TAG, placement.name),
-                (SNAPSHOT_TAG, f"{cluster_name}-seeds"),
-            ):
-                Tags.of(group).add(key, value)
-            acknowledge(
-                group,
-                "AwsSolutions-AS2",
-                "Seeds are replaced only when EC2 finds the machine impaired; load balancer health reflects "
-                "Service Fabric and applications, and replacing a seed for that would cost cluster quorum",
+                disable_api_termination=True,
+                tags=[
+                    CfnTag(key=key, value=value)
+                    for key, value in (
+                        ("Name", f"{cluster_name}-{placement.name}"),
+                        (CLUSTER_TAG, cluster_name),
+                        (NODE_TYPE_TAG, SEED_NODE_TYPE),
+                        (NODE_NAME_TAG, placement.name),
+                        (SNAPSHOT_TAG, f"{cluster_name}-seeds"),
+                    )
+                ],
             )
             acknowledge(
-                group,
-                "AwsSolutions-AS3",
-                "A fixed group of one with no scaling policy; a replacement is visible in the seed "
-                "in-service alarm and on the dashboard, so per-event notifications would add nothing",
+                instance,
+                "AwsSolutions-EC28",
+                "Detailed monitoring is on: it is set in the seed launch template the instance is launched from",
             )
-            self.interfaces.append(interface)
-            self.groups.append(group)
-        node_role.allow_attach_network_interfaces([i.ref for i in self.interfaces], cluster_name=cluster_name)
+            # CloudWatch action based recovery (EC2 User Guide, "Configure CloudWatch action based
+            # recovery"): StatusCheckFailed_System, to-the-minute, with a notification of each attempt.
+            recovery = cloudwatch.Alarm(
+                self,
+                f"{part}Recovery",
+                alarm_name=seed_alarm_name(cluster_name, placement.name, "recovery"),
+                alarm_description=(
+                    f"Seed {placement.name}: the EC2 host failed its system status check; the instance is being "
+                    "recovered onto healthy hardware (same id, address and volumes)"
+                ),
+                metric=instance_metric(instance.ref, "StatusCheckFailed_System"),
+                threshold=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                evaluation_periods=2,
+            )
+            recovery.add_alarm_action(cloudwatch_actions.Ec2Action(cloudwatch_actions.Ec2InstanceAction.RECOVER), notify)
+            # A failed instance status check is Windows itself (a full disk, a hung boot): recovery
+            # does not help, an operator does.
+            cloudwatch.Alarm(
+                self,
+                f"{part}Impaired",
+                alarm_name=seed_alarm_name(cluster_name, placement.name, "impaired"),
+                alarm_description=(
+                    f"Seed {placement.name}: Windows fails its instance status check; the cluster is short of a seed "
+                    "until an operator restores it (EC2 console screenshot and system log, Session Manager)"
+                ),
+                metric=instance_metric(instance.ref, "StatusCheckFailed_Instance"),
+                threshold=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                evaluation_periods=5,
+            ).add_alarm_action(notify)
+            self.instances.append(instance)
         self._snapshot_data_volumes(cluster_name, snapshot_interval_hours, snapshot_retain_count)
 
     def _snapshot_data_volumes(self, cluster_name: str, interval_hours: int, retain_count: int) -> None:

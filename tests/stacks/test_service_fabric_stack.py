@@ -24,54 +24,94 @@ def resources(synthesized, env, kind):
     return {k: r for k, r in template["Resources"].items() if r["Type"] == kind}
 
 
-def groups(synthesized, env):
-    found = resources(synthesized, env, "AWS::AutoScaling::AutoScalingGroup")
-    seeds = {k: g for k, g in found.items() if "SeedNodes" in k}
-    (scaling,) = [g for k, g in found.items() if "ScalingNodes" in k]
-    return seeds, scaling
+def scaling_group(synthesized, env):
+    (scaling,) = resources(synthesized, env, "AWS::AutoScaling::AutoScalingGroup").values()
+    return scaling
+
+
+def seed_instances(synthesized, env) -> dict[str, dict]:
+    """Seed name -> the properties of its AWS::EC2::Instance."""
+    found = {}
+    for instance in resources(synthesized, env, "AWS::EC2::Instance").values():
+        props = instance["Properties"]
+        found[instance_tags(props)["sf:nodename"]] = props
+    return found
 
 
 def tags(group):
     return {t["Key"]: t["Value"] for t in group["Properties"]["Tags"] if t["PropagateAtLaunch"]}
 
 
-@pytest.mark.parametrize("env", ["dev", "prod"])
-def test_one_group_of_exactly_one_instance_per_seed_pinned_to_one_subnet(synthesized, env):
-    seeds, _ = groups(synthesized, env)
-    assert len(seeds) == SEEDS[env]
-    names = set()
-    for group in seeds.values():
-        props = group["Properties"]
-        assert props["MinSize"] == props["MaxSize"] == "1"
-        assert props["NewInstancesProtectedFromScaleIn"] is True
-        assert len(props["VPCZoneIdentifier"]) == 1
-        assert tags(group)["sf:nodetype"] == "PrimaryNodeType"
-        names.add(tags(group)["sf:nodename"])
-    assert names == {f"seed-{i}" for i in range(SEEDS[env])}
-    # No scaling policy and no alarm action ever names a seed group.
-    policies = json.dumps(resources(synthesized, env, "AWS::AutoScaling::ScalingPolicy"))
-    assert not any(key in policies for key in seeds)
+def instance_tags(props):
+    return {t["Key"]: t["Value"] for t in props["Tags"]}
 
 
-def test_seed_interfaces_have_fixed_distinct_addresses_in_their_zone_subnets(synthesized):
-    interfaces = resources(synthesized, "prod", "AWS::EC2::NetworkInterface")
-    by_name = {
-        next(t["Value"] for t in i["Properties"]["Tags"] if t["Key"] == "sf:nodename"): i["Properties"]
-        for i in interfaces.values()
+def private_subnets(synthesized, env) -> dict[str, str]:
+    """Logical id -> CIDR of the network stack's private subnets."""
+    network = synthesized(env).stacks["network"]["Resources"]
+    return {
+        k: r["Properties"]["CidrBlock"]
+        for k, r in network.items()
+        if r["Type"] == "AWS::EC2::Subnet" and "Private" in json.dumps(r["Properties"]["Tags"])
     }
-    assert [by_name[f"seed-{i}"]["PrivateIpAddress"] for i in range(5)] == PROD_SEED_ADDRESSES
-    network = synthesized("prod").stacks["network"]["Resources"]
-    for props in by_name.values():
-        subnet_export = props["SubnetId"]["Fn::ImportValue"]
-        (subnet,) = [r for k, r in network.items() if r["Type"] == "AWS::EC2::Subnet" and k in subnet_export]
-        assert "Private" in json.dumps(subnet["Properties"]["Tags"])
-        assert ipaddress.ip_address(props["PrivateIpAddress"]) in ipaddress.ip_network(subnet["Properties"]["CidrBlock"])
-    # Each seed group lives in the subnet of its interface; seeds spread over all three zones.
-    seeds, _ = groups(synthesized, "prod")
-    subnet_of = {tags(g)["sf:nodename"]: json.dumps(g["Properties"]["VPCZoneIdentifier"]) for g in seeds.values()}
-    for name, props in by_name.items():
-        assert subnet_of[name] == json.dumps([props["SubnetId"]])
-    assert len({json.dumps(p["SubnetId"]) for p in by_name.values()}) == 3
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_one_instance_per_seed_with_one_interface_at_its_fixed_address(synthesized, env):
+    """A seed's fixed address is its primary private address: one interface, no second in the
+    same subnet, nothing attached at boot. The address is the one the plan gives (and that the
+    network stack reserves), inside the seed block of the private subnet of its zone."""
+    from stacks.seed_addresses import seed_block
+
+    seeds = seed_instances(synthesized, env)
+    assert sorted(seeds) == [f"seed-{i}" for i in range(SEEDS[env])]
+    assert resources(synthesized, env, "AWS::EC2::NetworkInterface") == {}
+    assert resources(synthesized, env, "AWS::EC2::NetworkInterfaceAttachment") == {}
+    subnets = private_subnets(synthesized, env)
+    used_subnets = set()
+    for name, props in seeds.items():
+        assert "NetworkInterfaces" not in props and "SecondaryPrivateIpAddressCount" not in props
+        (subnet_id,) = [k for k in subnets if k in props["SubnetId"]["Fn::ImportValue"]]
+        address = ipaddress.ip_address(props["PrivateIpAddress"])
+        assert address in seed_block(subnets[subnet_id]), name
+        used_subnets.add(subnet_id)
+        assert instance_tags(props)["sf:nodetype"] == "PrimaryNodeType"
+        assert instance_tags(props)["sf:cluster"] == f"telemetry-{env}-sf"
+        assert props["DisableApiTermination"] is True
+    assert len(used_subnets) == 3  # spread over all three zones
+    if env == "prod":
+        assert [seeds[f"seed-{i}"]["PrivateIpAddress"] for i in range(5)] == PROD_SEED_ADDRESSES
+
+
+def test_a_deployment_never_replaces_or_stops_a_running_seed(synthesized):
+    """Image, user data and instance type live in the seed launch template, and every seed names
+    version 1 of it: a new Windows image or preparation script creates a later version, which the
+    running seeds never see (ImageId and LaunchTemplate are create-only on AWS::EC2::Instance; a
+    replacement could not even start, its fixed address being in use)."""
+    seeds = seed_instances(synthesized, "prod")
+    templates = resources(synthesized, "prod", "AWS::EC2::LaunchTemplate")
+    (seed_template_id,) = [k for k in templates if "SeedNodes" in k]
+    for props in seeds.values():
+        assert props["LaunchTemplate"] == {"LaunchTemplateId": {"Ref": seed_template_id}, "Version": "1"}
+        assert not {"ImageId", "UserData", "InstanceType", "BlockDeviceMappings"} & set(props)
+    # No scaling policy or group ever names a seed.
+    policies = json.dumps(resources(synthesized, "prod", "AWS::AutoScaling::ScalingPolicy"))
+    assert "Seed" not in policies
+
+
+def test_seeds_are_recovered_by_ec2_and_alarm_when_impaired(synthesized):
+    alarms = {a["Properties"]["AlarmName"]: a["Properties"] for a in resources(synthesized, "prod", "AWS::CloudWatch::Alarm").values() if "AlarmName" in a["Properties"]}
+    seeds = resources(synthesized, "prod", "AWS::EC2::Instance")
+    for index in range(5):
+        recovery = alarms[f"telemetry-prod-sf-seed-{index}-recovery"]
+        assert (recovery["Namespace"], recovery["MetricName"]) == ("AWS/EC2", "StatusCheckFailed_System")
+        (dimension,) = recovery["Dimensions"]
+        assert dimension["Name"] == "InstanceId" and dimension["Value"]["Ref"] in seeds
+        actions = json.dumps(recovery["AlarmActions"])
+        assert ":ec2:recover" in actions and "ImportValue" in actions  # recover, and tell the alarm topic
+        impaired = alarms[f"telemetry-prod-sf-seed-{index}-impaired"]
+        assert impaired["MetricName"] == "StatusCheckFailed_Instance"
+        assert ":ec2:" not in json.dumps(impaired["AlarmActions"])
 
 
 def test_seed_data_volumes_are_snapshotted_on_a_schedule(synthesized):
@@ -83,9 +123,9 @@ def test_seed_data_volumes_are_snapshotted_on_a_schedule(synthesized):
     (schedule,) = details["Schedules"]
     assert schedule["CreateRule"] == {"Interval": 12, "IntervalUnit": "HOURS"}
     assert schedule["RetainRule"] == {"Count": 30}
-    seeds, scaling = groups(synthesized, "prod")
-    assert all(tags(g)["sf:snapshots"] == "telemetry-prod-sf-seeds" for g in seeds.values())
-    assert "sf:snapshots" not in tags(scaling)
+    seeds = seed_instances(synthesized, "prod")
+    assert all(instance_tags(p)["sf:snapshots"] == "telemetry-prod-sf-seeds" for p in seeds.values())
+    assert "sf:snapshots" not in tags(scaling_group(synthesized, "prod"))
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
@@ -94,7 +134,7 @@ def test_scaling_group_starts_empty_with_its_hooks_and_tags_follow_config(synthe
     group is created empty (scripts/scale.py applies the configured sizes after bootstrap) and
     its hooks are part of the group, not separate resources created after it."""
     settings = config(env)
-    _, scaling = groups(synthesized, env)
+    scaling = scaling_group(synthesized, env)
     props = scaling["Properties"]
     assert (props["MinSize"], props["MaxSize"]) == ("0", str(settings.scaling_max_nodes))
     assert "DesiredCapacity" not in props  # a deployment never resets the live size
@@ -128,7 +168,7 @@ def test_scaling_follows_cpu_out_and_scales_in_one_node_at_a_time(synthesized):
 @pytest.mark.parametrize("env", ["dev", "prod"])
 def test_launch_templates_require_imdsv2_encrypt_volumes_and_use_windows_2022(synthesized, env):
     templates = resources(synthesized, env, "AWS::EC2::LaunchTemplate")
-    assert len(templates) == SEEDS[env] + 1
+    assert len(templates) == 2  # one for the seeds, one for the scaling group
     for template in templates.values():
         data = template["Properties"]["LaunchTemplateData"]
         assert data["MetadataOptions"]["HttpTokens"] == "required"
@@ -201,9 +241,13 @@ def test_application_load_balancer_forwards_configured_ports_to_every_node(synth
     assert props["Scheme"] == "internet-facing"
     assert listeners_of(synthesized, "prod", logical_id) == [443, 8883]
     assert load_balancers(synthesized, "dev")["telemetry-dev-apps"][1]["Scheme"] == "internal"
-    seeds, scaling = groups(synthesized, "prod")
-    for group in (*seeds.values(), scaling):
-        assert len(group["Properties"]["TargetGroupARNs"]) == 4  # 19000, 19080, 443, 8883
+    assert len(scaling_group(synthesized, "prod")["Properties"]["TargetGroupARNs"]) == 4  # 19000, 19080, 443, 8883
+    # Seeds are instance targets of every target group: reached on their fixed primary address.
+    seeds = set(resources(synthesized, "prod", "AWS::EC2::Instance"))
+    for target_group in resources(synthesized, "prod", "AWS::ElasticLoadBalancingV2::TargetGroup").values():
+        props = target_group["Properties"]
+        assert props["TargetType"] == "instance"
+        assert {t["Id"]["Ref"] for t in props["Targets"]} == seeds
 
 
 def test_load_balancer_access_logs_go_to_a_secure_bucket(synthesized):
@@ -280,10 +324,7 @@ def test_node_roles_hold_only_what_a_node_needs(synthesized):
     metrics = next(s for s in scaling if "cloudwatch:PutMetricData" in actions([s]))
     assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "Telemetry/ServiceFabricNodes"}}
     seed = role_statements(synthesized, "prod", "SeedNodeRole")
-    assert actions(seed) - actions(scaling) == {"ec2:AttachNetworkInterface", "ec2:DescribeNetworkInterfaces"}
-    attach = next(s for s in seed if s["Action"] == "ec2:AttachNetworkInterface")
-    assert attach["Condition"] == {"StringEquals": {"aws:ResourceTag/sf:cluster": "telemetry-prod-sf"}}
-    assert json.dumps(attach["Resource"]).count("network-interface/") == 5
+    assert actions(seed) == actions(scaling)  # a seed's address needs no EC2 permission at all
     roles = resources(synthesized, "prod", "AWS::IAM::Role")
     managed = {json.dumps(r["Properties"].get("ManagedPolicyArns")) for k, r in roles.items() if "NodeRole" in k}
     assert all("AmazonSSMManagedInstanceCore" in m for m in managed)
@@ -303,10 +344,10 @@ def test_outputs_give_the_management_explorer_and_application_endpoints(synthesi
     assert outputs["SeedAddresses"]["Value"] == ",".join(f"seed-{i}={a}" for i, a in enumerate(PROD_SEED_ADDRESSES))
 
 
-def test_alarms_on_lost_seeds_and_an_unreachable_management_endpoint(synthesized):
+def test_alarms_on_impaired_seeds_and_an_unreachable_management_endpoint(synthesized):
     alarms = [a["Properties"] for a in resources(synthesized, "prod", "AWS::CloudWatch::Alarm").values()]
-    seed_alarms = [a for a in alarms if a.get("MetricName") == "GroupInServiceInstances"]
-    assert len(seed_alarms) == 5
+    seed_alarms = [a for a in alarms if a.get("MetricName", "").startswith("StatusCheckFailed")]
+    assert len(seed_alarms) == 10
     endpoint = [a for a in alarms if a.get("MetricName") == "HealthyHostCount"]
     assert len(endpoint) == 1
     for alarm in seed_alarms + endpoint:
@@ -317,11 +358,12 @@ def test_dashboard_shows_the_cluster_by_literal_names(synthesized):
     (dashboard,) = [r for r in synthesized("prod").stacks["monitoring"]["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     assert "Service Fabric cluster `telemetry-prod-sf`" in body
-    assert "telemetry-prod-sf-scaling" in body and "telemetry-prod-sf-seed-4" in body
+    assert "telemetry-prod-sf-scaling" in body
+    assert "alarm:telemetry-prod-sf-seed-4-recovery" in body and "alarm:telemetry-prod-sf-seed-4-impaired" in body
     assert "net/telemetry-prod-mgmt/" in body and "net/telemetry-prod-apps/" in body
     # Only pseudo parameters: a reference to this stack would make monitoring depend on it.
     assert "ImportValue" not in body
-    assert set(re.findall(r'"Ref": "([^"]+)"', body)) <= {"AWS::Region", "AWS::Partition"}
+    assert set(re.findall(r'"Ref": "([^"]+)"', body)) <= {"AWS::Region", "AWS::Partition", "AWS::AccountId"}
 
 
 def test_create_cluster_document_is_rendered_with_this_environment(synthesized):

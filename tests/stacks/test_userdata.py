@@ -134,7 +134,6 @@ def test_synthesized_user_data_parses_and_fits_the_limit(synthesized, env):
         assert "{{" not in script
         assert len(f"<powershell>{script}</powershell>".encode()) <= 16 * 1024, logical_id
         seed = "SeedNodes" in logical_id
-        assert ("$SeedInterfaceId = 'eni-" in script) is seed
         assert f"$NodeType = '{'PrimaryNodeType' if seed else 'ScalingNodeType'}'" in script
         assert f"$ClusterName = 'telemetry-{env}-sf'" in script
 
@@ -146,7 +145,7 @@ def test_node_preparation_covers_every_step_the_cluster_needs(synthesized):
     assert "$ApplicationPorts = '443,8883'" in script
     assert "$CertificateSecret = 'telemetry-prod/service-fabric/cluster-certificate'" in script
     for step in (
-        "attach seed network interface", "initialize data volume", "enable Remote Registry and Windows Firewall",
+        "initialize data volume", "enable Remote Registry and Windows Firewall",
         "open firewall ports", "import cluster certificate", "create deployment account", "mount shared storage",
         "download Service Fabric standalone package", "install CloudWatch agent",
     ):
