@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Create the Service Fabric cluster of an environment on its seed nodes.
 
-Finds the environment's running seed instances by tag, reads each seed's name and fixed address
-from its persistent network interface, builds ClusterConfig.json for an X.509-secured
-multi-machine cluster (the structure of Microsoft's ClusterConfig.X509.MultiMachine.json sample),
-tags every seed with its node name, and runs the create-cluster Run Command document on seed-0,
-printing its status until it finishes.
+Reads the seed topology (names, fixed addresses, fault and upgrade domains) and the certificate
+secret names from the Service Fabric stack's outputs, checks that every seed instance runs at its
+address, builds ClusterConfig.json for an X.509-secured multi-machine cluster (the structure of
+Microsoft's ClusterConfig.X509.MultiMachine.json sample) and runs the create-cluster Run Command
+document on seed-0, printing its status until it finishes.
 
---dry-run reads EC2 and the certificate secrets, writes the JSON and changes nothing.
+--dry-run needs no AWS credentials: it reads the synthesized template in cdk.out (make synth
+ENV=<env>), writes the JSON with the certificate thumbprints left as placeholders naming their
+secrets (only a real run reads the secrets), and sends nothing.
 Exit codes: 0 cluster created (or dry run written); 1 cluster creation failed or timed out;
-2 refused (wrong seed count, a seed without its address, bad config) or AWS errors.
+2 refused (a seed not running at its address, bad config) or AWS errors.
 """
 
 from __future__ import annotations
@@ -26,23 +28,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.cluster_inventory import (  # noqa: E402
     REPO,
+    ClusterOutputs,
     NodeInstance,
     ToolError,
     aws_session,
+    deployed_outputs,
     node_instances,
     read_certificate_secret,
     run_tool,
+    service_fabric_stack_name,
+    synthesized_outputs,
     thumbprint,
 )
 from stacks.config import EnvironmentConfig, ServiceFabricConfig, load_environment, read_environments  # noqa: E402
-from stacks.naming import (  # noqa: E402
-    NODE_NAME_TAG,
-    SCALING_NODE_TYPE,
-    SEED_NODE_TYPE,
-    create_cluster_document_name,
-    seed_node_name,
-    service_fabric_cluster_name,
-)
+from stacks.naming import SCALING_NODE_TYPE, SEED_NODE_TYPE, service_fabric_cluster_name  # noqa: E402
+from stacks.seed_addresses import SeedPlacement  # noqa: E402
 
 DATA_ROOT = "D:\\SF"  # the data volume userdata/prepare_node.ps1 formats
 FINISHED = {"Success", "Failed", "Cancelled", "TimedOut", "Cancelling"}
@@ -64,19 +64,19 @@ def node_type(name: str, settings: ServiceFabricConfig, *, primary: bool) -> dic
 
 
 def build_cluster_config(
-    config: EnvironmentConfig, seeds: Sequence[NodeInstance], *, cluster_thumbprint: str, admin_thumbprint: str
+    config: EnvironmentConfig, seeds: Sequence[SeedPlacement], *, cluster_thumbprint: str, admin_thumbprint: str
 ) -> dict:
     """ClusterConfig.json for the seeds; scaling nodes join later with AddNode.ps1."""
     settings = config.service_fabric
     nodes = [
         {
-            "nodeName": seed.seed_name,
-            "iPAddress": seed.seed_ip,
+            "nodeName": seed.name,
+            "iPAddress": seed.address,
             "nodeTypeRef": SEED_NODE_TYPE,
-            "faultDomain": f"fd:/{config.region}/{seed.availability_zone}",
-            "upgradeDomain": f"UD{seed.seed_name.rsplit('-', 1)[-1]}",
+            "faultDomain": seed.fault_domain,
+            "upgradeDomain": seed.upgrade_domain,
         }
-        for seed in sorted(seeds, key=lambda s: int(s.seed_name.rsplit("-", 1)[-1]))
+        for seed in sorted(seeds, key=lambda s: s.index)
     ]
     certificate = {"Thumbprint": cluster_thumbprint, "X509StoreName": "My"}
     return {
@@ -119,25 +119,24 @@ def build_cluster_config(
     }
 
 
-def running_seeds(config: EnvironmentConfig, instances: Sequence[NodeInstance]) -> list[NodeInstance]:
-    """The seeds to build the cluster from, refusing anything that would make a wrong cluster."""
+def seed_instances(
+    config: EnvironmentConfig, seeds: Sequence[SeedPlacement], instances: Sequence[NodeInstance]
+) -> dict[str, NodeInstance]:
+    """Seed name -> its running instance, refusing unless every seed runs at its fixed address."""
     expected = config.service_fabric.seed_node_count
-    seeds = [i for i in instances if i.node_type == SEED_NODE_TYPE and i.state == "running"]
+    if len(seeds) != expected:
+        raise ToolError(f"the stack has {len(seeds)} seed(s), config says {expected}; deploy the stack first")
+    running = {i.node_name: i for i in instances if i.node_type == SEED_NODE_TYPE and i.state == "running"}
+    problems = []
     for seed in seeds:
-        if not seed.seed_ip:
-            raise ToolError(
-                f"seed instance {seed.instance_id} has no private IP on its seed network interface yet "
-                f"(not attached?); see C:\\ServiceFabric\\Logs\\prepare-node.log on it"
-            )
-    names = sorted(s.seed_name for s in seeds)
-    wanted = [seed_node_name(i) for i in range(expected)]
-    if len(seeds) != expected or names != wanted:
-        missing = sorted(set(wanted) - set(names))
-        raise ToolError(
-            f"found {len(seeds)} running seed instance(s) of {service_fabric_cluster_name(config)}, config says "
-            f"{expected}" + (f" (missing: {', '.join(missing)})" if missing else f" (names: {', '.join(names)})")
-        )
-    return seeds
+        instance = running.get(seed.name)
+        if instance is None:
+            problems.append(f"{seed.name} has no running instance")
+        elif instance.primary_ip != seed.address:
+            problems.append(f"{seed.name} ({instance.instance_id}) runs at {instance.primary_ip}, not {seed.address}")
+    if problems:
+        raise ToolError(f"cannot create {service_fabric_cluster_name(config)}: " + "; ".join(problems))
+    return {seed.name: running[seed.name] for seed in seeds}
 
 
 class Bootstrap:
@@ -147,10 +146,6 @@ class Bootstrap:
         self.ec2 = session.client("ec2")
         self.secrets = session.client("secretsmanager")
         self.ssm = session.client("ssm")
-
-    def tag_node_names(self, seeds: Sequence[NodeInstance]) -> None:
-        for seed in seeds:
-            self.ec2.create_tags(Resources=[seed.instance_id], Tags=[{"Key": NODE_NAME_TAG, "Value": seed.seed_name}])
 
     def send_create(self, document: str, instance_id: str, cluster_config: dict, timeout_s: int) -> str:
         encoded = base64.b64encode(json.dumps(cluster_config).encode()).decode()
@@ -194,32 +189,54 @@ def wait_for_command(
         sleep(poll_interval_s)
 
 
-def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
-    config = load_environment(read_environments(), args.env)
-    aws = Bootstrap(session_factory(config.region))
-    seeds = running_seeds(config, node_instances(aws.ec2, service_fabric_cluster_name(config)))
-    settings = config.service_fabric
-    cluster_config = build_cluster_config(
-        config,
-        seeds,
-        cluster_thumbprint=thumbprint(read_certificate_secret(aws.secrets, settings.cluster_certificate_secret)["certificate"]),
-        admin_thumbprint=thumbprint(read_certificate_secret(aws.secrets, settings.admin_certificate_secret)["certificate"]),
-    )
+def placeholder_thumbprint(secret: str) -> str:
+    return f"<thumbprint of the certificate in secret {secret}>"
+
+
+def write_cluster_config(args: argparse.Namespace, config: EnvironmentConfig, cluster_config: dict) -> None:
     output = args.output or REPO / "cluster-config" / f"{config.name}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(cluster_config, indent=2) + "\n")
     for node in cluster_config["nodes"]:
         print(f"{node['nodeName']}: {node['iPAddress']} {node['faultDomain']} {node['upgradeDomain']}")
     print(f"wrote {output}")
-    if args.dry_run:
-        print("dry run: no tags written, no command sent")
-        return 0
 
-    first = next(s for s in seeds if s.seed_name == seed_node_name(0))
-    aws.tag_node_names(seeds)
-    document = create_cluster_document_name(config)
+
+def dry_run(args: argparse.Namespace, config: EnvironmentConfig) -> int:
+    outputs = synthesized_outputs(args.cdk_out, service_fabric_stack_name(config))
+    cluster_config = build_cluster_config(
+        config,
+        outputs.seeds,
+        cluster_thumbprint=placeholder_thumbprint(outputs.get("ClusterCertificateSecret")),
+        admin_thumbprint=placeholder_thumbprint(outputs.get("AdminCertificateSecret")),
+    )
+    write_cluster_config(args, config, cluster_config)
+    print(f"dry run from {outputs.source}: no AWS call made; thumbprints are read from the secrets by a real run")
+    return 0
+
+
+def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
+    config = load_environment(read_environments(), args.env)
+    if args.dry_run:
+        return dry_run(args, config)
+    session = session_factory(config.region)
+    aws = Bootstrap(session)
+    outputs: ClusterOutputs = deployed_outputs(session.client("cloudformation"), service_fabric_stack_name(config))
+    seeds = outputs.seeds
+    instances = seed_instances(config, seeds, node_instances(aws.ec2, service_fabric_cluster_name(config)))
+    cluster_config = build_cluster_config(
+        config,
+        seeds,
+        cluster_thumbprint=thumbprint(read_certificate_secret(aws.secrets, outputs.get("ClusterCertificateSecret"))["certificate"]),
+        admin_thumbprint=thumbprint(read_certificate_secret(aws.secrets, outputs.get("AdminCertificateSecret"))["certificate"]),
+    )
+    write_cluster_config(args, config, cluster_config)
+
+    first_seed = min(seeds, key=lambda s: s.index)
+    first = instances[first_seed.name]
+    document = outputs.get("CreateClusterDocumentName")
     command_id = aws.send_create(document, first.instance_id, cluster_config, int(args.timeout))
-    print(f"sent {document} to {first.instance_id} ({first.seed_name}), command {command_id}")
+    print(f"sent {document} to {first.instance_id} ({first_seed.name}), command {command_id}")
     status, out, err = wait_for_command(
         aws, command_id, first.instance_id, timeout_s=args.timeout, poll_interval_s=args.poll_interval
     )
@@ -242,7 +259,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, help="where to write ClusterConfig.json (default cluster-config/<env>.json)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for cluster creation (default 3600)")
     parser.add_argument("--poll-interval", type=float, default=15.0, help="seconds between status lines (default 15)")
-    parser.add_argument("--dry-run", action="store_true", help="write ClusterConfig.json only; tag nothing, send nothing")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="no AWS credentials needed: write ClusterConfig.json from the synthesized template (make synth "
+        "ENV=<env>) with placeholder thumbprints; send nothing",
+    )
+    parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out", help="synthesized templates for --dry-run (default cdk.out)")
     return parser.parse_args(argv)
 
 

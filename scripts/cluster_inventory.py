@@ -1,14 +1,19 @@
-"""What the Service Fabric operator tools share: the cluster's node instances as EC2 sees them, the
-certificate secrets, and how a tool reports a failure (one line, no traceback).
+"""What the Service Fabric operator tools share: the cluster as its stack outputs describe it, the
+node instances as EC2 sees them, the certificate secrets, and how a tool reports a failure (one
+line, no traceback).
 
-Node identity: every node instance carries `sf:cluster` and `sf:nodetype` tags (from its Auto
-Scaling group) and, once it is a member, `sf:nodename`. A seed node's address in the cluster is
-the fixed address of its persistent network interface (tagged with the seed's name), not the
-instance's own primary address.
+The stack outputs (ClusterOutputs) come from CloudFormation for a deployed environment, or from
+the synthesized template in cdk.out for a dry run without credentials; only the endpoints are
+unknown until deployment.
+
+Node identity: every node instance carries `sf:cluster` and `sf:nodetype` tags and, once it is a
+member, `sf:nodename` (a seed has its name from the stack). A node's address in the cluster is the
+instance's primary private address; a seed's is fixed by the stack (the `Seeds` output).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -21,6 +26,9 @@ for path in (REPO, REPO / "lambdas"):
         sys.path.insert(0, str(path))
 
 from stacks.naming import CLUSTER_TAG, NODE_NAME_TAG, NODE_TYPE_TAG  # noqa: E402
+from stacks.seed_addresses import SeedPlacement, seeds_from_output  # noqa: E402
+
+SERVICE_FABRIC_STACK_PART = "ServiceFabric"
 
 CERTIFICATE_KEYS = ("certificate", "private_key", "pfx", "pfx_password")
 
@@ -36,28 +44,70 @@ class NodeInstance:
     availability_zone: str
     primary_ip: str
     node_type: str
-    node_name: str  # the sf:nodename tag, '' before the node joined
-    seed_name: str = ""  # name on the attached seed interface, '' for scaling nodes
-    seed_ip: str = ""
+    node_name: str  # the sf:nodename tag: a seed's from the stack, a scaling node's once it joined
     tags: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def node_address(self) -> str:
         """The address the cluster knows the node by."""
-        return self.seed_ip or self.primary_ip
+        return self.primary_ip
+
+
+@dataclass(frozen=True)
+class ClusterOutputs:
+    """The Service Fabric stack's outputs (stacks/service_fabric_stack.py)."""
+
+    stack_name: str
+    source: str  # where they were read, for messages
+    values: dict[str, str]
+
+    def get(self, key: str) -> str:
+        value = self.values.get(key)
+        if not value:
+            raise ToolError(f"{self.source} has no output {key}" + (
+                " (known only once deployed)" if key in self.unresolved else "; redeploy the stack"
+            ))
+        return value
+
+    @property
+    def unresolved(self) -> set[str]:
+        return {k for k, v in self.values.items() if v == ""}
+
+    @property
+    def seeds(self) -> list[SeedPlacement]:
+        try:
+            return seeds_from_output(self.get("Seeds"))
+        except (TypeError, ValueError) as error:
+            raise ToolError(f"{self.source}: output Seeds is not the seed list this tool knows: {error}") from None
+
+
+def deployed_outputs(cloudformation, stack_name: str) -> ClusterOutputs:
+    try:
+        (stack,) = cloudformation.describe_stacks(StackName=stack_name)["Stacks"]
+    except cloudformation.exceptions.ClientError as error:
+        if "does not exist" in str(error):
+            raise ToolError(f"stack {stack_name} is not deployed in this account and region; run make deploy") from None
+        raise
+    values = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    return ClusterOutputs(stack_name, f"stack {stack_name}", values)
+
+
+def synthesized_outputs(cdk_out: Path, stack_name: str) -> ClusterOutputs:
+    """Outputs of the synthesized template; those that are references (endpoints) map to ''."""
+    path = cdk_out / f"{stack_name}.template.json"
+    if not path.exists():
+        raise ToolError(f"{path} does not exist; run make synth ENV=<env> first")
+    outputs = json.loads(path.read_text()).get("Outputs", {})
+    values = {k: o["Value"] if isinstance(o["Value"], str) else "" for k, o in outputs.items()}
+    return ClusterOutputs(stack_name, str(path.relative_to(REPO) if path.is_relative_to(REPO) else path), values)
+
+
+def service_fabric_stack_name(config) -> str:
+    return f"{config.stack_prefix}-{SERVICE_FABRIC_STACK_PART}"
 
 
 def node_instances(ec2, cluster_name: str) -> list[NodeInstance]:
     """Every instance of the cluster EC2 still lists (terminated ones for a while), by id."""
-    interfaces: dict[str, tuple[str, str]] = {}
-    for page in ec2.get_paginator("describe_network_interfaces").paginate(
-        Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster_name]}]
-    ):
-        for interface in page["NetworkInterfaces"]:
-            tags = {t["Key"]: t["Value"] for t in interface.get("TagSet", [])}
-            attached_to = (interface.get("Attachment") or {}).get("InstanceId")
-            if attached_to and tags.get(NODE_NAME_TAG):
-                interfaces[attached_to] = (tags[NODE_NAME_TAG], interface.get("PrivateIpAddress", ""))
     found = []
     for page in ec2.get_paginator("describe_instances").paginate(
         Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster_name]}]
@@ -65,7 +115,6 @@ def node_instances(ec2, cluster_name: str) -> list[NodeInstance]:
         for reservation in page["Reservations"]:
             for item in reservation["Instances"]:
                 tags = {t["Key"]: t["Value"] for t in item.get("Tags", [])}
-                seed_name, seed_ip = interfaces.get(item["InstanceId"], ("", ""))
                 found.append(
                     NodeInstance(
                         instance_id=item["InstanceId"],
@@ -74,8 +123,6 @@ def node_instances(ec2, cluster_name: str) -> list[NodeInstance]:
                         primary_ip=item.get("PrivateIpAddress", ""),
                         node_type=tags.get(NODE_TYPE_TAG, ""),
                         node_name=tags.get(NODE_NAME_TAG, ""),
-                        seed_name=seed_name,
-                        seed_ip=seed_ip,
                         tags=tags,
                     )
                 )
@@ -104,6 +151,52 @@ def thumbprint(certificate_pem: str) -> str:
         return certificate_thumbprint(certificate_pem)
     except ValueError as error:
         raise ToolError(str(error)) from None
+
+
+def add_gateway_arguments(parser: argparse.ArgumentParser) -> None:
+    """How a tool reaches the HTTP gateway; every default comes from the stack outputs of --env."""
+    parser.add_argument("--endpoint", help="HTTP gateway, https://HOST:19080 (default: the stack's HttpGatewayEndpoint output)")
+    parser.add_argument("--client-cert", metavar="PEM", help="admin client certificate (default: from the admin certificate secret)")
+    parser.add_argument("--client-key", metavar="PEM", help="its private key")
+    verify = parser.add_mutually_exclusive_group()
+    verify.add_argument("--ca-bundle", metavar="PEM", help="verify the gateway against this CA bundle")
+    verify.add_argument(
+        "--server-thumbprint", metavar="HEX", help="pin this gateway certificate thumbprint (default: the cluster certificate's)"
+    )
+    verify.add_argument("--insecure", action="store_true", help="do not verify the gateway (testing only)")
+
+
+def gateway_client(args: argparse.Namespace, outputs: ClusterOutputs, secrets_client_factory: Callable[[], object]):
+    """The REST client, its certificate files, and a cleanup for the files it wrote."""
+    from sf_rest import ServiceFabricClient, remove_client_certificate, write_client_certificate
+
+    secrets = None
+    if args.client_cert and args.client_key:
+        certificate, cleanup = (args.client_cert, args.client_key), (lambda: None)
+    elif args.client_cert or args.client_key:
+        raise ToolError("pass both --client-cert and --client-key, or neither (to use the admin certificate secret)")
+    else:
+        secrets = secrets_client_factory()
+        admin = read_certificate_secret(secrets, outputs.get("AdminCertificateSecret"))
+        written = write_client_certificate(admin["certificate"], admin["private_key"])
+        certificate, cleanup = written, (lambda: remove_client_certificate(written))
+    verification: dict = {}
+    if args.ca_bundle:
+        verification["ca_bundle"] = args.ca_bundle
+    elif args.insecure:
+        verification["insecure"] = True
+    else:
+        secrets = secrets or secrets_client_factory()
+        cluster = read_certificate_secret(secrets, outputs.get("ClusterCertificateSecret"))
+        verification["server_thumbprint"] = args.server_thumbprint or thumbprint(cluster["certificate"])
+    try:
+        client = ServiceFabricClient(
+            args.endpoint or outputs.get("HttpGatewayEndpoint"), client_certificate=certificate, **verification
+        )
+    except ValueError as error:
+        cleanup()
+        raise ToolError(str(error)) from None
+    return client, cleanup
 
 
 def aws_session(region: str):

@@ -7,8 +7,9 @@ to its instance by the instance's `sf:nodename` tag, else by address. Flagged:
   ZOMBIE      a node that is Down and has no running instance (the reaper's work, or stuck);
   NOT JOINED  a running instance the cluster does not know (a join that never happened).
 
-By default the admin client certificate comes from its secret and the gateway is verified by the
-cluster certificate's thumbprint (from the cluster certificate secret).
+The HTTP gateway endpoint and the certificate secrets' names come from the stack outputs of
+--env. By default the admin client certificate comes from its secret and the gateway is verified
+by the cluster certificate's thumbprint (from the cluster certificate secret).
 
 Exit codes: 0 every node and instance accounted for; 1 something flagged; 2 bad input or errors.
 """
@@ -26,13 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.cluster_inventory import (  # noqa: E402
     NodeInstance,
-    ToolError,
+    add_gateway_arguments,
     aws_session,
+    deployed_outputs,
     format_table,
+    gateway_client,
     node_instances,
-    read_certificate_secret,
     run_tool,
-    thumbprint,
+    service_fabric_stack_name,
 )
 from stacks.config import load_environment, read_environments  # noqa: E402
 from stacks.naming import service_fabric_cluster_name  # noqa: E402
@@ -56,7 +58,7 @@ class StatusRow:
 
 
 def join_nodes_and_instances(nodes, instances: Sequence[NodeInstance]) -> list[StatusRow]:
-    by_name = {i.node_name or i.seed_name: i for i in instances if i.node_name or i.seed_name}
+    by_name = {i.node_name: i for i in instances if i.node_name}
     by_address: dict[str, NodeInstance] = {}
     for instance in instances:
         # A live instance wins an address over a terminated one that once had it.
@@ -110,42 +112,11 @@ def render(rows: Sequence[StatusRow]) -> str:
     return f"{table}\n{len(rows)} row(s): {zombies} zombie node(s), {unjoined} instance(s) not joined"
 
 
-def gateway_client(args: argparse.Namespace, config, secrets_client_factory: Callable[[], object]):
-    """The REST client, its certificate files, and a cleanup for the files it wrote."""
-    from sf_rest import ServiceFabricClient, remove_client_certificate, write_client_certificate
-
-    settings = config.service_fabric
-    secrets = None
-    if args.client_cert and args.client_key:
-        certificate, cleanup = (args.client_cert, args.client_key), (lambda: None)
-    elif args.client_cert or args.client_key:
-        raise ToolError("pass both --client-cert and --client-key, or neither (to use the admin certificate secret)")
-    else:
-        secrets = secrets_client_factory()
-        admin = read_certificate_secret(secrets, settings.admin_certificate_secret)
-        written = write_client_certificate(admin["certificate"], admin["private_key"])
-        certificate, cleanup = written, (lambda: remove_client_certificate(written))
-    verification: dict = {}
-    if args.ca_bundle:
-        verification["ca_bundle"] = args.ca_bundle
-    elif args.insecure:
-        verification["insecure"] = True
-    else:
-        secrets = secrets or secrets_client_factory()
-        cluster = read_certificate_secret(secrets, settings.cluster_certificate_secret)
-        verification["server_thumbprint"] = args.server_thumbprint or thumbprint(cluster["certificate"])
-    try:
-        client = ServiceFabricClient(args.endpoint, client_certificate=certificate, **verification)
-    except ValueError as error:
-        cleanup()
-        raise ToolError(str(error)) from None
-    return client, cleanup
-
-
 def status(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
     config = load_environment(read_environments(), args.env)
     session = session_factory(config.region)
-    client, cleanup = gateway_client(args, config, lambda: session.client("secretsmanager"))
+    outputs = deployed_outputs(session.client("cloudformation"), service_fabric_stack_name(config))
+    client, cleanup = gateway_client(args, outputs, lambda: session.client("secretsmanager"))
     try:
         with client:
             nodes = client.get_node_info_list(status_filter="all")
@@ -167,14 +138,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         epilog="Exit codes: 0 all accounted for; 1 something flagged; 2 bad input or errors. Changes nothing.",
     )
     parser.add_argument("--env", required=True, help="environment name in cdk.json")
-    parser.add_argument("--endpoint", required=True,
-                        help="HTTP gateway, e.g. https://<ExplorerUrl host>:19080 (the stack's ExplorerUrl output)")
-    parser.add_argument("--client-cert", help="admin client certificate PEM (default: from the admin certificate secret)")
-    parser.add_argument("--client-key", help="its private key PEM")
-    verify = parser.add_mutually_exclusive_group()
-    verify.add_argument("--ca-bundle", help="verify the gateway against this CA bundle")
-    verify.add_argument("--server-thumbprint", help="pin this gateway certificate thumbprint")
-    verify.add_argument("--insecure", action="store_true", help="do not verify the gateway (testing only)")
+    add_gateway_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     return parser.parse_args(argv)
 

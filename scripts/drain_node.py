@@ -88,7 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[1].replace("\n", " "),
         epilog=__doc__.split("\n\n")[2].replace("\n", " "),
     )
-    parser.add_argument("--endpoint", required=True, help="HTTP gateway, https://HOST:19080")
+    parser.add_argument(
+        "--env",
+        help="environment name in cdk.json: the endpoint, certificates and region come from its stack outputs "
+        "and secrets (each flag below still overrides)",
+    )
+    parser.add_argument("--endpoint", help="HTTP gateway, https://HOST:19080 (required without --env)")
     parser.add_argument("--node", required=True, help="Service Fabric node name to drain")
     parser.add_argument("--client-cert", metavar="PEM", help="admin client certificate")
     parser.add_argument("--client-key", metavar="PEM", help="its private key")
@@ -136,11 +141,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         path = getattr(args, flag)
         if path and not Path(path).is_file():
             raise UsageError(f"--{flag.replace('_', '-')} {path}: no such file")
-    scheme = urlsplit(args.endpoint).scheme
-    if scheme not in ("http", "https") or not urlsplit(args.endpoint).netloc:
-        raise UsageError(f"--endpoint must be https://HOST:PORT, got {args.endpoint!r}")
-    if scheme == "https" and not (args.ca_bundle or args.server_thumbprint or args.insecure):
-        raise UsageError("an https endpoint needs --ca-bundle PEM, --server-thumbprint HEX or --insecure")
+    if not (args.env or args.endpoint):
+        raise UsageError("give --env ENV (the cluster from its stack outputs) or --endpoint https://HOST:19080")
+    if args.endpoint:
+        scheme = urlsplit(args.endpoint).scheme
+        if scheme not in ("http", "https") or not urlsplit(args.endpoint).netloc:
+            raise UsageError(f"--endpoint must be https://HOST:PORT, got {args.endpoint!r}")
+        if scheme == "https" and not (args.env or args.ca_bundle or args.server_thumbprint or args.insecure):
+            raise UsageError("an https endpoint needs --ca-bundle PEM, --server-thumbprint HEX or --insecure")
     if args.server_thumbprint:
         try:
             normalise_thumbprint(args.server_thumbprint)  # the check the client makes itself
@@ -348,6 +356,30 @@ def dry_run(client: ServiceFabricClient, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def connect(args: argparse.Namespace) -> tuple[ServiceFabricClient, Callable[[], None]]:
+    """The gateway client and a cleanup for any certificate files written for it."""
+    if not args.env:
+        cert = (args.client_cert, args.client_key) if args.client_cert else None
+        client = ServiceFabricClient(
+            args.endpoint,
+            client_certificate=cert,
+            ca_bundle=args.ca_bundle,
+            server_thumbprint=args.server_thumbprint,
+            insecure=args.insecure,
+        )
+        return client, lambda: None
+    # With --env, the operator tools' shared lookups: stack outputs, then the certificate secrets.
+    sys.path.insert(0, str(LAMBDAS.parent))
+    from scripts.cluster_inventory import aws_session, deployed_outputs, gateway_client, service_fabric_stack_name
+    from stacks.config import load_environment, read_environments
+
+    config = load_environment(read_environments(), args.env)
+    args.region = args.region or config.region
+    session = aws_session(config.region)
+    outputs = deployed_outputs(session.client("cloudformation"), service_fabric_stack_name(config))
+    return gateway_client(args, outputs, lambda: session.client("secretsmanager"))
+
+
 def make_fabric_host(args: argparse.Namespace) -> FabricHost | None:
     if not args.instance_id:
         return None
@@ -387,15 +419,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.insecure:
         warnings.filterwarnings("ignore", message="Unverified HTTPS request")
         say("warning: --insecure: the gateway's certificate is not verified")
-    cert = (args.client_cert, args.client_key) if args.client_cert else None
+    cleanup: Callable[[], None] = lambda: None
     try:
-        with ServiceFabricClient(
-            args.endpoint,
-            client_certificate=cert,
-            ca_bundle=args.ca_bundle,
-            server_thumbprint=args.server_thumbprint,
-            insecure=args.insecure,
-        ) as client:
+        client, cleanup = connect(args)
+        with client:
             early = precheck(client, args.node)
             if early is not None:
                 return early
@@ -410,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail(
             EXIT_FAILED,
             "error",
-            f"TLS with {args.endpoint} failed (check "
+            f"TLS with {args.endpoint or 'the gateway'} failed (check "
             f"{'--server-thumbprint' if args.server_thumbprint else '--ca-bundle'} "
             f"and the client certificate): {err.message or err.code}",
         )
@@ -421,7 +448,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return fail(EXIT_INTERRUPTED, "interrupted", "re-run to pick up where the node is")
     except Exception as err:  # noqa: BLE001 - an operator tool ends with one line, not a traceback
+        if type(err).__name__ in ("ToolError", "ConfigError"):  # worded for the operator already
+            return fail(EXIT_FAILED, "error", err)
         return fail(EXIT_FAILED, "error", f"{type(err).__name__}: {err}")
+    finally:
+        cleanup()
 
 
 if __name__ == "__main__":

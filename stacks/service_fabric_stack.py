@@ -43,6 +43,7 @@ from stacks.naming import (
     service_fabric_cluster_name,
 )
 from stacks.removal import removal_policy
+from stacks.seed_addresses import seed_nodes_output
 
 
 class ServiceFabricStack(Stack):
@@ -254,4 +255,12 @@ class ServiceFabricStack(Stack):
         CfnOutput(self, "ApplicationEndpoint", value=self.applications.dns_name,
                   description=f"Application load balancer, TCP {', '.join(map(str, settings.application_ports))}")
         CfnOutput(self, "ScalingGroupName", value=self.scaling.group.auto_scaling_group_name)
-        CfnOutput(self, "SeedAddresses", value=",".join(f"{p.name}={p.address}" for p in self.seeds.placements))
+        # What scripts/cluster_inventory.py reads (ClusterOutputs): operator tools find the cluster
+        # from --env alone. All but the endpoints are literal, so a dry run reads them from cdk.out.
+        CfnOutput(self, "HttpGatewayEndpoint", value=f"https://{self.management.dns_name}:{HTTP_GATEWAY_PORT}",
+                  description="Service Fabric HTTP gateway for operator tools (admin client certificate)")
+        CfnOutput(self, "Seeds", value=seed_nodes_output(self.seeds.placements),
+                  description="Seed nodes: name, fixed address, zone, fault and upgrade domain (JSON)")
+        CfnOutput(self, "ClusterCertificateSecret", value=settings.cluster_certificate_secret)
+        CfnOutput(self, "AdminCertificateSecret", value=settings.admin_certificate_secret)
+        CfnOutput(self, "CreateClusterDocumentName", value=create_cluster_document_name(config))

@@ -31,7 +31,6 @@ snapshotted by Data Lifecycle Manager.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from aws_cdk import CfnTag, Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -44,8 +43,8 @@ from constructs import Construct
 
 from stacks.compliance import acknowledge, managed_policy_finding
 from stacks.constructs.node_instance import NodeRole, node_launch_template
-from stacks.naming import CLUSTER_TAG, NODE_NAME_TAG, NODE_TYPE_TAG, SEED_NODE_TYPE, seed_node_name
-from stacks.seed_addresses import seed_block
+from stacks.naming import CLUSTER_TAG, NODE_NAME_TAG, NODE_TYPE_TAG, SEED_NODE_TYPE
+from stacks.seed_addresses import plan_seeds
 
 SNAPSHOT_TAG = "sf:snapshots"
 # Seeds keep the launch template version they were created from (see the module docstring).
@@ -66,39 +65,6 @@ def instance_metric(instance_id: str, metric_name: str) -> cloudwatch.Metric:
         statistic="Maximum",
         period=Duration.minutes(1),
     )
-
-
-@dataclass(frozen=True)
-class SeedPlacement:
-    index: int
-    name: str
-    zone_index: int
-    availability_zone: str
-    address: str
-    fault_domain: str
-    upgrade_domain: str
-
-
-def plan_seeds(count: int, zones: Sequence[tuple[str, str]], region: str) -> list[SeedPlacement]:
-    """Seed `i` in zone `i % len(zones)`; `zones` lists (availability zone, private subnet CIDR)."""
-    placements = []
-    for index in range(count):
-        zone_index, slot = index % len(zones), index // len(zones)
-        zone, cidr = zones[zone_index]
-        placements.append(
-            SeedPlacement(
-                index=index,
-                name=seed_node_name(index),
-                zone_index=zone_index,
-                availability_zone=zone,
-                address=str(seed_block(cidr)[slot]),
-                # A zone is what fails together on AWS; the spread placement group keeps two
-                # seeds of one zone off the same rack. Upgrade domains are one per seed.
-                fault_domain=f"fd:/{region}/{zone}",
-                upgrade_domain=f"UD{index}",
-            )
-        )
-    return placements
 
 
 class SeedNodes(Construct):

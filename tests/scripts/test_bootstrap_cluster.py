@@ -1,5 +1,7 @@
 """scripts/bootstrap_cluster.py against moto's EC2, Secrets Manager and SSM, with the seed topology
-of the synthesized prod template (its seed interfaces, addresses and subnets)."""
+of the synthesized prod template (its Seeds output, the network stack's subnets), and the stack
+outputs served by CloudFormation's DescribeStacks through botocore's Stubber (which checks the
+request and the response against the real API model)."""
 
 from __future__ import annotations
 
@@ -14,30 +16,38 @@ from scripts import bootstrap_cluster
 from scripts.cluster_inventory import thumbprint
 from stacks.constructs.node_scripts import render_create_cluster_document
 from tests.conftest import REPO
+from tests.scripts.stack_outputs import StubbedStackSession
 from tests.sf_emulator.certs import make_pki
 
 REGION = "eu-west-1"
 CLUSTER = "telemetry-prod-sf"
 DOCUMENT = "telemetry-prod-create-sf-cluster"
+STACK = "Telemetry-prod-ServiceFabric"
+GATEWAY = "https://telemetry-prod-mgmt-0123456789.elb.eu-west-1.amazonaws.com:19080"
 
 
 def template_seeds(synthesized) -> list[dict]:
-    """(name, address, subnet CIDR, zone) of every seed interface in the synthesized prod stacks."""
-    network = synthesized("prod").stacks["network"]["Resources"]
-    service_fabric = synthesized("prod").stacks["service_fabric"]["Resources"]
-    seeds = []
-    for resource in service_fabric.values():
-        if resource["Type"] != "AWS::EC2::NetworkInterface":
-            continue
-        props = resource["Properties"]
-        (subnet,) = [r["Properties"] for k, r in network.items() if k in props["SubnetId"]["Fn::ImportValue"]]
-        seeds.append({
-            "name": next(t["Value"] for t in props["Tags"] if t["Key"] == "sf:nodename"),
-            "address": props["PrivateIpAddress"],
-            "cidr": subnet["CidrBlock"],
-            "zone": subnet["AvailabilityZone"],
-        })
-    return sorted(seeds, key=lambda s: s["name"])
+    """name, address, subnet CIDR and zone of every seed, from the synthesized prod stacks."""
+    subnets = {
+        r["Properties"]["AvailabilityZone"]: r["Properties"]["CidrBlock"]
+        for r in synthesized("prod").stacks["network"]["Resources"].values()
+        if r["Type"] == "AWS::EC2::Subnet" and "Private" in json.dumps(r["Properties"]["Tags"])
+    }
+    seeds = json.loads(synthesized("prod").stacks["service_fabric"]["Outputs"]["Seeds"]["Value"])
+    return [
+        {"name": s["name"], "address": s["address"], "zone": s["availability_zone"], "cidr": subnets[s["availability_zone"]]}
+        for s in seeds
+    ]
+
+
+def deployed_outputs(synthesized) -> list[dict]:
+    """The outputs CloudFormation would return: the template's, references resolved to samples."""
+    outputs = synthesized("prod").stacks["service_fabric"]["Outputs"]
+    samples = {"HttpGatewayEndpoint": GATEWAY}
+    return [
+        {"OutputKey": k, "OutputValue": o["Value"] if isinstance(o["Value"], str) else samples.get(k, "sample")}
+        for k, o in outputs.items()
+    ]
 
 
 def secret(issued, **extra) -> str:
@@ -63,26 +73,22 @@ def aws(moto_session, synthesized, pki):
             subnets[seed["cidr"]] = ec2.create_subnet(
                 VpcId=vpc, CidrBlock=seed["cidr"], AvailabilityZone=seed["zone"]
             )["Subnet"]["SubnetId"]
-        cluster_tag = {"Key": "sf:cluster", "Value": CLUSTER}
-        interface = ec2.create_network_interface(
-            SubnetId=subnets[seed["cidr"]], PrivateIpAddress=seed["address"],
-            TagSpecifications=[{"ResourceType": "network-interface",
-                                "Tags": [cluster_tag, {"Key": "sf:nodename", "Value": seed["name"]}]}],
-        )["NetworkInterface"]["NetworkInterfaceId"]
-        instance = ec2.run_instances(
+        # As the stack launches them: the fixed address as the primary one, name and type tags.
+        seed["instance_id"] = ec2.run_instances(
             ImageId=image, MinCount=1, MaxCount=1, InstanceType="m6i.2xlarge", SubnetId=subnets[seed["cidr"]],
-            TagSpecifications=[{"ResourceType": "instance",
-                                "Tags": [cluster_tag, {"Key": "sf:nodetype", "Value": "PrimaryNodeType"}]}],
+            PrivateIpAddress=seed["address"],
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                {"Key": "sf:cluster", "Value": CLUSTER}, {"Key": "sf:nodetype", "Value": "PrimaryNodeType"},
+                {"Key": "sf:nodename", "Value": seed["name"]}]}],
         )["Instances"][0]["InstanceId"]
-        ec2.attach_network_interface(NetworkInterfaceId=interface, InstanceId=instance, DeviceIndex=1)
-        seed["instance_id"] = instance
     # A scaling node of the same cluster and a seed of another cluster: neither takes part.
     ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=next(iter(subnets.values())),
                       TagSpecifications=[{"ResourceType": "instance", "Tags": [
                           {"Key": "sf:cluster", "Value": CLUSTER}, {"Key": "sf:nodetype", "Value": "ScalingNodeType"}]}])
     ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=next(iter(subnets.values())),
                       TagSpecifications=[{"ResourceType": "instance", "Tags": [
-                          {"Key": "sf:cluster", "Value": "telemetry-dev-sf"}, {"Key": "sf:nodetype", "Value": "PrimaryNodeType"}]}])
+                          {"Key": "sf:cluster", "Value": "telemetry-dev-sf"}, {"Key": "sf:nodetype", "Value": "PrimaryNodeType"},
+                          {"Key": "sf:nodename", "Value": "seed-0"}]}])
     sm = session.client("secretsmanager")
     sm.create_secret(Name="telemetry-prod/service-fabric/cluster-certificate",
                      SecretString=secret(pki.server, node_admin_password="Sample-Passw0rd"))
@@ -94,7 +100,7 @@ def aws(moto_session, synthesized, pki):
     })
     session.client("ssm").create_document(Name=DOCUMENT, Content=json.dumps(content),
                                           DocumentType="Command", DocumentFormat="JSON")
-    yield session, seeds
+    yield StubbedStackSession(session, STACK, deployed_outputs(synthesized)), seeds
 
 
 def run(argv, session) -> int:
@@ -105,13 +111,6 @@ def sent_commands(session) -> list[dict]:
     sent: list[dict] = []
     session.events.register("provide-client-params.ssm.SendCommand", lambda params, **_: sent.append(dict(params)))
     return sent
-
-
-def node_name_tags(session, seeds) -> dict:
-    ids = [s["instance_id"] for s in seeds]
-    reservations = session.client("ec2").describe_instances(InstanceIds=ids)["Reservations"]
-    return {i["InstanceId"]: {t["Key"]: t["Value"] for t in i.get("Tags", [])}.get("sf:nodename")
-            for r in reservations for i in r["Instances"]}
 
 
 # The keys of Microsoft's ClusterConfig.X509.MultiMachine.json sample (apiVersion 10-2017).
@@ -125,13 +124,7 @@ SAMPLE_NODE_TYPE = {
 }
 
 
-def test_dry_run_writes_the_cluster_config_of_the_synthesized_topology(aws, pki, tmp_path, capsys):
-    session, seeds = aws
-    sent = sent_commands(session)
-    output = tmp_path / "ClusterConfig.json"
-    assert run(["--env", "prod", "--dry-run", "--output", str(output)], session) == 0
-    config = json.loads(output.read_text())
-
+def check_cluster_config(config, seeds, *, cluster_thumbprint, admin_thumbprint):
     assert set(config) == SAMPLE_TOP and set(config["properties"]) == SAMPLE_PROPERTIES
     assert (config["name"], config["apiVersion"], config["clusterConfigurationVersion"]) == (CLUSTER, "10-2017", "1.0.0")
     assert all(set(node) == SAMPLE_NODE for node in config["nodes"])
@@ -151,35 +144,59 @@ def test_dry_run_writes_the_cluster_config_of_the_synthesized_topology(aws, pki,
     security = config["properties"]["security"]
     assert (security["ClusterCredentialType"], security["ServerCredentialType"]) == ("X509", "X509")
     certificates = security["CertificateInformation"]
-    assert certificates["ClusterCertificate"] == {"Thumbprint": pki.server.sha1_thumbprint, "X509StoreName": "My"}
+    assert certificates["ClusterCertificate"] == {"Thumbprint": cluster_thumbprint, "X509StoreName": "My"}
     assert certificates["ServerCertificate"] == certificates["ClusterCertificate"]
-    assert certificates["ClientCertificateThumbprints"] == [
-        {"CertificateThumbprint": pki.client.sha1_thumbprint, "IsAdmin": True}
-    ]
+    assert certificates["ClientCertificateThumbprints"] == [{"CertificateThumbprint": admin_thumbprint, "IsAdmin": True}]
     (setup,) = config["properties"]["fabricSettings"]
     assert {p["name"]: p["value"] for p in setup["parameters"]} == {"FabricDataRoot": "D:\\SF", "FabricLogRoot": "D:\\SF\\Log"}
 
-    # Nothing changed: no tags, no command.
-    assert sent == []
-    assert set(node_name_tags(session, seeds).values()) == {None}
-    assert "dry run" in capsys.readouterr().out
+
+def test_dry_run_needs_no_credentials_and_writes_the_synthesized_topology(synthesized, monkeypatch, tmp_path, capsys):
+    """As the help says: from cdk.out alone. No session is ever asked for, and with no
+    credentials in the environment any AWS call would fail."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+
+    def no_session(region):
+        raise AssertionError("a dry run asked for an AWS session")
+
+    output = tmp_path / "ClusterConfig.json"
+    argv = ["--env", "prod", "--dry-run", "--output", str(output), "--cdk-out", str(synthesized("prod").outdir)]
+    assert bootstrap_cluster.main(argv, session_factory=no_session) == 0
+    check_cluster_config(
+        json.loads(output.read_text()), template_seeds(synthesized),
+        cluster_thumbprint="<thumbprint of the certificate in secret telemetry-prod/service-fabric/cluster-certificate>",
+        admin_thumbprint="<thumbprint of the certificate in secret telemetry-prod/service-fabric/admin-certificate>",
+    )
+    assert "no AWS call made" in capsys.readouterr().out
 
 
-def test_creates_the_cluster_on_seed_0_and_tags_every_seed(aws, tmp_path, capsys):
+def test_dry_run_without_a_synthesized_template_says_what_to_run(tmp_path, capsys):
+    argv = ["--env", "prod", "--dry-run", "--cdk-out", str(tmp_path)]
+    assert bootstrap_cluster.main(argv, session_factory=lambda region: None) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and line.endswith("does not exist; run make synth ENV=<env> first")
+
+
+def test_creates_the_cluster_on_seed_0_from_the_stack_outputs(aws, pki, tmp_path, capsys):
     session, seeds = aws
     sent = sent_commands(session)
     assert run(["--env", "prod", "--output", str(tmp_path / "c.json"), "--poll-interval", "0"], session) == 0
+    session.stubber.assert_no_pending_responses()  # the topology came from DescribeStacks
     (command,) = sent
     assert command["DocumentName"] == DOCUMENT
     assert command["InstanceIds"] == [seeds[0]["instance_id"]]
     sent_config = json.loads(base64.b64decode(command["Parameters"]["clusterConfig"][0]))
     assert sent_config == json.loads((tmp_path / "c.json").read_text())
-    assert node_name_tags(session, seeds) == {s["instance_id"]: s["name"] for s in seeds}
+    check_cluster_config(sent_config, seeds, cluster_thumbprint=pki.server.sha1_thumbprint,
+                         admin_thumbprint=pki.client.sha1_thumbprint)
     out = capsys.readouterr().out
     assert "create cluster on" in out and "created with 5 seed nodes" in out
 
 
-def refused(session, capsys, argv=("--env", "prod", "--dry-run")) -> str:
+def refused(session, capsys, argv=("--env", "prod")) -> str:
     assert run(list(argv), session) == 2
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err
@@ -187,22 +204,33 @@ def refused(session, capsys, argv=("--env", "prod", "--dry-run")) -> str:
     return line
 
 
-def test_refuses_when_the_seed_count_does_not_match_config(aws, capsys):
+def test_refuses_when_a_seed_is_not_running(aws, capsys):
     session, seeds = aws
     session.client("ec2").terminate_instances(InstanceIds=[seeds[4]["instance_id"]])
     line = refused(session, capsys)
-    assert line == f"error: found 4 running seed instance(s) of {CLUSTER}, config says 5 (missing: seed-4)"
+    assert line == f"error: cannot create {CLUSTER}: seed-4 has no running instance"
 
 
-def test_refuses_a_seed_without_its_address(aws, capsys):
+def test_refuses_a_seed_that_is_not_at_its_fixed_address(aws, capsys):
     session, seeds = aws
     ec2 = session.client("ec2")
-    interface = ec2.describe_network_interfaces(
-        Filters=[{"Name": "attachment.instance-id", "Values": [seeds[2]["instance_id"]]},
-                 {"Name": "tag:sf:nodename", "Values": ["seed-2"]}])["NetworkInterfaces"][0]
-    ec2.detach_network_interface(AttachmentId=interface["Attachment"]["AttachmentId"])
+    ec2.terminate_instances(InstanceIds=[seeds[2]["instance_id"]])
+    (subnet,) = ec2.describe_subnets(Filters=[{"Name": "cidr-block", "Values": [seeds[2]["cidr"]]}])["Subnets"]
+    stray = ec2.run_instances(
+        ImageId=ec2.describe_images()["Images"][0]["ImageId"], MinCount=1, MaxCount=1, SubnetId=subnet["SubnetId"],
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [
+            {"Key": "sf:cluster", "Value": CLUSTER}, {"Key": "sf:nodetype", "Value": "PrimaryNodeType"},
+            {"Key": "sf:nodename", "Value": "seed-2"}]}],
+    )["Instances"][0]
     line = refused(session, capsys)
-    assert f"seed instance {seeds[2]['instance_id']} has no private IP on its seed network interface" in line
+    assert line == (f"error: cannot create {CLUSTER}: seed-2 ({stray['InstanceId']}) runs at "
+                    f"{stray['PrivateIpAddress']}, not {seeds[2]['address']}")
+
+
+def test_an_environment_not_deployed_is_one_clear_line(aws, capsys):
+    session, _ = aws
+    line = refused(StubbedStackSession(session.session, STACK, None), capsys)
+    assert line == f"error: stack {STACK} is not deployed in this account and region; run make deploy"
 
 
 def test_a_missing_certificate_secret_is_one_clear_line(aws, capsys):
@@ -248,5 +276,5 @@ def test_thumbprint_is_windows_sha1_of_the_certificate(pki):
 def test_help_describes_every_option():
     result = subprocess.run([sys.executable, str(REPO / "scripts" / "bootstrap_cluster.py"), "--help"],
                             capture_output=True, text=True, check=True)
-    for option in ("--env", "--output", "--timeout", "--poll-interval", "--dry-run"):
+    for option in ("--env", "--output", "--timeout", "--poll-interval", "--dry-run", "--cdk-out"):
         assert option in result.stdout

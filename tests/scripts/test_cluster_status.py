@@ -11,9 +11,11 @@ import pytest
 
 from scripts import cluster_status
 from tests.conftest import REPO
+from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
 
 REGION = "eu-west-1"
 CLUSTER = "telemetry-dev-sf"
+STACK = "Telemetry-dev-ServiceFabric"
 
 
 def secret(issued) -> str:
@@ -21,9 +23,10 @@ def secret(issued) -> str:
 
 
 @pytest.fixture
-def aws(moto_session, sf_pki):
-    """EC2 as the emulated cluster has it: seeds on their seed interfaces, scale-0 running,
-    scale-1's instance terminated, and one running scaling instance that never joined."""
+def aws(moto_session, sf_pki, sf_emulator):
+    """EC2 as the emulated cluster has it: seeds at their fixed primary addresses, scale-0 running,
+    scale-1's instance terminated, and one running scaling instance that never joined; the stack
+    outputs name the emulator's gateway and the certificate secrets."""
     session = moto_session
     ec2 = session.client("ec2")
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
@@ -41,24 +44,25 @@ def aws(moto_session, sf_pki):
 
     ids = {}
     for index in range(3):
-        ids[f"seed-{index}"] = instance(seeds_subnet, "PrimaryNodeType", f"seed-{index}")
-        interface = ec2.create_network_interface(
-            SubnetId=seeds_subnet, PrivateIpAddress=f"10.0.1.{10 + index}",
-            TagSpecifications=[{"ResourceType": "network-interface", "Tags": [
-                {"Key": "sf:cluster", "Value": CLUSTER}, {"Key": "sf:nodename", "Value": f"seed-{index}"}]}],
-        )["NetworkInterface"]["NetworkInterfaceId"]
-        ec2.attach_network_interface(NetworkInterfaceId=interface, InstanceId=ids[f"seed-{index}"], DeviceIndex=1)
+        ids[f"seed-{index}"] = instance(seeds_subnet, "PrimaryNodeType", f"seed-{index}", f"10.0.1.{10 + index}")
     ids["scale-0"] = instance(nodes_subnet, "ScalingNodeType", "scale-0", "10.0.2.10")
     ids["scale-1"] = instance(nodes_subnet, "ScalingNodeType", "scale-1", "10.0.2.11")
     ids["never-joined"] = instance(nodes_subnet, "ScalingNodeType", ip="10.0.2.20")
     sm = session.client("secretsmanager")
     sm.create_secret(Name="telemetry-dev/service-fabric/cluster-certificate", SecretString=secret(sf_pki.server))
     sm.create_secret(Name="telemetry-dev/service-fabric/admin-certificate", SecretString=secret(sf_pki.client))
-    yield session, ids
+    outputs = outputs_list({
+        "HttpGatewayEndpoint": sf_emulator.endpoint,
+        "ClusterCertificateSecret": "telemetry-dev/service-fabric/cluster-certificate",
+        "AdminCertificateSecret": "telemetry-dev/service-fabric/admin-certificate",
+    })
+    yield session, ids, outputs
 
 
-def run(argv, session) -> int:
-    return cluster_status.main(argv, session_factory=lambda region: session)
+def run(argv, aws) -> int:
+    session, _, outputs = aws
+    stubbed = StubbedStackSession(session, STACK, outputs)
+    return cluster_status.main(argv, session_factory=lambda region: stubbed)
 
 
 def rows_by_node(output: str) -> dict[str, list[str]]:
@@ -68,11 +72,12 @@ def rows_by_node(output: str) -> dict[str, list[str]]:
 
 
 def test_flags_zombies_and_instances_that_never_joined(aws, sf_cluster, sf_emulator, capsys):
-    session, ids = aws
+    session, ids, _ = aws
     session.client("ec2").terminate_instances(InstanceIds=[ids["scale-1"]])
     sf_cluster.stop_host("scale-1")
-    # Defaults: admin certificate from its secret, gateway pinned to the cluster certificate.
-    assert run(["--env", "dev", "--endpoint", sf_emulator.endpoint], session) == 1
+    # Defaults: the gateway from the stack outputs, the admin certificate from its secret, the
+    # gateway pinned to the cluster certificate.
+    assert run(["--env", "dev"], aws) == 1
     out = capsys.readouterr().out
     rows = rows_by_node(out)
     assert set(rows) == {"seed-0", "seed-1", "seed-2", "scale-0", "scale-1", f"-{ids['never-joined']}"}
@@ -87,11 +92,11 @@ def test_flags_zombies_and_instances_that_never_joined(aws, sf_cluster, sf_emula
 
 
 def test_a_healthy_cluster_exits_0(aws, sf_emulator, sf_pki, capsys):
-    session, ids = aws
+    session, ids, _ = aws
     session.client("ec2").terminate_instances(InstanceIds=[ids["never-joined"]])
     argv = ["--env", "dev", "--endpoint", sf_emulator.endpoint, "--client-cert", sf_pki.client.cert_path,
             "--client-key", sf_pki.client.key_path, "--ca-bundle", sf_pki.ca_path, "--json"]
-    assert run(argv, session) == 0
+    assert run(argv, aws) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["node"] for r in rows] == ["seed-0", "seed-1", "seed-2", "scale-0", "scale-1"]
     assert not any(r["flag"] for r in rows)
@@ -100,25 +105,25 @@ def test_a_healthy_cluster_exits_0(aws, sf_emulator, sf_pki, capsys):
 
 
 def test_a_down_node_with_a_running_instance_is_not_a_zombie(aws, sf_cluster, sf_emulator, capsys):
-    session, _ = aws
+    session, _, _ = aws
     sf_cluster.stop_host("scale-0")
-    assert run(["--env", "dev", "--endpoint", sf_emulator.endpoint], session) == 1  # only the unjoined instance
+    assert run(["--env", "dev", "--endpoint", sf_emulator.endpoint], aws) == 1  # only the unjoined instance
     assert "ZOMBIE" not in capsys.readouterr().out
 
 
 def test_half_a_client_certificate_is_refused(aws, sf_emulator, sf_pki, capsys):
-    session, _ = aws
-    assert run(["--env", "dev", "--endpoint", sf_emulator.endpoint, "--client-cert", sf_pki.client.cert_path], session) == 2
+    session, _, _ = aws
+    assert run(["--env", "dev", "--endpoint", sf_emulator.endpoint, "--client-cert", sf_pki.client.cert_path], aws) == 2
     err = capsys.readouterr().err
     assert err.strip() == "error: pass both --client-cert and --client-key, or neither (to use the admin certificate secret)"
 
 
 def test_a_gateway_that_refuses_the_client_is_one_line(aws, sf_emulator, sf_pki, capsys):
-    session, _ = aws
+    session, _, _ = aws
     # The server certificate is no client certificate the gateway accepts.
     argv = ["--env", "dev", "--endpoint", sf_emulator.endpoint, "--client-cert", sf_pki.server.cert_path,
             "--client-key", sf_pki.server.key_path, "--ca-bundle", sf_pki.ca_path]
-    assert run(argv, session) == 2
+    assert run(argv, aws) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: Service Fabric call failed") and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1

@@ -811,3 +811,43 @@ def test_a_dry_run_picks_up_where_the_node_is(
     assert one_line(down.stderr).startswith("drain_node.py: error: scale-0 is Down")
     assert posts(sf_emulator) == []
     assert sf_cluster.upgrade_requests == []
+
+
+# -- 10. the cluster from --env ----------------------------------------------------------------
+
+
+def test_with_env_the_endpoint_and_certificates_come_from_the_stack_outputs(
+    run, moto_session, monkeypatch, sf_emulator, sf_pki
+):
+    """No --endpoint and no certificate flags: the gateway from the HttpGatewayEndpoint output
+    (DescribeStacks through botocore's Stubber), the admin certificate from its secret, the
+    gateway pinned to the cluster certificate's thumbprint."""
+    from scripts import cluster_inventory
+    from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
+
+    secrets = moto_session.client("secretsmanager")
+    for name, issued in (("cluster", sf_pki.server), ("admin", sf_pki.client)):
+        secrets.create_secret(
+            Name=f"telemetry-dev/service-fabric/{name}-certificate",
+            SecretString=json.dumps({"certificate": issued.cert_pem, "private_key": issued.key_pem,
+                                     "pfx": "cGZ4", "pfx_password": "pw"}),
+        )
+    stubbed = StubbedStackSession(moto_session, "Telemetry-dev-ServiceFabric", outputs_list({
+        "HttpGatewayEndpoint": sf_emulator.endpoint,
+        "ClusterCertificateSecret": "telemetry-dev/service-fabric/cluster-certificate",
+        "AdminCertificateSecret": "telemetry-dev/service-fabric/admin-certificate",
+    }))
+    monkeypatch.setattr(cluster_inventory, "aws_session", lambda region: stubbed)
+
+    result = run("--env", "dev", "--node", "scale-0", "--dry-run")
+    assert result.returncode == drain_node.EXIT_OK, result.stderr
+    assert "dry run: nothing was changed" in result.stdout
+    stubbed.stubber.assert_no_pending_responses()
+
+
+def test_without_env_or_endpoint_is_one_usage_line(run):
+    result = run("--node", "scale-0")
+    assert result.returncode == drain_node.EXIT_USAGE
+    assert one_line(result.stderr).endswith(
+        "give --env ENV (the cluster from its stack outputs) or --endpoint https://HOST:19080"
+    )

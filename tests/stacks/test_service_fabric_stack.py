@@ -341,7 +341,13 @@ def test_outputs_give_the_management_explorer_and_application_endpoints(synthesi
     assert '"https://"' in json.dumps(outputs["ExplorerUrl"]["Value"])
     assert ":19080/Explorer" in json.dumps(outputs["ExplorerUrl"]["Value"])
     assert "DNSName" in json.dumps(outputs["ApplicationEndpoint"]["Value"])
-    assert outputs["SeedAddresses"]["Value"] == ",".join(f"seed-{i}={a}" for i, a in enumerate(PROD_SEED_ADDRESSES))
+    assert '"https://"' in json.dumps(outputs["HttpGatewayEndpoint"]["Value"])
+    seeds = json.loads(outputs["Seeds"]["Value"])
+    assert [s["address"] for s in seeds] == PROD_SEED_ADDRESSES
+    assert [s["name"] for s in seeds] == [f"seed-{i}" for i in range(5)]
+    assert seeds[3]["fault_domain"] == seeds[0]["fault_domain"] != seeds[1]["fault_domain"]  # one per zone
+    assert outputs["ClusterCertificateSecret"]["Value"] == "telemetry-prod/service-fabric/cluster-certificate"
+    assert outputs["CreateClusterDocumentName"]["Value"] == "telemetry-prod-create-sf-cluster"
 
 
 def test_alarms_on_impaired_seeds_and_an_unreachable_management_endpoint(synthesized):

@@ -1,0 +1,35 @@
+"""A session whose CloudFormation DescribeStacks is answered by botocore's Stubber (request and
+response checked against the real API model), every other client being the session's own (moto)."""
+
+from __future__ import annotations
+
+from botocore.stub import Stubber
+
+
+def outputs_list(values: dict[str, str]) -> list[dict]:
+    return [{"OutputKey": k, "OutputValue": v} for k, v in values.items()]
+
+
+class StubbedStackSession:
+    """moto for EC2, Secrets Manager and SSM; DescribeStacks answered by a Stubber."""
+
+    def __init__(self, session, stack: str, outputs: list[dict] | None):
+        self.session, self.events = session, session.events
+        self.cloudformation = session.client("cloudformation")
+        self.stubber = Stubber(self.cloudformation)
+        if outputs is None:
+            self.stubber.add_client_error(
+                "describe_stacks", "ValidationError", f"Stack with id {stack} does not exist", 400,
+                expected_params={"StackName": stack},
+            )
+        else:
+            self.stubber.add_response(
+                "describe_stacks",
+                {"Stacks": [{"StackName": stack, "CreationTime": "2026-11-23T00:00:00Z",
+                             "StackStatus": "CREATE_COMPLETE", "Outputs": outputs}]},
+                {"StackName": stack},
+            )
+        self.stubber.activate()
+
+    def client(self, name):
+        return self.cloudformation if name == "cloudformation" else self.session.client(name)
