@@ -7,11 +7,11 @@ after bootstrap_cluster.py without --desired to bring the group to its configure
 sets that size instead (within the configured minimum and the group's maximum). It waits, printing
 progress, until
 the group has exactly that many instances in service, none still joining or draining in a
-lifecycle hook (Pending:Wait, Terminating:Wait, ...), and no scaling activity in progress. Seed
-groups are refused: seeds never scale.
+lifecycle hook (Pending:Wait, Terminating:Wait, ...), and no scaling activity in progress. Any
+group but a Service Fabric scaling node group (tag sf:nodetype ScalingNodeType) is refused.
 
 Exit codes: 0 steady at the desired size (or dry run); 1 not steady before the timeout;
-2 refused (outside min/max, a seed group, unknown group) or AWS errors.
+2 refused (outside min/max, not a scaling node group, unknown group) or AWS errors.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.cluster_inventory import ToolError, aws_session, run_tool  # noqa: E402
 from stacks.config import load_environment, read_environments  # noqa: E402
-from stacks.naming import NODE_TYPE_TAG, SEED_NODE_TYPE, scaling_group_name  # noqa: E402
+from stacks.naming import NODE_TYPE_TAG, SCALING_NODE_TYPE, scaling_group_name  # noqa: E402
 
 UNFINISHED_ACTIVITIES = {"PendingSpotBidPlacement", "WaitingForSpotInstanceRequestId", "WaitingForSpotInstanceId",
                          "WaitingForInstanceId", "PreInService", "InProgress", "WaitingForELBConnectionDraining",
@@ -44,7 +44,7 @@ class GroupState:
     desired: int
     lifecycle_states: tuple[str, ...]  # one per instance
     activities_in_progress: int
-    is_seed_group: bool
+    node_type: str  # its sf:nodetype tag
 
     @property
     def in_service(self) -> int:
@@ -85,7 +85,7 @@ class ScalingGroups:
             desired=group["DesiredCapacity"],
             lifecycle_states=tuple(i["LifecycleState"] for i in group.get("Instances", [])),
             activities_in_progress=sum(a["StatusCode"] in UNFINISHED_ACTIVITIES for a in activities),
-            is_seed_group=tags.get(NODE_TYPE_TAG) == SEED_NODE_TYPE,
+            node_type=tags.get(NODE_TYPE_TAG, ""),
         )
 
     def set_desired(self, name: str, desired: int) -> None:
@@ -99,8 +99,11 @@ class ScalingGroups:
 
 
 def check_request(state: GroupState, desired: int, minimum: int) -> None:
-    if state.is_seed_group:
-        raise ToolError(f"{state.name} is a seed node group; seeds never scale (one instance each, by design)")
+    if state.node_type != SCALING_NODE_TYPE:
+        raise ToolError(
+            f"{state.name} is not a Service Fabric scaling node group (sf:nodetype is "
+            f"'{state.node_type}', not {SCALING_NODE_TYPE}); only that group scales"
+        )
     if not minimum <= desired <= state.max_size:
         raise ToolError(f"{desired} is outside {state.name}'s limits {minimum}-{state.max_size}")
 

@@ -72,10 +72,6 @@ def seed_node_name(index: int) -> str:
     return f"seed-{index}"
 
 
-def seed_group_name(config: EnvironmentConfig, index: int) -> str:
-    return f"{service_fabric_cluster_name(config)}-{seed_node_name(index)}"
-
-
 def scaling_group_name(config: EnvironmentConfig) -> str:
     return f"{service_fabric_cluster_name(config)}-scaling"
 

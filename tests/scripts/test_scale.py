@@ -13,7 +13,7 @@ from tests.conftest import REPO
 
 REGION = "eu-west-1"
 SCALING = "telemetry-dev-sf-scaling"
-SEED = "telemetry-dev-sf-seed-0"
+OTHER = "telemetry-dev-other"  # a group of another node type
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def aws(moto_session):
     subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
     ec2.create_launch_template(LaunchTemplateName="nodes", LaunchTemplateData={"ImageId": image, "InstanceType": "m6i.xlarge"})
     autoscaling = session.client("autoscaling")
-    for name, node_type, size in ((SCALING, "ScalingNodeType", (0, 3, 1)), (SEED, "PrimaryNodeType", (1, 1, 1))):
+    for name, node_type, size in ((SCALING, "ScalingNodeType", (0, 3, 1)), (OTHER, "PrimaryNodeType", (1, 1, 1))):
         autoscaling.create_auto_scaling_group(
             AutoScalingGroupName=name, LaunchTemplate={"LaunchTemplateName": "nodes"}, VPCZoneIdentifier=subnet,
             MinSize=size[0], MaxSize=size[1], DesiredCapacity=size[2],
@@ -108,10 +108,10 @@ def test_refuses_a_size_outside_the_limits(aws, capsys):
     assert group(aws)["DesiredCapacity"] == 1
 
 
-def test_refuses_seed_groups(aws, capsys):
-    line = refused(aws, capsys, ["--env", "dev", "--desired", "0", "--group", SEED])
-    assert line.startswith(f"error: {SEED} is a seed node group; seeds never scale")
-    assert group(aws, SEED)["DesiredCapacity"] == 1
+def test_refuses_any_group_but_the_scaling_node_group(aws, capsys):
+    line = refused(aws, capsys, ["--env", "dev", "--desired", "0", "--group", OTHER])
+    assert line.startswith(f"error: {OTHER} is not a Service Fabric scaling node group (sf:nodetype is 'PrimaryNodeType'")
+    assert group(aws, OTHER)["DesiredCapacity"] == 1
 
 
 def test_unknown_group_is_one_line(aws, capsys):
@@ -128,7 +128,7 @@ class ScriptedGroups:
 
 
 def state(desired, *lifecycle, activities=0):
-    return GroupState(SCALING, 0, 3, desired, tuple(lifecycle), activities, False)
+    return GroupState(SCALING, 0, 3, desired, tuple(lifecycle), activities, "ScalingNodeType")
 
 
 def test_waits_for_every_lifecycle_action_and_activity_to_finish():
