@@ -1,4 +1,6 @@
-"""The VPC every other part runs in: three tiers over three zones, flow logs, private endpoints."""
+"""The VPC every other part runs in: three tiers over three zones, flow logs, private endpoints,
+and the seed address block reserved in each private subnet before anything takes an address there.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from stacks.constructs.log_group import log_group
+from stacks.constructs.seed_block_reservations import SeedBlockReservations
 
 # Reached from private subnets without NAT: SSM Run Command and Session Manager (simulator fleet,
 # Service Fabric nodes), Secrets Manager (cluster certificates), CloudWatch Logs, STS (MSK IAM
@@ -65,6 +68,8 @@ class PlatformNetwork(Construct):
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
 
+        seed_blocks = SeedBlockReservations(self, "SeedBlocks", subnets=self.vpc.private_subnets)
+
         self.vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)
         endpoint_security_group = ec2.SecurityGroup(
             self,
@@ -78,7 +83,7 @@ class PlatformNetwork(Construct):
         endpoint_security_group.add_ingress_rule(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
         private = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
         for name, service in INTERFACE_ENDPOINTS.items():
-            self.vpc.add_interface_endpoint(
+            endpoint = self.vpc.add_interface_endpoint(
                 name,
                 service=service,
                 subnets=private,
@@ -86,3 +91,6 @@ class PlatformNetwork(Construct):
                 security_groups=[endpoint_security_group],
                 open=False,  # the group above already admits the VPC
             )
+            # An endpoint's network interfaces take addresses in the private subnets, and a reservation
+            # made later would not move them (Amazon VPC User Guide, "Subnet CIDR reservations").
+            endpoint.node.add_dependency(*seed_blocks.reservations)

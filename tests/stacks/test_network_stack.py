@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import ipaddress
+import json
+
+import boto3
 import pytest
 from aws_cdk.assertions import Match
+from botocore import xform_name
+from botocore.validate import ParamValidator
 
+from stacks.seed_addresses import seed_block
 from tests.conftest import ENVIRONMENTS
 
 NAT_GATEWAYS = {"dev": 1, "staging": 1, "prod": 3}
@@ -59,3 +66,100 @@ def test_endpoint_security_group_admits_https_from_the_vpc_only(synthesized):
     assert group["Properties"]["SecurityGroupIngress"] == [
         {"CidrIp": "10.10.0.0/16", "Description": "HTTPS from the VPC", "FromPort": 443, "IpProtocol": "tcp", "ToPort": 443}
     ]
+
+
+# What the AwsCustomResource handler puts in place of cr.PhysicalResourceIdReference().
+PHYSICAL_ID_MARKER = "PHYSICAL:RESOURCEID:"
+
+
+def sdk_call(value, refs: dict[str, str], physical_id: str = "") -> dict:
+    """An AwsCustomResource call from the template: its JSON string, or an Fn::Join of strings and
+    Refs, with each Ref replaced by refs[logical id] and the physical id reference by physical_id."""
+    if isinstance(value, dict):
+        separator, parts = value["Fn::Join"]
+        value = separator.join(part if isinstance(part, str) else refs[part["Ref"]] for part in parts)
+    return json.loads(value.replace(PHYSICAL_ID_MARKER, physical_id))
+
+
+def seed_block_reservations(template) -> dict[str, tuple[str, dict]]:
+    """Logical id -> (logical id of the subnet it reserves in, its properties) of each reservation."""
+    found = {}
+    for logical_id, resource in template.find_resources("Custom::AWS").items():
+        create = resource["Properties"]["Create"]
+        parts = create["Fn::Join"][1] if isinstance(create, dict) else []
+        refs = [part["Ref"] for part in parts if isinstance(part, dict)]
+        if sdk_call(create, {ref: ref for ref in refs})["action"] == "CreateSubnetCidrReservation":
+            (subnet,) = refs
+            found[logical_id] = (subnet, resource["Properties"])
+    return found
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_each_private_subnet_reserves_its_seed_block_before_any_endpoint(synthesized, env):
+    template = synthesized(env).template("network")
+    subnets = template.find_resources("AWS::EC2::Subnet")
+    private = {
+        logical_id
+        for logical_id, subnet in subnets.items()
+        if {"Key": "aws-cdk:subnet-type", "Value": "Private"} in subnet["Properties"]["Tags"]
+    }
+    reservations = seed_block_reservations(template)
+    assert sorted(subnet for subnet, _ in reservations.values()) == sorted(private)
+    for subnet, properties in reservations.values():
+        cidr = subnets[subnet]["Properties"]["CidrBlock"]
+        assert ipaddress.ip_network(cidr).subnet_of(ipaddress.ip_network(CIDRS[env]))
+        parameters = sdk_call(properties["Create"], {subnet: "subnet-0"})["parameters"]
+        assert parameters["Cidr"] == str(seed_block(cidr))
+        assert parameters["ReservationType"] == "explicit"
+
+    interfaces = template.find_resources("AWS::EC2::VPCEndpoint", {"Properties": {"VpcEndpointType": "Interface"}})
+    assert len(interfaces) == 7
+    for endpoint in interfaces.values():
+        assert set(reservations) <= set(endpoint.get("DependsOn", []))
+
+
+def test_reservation_calls_are_valid_ec2_requests(synthesized):
+    template = synthesized("dev").template("network")
+    ec2 = boto3.client("ec2", region_name="eu-west-1").meta.service_model
+    reservations = seed_block_reservations(template)
+    assert len(reservations) == 3
+    for subnet, properties in reservations.values():
+        create = sdk_call(properties["Create"], {subnet: "subnet-0123456789abcdef0"})
+        delete = sdk_call(properties["Delete"], {}, physical_id="scr-0123456789abcdef0")
+        for call in (create, delete):
+            assert call["service"] == "EC2"
+            operation = ec2.operation_model(call["action"])  # raises for an action EC2 does not have
+            report = ParamValidator().validate(call["parameters"], operation.input_shape)
+            assert not report.has_errors(), report.generate_report()
+
+        # The validator checks types and required members, not enumerations.
+        request = ec2.operation_model(create["action"]).input_shape.members
+        assert create["parameters"]["ReservationType"] in request["ReservationType"].enum
+        resource_types = request["TagSpecifications"].member.members["ResourceType"].enum
+        assert {tags["ResourceType"] for tags in create["parameters"]["TagSpecifications"]} <= set(resource_types)
+
+
+def test_reservation_calls_reserve_and_release_the_block_in_ec2(synthesized, moto_session):
+    template = synthesized("dev").template("network")
+    subnets = template.find_resources("AWS::EC2::Subnet")
+    ec2 = moto_session.client("ec2")
+    vpc_id = ec2.create_vpc(CidrBlock=CIDRS["dev"])["Vpc"]["VpcId"]
+    reservations = seed_block_reservations(template)
+    assert len(reservations) == 3
+    for subnet, properties in reservations.values():
+        cidr = subnets[subnet]["Properties"]["CidrBlock"]
+        subnet_id = ec2.create_subnet(VpcId=vpc_id, CidrBlock=cidr)["Subnet"]["SubnetId"]
+
+        create = sdk_call(properties["Create"], {subnet: subnet_id})
+        response = getattr(ec2, xform_name(create["action"]))(**create["parameters"])
+        physical_id = response
+        for key in create["physicalResourceId"]["responsePath"].split("."):
+            physical_id = physical_id[key]
+        reserved = ec2.get_subnet_cidr_reservations(SubnetId=subnet_id)["SubnetIpv4CidrReservations"]
+        assert [(r["SubnetCidrReservationId"], r["Cidr"], r["ReservationType"]) for r in reserved] == [
+            (physical_id, str(seed_block(cidr)), "explicit")
+        ]
+
+        delete = sdk_call(properties["Delete"], {}, physical_id=physical_id)
+        getattr(ec2, xform_name(delete["action"]))(**delete["parameters"])
+        assert ec2.get_subnet_cidr_reservations(SubnetId=subnet_id)["SubnetIpv4CidrReservations"] == []
