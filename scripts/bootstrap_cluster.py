@@ -85,6 +85,13 @@ def build_cluster_config(
         "apiVersion": "10-2017",
         "nodes": nodes,
         "properties": {
+            # The pinned runtime: setup refuses a runtime package of another version when codeVersion
+            # names one (DeploymentManagerInternal.cs in microsoft/service-fabric), and a cluster left
+            # to auto-upgrade (the default for multi-machine clusters, PropertyBase.cs) would move away
+            # from the package every later node joins with. "To select a supported version ... set
+            # fabricClusterAutoupgradeEnabled to false" (Upgrade a standalone cluster, Microsoft Learn).
+            "codeVersion": settings.runtime_version,
+            "fabricClusterAutoupgradeEnabled": False,
             "diagnosticsStore": {
                 "metadata": "Each node keeps its own traces on its data volume.",
                 "dataDeletionAgeInDays": "7",

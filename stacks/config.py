@@ -135,6 +135,36 @@ MIN_EPHEMERAL_PORTS = 255  # Service Fabric refuses a smaller ephemeral range
 SECRET_NAME_PATTERN = r"^[A-Za-z0-9/_+=.@-]{1,512}$"
 
 
+# The pinned Service Fabric runtime (Windows 11.4.268.1), from microsoft/service-fabric
+# release_notes/Service_Fabric_ReleaseNotes_114_1-Hotfix.md, "Repositories and Download Links":
+#   Cab: https://download.microsoft.com/download/b/0/b/b0bccac5-65aa-4be3-ab13-d5ff5890f4b5/11.4.268.1/MicrosoftServiceFabric.11.4.268.1.cab
+#   Package: https://download.microsoft.com/download/8/3/6/836e3e99-a300-4714-8278-96bc3e8b5528/11.4.268.1/Microsoft.Azure.ServiceFabric.WindowsServer.11.4.268.1.zip
+# Exact links, never built from a pattern: the paths hold per-release GUIDs and the file names
+# changed between major versions (MicrosoftAzureServiceFabric.<v>.cab up to 10.x).
+SERVICE_FABRIC_RUNTIME_VERSION = "11.4.268.1"
+SERVICE_FABRIC_RUNTIME_CAB_URL = (
+    "https://download.microsoft.com/download/b/0/b/b0bccac5-65aa-4be3-ab13-d5ff5890f4b5/11.4.268.1/"
+    "MicrosoftServiceFabric.11.4.268.1.cab"
+)
+SERVICE_FABRIC_STANDALONE_PACKAGE_URL = (
+    "https://download.microsoft.com/download/8/3/6/836e3e99-a300-4714-8278-96bc3e8b5528/11.4.268.1/"
+    "Microsoft.Azure.ServiceFabric.WindowsServer.11.4.268.1.zip"
+)
+RUNTIME_VERSION_PATTERN = r"[0-9]+(\.[0-9]+){3}"
+# Microsoft's download host, https only; the path may hold nothing a PowerShell literal or a URL
+# query could hide behind.
+_DOWNLOAD_URL = re.compile(r"https://download\.microsoft\.com/[A-Za-z0-9/._-]+")
+
+
+def _check_download_url(url: str, suffix: str) -> str:
+    if not _DOWNLOAD_URL.fullmatch(url) or not url.endswith(suffix):
+        raise ValueError(
+            f"'{url}' is not an https://download.microsoft.com/ link to a {suffix} file; use the link "
+            "from the Service Fabric release notes"
+        )
+    return url
+
+
 def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
@@ -192,12 +222,47 @@ class ServiceFabricConfig(_Section):
     shared_storage_gib: int = Field(default=64, ge=64, le=524_288)
     shared_storage_throughput_mbps: int = 64
     shared_storage_backup_days: int = Field(default=7, ge=0, le=90)
-    # The Service Fabric standalone package for Windows Server (Microsoft's download link).
-    runtime_package_url: str = Field(
-        default="https://go.microsoft.com/fwlink/?LinkId=730690", pattern=r"^https://[^\s'\"]+$"
-    )
+    # The one Service Fabric runtime every node installs, at bootstrap and AddNode alike: its
+    # version, the runtime CAB and the standalone package (scripts) of the same release.
+    runtime_version: str = SERVICE_FABRIC_RUNTIME_VERSION
+    runtime_cab_url: str = SERVICE_FABRIC_RUNTIME_CAB_URL
+    standalone_package_url: str = SERVICE_FABRIC_STANDALONE_PACKAGE_URL
 
     _node_log_retention = field_validator("node_log_retention_days")(_check_retention)
+
+    @field_validator("runtime_version")
+    @classmethod
+    def _runtime_version(cls, version: str) -> str:
+        if not re.fullmatch(RUNTIME_VERSION_PATTERN, version):
+            raise ValueError(
+                f"'{version}' is not a Service Fabric runtime version (four dot-separated numbers, such as "
+                f"{SERVICE_FABRIC_RUNTIME_VERSION})"
+            )
+        return version
+
+    @field_validator("runtime_cab_url")
+    @classmethod
+    def _runtime_cab_url(cls, url: str) -> str:
+        return _check_download_url(url, ".cab")
+
+    @field_validator("standalone_package_url")
+    @classmethod
+    def _standalone_package_url(cls, url: str) -> str:
+        return _check_download_url(url, ".zip")
+
+    @model_validator(mode="after")
+    def _runtime_release(self) -> ServiceFabricConfig:
+        # Release notes have carried a link of another version (10.1 CU10's Cab link is 10.1.3009.100
+        # under runtime 10.1.3033.1): the file names must name the version the cluster is pinned to.
+        for key in ("runtime_cab_url", "standalone_package_url"):
+            file_name = getattr(self, key).rsplit("/", 1)[-1]
+            named = re.findall(r"[0-9]+(?:\.[0-9]+)+", file_name.rsplit(".", 1)[0])
+            if self.runtime_version not in named:
+                raise ValueError(
+                    f"{key}: file name '{file_name}' does not name runtime_version {self.runtime_version}; take "
+                    "the version and both links from the same Service Fabric release notes"
+                )
+        return self
 
     @model_validator(mode="after")
     def _shared_storage_throughput(self) -> ServiceFabricConfig:

@@ -36,6 +36,13 @@ LAUNCH_HOOK_NAME = "sf-join-cluster"
 TERMINATE_HOOK_NAME = "sf-leave-cluster"
 # Written by userdata/prepare_node.ps1; the create-cluster document and scale-out read it.
 NODE_PREPARATION_STATUS_FILE = r"C:\ServiceFabric\prepare-node.status.json"
+
+
+def runtime_package_path(config: EnvironmentConfig) -> str:
+    """The pinned runtime CAB: userdata/prepare_node.ps1 downloads it here, and the create-cluster
+    and add-node documents install from it (-FabricRuntimePackagePath). The file name carries the
+    version, so a node prepared for another version has no file at this path."""
+    return rf"C:\ServiceFabric\Package\MicrosoftServiceFabric.{config.service_fabric.runtime_version}.cab"
 SERVICE_FABRIC_METRICS_NAMESPACE = "Telemetry/ServiceFabricNodes"
 # Local administrator with the same password on every node (from the cluster certificate secret):
 # cluster setup and AddNode.ps1 need one outside an Active Directory domain.

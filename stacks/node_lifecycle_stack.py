@@ -39,6 +39,7 @@ from stacks.naming import (
     add_node_document_name,
     membership_lock_table_name,
     node_lifecycle_state_machine_name,
+    runtime_package_path,
     scaling_group_name,
     service_fabric_cluster_name,
     state_machine_arn,
@@ -83,6 +84,8 @@ class NodeLifecycleStack(cdk.Stack):
                     "certificateSecret": settings.cluster_certificate_secret,
                     "deploymentAccount": DEPLOYMENT_ACCOUNT,
                     "region": config.region,
+                    "runtimePackage": runtime_package_path(config),
+                    "runtimeVersion": settings.runtime_version,
                 }
             ),
         )

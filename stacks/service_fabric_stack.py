@@ -39,6 +39,7 @@ from stacks.naming import (
     create_cluster_document_name,
     management_load_balancer_name,
     node_log_group_name,
+    runtime_package_path,
     scaling_group_name,
     service_fabric_cluster_name,
 )
@@ -119,7 +120,10 @@ class ServiceFabricStack(Stack):
                     "certificate_secret": settings.cluster_certificate_secret,
                     "file_system_dns": self.storage.dns_name,
                     "shared_storage_path": ROOT_VOLUME_PATH.replace("/", "\\"),
-                    "package_url": settings.runtime_package_url,
+                    "runtime_version": settings.runtime_version,
+                    "runtime_cab_url": settings.runtime_cab_url,
+                    "runtime_cab": runtime_package_path(config),
+                    "standalone_package_url": settings.standalone_package_url,
                     "log_group": node_log_group_name(config),
                     "metrics_namespace": SERVICE_FABRIC_METRICS_NAMESPACE,
                     "status_file": NODE_PREPARATION_STATUS_FILE,
@@ -218,6 +222,7 @@ class ServiceFabricStack(Stack):
                     "certificateSecret": settings.cluster_certificate_secret,
                     "deploymentAccount": DEPLOYMENT_ACCOUNT,
                     "region": config.region,
+                    "runtimePackage": runtime_package_path(config),
                 }
             ),
         )

@@ -20,7 +20,10 @@ $ApplicationPorts = '{{ application_ports }}'
 $CertificateSecret = '{{ certificate_secret }}'
 $FileSystemDns = '{{ file_system_dns }}'
 $SharedStoragePath = '{{ shared_storage_path }}'
-$PackageUrl = '{{ package_url }}'
+$RuntimeVersion = '{{ runtime_version }}'
+$RuntimeCabUrl = '{{ runtime_cab_url }}'
+$RuntimeCab = '{{ runtime_cab }}'
+$StandalonePackageUrl = '{{ standalone_package_url }}'
 $LogGroup = '{{ log_group }}'
 $MetricsNamespace = '{{ metrics_namespace }}'
 $StatusFile = '{{ status_file }}'
@@ -210,11 +213,26 @@ try {
     Invoke-Step 'download Service Fabric standalone package' {
         if (-not (Test-Path (Join-Path $PackageDir 'CreateServiceFabricCluster.ps1'))) {
             $zip = Join-Path $env:TEMP 'ServiceFabricStandalone.zip'
-            Invoke-WebRequest -Uri $PackageUrl -OutFile $zip -UseBasicParsing
+            Invoke-WebRequest -Uri $StandalonePackageUrl -OutFile $zip -UseBasicParsing
             Expand-Archive -Path $zip -DestinationPath $PackageDir -Force
             Remove-Item -Force $zip
         }
-        Write-Log "standalone package in $PackageDir"
+        Write-Log "standalone package $RuntimeVersion in $PackageDir"
+    }
+
+    # The runtime cluster setup and AddNode.ps1 install (-FabricRuntimePackagePath); left to
+    # themselves they take whatever Microsoft's feed offers. Microsoft publishes no checksums for
+    # it; it is Authenticode-signed, which cluster setup's own CAB check verifies too.
+    Invoke-Step 'download Service Fabric runtime' {
+        if (-not (Test-Path $RuntimeCab)) {
+            Invoke-WebRequest -Uri $RuntimeCabUrl -OutFile $RuntimeCab -UseBasicParsing
+        }
+        $signature = Get-AuthenticodeSignature -FilePath $RuntimeCab
+        if ($signature.Status -ne 'Valid') {
+            Remove-Item -Force $RuntimeCab  # a later run downloads it again
+            throw "$RuntimeCab signature status is '$($signature.Status)', not 'Valid': $($signature.StatusMessage)"
+        }
+        Write-Log "runtime $RuntimeVersion in $RuntimeCab, signed by $($signature.SignerCertificate.Subject)"
     }
 
     Invoke-Step 'install CloudWatch agent' -Optional {

@@ -97,6 +97,7 @@ def aws(moto_session, synthesized, pki):
         "statusFile": "C:\\ServiceFabric\\prepare-node.status.json",
         "certificateSecret": "telemetry-prod/service-fabric/cluster-certificate",
         "deploymentAccount": "sfdeploy", "region": REGION,
+        "runtimePackage": "C:\\ServiceFabric\\Package\\MicrosoftServiceFabric.11.4.268.1.cab",
     })
     session.client("ssm").create_document(Name=DOCUMENT, Content=json.dumps(content),
                                           DocumentType="Command", DocumentFormat="JSON")
@@ -116,7 +117,8 @@ def sent_commands(session) -> list[dict]:
 # The keys of Microsoft's ClusterConfig.X509.MultiMachine.json sample (apiVersion 10-2017).
 SAMPLE_TOP = {"name", "clusterConfigurationVersion", "apiVersion", "nodes", "properties"}
 SAMPLE_NODE = {"nodeName", "iPAddress", "nodeTypeRef", "faultDomain", "upgradeDomain"}
-SAMPLE_PROPERTIES = {"diagnosticsStore", "security", "nodeTypes", "fabricSettings"}
+SAMPLE_PROPERTIES = {"diagnosticsStore", "security", "nodeTypes", "fabricSettings",
+                     "codeVersion", "fabricClusterAutoupgradeEnabled"}
 SAMPLE_NODE_TYPE = {
     "name", "clientConnectionEndpointPort", "clusterConnectionEndpointPort", "leaseDriverEndpointPort",
     "serviceConnectionEndpointPort", "httpGatewayEndpointPort", "reverseProxyEndpointPort", "applicationPorts",
@@ -147,6 +149,9 @@ def check_cluster_config(config, seeds, *, cluster_thumbprint, admin_thumbprint)
     assert certificates["ClusterCertificate"] == {"Thumbprint": cluster_thumbprint, "X509StoreName": "My"}
     assert certificates["ServerCertificate"] == certificates["ClusterCertificate"]
     assert certificates["ClientCertificateThumbprints"] == [{"CertificateThumbprint": admin_thumbprint, "IsAdmin": True}]
+    # The pinned runtime, and no auto-upgrade away from it.
+    assert config["properties"]["codeVersion"] == "11.4.268.1"
+    assert config["properties"]["fabricClusterAutoupgradeEnabled"] is False
     (setup,) = config["properties"]["fabricSettings"]
     assert {p["name"]: p["value"] for p in setup["parameters"]} == {"FabricDataRoot": "D:\\SF", "FabricLogRoot": "D:\\SF\\Log"}
 

@@ -178,7 +178,6 @@ def test_duplicate_topics_are_refused(environments):
         ("application_client_cidrs", ["10.0.0.1/8"], "application_client_cidrs: '10.0.0.1/8' is not a CIDR block"),
         ("seed_snapshot_interval_hours", 5, "seed_snapshot_interval_hours: Input should be 1, 2, 3, 4, 6, 8, 12 or 24"),
         ("node_log_retention_days", 10, "node_log_retention_days: 10 is not a CloudWatch Logs retention"),
-        ("runtime_package_url", "http://example.com/sf.zip", "runtime_package_url: String should match pattern"),
         ("management_internet_facing", "no", "management_internet_facing: Input should be a valid boolean"),
     ],
 )
@@ -195,3 +194,81 @@ def test_service_fabric_port_ranges_default_to_the_usual_windows_layout(environm
     settings = load_environment(environments, "dev").service_fabric
     assert settings.application_port_range == (20000, 30000)
     assert settings.ephemeral_port_range == (49152, 65534)
+
+
+# The 11.4.268.1 links of microsoft/service-fabric release_notes/Service_Fabric_ReleaseNotes_114_1-Hotfix.md.
+CAB_114 = (
+    "https://download.microsoft.com/download/b/0/b/b0bccac5-65aa-4be3-ab13-d5ff5890f4b5/11.4.268.1/"
+    "MicrosoftServiceFabric.11.4.268.1.cab"
+)
+PACKAGE_114 = (
+    "https://download.microsoft.com/download/8/3/6/836e3e99-a300-4714-8278-96bc3e8b5528/11.4.268.1/"
+    "Microsoft.Azure.ServiceFabric.WindowsServer.11.4.268.1.zip"
+)
+
+
+def test_the_runtime_defaults_to_the_pinned_11_4_268_1_release(environments):
+    settings = load_environment(environments, "dev").service_fabric
+    assert settings.runtime_version == "11.4.268.1"
+    assert (settings.runtime_cab_url, settings.standalone_package_url) == (CAB_114, PACKAGE_114)
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (  # another host
+            {"runtime_cab_url": CAB_114.replace("download.microsoft.com", "downloads.example.com")},
+            "runtime_cab_url: 'https://downloads.example.com/download/b/0/b/b0bccac5-65aa-4be3-ab13-d5ff5890f4b5/"
+            "11.4.268.1/MicrosoftServiceFabric.11.4.268.1.cab' is not an https://download.microsoft.com/ link to a "
+            ".cab file; use the link from the Service Fabric release notes",
+        ),
+        (  # a host that only starts like Microsoft's
+            {"runtime_cab_url": CAB_114.replace("download.microsoft.com", "download.microsoft.com.example.net")},
+            "runtime_cab_url: 'https://download.microsoft.com.example.net/",
+        ),
+        ({"standalone_package_url": PACKAGE_114.replace("https:", "http:")}, "standalone_package_url: 'http://"),
+        (  # the "latest" link this platform used before the runtime was pinned
+            {"standalone_package_url": "https://go.microsoft.com/fwlink/?LinkId=730690"},
+            "is not an https://download.microsoft.com/ link to a .zip file",
+        ),
+        ({"runtime_cab_url": PACKAGE_114}, "runtime_cab_url: 'https://download.microsoft.com/download/8/3/6/"),
+        (  # the directory names the version, the file does not
+            {"runtime_cab_url": CAB_114.replace("MicrosoftServiceFabric.11.4.268.1.cab", "MicrosoftServiceFabric.cab")},
+            "service_fabric: runtime_cab_url: file name 'MicrosoftServiceFabric.cab' does not name runtime_version "
+            "11.4.268.1; take the version and both links from the same Service Fabric release notes",
+        ),
+        (  # a version that merely starts with the pinned one
+            {"standalone_package_url": PACKAGE_114.replace("11.4.268.1.zip", "11.4.268.10.zip")},
+            "standalone_package_url: file name 'Microsoft.Azure.ServiceFabric.WindowsServer.11.4.268.10.zip' does "
+            "not name runtime_version 11.4.268.1",
+        ),
+        (  # a new version without its links
+            {"runtime_version": "11.8.121.1"},
+            "runtime_cab_url: file name 'MicrosoftServiceFabric.11.4.268.1.cab' does not name runtime_version 11.8.121.1",
+        ),
+        (
+            {"runtime_version": "11.4"},
+            "service_fabric.runtime_version: '11.4' is not a Service Fabric runtime version (four dot-separated "
+            "numbers, such as 11.4.268.1)",
+        ),
+    ],
+)
+def test_the_runtime_must_be_microsofts_download_of_the_pinned_version(environments, values, expected):
+    environments["dev"]["service_fabric"].update(values)
+    message = refused(environments, "dev")
+    assert message.startswith("environment 'dev': service_fabric")
+    assert expected in message
+
+
+def test_a_consistent_runtime_release_is_accepted(environments):
+    # 11.8.121.1's Cab link as microsoft/service-fabric release_notes/Service_Fabric_ReleaseNotes_118.md gives it.
+    cab = (
+        "https://download.microsoft.com/download/B/0/B/B0BCCAC5-65AA-4BE3-AB13-D5FF5890F4B5/11.8.121.1/"
+        "MicrosoftServiceFabric.11.8.121.1.cab"
+    )
+    package = PACKAGE_114.replace("11.4.268.1", "11.8.121.1")  # shape only: the test makes no download
+    environments["dev"]["service_fabric"].update(
+        {"runtime_version": "11.8.121.1", "runtime_cab_url": cab, "standalone_package_url": package}
+    )
+    settings = load_environment(environments, "dev").service_fabric
+    assert (settings.runtime_version, settings.runtime_cab_url) == ("11.8.121.1", cab)

@@ -269,18 +269,25 @@ def test_the_add_node_document_checks_every_parameter_and_renders_the_stack_valu
     assert patterns["faultDomain"].fullmatch("fd:/eu-west-1/eu-west-1a")
     assert patterns["clientConnectionEndpoint"].fullmatch("10.10.4.10:19000")
     assert not patterns["nodeName"].fullmatch("x'; Remove-Item C:\\ -Recurse; '")
+    # The pinned runtime, as config names it (the CAB path: test_userdata.py).
+    assert parameters["runtimeVersion"]["default"] == "11.4.268.1"
+    assert patterns["runtimePackage"].fullmatch(parameters["runtimePackage"]["default"])
+    assert not patterns["runtimeVersion"].fullmatch("11.4.268.1'; Remove-Item C:\\ -Recurse; '")
+    assert not patterns["runtimePackage"].fullmatch("C:\\ServiceFabric\\Package\\x.zip")
 
 
 def test_the_add_node_script_parses_as_powershell_with_values_substituted():
+    cab = "C:\\ServiceFabric\\Package\\MicrosoftServiceFabric.11.4.268.1.cab"
     document = render_add_node_document(
-        {"statusFile": "C:\\ServiceFabric\\s.json", "certificateSecret": "c", "deploymentAccount": "sfdeploy", "region": "eu-west-1"}
+        {"statusFile": "C:\\ServiceFabric\\s.json", "certificateSecret": "c", "deploymentAccount": "sfdeploy", "region": "eu-west-1",
+         "runtimePackage": cab, "runtimeVersion": "11.4.268.1"}
     )
     values = {
         "nodeName": "scale-i-0abc", "nodeType": "ScalingNodeType", "ipAddress": "10.10.4.20",
         "faultDomain": "fd:/eu-west-1/eu-west-1a", "upgradeDomain": "UD1",
         "clientConnectionEndpoint": "10.10.4.10:19000", "preparationTimeoutSeconds": "1800",
         "addNodeTimeoutSeconds": "1800", "statusFile": "C:\\ServiceFabric\\s.json", "certificateSecret": "c",
-        "deploymentAccount": "sfdeploy", "region": "eu-west-1",
+        "deploymentAccount": "sfdeploy", "region": "eu-west-1", "runtimePackage": cab, "runtimeVersion": "11.4.268.1",
     }  # fmt: skip
     script = document["mainSteps"][0]["inputs"]["runCommand"][0]
     for name, value in values.items():

@@ -25,7 +25,9 @@ from stacks.constructs.node_scripts import (
     render_script,
     render_user_data,
 )
-from tests.conftest import ENVIRONMENTS
+from stacks.config import load_environment
+from stacks.naming import runtime_package_path
+from tests.conftest import ENVIRONMENTS, cdk_context
 
 PARSER = Parser(Language(tree_sitter_powershell.language()))
 SAMPLE_TOKEN = {"Ref": "eni-0123456789abcdef0"}
@@ -147,10 +149,10 @@ def test_node_preparation_covers_every_step_the_cluster_needs(synthesized):
     for step in (
         "initialize data volume", "enable Remote Registry and Windows Firewall",
         "open firewall ports", "import cluster certificate", "create deployment account", "mount shared storage",
-        "download Service Fabric standalone package", "install CloudWatch agent",
+        "download Service Fabric standalone package", "download Service Fabric runtime", "install CloudWatch agent",
     ):
         assert f"Invoke-Step '{step}" in script
-    assert "Import-PfxCertificate" in script and "NFS-Client" in script and "LinkId=730690" in script
+    assert "Import-PfxCertificate" in script and "NFS-Client" in script
     assert "'C:\\ServiceFabric\\prepare-node.status.json'" in script
     assert "exit 1" in script  # the failure signal EC2Launch records
 
@@ -196,6 +198,134 @@ def test_shared_storage_is_reached_by_its_unc_path_for_every_account(synthesized
     assert "mount.exe" not in script  # no per-session drive mapping
 
 
+def commands_named(node, name: str) -> list:
+    return [c for c in descendants(node, "command") if c.children[0].text.decode() == name]
+
+
+def named_arguments(command) -> dict[str, str | None]:
+    """A command's -Name value pairs (a switch maps to None)."""
+    (elements,) = [n for n in command.children if n.type == "command_elements"]
+    items = [n for n in elements.named_children if n.type not in ("command_argument_sep", "redirection")]
+    found: dict[str, str | None] = {}
+    for item, following in zip(items, [*items[1:], None]):
+        if item.type == "command_parameter":
+            value = following is not None and following.type != "command_parameter"
+            found[item.text.decode()] = following.text.decode() if value else None
+    return found
+
+
+def inside(node, kind: str) -> bool:
+    while node.parent is not None:
+        node = node.parent
+        if node.type == kind:
+            return True
+    return False
+
+
+def prod_config():
+    return load_environment(cdk_context()["environments"], "prod")
+
+
+def test_nodes_download_the_pinned_runtime_and_refuse_a_cab_without_a_valid_signature(synthesized):
+    config = prod_config()
+    settings = config.service_fabric
+    script = next(iter(user_data_scripts(synthesized, "prod").values()))
+    assert f"$RuntimeVersion = '{settings.runtime_version}'" in script
+    assert f"$RuntimeCabUrl = '{settings.runtime_cab_url}'" in script
+    assert f"$StandalonePackageUrl = '{settings.standalone_package_url}'" in script
+    assert f"$RuntimeCab = '{runtime_package_path(config)}'" in script
+    # Nothing else from Microsoft: no "latest" link, no feed.
+    tree = PARSER.parse(script.encode()).root_node
+    downloads = {named_arguments(c)["-Uri"] for c in commands_named(tree, "Invoke-WebRequest")}
+    assert downloads == {"$StandalonePackageUrl", "$RuntimeCabUrl", "$url"}  # $url: the CloudWatch agent
+    assert "go.microsoft.com" not in script
+
+    body = step_body(script, "download Service Fabric runtime")
+    assert "-Optional" not in body.splitlines()[0]  # a node without the runtime fails preparation
+    tree = PARSER.parse(body.encode()).root_node
+    (download,) = commands_named(tree, "Invoke-WebRequest")
+    assert named_arguments(download) == {"-Uri": "$RuntimeCabUrl", "-OutFile": "$RuntimeCab", "-UseBasicParsing": None}
+    (verify,) = commands_named(tree, "Get-AuthenticodeSignature")
+    assert named_arguments(verify) == {"-FilePath": "$RuntimeCab"}
+    # Checked on every run, a CAB left by an earlier run too, and after the download.
+    assert not inside(verify, "if_statement") and verify.start_byte > download.start_byte
+    (check,) = [i for i in descendants(tree, "if_statement") if "Get-AuthenticodeSignature" not in i.text.decode()
+                and "$signature.Status" in i.children[2].text.decode()]
+    assert check.children[2].text.decode() == "$signature.Status -ne 'Valid'"
+    (thrown,) = descendants(check, "flow_control_statement")
+    assert thrown.text.decode().startswith('throw "$RuntimeCab signature status is \'$($signature.Status)\'')
+    (removed,) = commands_named(check, "Remove-Item")  # a later run downloads it again
+    assert "$RuntimeCab" in removed.text.decode()
+
+
+def synthesized_document(synthesized, part: str) -> dict:
+    (document,) = [r for r in synthesized("prod").stacks[part]["Resources"].values() if r["Type"] == "AWS::SSM::Document"]
+    return document["Properties"]["Content"]
+
+
+def runtime_package_check(script: str, cab: str) -> int:
+    """Where the script refuses to go on without the CAB; that must precede the scheduled task."""
+    path = re.escape(cab)
+    check = re.search(rf"if \(-not \(Test-Path '{path}'\)\) {{\s+throw \"runtime package {path} is missing", script)
+    assert check, "no check that the runtime package is there"
+    assert check.start() < script.index("Register-ScheduledTask")
+    return check.start()
+
+
+def test_both_documents_install_the_cab_node_preparation_downloaded(synthesized):
+    config = prod_config()
+    cab = runtime_package_path(config)
+    assert f"$RuntimeCab = '{cab}'" in next(iter(user_data_scripts(synthesized, "prod").values()))
+    create = synthesized_document(synthesized, "service_fabric")
+    add = synthesized_document(synthesized, "node_lifecycle")
+    assert create["parameters"]["runtimePackage"]["default"] == add["parameters"]["runtimePackage"]["default"] == cab
+
+    cluster_config = base64.b64encode(b'{"name": "telemetry-prod-sf", "nodes": []}').decode()
+    create_script = document_script(create, {"clusterConfig": cluster_config})
+    runtime_package_check(create_script, cab)
+    task = task_script(create_script, "$createScript")
+    assert re.search(rf"^\s*\$runtimePackage = '{re.escape(cab)}'$", task, re.MULTILINE)
+    tree = PARSER.parse(task.encode())
+    for name in ("TestConfiguration.ps1", "CreateServiceFabricCluster.ps1"):
+        (call,) = calls_of(tree, name)
+        assert named_arguments(call)["-FabricRuntimePackagePath"] == "$runtimePackage", name
+
+    add_script = document_script(add, ADD_NODE_VALUES)
+    runtime_package_check(add_script, cab)
+    entries = splatted_add_node_parameters(task_script(add_script, "$addScript", ADD_NODE_EXPANDED))
+    assert entries["FabricRuntimePackagePath"] == f"'{cab}'"
+
+
+def test_add_node_refuses_a_cluster_that_runs_another_runtime_version(synthesized):
+    version = prod_config().service_fabric.runtime_version
+    add = synthesized_document(synthesized, "node_lifecycle")
+    assert add["parameters"]["runtimeVersion"]["default"] == version
+    script = document_script(add, ADD_NODE_VALUES)
+    tree = PARSER.parse(script.encode())
+    # The cluster's version is read the way AddNode.ps1 reads it, over the node's client connection.
+    (read,) = [c for c in descendants(tree.root_node, "command") if c.children[0].text.decode() == "powershell.exe"]
+    reader = read.text.decode()
+    assert "(Get-ServiceFabricClusterUpgrade).TargetCodeVersion" in reader
+    assert "Connect-ServiceFabricCluster @connection" in reader and "FindType = 'FindByThumbprint'" in reader
+    assert reader.endswith("-args $components, '10.10.4.10:19000', $thumbprint -OutputFormat Text")
+    statement = statement_of(read)
+    assert previous_statement(statement).text.decode() == "$global:LASTEXITCODE = 0"
+    assert next_statement(statement).text.decode() == "$readExit = $LASTEXITCODE"
+    (unreadable,) = [i for i in descendants(tree.root_node, "if_statement") if "$readExit -ne 0" in i.children[2].text.decode()]
+    assert "throw \"could not read the cluster's code version at 10.10.4.10:19000" in unreadable.text.decode()
+
+    (compared,) = [i for i in descendants(tree.root_node, "if_statement") if "$clusterVersion" in i.children[2].text.decode()]
+    assert compared.children[2].text.decode() == f"$clusterVersion -ne '{version}'"
+    (thrown,) = descendants(compared, "flow_control_statement")
+    assert thrown.text.decode() == (
+        f'throw "cluster runs $clusterVersion, this node was prepared with {version}; '
+        'upgrade the cluster or change runtime_version"'
+    )
+    # Checked before AddNode.ps1 is ever started, after the CAB is known to be there.
+    assert runtime_package_check(script, runtime_package_path(prod_config())) < compared.start_byte
+    assert compared.start_byte < script.index("Register-ScheduledTask")
+
+
 def document_script(document: dict, parameters: dict) -> str:
     """The document's one PowerShell step, parameters substituted as SSM does (as text), each
     value checked against its allowedPattern first."""
@@ -209,10 +339,13 @@ def document_script(document: dict, parameters: dict) -> str:
     return script
 
 
+RUNTIME_PACKAGE = "C:\\ServiceFabric\\Package\\MicrosoftServiceFabric.11.4.268.1.cab"
+
+
 def create_cluster_script(parameters: dict) -> str:
     document = render_create_cluster_document(
         {"statusFile": "C:\\ServiceFabric\\prepare-node.status.json", "certificateSecret": "telemetry-dev/sf",
-         "deploymentAccount": "sfdeploy", "region": "eu-west-1"}
+         "deploymentAccount": "sfdeploy", "region": "eu-west-1", "runtimePackage": RUNTIME_PACKAGE}
     )
     return document_script(document, parameters)
 
@@ -276,7 +409,7 @@ Passed                     : True
 def add_node_script() -> str:
     document = render_add_node_document(
         {"statusFile": "C:\\ServiceFabric\\s.json", "certificateSecret": "c", "deploymentAccount": "sfdeploy",
-         "region": "eu-west-1"}
+         "region": "eu-west-1", "runtimePackage": RUNTIME_PACKAGE, "runtimeVersion": "11.4.268.1"}
     )
     return document_script(document, ADD_NODE_VALUES)
 
@@ -400,8 +533,8 @@ def test_add_node_task_script_is_valid_powershell_with_only_the_intended_expansi
     assert "if ($thumbprint -notmatch '^[0-9A-F]{40}$')" in script
 
 
-def test_add_node_task_script_splats_named_parameters_into_add_node():
-    task = task_script(add_node_script(), "$addScript", ADD_NODE_EXPANDED)
+def splatted_add_node_parameters(task: str) -> dict[str, str]:
+    """The table AddNode.ps1 is called with: name -> value as written."""
     tree = PARSER.parse(task.encode())
     (call,) = calls_of(tree, "AddNode.ps1")
     (elements,) = [n for n in call.children if n.type == "command_elements"]
@@ -411,13 +544,17 @@ def test_add_node_task_script_splats_named_parameters_into_add_node():
         a.children[-1] for a in descendants(tree.root_node, "assignment_expression")
         if a.children[0].text.decode() == "$parameters"
     ]  # fmt: skip
-    entries = {e.children[0].text.decode(): e.children[-1].text.decode() for e in descendants(table, "hash_entry")}
+    return {e.children[0].text.decode(): e.children[-1].text.decode() for e in descendants(table, "hash_entry")}
+
+
+def test_add_node_task_script_splats_named_parameters_into_add_node():
+    entries = splatted_add_node_parameters(task_script(add_node_script(), "$addScript", ADD_NODE_EXPANDED))
     assert entries == {
         "NodeName": "'scale-i-0abc'", "NodeType": "'ScalingNodeType'", "NodeIPAddressorFQDN": "'10.10.4.20'",
         "ExistingClientConnectionEndpoint": "'10.10.4.10:19000'", "UpgradeDomain": "'UD1'",
-        "FaultDomain": "'fd:/eu-west-1/eu-west-1a'", "X509Credential": "$true",
-        "ServerCertThumbprint": f"'{THUMBPRINT}'", "StoreLocation": "'LocalMachine'", "StoreName": "'My'",
-        "FindValueThumbprint": f"'{THUMBPRINT}'", "AcceptEULA": "$true",
+        "FaultDomain": "'fd:/eu-west-1/eu-west-1a'", "FabricRuntimePackagePath": f"'{RUNTIME_PACKAGE}'",
+        "X509Credential": "$true", "ServerCertThumbprint": f"'{THUMBPRINT}'", "StoreLocation": "'LocalMachine'",
+        "StoreName": "'My'", "FindValueThumbprint": f"'{THUMBPRINT}'", "AcceptEULA": "$true",
     }  # fmt: skip
 
 
