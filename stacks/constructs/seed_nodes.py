@@ -30,7 +30,7 @@ snapshotted by Data Lifecycle Manager.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from aws_cdk import CfnTag, Duration
 from aws_cdk import aws_cloudwatch as cloudwatch

@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Check an AWS account the way an environment's first deployment will meet it, before deploying.
+
+One row per check, in one table: the credentials are for the configured account; the configured
+zones exist in the region; the account is CDK-bootstrapped (version 6 or later); the certificate
+secrets exist and hold the keys the nodes and tools read; the Service Quotas leave room for the
+environment at its largest (On-Demand Standard vCPUs for seeds, scaling nodes at their maximum and
+the simulator fleet; Elastic IPs for the NAT gateways; MSK brokers); cluster management is not open
+to the internet in production. Reads only; changes nothing.
+
+Exit codes: 0 no blocker; 1 at least one blocker (each is one line under the table); 2 bad
+input (unknown environment, invalid config) or no usable credentials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scripts.cluster_inventory import CERTIFICATE_KEYS, aws_session, format_table, run_tool  # noqa: E402
+from stacks.config import EnvironmentConfig, load_environment, read_environments  # noqa: E402
+
+OK, BLOCKER, WARNING = "ok", "BLOCKER", "warning"
+# Every synthesized template asserts it (Rules.CheckBootstrapVersion: "CDK bootstrap stack version 6
+# required") and reads it from this parameter of the default synthesizer's qualifier.
+BOOTSTRAP_VERSION_PARAMETER = "/cdk-bootstrap/hnb659fds/version"
+MIN_BOOTSTRAP_VERSION = 6
+# Service Quotas by name (codes are not documented on the service pages; names are).
+VCPU_QUOTA = ("ec2", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances")
+EIP_QUOTA = ("ec2", "EC2-VPC Elastic IPs")
+BROKER_QUOTA = ("kafka", "Number of brokers per account")  # MSK Developer Guide, "Amazon MSK quota"
+# The instance families that quota counts, by the first letter of the family.
+STANDARD_FAMILIES = set("acdhimrtz")
+CLUSTER_SECRET_KEYS = (*CERTIFICATE_KEYS, "node_admin_password")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    result: str
+    detail: str
+
+
+def check_account(sts, config: EnvironmentConfig) -> Check:
+    account = sts.get_caller_identity()["Account"]
+    if account != config.account:
+        return Check("account", BLOCKER, f"credentials are for {account}; {config.name} deploys to {config.account}")
+    return Check("account", OK, account)
+
+
+def check_zones(ec2, config: EnvironmentConfig) -> Check:
+    zones = {z["ZoneName"]: z["State"] for z in ec2.describe_availability_zones()["AvailabilityZones"]}
+    missing = [z for z in config.availability_zones if zones.get(z) != "available"]
+    if missing:
+        return Check("zones", BLOCKER, f"not available in {config.region}: {', '.join(missing)}")
+    return Check("zones", OK, ", ".join(config.availability_zones))
+
+
+def check_bootstrap(ssm, config: EnvironmentConfig) -> Check:
+    fix = f"run: cdk bootstrap aws://{config.account}/{config.region}"
+    try:
+        version = int(ssm.get_parameter(Name=BOOTSTRAP_VERSION_PARAMETER)["Parameter"]["Value"])
+    except ssm.exceptions.ParameterNotFound:
+        return Check("cdk bootstrap", BLOCKER, f"not bootstrapped ({BOOTSTRAP_VERSION_PARAMETER} missing); {fix}")
+    if version < MIN_BOOTSTRAP_VERSION:
+        return Check("cdk bootstrap", BLOCKER, f"version {version}, the stacks need {MIN_BOOTSTRAP_VERSION}; {fix}")
+    return Check("cdk bootstrap", OK, f"version {version}")
+
+
+def check_secret(secrets, name: str, keys: Sequence[str]) -> Check:
+    label = f"secret {name}"
+    try:
+        text = secrets.get_secret_value(SecretId=name)["SecretString"]
+    except secrets.exceptions.ResourceNotFoundException:
+        return Check(label, BLOCKER, "does not exist; create it as the README describes")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        return Check(label, BLOCKER, f"is not a JSON object with {', '.join(keys)}")
+    missing = [key for key in keys if not value.get(key)]
+    if missing:
+        return Check(label, BLOCKER, f"lacks {', '.join(missing)}")
+    return Check(label, OK, "holds " + ", ".join(keys))
+
+
+class ServiceQuotas:
+    """Applied quota values by service and name, each service listed once."""
+
+    def __init__(self, client) -> None:
+        self._client = client
+        self._values: dict[str, dict[str, float]] = {}
+
+    def value(self, service: str, name: str) -> float | None:
+        if service not in self._values:
+            try:
+                self._values[service] = {
+                    quota["QuotaName"]: quota["Value"]
+                    for page in self._client.get_paginator("list_service_quotas").paginate(ServiceCode=service)
+                    for quota in page["Quotas"]
+                }
+            except (self._client.exceptions.AccessDeniedException, self._client.exceptions.NoSuchResourceException):
+                self._values[service] = {}  # reported as "not readable", with what is needed
+        return self._values[service].get(name)
+
+
+def vcpus(ec2, instance_types: Iterable[str]) -> dict[str, int]:
+    wanted = sorted(set(instance_types))
+    found = ec2.describe_instance_types(InstanceTypes=wanted)["InstanceTypes"]
+    return {t["InstanceType"]: t["VCpuInfo"]["DefaultVCpus"] for t in found}
+
+
+def is_standard(instance_type: str) -> bool:
+    return instance_type[0] in STANDARD_FAMILIES
+
+
+def standard_vcpus_in_use(ec2) -> int:
+    running = [
+        item["InstanceType"]
+        for page in ec2.get_paginator("describe_instances").paginate(
+            Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+        )
+        for reservation in page["Reservations"]
+        for item in reservation["Instances"]
+    ]
+    standard = [t for t in running if is_standard(t)]
+    if not standard:
+        return 0
+    per_type = vcpus(ec2, standard)
+    return sum(per_type[t] for t in standard)
+
+
+def check_quota(label: str, quota: float | None, needed: int, in_use: int, unit: str) -> Check:
+    if quota is None:
+        return Check(label, WARNING, f"quota not readable; the environment needs {needed} {unit}")
+    detail = f"needs {needed} {unit}, {in_use} in use, quota {quota:g}"
+    if needed + in_use > quota:
+        return Check(label, BLOCKER, f"{detail}: request an increase of at least {needed + in_use - quota:g} in Service Quotas")
+    return Check(label, OK, detail)
+
+
+def check_vcpus(ec2, quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
+    fabric, fleet = config.service_fabric, config.simulator_fleet
+    instances = [
+        (fabric.seed_instance_type, fabric.seed_node_count),
+        (fabric.node_instance_type, fabric.scaling_max_nodes),
+        (fleet.instance_type, fleet.host_count),
+    ]
+    per_type = vcpus(ec2, [t for t, _ in instances])
+    needed = sum(per_type[t] * count for t, count in instances if is_standard(t))
+    return check_quota("on-demand standard vCPUs", quotas.value(*VCPU_QUOTA), needed, standard_vcpus_in_use(ec2), "vCPUs")
+
+
+def check_elastic_ips(ec2, quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
+    in_use = len(ec2.describe_addresses()["Addresses"])
+    return check_quota("Elastic IPs (NAT)", quotas.value(*EIP_QUOTA), config.network.nat_gateways, in_use, "addresses")
+
+
+def check_brokers(kafka, quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
+    in_use = sum(
+        cluster.get("Provisioned", {}).get("NumberOfBrokerNodes", 0)
+        for page in kafka.get_paginator("list_clusters_v2").paginate()
+        for cluster in page["ClusterInfoList"]
+    )
+    return check_quota("MSK brokers", quotas.value(*BROKER_QUOTA), config.msk.broker_count, in_use, "brokers")
+
+
+def check_management_cidrs(config: EnvironmentConfig) -> Check:
+    cidrs = config.service_fabric.management_cidrs
+    world = [c for c in cidrs if ipaddress.ip_network(c).prefixlen == 0]
+    if world and config.production:
+        return Check("management CIDRs", BLOCKER, f"{', '.join(world)} opens cluster management to the internet")
+    if world:
+        return Check("management CIDRs", WARNING, f"{', '.join(world)}: open to the internet (allowed outside production)")
+    return Check("management CIDRs", OK, ", ".join(cidrs))
+
+
+def preflight(config: EnvironmentConfig, session) -> list[Check]:
+    ec2, quotas = session.client("ec2"), ServiceQuotas(session.client("service-quotas"))
+    secrets = session.client("secretsmanager")
+    fabric = config.service_fabric
+    return [
+        check_account(session.client("sts"), config),
+        check_zones(ec2, config),
+        check_bootstrap(session.client("ssm"), config),
+        check_secret(secrets, fabric.cluster_certificate_secret, CLUSTER_SECRET_KEYS),
+        check_secret(secrets, fabric.admin_certificate_secret, CERTIFICATE_KEYS),
+        check_vcpus(ec2, quotas, config),
+        check_elastic_ips(ec2, quotas, config),
+        check_brokers(session.client("kafka"), quotas, config),
+        check_management_cidrs(config),
+    ]
+
+
+def report(config: EnvironmentConfig, checks: Sequence[Check]) -> int:
+    print(format_table(("CHECK", "RESULT", "DETAIL"), [(c.name, c.result, c.detail) for c in checks]))
+    blockers = [c for c in checks if c.result == BLOCKER]
+    for check in blockers:
+        print(f"blocker: {check.name}: {check.detail}", file=sys.stderr)
+    print(f"{config.name} ({config.account}, {config.region}): {len(blockers)} blocker(s)")
+    return 1 if blockers else 0
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Check an account before an environment's first deployment: credentials, zones, CDK "
+        "bootstrap, certificate secrets, service quotas, management exposure. Changes nothing.",
+        epilog="Exit codes: 0 no blocker; 1 blockers (one line each); 2 bad input or no usable credentials.",
+    )
+    parser.add_argument("--env", required=True, help="environment name in cdk.json")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], object] | None = None) -> int:
+    args = parse_args(argv)
+
+    def body() -> int:
+        config = load_environment(read_environments(), args.env)
+        session = (session_factory or aws_session)(config.region)
+        return report(config, preflight(config, session))
+
+    return run_tool(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""scripts/preflight.py against moto (STS, EC2, SSM, Secrets Manager, MSK) with Service Quotas
+answered through botocore's Stubber, which checks requests and responses against the real model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from botocore.stub import ANY, Stubber
+
+from scripts import preflight
+from tests.conftest import REPO
+
+ACCOUNT = "111111111111"  # the dev environment's account in cdk.json
+QUOTAS = {
+    "ec2": {
+        "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances": 512.0,
+        "EC2-VPC Elastic IPs": 5.0,
+    },
+    "kafka": {"Number of brokers per account": 90.0},
+}
+
+
+class Session:
+    """moto's clients, except Service Quotas (moto does not list them): served by a Stubber."""
+
+    def __init__(self, session, quotas: dict[str, dict[str, float]]):
+        self.session = session
+        self.quotas = session.client("service-quotas")
+        self.stubber = Stubber(self.quotas)
+        for service in ("ec2", "kafka"):  # the order preflight asks in
+            if service not in quotas:
+                self.stubber.add_client_error(
+                    "list_service_quotas", "AccessDeniedException", "not authorized", 400, {"ServiceCode": service}
+                )
+                continue
+            self.stubber.add_response(
+                "list_service_quotas",
+                {"Quotas": [
+                    {"ServiceCode": service, "QuotaName": name, "QuotaCode": "L-0000000" + str(i), "Value": value}
+                    for i, (name, value) in enumerate(quotas[service].items())
+                ]},
+                {"ServiceCode": service},
+            )
+        self.stubber.activate()
+
+    def client(self, name):
+        return self.quotas if name == "service-quotas" else self.session.client(name)
+
+
+@pytest.fixture
+def account(monkeypatch, moto_session):
+    """A bootstrapped account with both secrets, nothing running."""
+    monkeypatch.setenv("MOTO_ACCOUNT_ID", ACCOUNT)
+    session = moto_session
+    session.client("ssm").put_parameter(Name="/cdk-bootstrap/hnb659fds/version", Value="27", Type="String")
+    secrets = session.client("secretsmanager")
+    keys = {"certificate": "PEM", "private_key": "PEM", "pfx": "cGZ4", "pfx_password": "pw"}
+    secrets.create_secret(Name="telemetry-dev/service-fabric/cluster-certificate",
+                          SecretString=json.dumps({**keys, "node_admin_password": "Sample-Passw0rd"}))
+    secrets.create_secret(Name="telemetry-dev/service-fabric/admin-certificate", SecretString=json.dumps(keys))
+    return session
+
+
+def run(session, capsys, quotas=QUOTAS) -> tuple[int, dict[str, tuple[str, str]], str]:
+    stubbed = Session(session, quotas)
+    code = preflight.main(["--env", "dev"], session_factory=lambda region: stubbed)
+    out, err = capsys.readouterr()
+    rows = {}
+    for line in out.strip().splitlines()[1:-1]:
+        name, result, detail = [part.strip() for part in _split(line)]
+        rows[name] = (result, detail)
+    return code, rows, err
+
+
+def _split(line: str) -> list[str]:
+    """The table's columns are separated by two or more spaces."""
+    import re
+
+    return re.split(r"\s{2,}", line, maxsplit=2)
+
+
+def test_a_ready_account_has_no_blocker(account, capsys):
+    code, rows, err = run(account, capsys)
+    assert code == 0, err
+    assert {name: result for name, (result, _) in rows.items()} == {
+        "account": "ok", "zones": "ok", "cdk bootstrap": "ok",
+        "secret telemetry-dev/service-fabric/cluster-certificate": "ok",
+        "secret telemetry-dev/service-fabric/admin-certificate": "ok",
+        "on-demand standard vCPUs": "ok", "Elastic IPs (NAT)": "ok", "MSK brokers": "ok",
+        "management CIDRs": "ok",
+    }
+    assert err == ""
+
+
+def test_vcpus_needed_are_the_environment_at_its_largest_plus_what_runs(account, capsys):
+    """dev: 3 seeds and up to scaling_max_nodes scaling nodes and the fleet's hosts, at their
+    types' vCPUs (moto's instance type catalogue), plus every standard instance already running."""
+    from stacks.config import load_environment
+    from tests.conftest import cdk_context
+
+    config = load_environment(cdk_context()["environments"], "dev")
+    ec2 = account.client("ec2")
+    types = {t["InstanceType"]: t["VCpuInfo"]["DefaultVCpus"] for t in ec2.describe_instance_types(
+        InstanceTypes=sorted({config.service_fabric.seed_instance_type, config.service_fabric.node_instance_type,
+                              config.simulator_fleet.instance_type, "m5.large"}))["InstanceTypes"]}
+    fabric, fleet = config.service_fabric, config.simulator_fleet
+    needed = (types[fabric.seed_instance_type] * fabric.seed_node_count
+              + types[fabric.node_instance_type] * fabric.scaling_max_nodes
+              + types[fleet.instance_type] * fleet.host_count)
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    ec2.run_instances(ImageId=image, MinCount=2, MaxCount=2, InstanceType="m5.large")
+    quota = needed + 2 * types["m5.large"] - 1  # one vCPU short
+    tight = {**QUOTAS, "ec2": {**QUOTAS["ec2"], preflight.VCPU_QUOTA[1]: float(quota)}}
+    code, rows, err = run(account, capsys, tight)
+    assert code == 1
+    result, detail = rows["on-demand standard vCPUs"]
+    assert result == "BLOCKER"
+    assert detail.startswith(f"needs {needed} vCPUs, {2 * types['m5.large']} in use, quota {quota}")
+    (line,) = err.strip().splitlines()
+    assert line == f"blocker: on-demand standard vCPUs: {detail}"
+
+
+def test_each_missing_piece_is_one_blocker_line(account, capsys):
+    account.client("ssm").delete_parameter(Name="/cdk-bootstrap/hnb659fds/version")
+    account.client("secretsmanager").put_secret_value(
+        SecretId="telemetry-dev/service-fabric/cluster-certificate",
+        SecretString=json.dumps({"certificate": "PEM", "private_key": "PEM", "pfx": "cGZ4", "pfx_password": "pw"}),
+    )
+    account.client("secretsmanager").delete_secret(
+        SecretId="telemetry-dev/service-fabric/admin-certificate", ForceDeleteWithoutRecovery=True
+    )
+    few_ips = {**QUOTAS, "ec2": {**QUOTAS["ec2"], "EC2-VPC Elastic IPs": 0.0}}
+    code, rows, err = run(account, capsys, few_ips)
+    assert code == 1
+    assert err.strip().splitlines() == [
+        "blocker: cdk bootstrap: not bootstrapped (/cdk-bootstrap/hnb659fds/version missing); "
+        "run: cdk bootstrap aws://111111111111/eu-west-1",
+        "blocker: secret telemetry-dev/service-fabric/cluster-certificate: lacks node_admin_password",
+        "blocker: secret telemetry-dev/service-fabric/admin-certificate: does not exist; create it as the README describes",
+        f"blocker: Elastic IPs (NAT): {rows['Elastic IPs (NAT)'][1]}",
+    ]
+    assert "request an increase" in rows["Elastic IPs (NAT)"][1]
+
+
+def test_credentials_for_another_account_are_a_blocker(account, monkeypatch, capsys):
+    monkeypatch.setenv("MOTO_ACCOUNT_ID", "999999999999")
+    code, rows, _ = run(account, capsys, {})
+    assert code == 1
+    assert rows["account"] == ("BLOCKER", "credentials are for 999999999999; dev deploys to 111111111111")
+    # Quotas not readable are a warning that names what is needed, not a silent pass.
+    assert rows["MSK brokers"][0] == "warning" and "needs" in rows["MSK brokers"][1]
+
+
+def test_no_credentials_is_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
+    import boto3
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    code = preflight.main(["--env", "dev"], session_factory=lambda region: boto3.Session(region_name=region))
+    assert code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: AWS call failed: Unable to locate credentials")
+
+
+def test_an_unknown_environment_is_one_line(capsys):
+    assert preflight.main(["--env", "nope"], session_factory=lambda region: ANY) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and "nope" in line
+
+
+def test_help_describes_the_tool():
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "preflight.py"), "--help"],
+                            capture_output=True, text=True, check=True)
+    assert "--env" in result.stdout and "Changes nothing" in result.stdout
