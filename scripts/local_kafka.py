@@ -7,6 +7,10 @@ runs before any virtual environment exists.
 
 Importable too: a pytest fixture calls start_broker(state_dir=...) with a folder of its own, so
 its broker never collides with the one `make demo` started.
+
+start_broker(sasl_users=..., super_user=...) starts the policy-enforcing variant instead: SASL/PLAIN
+on every listener and Kafka ACLs enforced (scripts/local-kafka/listeners-sasl.properties), for
+tests that run a client as one IAM identity translated into ACLs.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -68,10 +73,32 @@ class Broker:
     data_dir: str
     log_path: str
     state_file: str
+    # Set on the SASL broker only: the user allowed everything (creates topics and ACLs).
+    super_user: str | None = None
+    super_user_password: str | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def security_protocol(self) -> str:
+        return "PLAINTEXT" if self.super_user is None else "SASL_PLAINTEXT"
+
+    def client_settings(self, username: str | None = None, password: str | None = None) -> dict:
+        """librdkafka settings to reach this broker; on the SASL broker as `username`
+        (default: the super user)."""
+        settings = {"bootstrap.servers": self.bootstrap_servers}
+        if self.super_user is not None:
+            settings.update(
+                {
+                    "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": "PLAIN",
+                    "sasl.username": username or self.super_user,
+                    "sasl.password": password if username else self.super_user_password,
+                }
+            )
+        return settings
 
 
 # --- jars -------------------------------------------------------------------------------------
@@ -109,13 +136,45 @@ def fetch_jars(libs_dir: Path = LIBS_DIR, quiet: bool = False) -> Path:
 
 
 def java_command(
-    main_class: str, *args: str, libs_dir: Path = LIBS_DIR, jvm_options: list[str] | None = None
+    main_class: str,
+    *args: str,
+    libs_dir: Path = LIBS_DIR,
+    jvm_options: list[str] | None = None,
+    extra_classpath: list[Path] = (),
 ) -> list[str]:
     """The command line that runs one of Kafka's main classes from the fetched jars."""
     java = shutil.which("java")
     if java is None:
         raise LocalKafkaError("java not found on PATH: install a Java 17+ runtime")
-    return [java, *(jvm_options or []), "-cp", str(libs_dir / "*"), main_class, *args]
+    classpath = os.pathsep.join([str(libs_dir / "*"), *map(str, extra_classpath)])
+    return [java, *(jvm_options or []), "-cp", classpath, main_class, *args]
+
+
+AUTHORIZER_SOURCE = FILES / "authorizer" / "MskIamSemanticsAuthorizer.java"
+
+
+def compile_authorizer(libs_dir: Path = LIBS_DIR) -> Path:
+    """Compile the SASL broker's authorizer (one small class) next to the jars; a no-op when the
+    classes match the source. Returns the folder to add to the broker's class path."""
+    classes_dir = libs_dir.parent / "authorizer-classes"
+    digest = hashlib.sha256(AUTHORIZER_SOURCE.read_bytes()).hexdigest()
+    marker = classes_dir / ".compiled-from-sha256"
+    if marker.is_file() and marker.read_text().strip() == digest:
+        return classes_dir
+    javac = shutil.which("javac")
+    if javac is None:
+        raise LocalKafkaError("javac not found on PATH: install a Java 17+ JDK for the SASL broker")
+    shutil.rmtree(classes_dir, ignore_errors=True)
+    classes_dir.mkdir(parents=True)
+    command = [
+        javac, "--release", "17", "-cp", str(libs_dir / "*"), "-d", str(classes_dir),
+        str(AUTHORIZER_SOURCE),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise LocalKafkaError(f"compiling {AUTHORIZER_SOURCE.name} failed: {result.stderr[:300]}")
+    marker.write_text(digest + "\n")
+    return classes_dir
 
 
 # --- broker lifecycle -------------------------------------------------------------------------
@@ -135,19 +194,57 @@ def _cluster_id() -> str:
             return text
 
 
-def _write_config(data_dir: Path, port: int, controller_port: int) -> Path:
-    config = data_dir / "server.properties"
-    template = string.Template((FILES / "server.properties").read_text())
-    config.write_text(
-        template.substitute(port=port, controller_port=controller_port, log_dirs=data_dir / "logs")
+def _plain_jaas(login_user: str, users: dict[str, str]) -> str:
+    """PlainLoginModule settings: the broker logs in as login_user; user_<name> lists who may."""
+    for name, password in users.items():
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name) or '"' in password or "\\" in password:
+            raise LocalKafkaError(f"SASL user {name!r}: use letters, digits, . _ -; no quotes")
+    entries = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    return (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{login_user}" password="{users[login_user]}" {entries};'
     )
+
+
+def _write_config(
+    data_dir: Path,
+    port: int,
+    controller_port: int,
+    sasl_users: dict[str, str] | None = None,
+    super_user: str | None = None,
+) -> Path:
+    config = data_dir / "server.properties"
+    values = {"port": port, "controller_port": controller_port, "log_dirs": data_dir / "logs"}
+    if sasl_users is None:
+        listeners = "listeners-plaintext.properties"
+    else:
+        listeners = "listeners-sasl.properties"
+        values.update(
+            super_user=super_user,
+            client_jaas=_plain_jaas(super_user, sasl_users),
+            # Only the broker itself talks to the controller listener.
+            controller_jaas=_plain_jaas(super_user, {super_user: sasl_users[super_user]}),
+        )
+    text = "\n".join(
+        string.Template((FILES / name).read_text()).substitute(values)
+        for name in ("server.properties", listeners)
+    )
+    config.write_text(text)
     return config
 
 
-def _prepare_storage(data_dir: Path, port: int, controller_port: int, libs_dir: Path) -> Path:
+def _prepare_storage(
+    data_dir: Path,
+    port: int,
+    controller_port: int,
+    libs_dir: Path,
+    sasl_users: dict[str, str] | None = None,
+    super_user: str | None = None,
+    extra_classpath: list[Path] = (),
+) -> Path:
     """Writes server.properties and formats the KRaft storage; removes data_dir on failure."""
     try:
-        config = _write_config(data_dir, port, controller_port)
+        config = _write_config(data_dir, port, controller_port, sasl_users, super_user)
         command = java_command(
             "kafka.tools.StorageTool",
             "format",
@@ -158,6 +255,7 @@ def _prepare_storage(data_dir: Path, port: int, controller_port: int, libs_dir: 
             "--standalone",
             libs_dir=libs_dir,
             jvm_options=JVM_OPTIONS + QUICK_JIT,
+            extra_classpath=extra_classpath,
         )
         formatted = subprocess.run(command, capture_output=True, text=True, check=False)
         if formatted.returncode != 0:
@@ -192,20 +290,48 @@ def read_state(state_dir: Path = CACHE_DIR) -> Broker | None:
     return broker if _is_broker_process(broker.pid, broker.data_dir) else None
 
 
-def broker_is_ready(port: int, timeout: float = 2.0) -> bool:
-    """True when the broker on port answers a Metadata request listing at least one broker."""
+def _request(sock: socket.socket, api_key: int, version: int, correlation_id: int, body: bytes):
+    """One request with header v1 (non-flexible versions only); returns the response after its
+    correlation id."""
     client_id = b"local-kafka"
+    header = struct.pack(">hhih", api_key, version, correlation_id, len(client_id)) + client_id
+    sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+    size = struct.unpack(">i", _read_exactly(sock, 4))[0]
+    response = _read_exactly(sock, size)
+    if struct.unpack(">i", response[:4])[0] != correlation_id:
+        raise ConnectionError("unexpected correlation id")
+    return response[4:]
+
+
+def _sasl_plain_login(sock: socket.socket, username: str, password: str) -> None:
+    """SaslHandshake v1 (api 17) then SaslAuthenticate v0 (api 36) with a PLAIN token
+    (RFC 4616: authzid NUL authcid NUL password); raises ConnectionError when refused."""
+    mechanism = b"PLAIN"
+    answer = _request(sock, 17, 1, 10, struct.pack(">h", len(mechanism)) + mechanism)
+    if struct.unpack(">h", answer[:2])[0] != 0:
+        raise ConnectionError("PLAIN is not enabled on this listener")
+    token = b"\0" + username.encode() + b"\0" + password.encode()
+    answer = _request(sock, 36, 0, 11, struct.pack(">i", len(token)) + token)
+    if struct.unpack(">h", answer[:2])[0] != 0:
+        raise ConnectionError(f"SASL/PLAIN login as {username} refused")
+
+
+def broker_is_ready(
+    port: int, timeout: float = 2.0, sasl_plain: tuple[str, str] | None = None
+) -> bool:
+    """True when the broker on port answers a Metadata request listing at least one broker;
+    sasl_plain=(user, password) logs in first (the SASL broker)."""
     # Metadata v4 (the oldest Kafka 4 accepts): all topics, no auto-creation.
-    body = struct.pack(">hhih", 3, 4, 1, len(client_id)) + client_id + struct.pack(">ib", -1, 0)
+    body = struct.pack(">ib", -1, 0)
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-            sock.sendall(struct.pack(">i", len(body)) + body)
-            header = _read_exactly(sock, 4)
-            response = _read_exactly(sock, struct.unpack(">i", header)[0])
-    except OSError:
+            if sasl_plain is not None:
+                _sasl_plain_login(sock, *sasl_plain)
+            response = _request(sock, 3, 4, 1, body)
+    except (OSError, struct.error):
         return False
-    correlation_id, _throttle_ms, broker_count = struct.unpack(">iii", response[:12])
-    return correlation_id == 1 and broker_count > 0
+    _throttle_ms, broker_count = struct.unpack(">ii", response[:8])
+    return broker_count > 0
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes:
@@ -224,20 +350,36 @@ def start_broker(
     libs_dir: Path = LIBS_DIR,
     ready_timeout: float = READY_TIMEOUT_S,
     full_jit: bool = False,
+    sasl_users: dict[str, str] | None = None,
+    super_user: str | None = None,
 ) -> Broker:
     """Start a broker recorded in state_dir, or return the one already running there.
-    full_jit: let the JVM's C2 compiler run (for long benchmarks that warm the broker first)."""
+    full_jit: let the JVM's C2 compiler run (for long benchmarks that warm the broker first).
+    sasl_users ({name: password}) with super_user (one of them): the policy-enforcing broker,
+    SASL/PLAIN on every listener, ACLs enforced, nothing allowed without an ACL but to
+    super_user."""
+    if (sasl_users is None) != (super_user is None) or (
+        sasl_users is not None and super_user not in sasl_users
+    ):
+        raise LocalKafkaError("a SASL broker needs sasl_users and a super_user among them")
     running = read_state(state_dir)
     if running is not None:
+        if running.super_user != super_user:
+            raise LocalKafkaError(
+                f"the broker in {state_dir} runs with other security settings; stop it first"
+            )
         return running
     stop_broker(state_dir)  # clears what a broker that died left behind
     fetch_jars(libs_dir, quiet=True)
+    extra_classpath = [compile_authorizer(libs_dir)] if sasl_users is not None else []
     state_dir.mkdir(parents=True, exist_ok=True)
     data_dir = Path(tempfile.mkdtemp(prefix="local-kafka-"))
     port, controller_port = free_port(), free_port()
     while controller_port == port:
         controller_port = free_port()
-    config = _prepare_storage(data_dir, port, controller_port, libs_dir)
+    config = _prepare_storage(
+        data_dir, port, controller_port, libs_dir, sasl_users, super_user, extra_classpath
+    )
     log_path = state_dir / "broker.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
@@ -246,6 +388,7 @@ def start_broker(
                 str(config),
                 libs_dir=libs_dir,
                 jvm_options=JVM_OPTIONS + ([] if full_jit else QUICK_JIT),
+                extra_classpath=extra_classpath,
             ),
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -259,10 +402,13 @@ def start_broker(
         data_dir=str(data_dir),
         log_path=str(log_path),
         state_file=str(state_dir / "state.json"),
+        super_user=super_user,
+        super_user_password=sasl_users[super_user] if sasl_users else None,
     )
     Path(broker.state_file).write_text(json.dumps(dataclasses.asdict(broker), indent=2) + "\n")
+    login = (super_user, broker.super_user_password) if sasl_users else None
     deadline = time.monotonic() + ready_timeout
-    while not broker_is_ready(port):
+    while not broker_is_ready(port, sasl_plain=login):
         if process.poll() is not None or time.monotonic() > deadline:
             stop_broker(state_dir)
             reason = "exited" if process.returncode is not None else "was not ready in time"

@@ -14,6 +14,7 @@ from simulator import payload
 from simulator.config import RunConfig, SloThresholds
 from simulator.errors import SimulatorError
 from simulator.flags import EXIT_ERROR, EXIT_PASS, EXIT_SLO_FAILED, build_parser
+from simulator.kafka_config import SASL_PASSWORD_ENV
 
 BOOTSTRAP = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}(,[A-Za-z0-9.\-\[\]:]+:\d{1,5})*$")
 DEFAULTS = SloThresholds()
@@ -85,6 +86,10 @@ def run_config(args) -> RunConfig:
     region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if args.security_protocol == "SASL_SSL" and not region:
         raise SimulatorError("--security-protocol SASL_SSL needs --region (or $AWS_REGION)")
+    if (args.security_protocol == "SASL_PLAINTEXT") != (args.sasl_username is not None):
+        raise SimulatorError("--sasl-username goes with --security-protocol SASL_PLAINTEXT, and only")
+    if args.security_protocol == "SASL_PLAINTEXT" and not os.environ.get(SASL_PASSWORD_ENV):
+        raise SimulatorError(f"--security-protocol SASL_PLAINTEXT needs ${SASL_PASSWORD_ENV}")
     run_id = _name(args.run_id, "--run-id", secrets.token_hex(4))
     producer_id = _name(
         args.producer_id,
@@ -121,6 +126,7 @@ def run_config(args) -> RunConfig:
         progress_interval_s=args.progress_interval,
         drain_timeout_s=args.drain_timeout,
         connect_timeout_s=args.connect_timeout,
+        sasl_username=args.sasl_username,
         slo=_slo(args, DEFAULTS),
     )
 

@@ -31,7 +31,7 @@ class RunConfig:
     linger_ms: float
     batch_bytes: int
     compression: str
-    security_protocol: str  # "PLAINTEXT" or "SASL_SSL"
+    security_protocol: str  # "PLAINTEXT", "SASL_SSL" (MSK IAM) or "SASL_PLAINTEXT" (local)
     region: str | None
     run_id: str
     producer_id: str
@@ -39,6 +39,7 @@ class RunConfig:
     progress_interval_s: float
     drain_timeout_s: float
     connect_timeout_s: float = 10.0
+    sasl_username: str | None = None  # SASL_PLAINTEXT only
     slo: SloThresholds = SloThresholds()
 
     def to_report(self) -> dict:

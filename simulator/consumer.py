@@ -10,7 +10,9 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from simulator import kafka_config
 from simulator.accounting import SequenceLedger
+from simulator.authorization import is_authorization_error, missing_permission
 from simulator.config import RunConfig
+from simulator.errors import SimulatorError
 from simulator.histograms import LatencyRecorder
 from simulator.payload import MessageLayout
 
@@ -111,6 +113,10 @@ class HostConsumer:
         error = message.error()
         if error is None:
             self.foreign += 1
+        elif is_authorization_error(error):  # retrying cannot help: stop with the reason
+            raise SimulatorError(
+                "consumer: " + missing_permission(error, "consume", topic=self.config.topic)
+            )
         elif error.fatal() or len(self.errors) < 20:
             self.errors.append(str(error))
             if error.fatal():

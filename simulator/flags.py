@@ -138,9 +138,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--security-protocol",
-        choices=("PLAINTEXT", "SASL_SSL"),
+        choices=("PLAINTEXT", "SASL_SSL", "SASL_PLAINTEXT"),
         default="PLAINTEXT",
-        help="SASL_SSL authenticates with MSK IAM",
+        help="SASL_SSL authenticates with MSK IAM; SASL_PLAINTEXT is for a local broker "
+        "(SASL/PLAIN as --sasl-username, password from $SIMULATOR_SASL_PASSWORD)",
+    )
+    run.add_argument(
+        "--sasl-username",
+        metavar="NAME",
+        help="SASL/PLAIN user with --security-protocol SASL_PLAINTEXT (local brokers only)",
     )
     run.add_argument(
         "--region", metavar="REGION", help="AWS region for MSK IAM (default: $AWS_REGION)"

@@ -13,11 +13,12 @@ import sys
 import time
 from multiprocessing.connection import wait
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from simulator import kafka_config
 from simulator.accounting import SequenceLedger
+from simulator.authorization import missing_permission
 from simulator.config import RunConfig
 from simulator.consumer import HostConsumer
 from simulator.errors import SimulatorError
@@ -170,9 +171,13 @@ def run_host(config: RunConfig, progress_out=sys.stderr) -> HostRun:
     try:
         return _run_host(config, progress_out)
     except KafkaException as error:
-        raise SimulatorError(
-            f"Kafka at {config.bootstrap_servers}: {_kafka_reason(error)}"
-        ) from None
+        first = error.args[0] if error.args else None
+        reason = (
+            missing_permission(first, "describe", topic=config.topic)
+            if isinstance(first, KafkaError)
+            else _kafka_reason(error)
+        )
+        raise SimulatorError(f"Kafka at {config.bootstrap_servers}: {reason}") from None
 
 
 def _run_host(config: RunConfig, progress_out) -> HostRun:

@@ -1,8 +1,15 @@
-"""librdkafka settings for the simulator's clients, PLAINTEXT locally or SASL_SSL with MSK IAM."""
+"""librdkafka settings for the simulator's clients: SASL_SSL with MSK IAM on AWS; PLAINTEXT, or
+SASL_PLAINTEXT with a PLAIN user, against a local broker."""
 
 from __future__ import annotations
 
+import os
+
 from simulator.config import RunConfig
+
+# The local policy-enforcing broker's password for --sasl-username; an environment variable so it
+# never shows in a process list or a report.
+SASL_PASSWORD_ENV = "SIMULATOR_SASL_PASSWORD"
 
 
 def _msk_iam_token_callback(region: str):
@@ -23,8 +30,11 @@ def connection_settings(
     region: str | None,
     client_id: str,
     connect_timeout_s: float = 10.0,
+    sasl_username: str | None = None,
 ) -> dict:
-    """How any librdkafka client of this project reaches Kafka (also used by scripts/)."""
+    """How any librdkafka client of this project reaches Kafka (also used by scripts/).
+    SASL_PLAINTEXT is for local brokers only: user sasl_username, password from
+    $SIMULATOR_SASL_PASSWORD."""
     settings = {
         "bootstrap.servers": bootstrap_servers,
         "client.id": client_id,
@@ -41,6 +51,15 @@ def connection_settings(
                 "oauth_cb": _msk_iam_token_callback(region),
             }
         )
+    elif security_protocol == "SASL_PLAINTEXT":
+        settings.update(
+            {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": sasl_username,
+                "sasl.password": os.environ.get(SASL_PASSWORD_ENV, ""),
+            }
+        )
     return settings
 
 
@@ -51,6 +70,7 @@ def _connection(config: RunConfig, client_id: str) -> dict:
         region=config.region,
         client_id=client_id,
         connect_timeout_s=config.connect_timeout_s,
+        sasl_username=config.sasl_username,
     )
 
 

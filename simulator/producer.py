@@ -14,9 +14,10 @@ import signal
 import time
 
 import numpy as np
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from simulator import histograms, kafka_config
+from simulator.authorization import missing_permission
 from simulator.accounting import DeliveryOutcome, devices_of_process
 from simulator.config import RunConfig
 from simulator.payload import (
@@ -123,9 +124,14 @@ class ProducerProcess:
             else:
                 failed(msg.value())
 
-        self.producer = Producer(
-            kafka_config.producer_settings(config, f"simulator-{self.producer_id}", on_delivery)
-        )
+        self.fatal_error = None  # librdkafka's reason, when it stops the producer
+
+        def on_error(error):
+            if error.fatal():
+                self.fatal_error = error
+
+        settings = kafka_config.producer_settings(config, f"simulator-{self.producer_id}", on_delivery)
+        self.producer = Producer({**settings, "error_cb": on_error})
         self.progress = _Progress(conn, self.acks, self.failures)
         self.sent = 0
 
@@ -275,6 +281,7 @@ class ProducerProcess:
 def run_producer_process(config: RunConfig, process_index: int, conn) -> None:
     """Entry point of a producer child process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+    process = None
     try:
         process = ProducerProcess(config, process_index, conn)
         process.connect()
@@ -284,7 +291,17 @@ def run_producer_process(config: RunConfig, process_index: int, conn) -> None:
             return
         conn.send(("done", process.run(start_ns)))
     except KafkaException as error:
-        conn.send(("error", f"producer {process_index}: {error.args[0].str()}"))
+        cause = error.args[0]
+        if cause.code() == KafkaError._FATAL and process is not None:
+            # "Local: Fatal error" says nothing; the error librdkafka stopped on says why. poll()
+            # serves error_cb with it, or raises it.
+            try:
+                process.producer.poll(0)
+            except KafkaException as fatal:
+                process.fatal_error = fatal.args[0]
+            cause = process.fatal_error or cause
+        reason = missing_permission(cause, "produce", topic=config.topic)
+        conn.send(("error", f"producer {process_index}: {reason}"))
     except Exception as error:  # noqa: BLE001 - anything else still reaches the operator as one line
         conn.send(("error", f"producer {process_index}: {type(error).__name__}: {error}"))
     finally:

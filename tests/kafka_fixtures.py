@@ -19,3 +19,56 @@ def kafka_broker(tmp_path_factory):
         pytest.fail(f"could not start the local Kafka broker: {error}")
     yield broker
     local_kafka.stop_broker(state_dir)
+
+
+# The policy-enforcing broker's identities: SASL/PLAIN users are fixed when the broker starts, so
+# the session gets a pool; each test takes fresh ones and gives them exactly the ACLs it derives.
+SUPER_USER = "harness-admin"
+IDENTITY_POOL = tuple(f"identity-{index}" for index in range(1, 13))
+
+
+class SecuredKafka:
+    """The SASL broker, its super user's Admin client, and fresh identities to hand ACLs to."""
+
+    def __init__(self, broker: local_kafka.Broker, passwords: dict[str, str]):
+        from confluent_kafka.admin import AdminClient
+
+        self.broker = broker
+        self.passwords = passwords
+        # log_level 0: failures surface as exceptions; no retry chatter after the broker stops.
+        self.admin = AdminClient({**broker.client_settings(), "log_level": 0})
+        self._unused = list(IDENTITY_POOL)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.broker.bootstrap_servers
+
+    def new_identity(self, acls_for_principal) -> tuple[str, str]:
+        """A user no test has used, given the ACLs acls_for_principal("User:<name>") returns
+        (created with Kafka's Admin API as the super user); returns (user, password)."""
+        if not self._unused:
+            raise RuntimeError(f"all {len(IDENTITY_POOL)} identities of the session are taken")
+        user = self._unused.pop(0)
+        bindings = acls_for_principal(f"User:{user}")
+        if bindings:
+            for future in self.admin.create_acls(bindings).values():
+                future.result(timeout=30)
+        return user, self.passwords[user]
+
+
+@pytest.fixture(scope="session")
+def secured_kafka(tmp_path_factory):
+    """A broker that authenticates every client (SASL/PLAIN) and enforces Kafka ACLs with nothing
+    allowed by default, on 127.0.0.1; the harness administers it as a super user."""
+    import secrets
+
+    passwords = {name: secrets.token_hex(8) for name in (SUPER_USER, *IDENTITY_POOL)}
+    state_dir = tmp_path_factory.mktemp("local-kafka-sasl")
+    try:
+        broker = local_kafka.start_broker(
+            state_dir=state_dir, sasl_users=passwords, super_user=SUPER_USER
+        )
+    except local_kafka.LocalKafkaError as error:
+        pytest.fail(f"could not start the SASL Kafka broker: {error}")
+    yield SecuredKafka(broker, passwords)
+    local_kafka.stop_broker(state_dir)

@@ -163,6 +163,15 @@ class MskCluster(Construct):
             actions=["kafka-cluster:DescribeTopic", "kafka-cluster:WriteData"],
             resource_arns=[self.topic_arn(topic)],
         )
+        # Producers here are idempotent (librdkafka's and the Java client's default with acks=all),
+        # and on MSK "It is not possible to WriteDataIdempotently to a topic by only providing
+        # WriteData access to that topic" (MSK Developer Guide, "Create authorization policies
+        # for the IAM role"): the action is granted on the cluster.
+        iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["kafka-cluster:WriteDataIdempotently"],
+            resource_arns=[self.cluster_arn],
+        )
 
     def grant_consume(self, grantee: iam.IGrantable, topic: str, group: str) -> None:
         self._grant_connect(grantee)
