@@ -396,6 +396,13 @@ class NodeLifecycleConfig(_Section):
 FLINK_RUNTIMES = ("FLINK-1_20", "FLINK-2_2")
 # S3 keeps an object in Standard-IA for at least 30 days before a lifecycle rule may move it on.
 MIN_DAYS_IN_INFREQUENT_ACCESS = 30
+# The file sink's in-progress and pending part files are S3 multipart uploads that a restore from a
+# snapshot resumes. If a lifecycle rule aborts them first: "This will result in your job not being
+# able to restore from that savepoint as the pending part-files are no longer there" (Flink docs,
+# FileSink, S3-specific: https://nightlies.apache.org/flink/flink-docs-release-1.20/docs/connectors/datastream/filesystem/).
+# An upload starts at most one checkpoint interval (at most an hour) before the snapshot and must
+# survive until the restored job's first checkpoint: two days cover both with room to spare.
+MULTIPART_ABORT_MARGIN_DAYS = 2
 
 
 class TelemetrySinkConfig(_Section):
@@ -417,6 +424,9 @@ class TelemetrySinkConfig(_Section):
     archive_after_days: int
     noncurrent_versions_expire_after_days: int = Field(ge=1)
     athena_results_expire_after_days: int = Field(default=30, ge=1)
+    # The oldest snapshot the job is promised to restore from, with its in-progress files. Managed
+    # Flink itself never deletes snapshots; this bounds how long S3 keeps unfinished uploads.
+    snapshot_retention_days: int = Field(default=30, ge=1, le=365)
     # First day Athena's partition projection enumerates (yyyy-MM-dd); the range ends at NOW.
     projection_start_date: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
     # Alarm thresholds: records the Kafka source is behind the newest offset of any partition,
@@ -425,6 +435,12 @@ class TelemetrySinkConfig(_Section):
     dead_letter_alarm_records: int = Field(default=1, ge=1)
 
     _retention = field_validator("log_retention_days")(_check_retention)
+
+    @property
+    def abort_incomplete_uploads_after_days(self) -> int:
+        """When S3 may abort the file sink's unfinished multipart uploads: only after every snapshot
+        within the retention can no longer be restored."""
+        return self.snapshot_retention_days + MULTIPART_ABORT_MARGIN_DAYS
 
     @field_validator("projection_start_date")
     @classmethod

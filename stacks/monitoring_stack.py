@@ -26,6 +26,9 @@ class MonitoringStack(Stack):
             email_addresses=config.monitoring.alarm_emails,
             removal_policy=removal_policy(config),
         )
+        # The construct, for stacks that publish to the topic themselves (`alarms.grant_publish`);
+        # the topic, for alarm actions.
+        self.alarms = alarms
         self.alarm_topic = alarms.topic
         self.dashboard = cloudwatch.Dashboard(
             self,

@@ -16,12 +16,12 @@ from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_sns as sns
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from stacks.compliance import acknowledge, wildcard_resource_finding
 from stacks.config import EnvironmentConfig
+from stacks.constructs.alarm_topic import AlarmTopic
 from stacks.constructs.lifecycle_functions import LifecycleFunction, function_code
 from stacks.constructs.lifecycle_monitoring import LifecycleMonitoring
 from stacks.constructs.lifecycle_workflows import Pacing, ScaleInWorkflow, ScaleOutWorkflow
@@ -60,7 +60,7 @@ class NodeLifecycleStack(cdk.Stack):
         scaling_group: autoscaling.IAutoScalingGroup,
         gateway_client_security_group: ec2.ISecurityGroup,
         gateway_endpoints: Sequence[str],
-        alarm_topic: sns.ITopic,
+        alarms: AlarmTopic,
         dashboard: cloudwatch.Dashboard,
         **kwargs: Any,
     ) -> None:
@@ -162,7 +162,7 @@ class NodeLifecycleStack(cdk.Stack):
             "ScaleOut": node_lifecycle_state_machine_name(config, "scale-out"),
         }
         workflow_options = dict(
-            alarm_topic=alarm_topic,
+            alarm_topic=alarms.topic,
             group=scaling_group,
             group_name=group_name,
             log_retention_days=lifecycle.log_retention_days,
@@ -186,6 +186,10 @@ class NodeLifecycleStack(cdk.Stack):
             pacing=pacing(lifecycle.join_timeout_minutes),
             **workflow_options,
         )
+        # Their failure paths publish the worded alarm; the SnsPublish task grants only sns:Publish,
+        # not the use of the topic's key that publishing to an encrypted topic needs.
+        for workflow in (self.scale_in, self.scale_out):
+            alarms.grant_publish(workflow.state_machine)
         self.reaper = ZombieReaper(self, "ZombieReaper", function=reaper.function,
                                    interval_minutes=lifecycle.reaper_interval_minutes)
         LifecycleMonitoring(
@@ -195,7 +199,7 @@ class NodeLifecycleStack(cdk.Stack):
             cluster_name=cluster_name,
             state_machine_arns={label: state_machine_arn(config, name) for label, name in state_machine_names.items()},
             reaper_interval_minutes=lifecycle.reaper_interval_minutes,
-            alarm_topic=alarm_topic,
+            alarm_topic=alarms.topic,
             dashboard=dashboard,
         )
 

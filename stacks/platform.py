@@ -98,7 +98,7 @@ def build_platform(app: cdk.App, config: EnvironmentConfig) -> dict[str, cdk.Sta
         scaling_group=service_fabric.scaling_group,
         gateway_client_security_group=service_fabric.gateway_client_security_group,
         gateway_endpoints=service_fabric.gateway_endpoints,
-        alarm_topic=monitoring.alarm_topic,
+        alarms=monitoring.alarms,
         dashboard=monitoring.dashboard,
         **stack_props("NodeLifecycle", "Service Fabric node lifecycle: join on launch, drain on terminate, zombie reaper"),
     )

@@ -80,6 +80,8 @@ class TelemetrySinkStack(Stack):
                 ),
             ],
             noncurrent_version_expiration_days=settings.noncurrent_versions_expire_after_days,
+            # The job's part files are multipart uploads that a snapshot restore resumes.
+            abort_incomplete_uploads_after_days=settings.abort_incomplete_uploads_after_days,
             extra_lifecycle_rules=[
                 s3.LifecycleRule(
                     id="ExpireAthenaResults",
@@ -165,6 +167,7 @@ class TelemetrySinkStack(Stack):
             self,
             "Monitoring",
             application_name=application_name,
+            runtime=settings.runtime,
             consumer_lag_alarm_records=settings.consumer_lag_alarm_records,
             dead_letter_alarm_records=settings.dead_letter_alarm_records,
             alarm_topic=alarm_topic,

@@ -25,6 +25,9 @@ class SecureBucket(Construct):
         encryption_key: kms.IKey | None = None,
         transitions: Sequence[s3.Transition] = (),
         noncurrent_version_expiration_days: int = 30,
+        # Unfinished multipart uploads are storage nobody can read; a bucket whose writer resumes
+        # uploads after a restart (a Flink file sink restoring a snapshot) needs a longer window.
+        abort_incomplete_uploads_after_days: int = 7,
         extra_lifecycle_rules: Sequence[s3.LifecycleRule] = (),
     ) -> None:
         super().__init__(scope, construct_id)
@@ -64,7 +67,7 @@ class SecureBucket(Construct):
                     expiration=Duration.days(expiration_days) if expiration_days else None,
                     transitions=list(transitions) or None,
                     noncurrent_version_expiration=Duration.days(noncurrent_version_expiration_days),
-                    abort_incomplete_multipart_upload_after=Duration.days(7),
+                    abort_incomplete_multipart_upload_after=Duration.days(abort_incomplete_uploads_after_days),
                 ),
                 *extra_lifecycle_rules,
             ],

@@ -7,6 +7,8 @@ the application's metrics level APPLICATION, with the single dimension `Applicat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
@@ -18,6 +20,30 @@ from stacks.naming import DEAD_LETTER_METRIC, FLINK_METRICS_NAMESPACE
 
 PERIOD = Duration.minutes(1)
 WINDOW = Duration.minutes(5)
+NOT_RUNNING_MINUTES = 3
+
+
+@dataclass(frozen=True)
+class JobHealthMetrics:
+    """Which of Managed Flink's job health metrics a runtime publishes."""
+
+    running: str  # ms the job has been RUNNING without interruption; 0 in any other state
+    outages: tuple[str, ...]  # ms the job has been in a state of an outage; 0 otherwise
+
+
+# Managed Service for Apache Flink, "Metrics and dimensions"
+# (https://docs.aws.amazon.com/managed-flink/latest/java/metrics-dimensions.html), Flink 2.2
+# metric changes: "The `uptime` and `downtime` metrics are deprecated and will be removed in a
+# future release. Migrate to the new state-specific metrics." `runningTime`: "Use as a direct
+# replacement for the deprecated uptime metric"; `downtime`: "Use `restartingTime`,
+# `cancellingTime`, and/or `failingTime` instead" (each "Available from Flink 2.2", so FLINK-1_20
+# keeps uptime and downtime, which are not deprecated there). The 2.2 metrics are Flink's job status
+# gauges: "if the job is currently in that state, return the time since the job transitioned into
+# that state, otherwise return 0" (Flink MetricOptions.JobStatusMetrics.CURRENT_TIME).
+JOB_HEALTH_METRICS = {
+    "FLINK-1_20": JobHealthMetrics(running="uptime", outages=("downtime",)),
+    "FLINK-2_2": JobHealthMetrics(running="runningTime", outages=("restartingTime", "failingTime", "cancellingTime")),
+}
 
 
 def application_metric(
@@ -62,6 +88,7 @@ class TelemetrySinkMonitoring(Construct):
         construct_id: str,
         *,
         application_name: str,
+        runtime: str,
         consumer_lag_alarm_records: int,
         dead_letter_alarm_records: int,
         alarm_topic: sns.ITopic,
@@ -73,14 +100,21 @@ class TelemetrySinkMonitoring(Construct):
         self.alarms: list[cloudwatch.Alarm] = []
         app = application_name
 
-        downtime = application_metric(app, "downtime", "Average")
+        health = JOB_HEALTH_METRICS[runtime]
+        # The minimum over a minute is 0 if any sample in it found the job out of RUNNING (restarting,
+        # failing, cancelling, still starting), so a job in a restart loop cannot hide behind an average.
+        running = application_metric(app, health.running, "Minimum", label=f"{health.running} (ms, 0 = not running)")
         self._alarm(
-            "Downtime",
-            downtime,
-            threshold=0,
-            periods=3,
-            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            description="The Flink job has been failing or restarting for 3 minutes: no telemetry reaches S3",
+            "NotRunning",
+            running,
+            threshold=1,
+            periods=NOT_RUNNING_MINUTES,
+            comparison=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+            description=f"The Flink job has not been running for {NOT_RUNNING_MINUTES} minutes (restarting, failing, "
+            "cancelling, or the application is stopped and reports nothing): no telemetry reaches S3",
+            # A stopped application publishes no metrics at all: that is an outage too, not an
+            # absence of evidence.
+            treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
         )
         self._alarm(
             "CheckpointFailures",
@@ -115,9 +149,9 @@ class TelemetrySinkMonitoring(Construct):
             cloudwatch.TextWidget(markdown=f"## Telemetry sink `{app}` (Managed Flink)", width=24, height=1),
             cloudwatch.GraphWidget(
                 title="Availability",
-                left=[downtime],
-                right=[application_metric(app, "KPUs", "Maximum", label="KPUs")],
-                left_annotations=[cloudwatch.HorizontalAnnotation(value=0, label="downtime alarm above")],
+                left=[running],
+                right=[application_metric(app, name, "Maximum", label=f"{name} (ms)") for name in health.outages],
+                left_annotations=[cloudwatch.HorizontalAnnotation(value=0, label="not running: alarm")],
                 width=8,
             ),
             cloudwatch.GraphWidget(
@@ -138,6 +172,7 @@ class TelemetrySinkMonitoring(Construct):
                     application_metric(app, "numRecordsInPerSecond", "Average", label="in"),
                     application_metric(app, "numRecordsOutPerSecond", "Average", label="out"),
                 ],
+                right=[application_metric(app, "KPUs", "Maximum", label="KPUs")],
                 width=12,
             ),
             cloudwatch.GraphWidget(
@@ -157,6 +192,9 @@ class TelemetrySinkMonitoring(Construct):
         periods: int,
         comparison: cloudwatch.ComparisonOperator,
         description: str,
+        # The rate alarms: a stopped application publishes nothing, which is not a checkpoint
+        # failure, lag or dead letter (the NotRunning alarm covers a stopped application).
+        treat_missing_data: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.MISSING,
     ) -> None:
         alarm = notifying_alarm(
             self,
@@ -168,7 +206,6 @@ class TelemetrySinkMonitoring(Construct):
             threshold=threshold,
             evaluation_periods=periods,
             comparison=comparison,
-            # A stopped application publishes nothing; that is not an outage of a running one.
-            treat_missing_data=cloudwatch.TreatMissingData.MISSING,
+            treat_missing_data=treat_missing_data,
         )
         self.alarms.append(alarm)

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from stacks.config import ConfigError, load_environment
+from stacks.config import MULTIPART_ABORT_MARGIN_DAYS, ConfigError, load_environment
 from tests.conftest import cdk_context
 
 
@@ -53,6 +53,8 @@ def test_environments_differ_where_they_should(environments):
         ("projection_start_date", "01/02/2025", "projection_start_date: String should match pattern"),
         ("max_part_size_mb", 5000, "max_part_size_mb: Input should be less than or equal to 4096"),
         ("autoscaling", "yes", "telemetry_sink.autoscaling: Input should be a valid boolean"),
+        ("snapshot_retention_days", 0, "snapshot_retention_days: Input should be greater than or equal to 1"),
+        ("snapshot_retention_days", 400, "snapshot_retention_days: Input should be less than or equal to 365"),
         ("surprise", 1, "telemetry_sink.surprise: unknown key"),
     ],
 )
@@ -64,3 +66,9 @@ def test_bad_values_are_refused_with_one_line(environments, key, value, expected
 def test_section_is_required(environments):
     del environments["staging"]["telemetry_sink"]
     assert "telemetry_sink: required key is missing" in refused(environments, "staging")
+
+
+def test_unfinished_uploads_are_kept_past_the_snapshot_retention(environments):
+    environments["dev"]["telemetry_sink"]["snapshot_retention_days"] = 45
+    sink = load_environment(environments, "dev").telemetry_sink
+    assert sink.abort_incomplete_uploads_after_days == 45 + MULTIPART_ABORT_MARGIN_DAYS > 45

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
+import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_sns as sns
+from aws_cdk.assertions import Template
 
+from stacks.config import FLINK_RUNTIMES, MULTIPART_ABORT_MARGIN_DAYS, load_environment
 from stacks.constructs.flink_jar import JAR_NAME, MavenPackage
+from stacks.constructs.telemetry_sink_monitoring import JOB_HEALTH_METRICS, TelemetrySinkMonitoring
+from tests.conftest import cdk_context
 
 APPLICATION = "AWS::KinesisAnalyticsV2::Application"
 PARALLELISM = {"dev": (1, False), "staging": (2, True), "prod": (4, True)}
@@ -141,10 +149,22 @@ def test_lifecycle_moves_data_to_infrequent_access_then_glacier_ir(synthesized, 
         {"StorageClass": "GLACIER_IR", "TransitionInDays": archive},
     ]
     assert main["NoncurrentVersionExpiration"] == {"NoncurrentDays": noncurrent}
-    assert main["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 7}
+    assert "AbortIncompleteMultipartUpload" in main  # its window: the next test
     assert "ExpirationInDays" not in main  # telemetry is kept; only Athena results expire
     results = next(r for r in rules if r.get("Prefix") == "athena-results/")
     assert results["ExpirationInDays"] == (7 if env == "dev" else 30)
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_unfinished_uploads_outlive_every_restorable_snapshot(synthesized, env):
+    """The file sink's part files are multipart uploads that a restore from a snapshot resumes:
+    S3 may abort them only after the newest snapshot the README promises to restore is older."""
+    retention = load_environment(cdk_context()["environments"], env).telemetry_sink.snapshot_retention_days
+    rules = telemetry_bucket(template(synthesized, env))["Properties"]["LifecycleConfiguration"]["Rules"]
+    windows = [r["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] for r in rules
+               if "AbortIncompleteMultipartUpload" in r]
+    assert windows and all(window > retention for window in windows), (retention, windows)
+    assert min(windows) == retention + MULTIPART_ABORT_MARGIN_DAYS
 
 
 def test_glue_table_reads_parquet_with_projected_date_and_hour_partitions(synthesized):
@@ -254,11 +274,11 @@ def metric_names(alarm: dict) -> set[str]:
     return {m["MetricStat"]["Metric"]["MetricName"] for m in alarm["Metrics"] if "MetricStat" in m}
 
 
-def test_alarms_cover_downtime_checkpoints_lag_and_dead_letters(synthesized):
+def test_alarms_cover_job_health_checkpoints_lag_and_dead_letters(synthesized):
     found = alarms(synthesized, "prod")
     name = "telemetry-prod-telemetry-sink"
-    assert set(found) == {f"{name}-{a}" for a in ("Downtime", "CheckpointFailures", "ConsumerLag", "DeadLetters")}
-    assert metric_names(found[f"{name}-Downtime"]) == {"downtime"}
+    assert set(found) == {f"{name}-{a}" for a in ("NotRunning", "CheckpointFailures", "ConsumerLag", "DeadLetters")}
+    assert metric_names(found[f"{name}-NotRunning"]) == {"runningTime"}  # FLINK-2_2: not the deprecated downtime
     assert metric_names(found[f"{name}-CheckpointFailures"]) == {"numberOfFailedCheckpoints"}
     assert metric_names(found[f"{name}-ConsumerLag"]) == {"records_lag_max"}
     assert metric_names(found[f"{name}-DeadLetters"]) == {"DeadLetterRecords"}
@@ -273,6 +293,46 @@ def test_alarms_cover_downtime_checkpoints_lag_and_dead_letters(synthesized):
                    == "AWS/KinesisAnalytics" for m in alarm.get("Metrics", []))
 
 
+def test_a_stopped_or_restarting_job_alarms_and_idle_rates_do_not(synthesized):
+    """NotRunning fires when the job leaves RUNNING at any moment of 3 minutes in a row, and when
+    the application reports nothing at all (stopped); the rate alarms ignore a silent application."""
+    found = alarms(synthesized, "prod")
+    not_running = found.pop("telemetry-prod-telemetry-sink-NotRunning")
+    (metric,) = not_running["Metrics"]
+    assert (metric["MetricStat"]["Stat"], metric["MetricStat"]["Period"]) == ("Minimum", 60)
+    assert (not_running["ComparisonOperator"], not_running["Threshold"]) == ("LessThanThreshold", 1)
+    assert not_running["EvaluationPeriods"] == 3
+    assert not_running["TreatMissingData"] == "breaching"
+    assert {a["TreatMissingData"] for a in found.values()} == {"missing"}
+
+
+@pytest.mark.parametrize(
+    ("runtime", "running", "outages"),
+    [
+        ("FLINK-1_20", "uptime", {"downtime"}),
+        ("FLINK-2_2", "runningTime", {"restartingTime", "failingTime", "cancellingTime"}),
+    ],
+)
+def test_job_health_metrics_follow_the_runtime(runtime, running, outages):
+    """Each runtime the config allows is watched through the metrics it publishes: Managed Flink
+    deprecates uptime and downtime for Flink 2.2 only."""
+    assert set(JOB_HEALTH_METRICS) == set(FLINK_RUNTIMES)
+    stack = cdk.Stack(cdk.App(), "Sink")
+    TelemetrySinkMonitoring(
+        stack, "Monitoring", application_name="sink", runtime=runtime, consumer_lag_alarm_records=1,
+        dead_letter_alarm_records=1, alarm_topic=sns.Topic(stack, "Topic"), dashboard=cloudwatch.Dashboard(stack, "Board"),
+    )
+    t = Template.from_stack(stack)
+    found = {a["Properties"]["AlarmName"]: a["Properties"] for a in t.find_resources("AWS::CloudWatch::Alarm").values()}
+    assert metric_names(found["sink-NotRunning"]) == {running}
+    (dashboard,) = t.find_resources("AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    graphed = set(re.findall(r'\\"AWS/KinesisAnalytics\\",\\"(\w+)\\"', body))
+    assert {running, *outages} <= graphed
+    other = {"uptime", "downtime", "runningTime", "restartingTime", "failingTime", "cancellingTime"} - {running, *outages}
+    assert not graphed & other
+
+
 def test_alarm_thresholds_follow_config(synthesized):
     found = alarms(synthesized, "dev")
     assert found["telemetry-dev-telemetry-sink-ConsumerLag"]["Threshold"] == 100000
@@ -283,8 +343,11 @@ def test_dashboard_widgets_name_the_application_literally(synthesized):
     monitoring = synthesized("prod").stacks["monitoring"]
     (dashboard,) = [r for r in monitoring["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    for metric in ("downtime", "numberOfFailedCheckpoints", "records_lag_max", "DeadLetterRecords"):
-        assert metric in body
+    for metric in ("runningTime", "restartingTime", "failingTime", "cancellingTime", "KPUs",
+                   "numberOfFailedCheckpoints", "records_lag_max", "DeadLetterRecords"):
+        assert f'\\"{metric}\\"' in body, metric
+    for deprecated in ("uptime", "downtime"):  # Flink 2.2 (every environment's runtime)
+        assert f'\\"{deprecated}\\"' not in body
     assert '\\"Application\\",\\"telemetry-prod-telemetry-sink\\"' in body
     # Literal dimensions only: the monitoring stack must not depend on the sink stack.
     assert "ImportValue" not in json.dumps(monitoring)
