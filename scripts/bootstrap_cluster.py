@@ -4,8 +4,9 @@
 Reads the seed topology (names, fixed addresses, fault and upgrade domains) and the certificate
 secret names from the Service Fabric stack's outputs, checks that every seed instance runs at its
 address, builds ClusterConfig.json for an X.509-secured multi-machine cluster (the structure of
-Microsoft's ClusterConfig.X509.MultiMachine.json sample) and runs the create-cluster Run Command
-document on seed-0, printing its status until it finishes.
+Microsoft's ClusterConfig.X509.MultiMachine.json sample), publishes the cluster certificate's
+thumbprint to SSM (the node lifecycle functions pin the gateway by it) and runs the
+create-cluster Run Command document on seed-0, printing its status until it finishes.
 
 --dry-run needs no AWS credentials: it reads the synthesized template in cdk.out (make synth
 ENV=<env>), writes the JSON with the certificate thumbprints left as placeholders naming their
@@ -41,7 +42,12 @@ from scripts.cluster_inventory import (  # noqa: E402
     thumbprint,
 )
 from stacks.config import EnvironmentConfig, ServiceFabricConfig, load_environment, read_environments  # noqa: E402
-from stacks.naming import SCALING_NODE_TYPE, SEED_NODE_TYPE, service_fabric_cluster_name  # noqa: E402
+from stacks.naming import (  # noqa: E402
+    SCALING_NODE_TYPE,
+    SEED_NODE_TYPE,
+    gateway_thumbprint_parameter_name,
+    service_fabric_cluster_name,
+)
 from stacks.seed_addresses import SeedPlacement  # noqa: E402
 
 DATA_ROOT = "D:\\SF"  # the data volume userdata/prepare_node.ps1 formats
@@ -154,6 +160,15 @@ class Bootstrap:
         self.secrets = session.client("secretsmanager")
         self.ssm = session.client("ssm")
 
+    def publish_thumbprint(self, parameter: str, value: str) -> None:
+        self.ssm.put_parameter(
+            Name=parameter,
+            Value=value,
+            Type="String",  # a certificate thumbprint is no secret
+            Overwrite=True,  # re-running after a certificate rotation publishes the new one
+            Description="SHA-1 thumbprint of the Service Fabric cluster certificate (HTTP gateway identity)",
+        )
+
     def send_create(self, document: str, instance_id: str, cluster_config: dict, timeout_s: int) -> str:
         encoded = base64.b64encode(json.dumps(cluster_config).encode()).decode()
         response = self.ssm.send_command(
@@ -231,13 +246,17 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
     outputs: ClusterOutputs = deployed_outputs(session.client("cloudformation"), service_fabric_stack_name(config))
     seeds = outputs.seeds
     instances = seed_instances(config, seeds, node_instances(aws.ec2, service_fabric_cluster_name(config)))
+    cluster_thumbprint = thumbprint(read_certificate_secret(aws.secrets, outputs.get("ClusterCertificateSecret"))["certificate"])
     cluster_config = build_cluster_config(
         config,
         seeds,
-        cluster_thumbprint=thumbprint(read_certificate_secret(aws.secrets, outputs.get("ClusterCertificateSecret"))["certificate"]),
+        cluster_thumbprint=cluster_thumbprint,
         admin_thumbprint=thumbprint(read_certificate_secret(aws.secrets, outputs.get("AdminCertificateSecret"))["certificate"]),
     )
     write_cluster_config(args, config, cluster_config)
+    parameter = gateway_thumbprint_parameter_name(config)
+    aws.publish_thumbprint(parameter, cluster_thumbprint)
+    print(f"published the gateway thumbprint to {parameter} (the node lifecycle functions pin it)")
 
     first_seed = min(seeds, key=lambda s: s.index)
     first = instances[first_seed.name]

@@ -13,6 +13,12 @@ def bootstrap_parameter_name(config: EnvironmentConfig) -> str:
     return f"/{config.resource_prefix}/msk/bootstrap-brokers-iam"
 
 
+def topic_admin_role_name(config: EnvironmentConfig) -> str:
+    """The role operators assume to run scripts/manage_topics.py (its ARN is also an MSK stack
+    output); named so the script can find it from --env alone."""
+    return f"{config.resource_prefix}-msk-topic-admin"
+
+
 def simulator_fleet_name(config: EnvironmentConfig) -> str:
     return f"{config.resource_prefix}-simulator"
 
@@ -36,6 +42,11 @@ LAUNCH_HOOK_NAME = "sf-join-cluster"
 TERMINATE_HOOK_NAME = "sf-leave-cluster"
 # Written by userdata/prepare_node.ps1; the create-cluster document and scale-out read it.
 NODE_PREPARATION_STATUS_FILE = r"C:\ServiceFabric\prepare-node.status.json"
+
+
+def gateway_thumbprint_parameter_name(config: EnvironmentConfig) -> str:
+    """Written by scripts/bootstrap_cluster.py; the node lifecycle functions pin the gateway by it."""
+    return f"/{config.resource_prefix}/service-fabric/gateway-thumbprint"
 
 
 def runtime_package_path(config: EnvironmentConfig) -> str:

@@ -37,6 +37,7 @@ from stacks.naming import (
     SCALING_NODE_TYPE,
     TERMINATE_HOOK_NAME,
     add_node_document_name,
+    gateway_thumbprint_parameter_name,
     membership_lock_table_name,
     node_lifecycle_state_machine_name,
     runtime_package_path,
@@ -100,7 +101,7 @@ class NodeLifecycleStack(cdk.Stack):
         environment = {
             "SF_GATEWAY_ENDPOINTS": ",".join(gateway_endpoints),
             "SF_ADMIN_CERTIFICATE_SECRET": settings.admin_certificate_secret,
-            "SF_CLUSTER_CERTIFICATE_SECRET": settings.cluster_certificate_secret,
+            "SF_GATEWAY_THUMBPRINT_PARAMETER": gateway_thumbprint_parameter_name(config),
             "LOCK_TABLE_NAME": self.lock.table.table_name,
             "LOCK_TTL_SECONDS": str(lifecycle.lock_ttl_seconds),
             "SCALING_NODE_TYPE": SCALING_NODE_TYPE,
@@ -206,15 +207,26 @@ class NodeLifecycleStack(cdk.Stack):
     # -- least-privilege grants -----------------------------------------------------------
 
     def _grant_common(self, made: LifecycleFunction, config: EnvironmentConfig) -> None:
-        """Every function: the two certificate secrets, and reading instances."""
+        """Every function: the admin client certificate, the published gateway thumbprint (not the
+        cluster certificate secret, which holds its private key and the node password), and
+        reading instances."""
         fn, settings = made.function, config.service_fabric
         fn.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["secretsmanager:GetSecretValue"],
                 resources=[
                     self.format_arn(service="secretsmanager", resource="secret",
-                                    resource_name=f"{name}-??????", arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)
-                    for name in (settings.admin_certificate_secret, settings.cluster_certificate_secret)
+                                    resource_name=f"{settings.admin_certificate_secret}-??????",
+                                    arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)
+                ],
+            )
+        )
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["ssm:GetParameter"],
+                resources=[
+                    self.format_arn(service="ssm", resource="parameter",
+                                    resource_name=gateway_thumbprint_parameter_name(config).lstrip("/"))
                 ],
             )
         )

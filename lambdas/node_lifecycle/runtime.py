@@ -16,10 +16,10 @@ from sf_rest import (
     ClientCertificate,
     FabricError,
     ServiceFabricClient,
-    certificate_thumbprint,
     write_client_certificate,
 )
 from sf_rest.errors import CONNECT_FAILED, CONNECTION_LOST
+from sf_rest.gateway import normalise_thumbprint
 
 from .fabric_host import SsmFabricHost
 from .instances import Ec2InstanceDirectory
@@ -62,12 +62,12 @@ class Runtime:
         def client(name: str) -> Any:
             return session.client(name, region_name=settings.region)
 
-        secrets = client("secretsmanager")
+        secrets, ssm = client("secretsmanager"), client("ssm")
         return cls(
             settings=settings,
-            connect=lambda: connect_gateway(settings, secrets),
+            connect=lambda: connect_gateway(settings, secrets, ssm),
             instances=Ec2InstanceDirectory(client("ec2")),
-            host=SsmFabricHost(client("ssm"), add_node_document=settings.add_node_document),
+            host=SsmFabricHost(ssm, add_node_document=settings.add_node_document),
             lifecycle=AutoScalingLifecycleHooks(client("autoscaling")),
             lock=DynamoDbMembershipLock(client("dynamodb"), settings.lock_table),
         )
@@ -81,22 +81,37 @@ def read_certificate(secrets: Any, secret_id: str, *keys: str) -> dict[str, str]
     return value
 
 
+def gateway_thumbprint(ssm: Any, parameter: str) -> str:
+    """The thumbprint scripts/bootstrap_cluster.py published: the functions pin the gateway by it
+    and never read the cluster certificate secret (its private key and the node password)."""
+    try:
+        value = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
+    except ssm.exceptions.ParameterNotFound:
+        raise SettingsError(
+            f"SSM parameter {parameter} does not exist; scripts/bootstrap_cluster.py publishes it"
+        ) from None
+    try:
+        return normalise_thumbprint(value)
+    except ValueError:
+        raise SettingsError(f"SSM parameter {parameter} holds {value!r}, not a thumbprint") from None
+
+
 def connect_gateway(
     settings: Settings,
     secrets: Any,
+    ssm: Any,
     *,
     make_client: Callable[..., ServiceFabricClient] = ServiceFabricClient,
 ) -> ServiceFabricClient:
     """A client of the first gateway (seed node) that answers, with the admin certificate,
-    verifying the gateway by the cluster certificate's thumbprint."""
+    verifying the gateway by the published thumbprint of the cluster certificate."""
     admin = read_certificate(
         secrets, settings.admin_certificate_secret, "certificate", "private_key"
     )
-    cluster = read_certificate(secrets, settings.cluster_certificate_secret, "certificate")
+    pinned = gateway_thumbprint(ssm, settings.gateway_thumbprint_parameter)
     written: ClientCertificate = write_client_certificate(
         admin["certificate"], admin["private_key"]
     )
-    pinned = certificate_thumbprint(cluster["certificate"])
     failures: list[str] = []
     for endpoint in settings.gateway_endpoints:
         client = make_client(endpoint, client_certificate=written, server_thumbprint=pinned)

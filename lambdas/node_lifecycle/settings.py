@@ -19,7 +19,7 @@ class Settings:
     region: str
     gateway_endpoints: tuple[str, ...]  # https://<seed address>:19080, tried in order
     admin_certificate_secret: str  # JSON: certificate, private_key (PEM): the client identity
-    cluster_certificate_secret: str  # JSON: certificate (PEM): pinned as the gateway's identity
+    gateway_thumbprint_parameter: str  # SSM parameter: the cluster certificate's thumbprint, pinned
     lock_table: str
     lock_ttl_seconds: int
     scaling_node_type: str
@@ -57,7 +57,7 @@ class Settings:
             region=text("AWS_REGION"),
             gateway_endpoints=endpoints,
             admin_certificate_secret=text("SF_ADMIN_CERTIFICATE_SECRET"),
-            cluster_certificate_secret=text("SF_CLUSTER_CERTIFICATE_SECRET"),
+            gateway_thumbprint_parameter=text("SF_GATEWAY_THUMBPRINT_PARAMETER"),
             lock_table=text("LOCK_TABLE_NAME"),
             lock_ttl_seconds=seconds("LOCK_TTL_SECONDS", 60),
             scaling_node_type=text("SCALING_NODE_TYPE"),

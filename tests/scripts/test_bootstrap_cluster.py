@@ -197,6 +197,9 @@ def test_creates_the_cluster_on_seed_0_from_the_stack_outputs(aws, pki, tmp_path
     assert sent_config == json.loads((tmp_path / "c.json").read_text())
     check_cluster_config(sent_config, seeds, cluster_thumbprint=pki.server.sha1_thumbprint,
                          admin_thumbprint=pki.client.sha1_thumbprint)
+    # The node lifecycle functions pin the gateway by this, instead of reading the cluster secret.
+    parameter = session.client("ssm").get_parameter(Name="/telemetry-prod/service-fabric/gateway-thumbprint")
+    assert parameter["Parameter"]["Value"] == pki.server.sha1_thumbprint
     out = capsys.readouterr().out
     assert "create cluster on" in out and "created with 5 seed nodes" in out
 

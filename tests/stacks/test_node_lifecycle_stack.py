@@ -220,7 +220,30 @@ def test_run_command_reaches_only_this_clusters_nodes_and_only_the_needed_docume
         on_document = next(s for s in sends if "Condition" not in s)
         assert document in json.dumps(on_document["Resource"]), handler
     reaper = statements_of(dev, "reaper")
-    assert not any(a.startswith(("ssm:", "autoscaling:", "dynamodb:")) for s in reaper for a in actions(s))
+    reaper_actions = {a for s in reaper for a in actions(s)}
+    # Of SSM, the reaper only reads the gateway thumbprint; no Run Command, no hooks, no lock.
+    assert not any(a.startswith(("autoscaling:", "dynamodb:")) for a in reaper_actions)
+    assert {a for a in reaper_actions if a.startswith("ssm:")} == {"ssm:GetParameter"}
+
+
+@pytest.mark.parametrize("handler", ["scale_in", "scale_out", "reaper"])
+def test_functions_pin_the_gateway_by_the_published_thumbprint_not_the_cluster_secret(dev, handler):
+    """The cluster certificate secret holds the cluster's private key and the node password; the
+    functions need neither: they read the admin client certificate and the thumbprint parameter
+    scripts/bootstrap_cluster.py publishes."""
+    statements = statements_of(dev, handler)
+    secrets = [s for s in statements if "secretsmanager:GetSecretValue" in actions(s)]
+    assert len(secrets) == 1
+    assert "admin-certificate-??????" in json.dumps(secrets[0]["Resource"])
+    assert "cluster-certificate" not in json.dumps(statements)
+    (read,) = [s for s in statements if "ssm:GetParameter" in actions(s)]
+    assert json.dumps(read["Resource"]).endswith(':parameter/telemetry-dev/service-fabric/gateway-thumbprint"]]}')
+    function = next(
+        f for f in resources(dev, "AWS::Lambda::Function").values() if f["Properties"]["Handler"].endswith(handler)
+    )
+    variables = function["Properties"]["Environment"]["Variables"]
+    assert variables["SF_GATEWAY_THUMBPRINT_PARAMETER"] == "/telemetry-dev/service-fabric/gateway-thumbprint"
+    assert "SF_CLUSTER_CERTIFICATE_SECRET" not in variables
 
 
 def test_only_scale_out_tags_instances_and_only_with_the_node_name(dev):

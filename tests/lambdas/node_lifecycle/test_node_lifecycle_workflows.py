@@ -44,7 +44,7 @@ def settings(**overrides: Any) -> Settings:
         region="eu-west-1",
         gateway_endpoints=("https://127.0.0.1:19080",),
         admin_certificate_secret="admin",
-        cluster_certificate_secret="cluster",
+        gateway_thumbprint_parameter="/telemetry-test/service-fabric/gateway-thumbprint",
         lock_table=LOCK_TABLE,
         lock_ttl_seconds=900,
         scaling_node_type="ScalingNodeType",
@@ -441,7 +441,7 @@ ENVIRONMENT = {
     "AWS_REGION": "eu-west-1",
     "SF_GATEWAY_ENDPOINTS": "https://10.0.1.10:19080,https://10.0.1.11:19080",
     "SF_ADMIN_CERTIFICATE_SECRET": "admin",
-    "SF_CLUSTER_CERTIFICATE_SECRET": "cluster",
+    "SF_GATEWAY_THUMBPRINT_PARAMETER": "/telemetry-test/service-fabric/gateway-thumbprint",
     "LOCK_TABLE_NAME": LOCK_TABLE,
     "LOCK_TTL_SECONDS": "900",
     "SCALING_NODE_TYPE": "ScalingNodeType",
@@ -471,25 +471,34 @@ def test_unknown_steps_are_refused_by_name(world):
         run_step(SCALE_IN_STEPS, runtime, {"step": "drain", "state": {}})
 
 
-def test_the_gateway_connection_skips_a_dead_seed_and_pins_the_cluster_certificate(
+def test_the_gateway_connection_skips_a_dead_seed_and_pins_the_published_thumbprint(
     aws, sf_emulator, sf_pki, region
 ):
+    """The thumbprint comes from the SSM parameter bootstrap_cluster.py writes: the functions
+    never read the cluster certificate secret."""
     secrets = boto3.client("secretsmanager", region_name=region)
+    ssm = boto3.client("ssm", region_name=region)
     secrets.create_secret(
         Name="admin",
         SecretString=json.dumps({"certificate": sf_pki.client.cert_pem, "private_key": sf_pki.client.key_pem}),
     )
-    secrets.create_secret(Name="cluster", SecretString=json.dumps({"certificate": sf_pki.server.cert_pem}))
+    parameter = "/telemetry-test/service-fabric/gateway-thumbprint"
+    with pytest.raises(SettingsError, match=f"SSM parameter {parameter} does not exist; scripts/bootstrap_cluster.py"):
+        connect_gateway(settings(gateway_endpoints=(sf_emulator.endpoint,)), secrets, ssm)
+    ssm.put_parameter(Name=parameter, Value=sf_pki.server.sha1_thumbprint.lower(), Type="String")
     dead = "https://127.0.0.1:9"  # nothing listens on the discard port
-    client = connect_gateway(settings(gateway_endpoints=(dead, sf_emulator.endpoint)), secrets)
+    client = connect_gateway(settings(gateway_endpoints=(dead, sf_emulator.endpoint)), secrets, ssm)
     try:
         assert client.endpoint == sf_emulator.endpoint
         assert client.get_node_info("seed-0").is_seed_node
     finally:
         client.close()
-    secrets.put_secret_value(SecretId="cluster", SecretString=json.dumps({"certificate": sf_pki.client.cert_pem}))
+    ssm.put_parameter(Name=parameter, Value=sf_pki.client.sha1_thumbprint, Type="String", Overwrite=True)
     with pytest.raises(FabricError):  # a gateway with another certificate is not trusted
-        connect_gateway(settings(gateway_endpoints=(sf_emulator.endpoint,)), secrets)
+        connect_gateway(settings(gateway_endpoints=(sf_emulator.endpoint,)), secrets, ssm)
+    ssm.put_parameter(Name=parameter, Value="not-a-thumbprint", Type="String", Overwrite=True)
+    with pytest.raises(SettingsError, match="holds 'not-a-thumbprint', not a thumbprint"):
+        connect_gateway(settings(gateway_endpoints=(sf_emulator.endpoint,)), secrets, ssm)
 
 
 def test_completing_a_launch_is_a_valid_auto_scaling_call(aws, region):
