@@ -6,15 +6,22 @@ per item, so a new managed policy or wildcard on the same construct is still a f
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Stack, Validations
+from aws_cdk import Acknowledgment, Stack, Token, Validations
 from constructs import IConstruct
 
+# How cdk-nag writes the partition when it is a reference. With @aws-cdk/core:enablePartitionLiterals
+# the ARNs a stack formats (Stack.format_arn) carry its region's literal partition instead, and
+# resource findings name it literally; AWS managed policy ARNs keep the reference (ManagedPolicy
+# builds them with the AWS::Partition pseudo parameter).
 PARTITION = "<AWS::Partition>"
 
 
 def acknowledge(construct: IConstruct, rule: str, reason: str, *, finding: str | None = None) -> None:
     if len(reason.split()) < 6:
         raise ValueError(f"acknowledging {rule} needs a reason a security reviewer can check")
+    partition = Stack.of(construct).partition
+    if finding and finding.startswith("Resource::") and not Token.is_unresolved(partition):
+        finding = finding.replace(PARTITION, partition)
     rule_id = f"{rule}[{finding}]" if finding else rule
     Validations.of(construct).acknowledge(Acknowledgment(id=rule_id, reason=reason))
 

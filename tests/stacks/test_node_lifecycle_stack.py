@@ -237,7 +237,7 @@ def test_functions_pin_the_gateway_by_the_published_thumbprint_not_the_cluster_s
     assert "admin-certificate-??????" in json.dumps(secrets[0]["Resource"])
     assert "cluster-certificate" not in json.dumps(statements)
     (read,) = [s for s in statements if "ssm:GetParameter" in actions(s)]
-    assert json.dumps(read["Resource"]).endswith(':parameter/telemetry-dev/service-fabric/gateway-thumbprint"]]}')
+    assert read["Resource"] == "arn:aws:ssm:eu-west-1:111111111111:parameter/telemetry-dev/service-fabric/gateway-thumbprint"
     function = next(
         f for f in resources(dev, "AWS::Lambda::Function").values() if f["Properties"]["Handler"].endswith(handler)
     )

@@ -55,7 +55,7 @@ def test_host_role_may_produce_and_consume_its_topic_only(synthesized):
     assert by_action['["kafka-cluster:DescribeTopic", "kafka-cluster:ReadData"]'].endswith('"/telemetry"]]}')
     assert ":group/telemetry-dev/*/simulator-*" in by_action['["kafka-cluster:AlterGroup", "kafka-cluster:DescribeGroup"]']
     assert by_action['"s3:PutObject"'].endswith('"/runs/*"]]}')
-    assert by_action['"s3:GetObject"'].endswith('.zip"]]}')  # the one package object
+    assert by_action['"s3:GetObject"'].endswith('.zip"')  # the one package object
     actions = {a for s in statements(synthesized) for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert not {a for a in actions if a.endswith("*") or a in ("kafka-cluster:*", "s3:*")}
 
