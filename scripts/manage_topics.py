@@ -6,8 +6,12 @@ the declaration asks for it, and a second run changes nothing. Kafka cannot take
 or change a replication factor in place; such differences are reported, not forced.
 
 Run it from a host inside the VPC that carries the MSK client security group (for example a
-simulator fleet host over SSM Session Manager). The bootstrap brokers come from the SSM parameter
-the MSK stack publishes, unless --bootstrap-servers names them.
+simulator fleet host over SSM Session Manager) as the MSK stack's topic administrator role: with
+--assume-role (and --mfa-serial: the role requires MFA) it assumes that role from the ambient
+credentials and authenticates to MSK with it; the fleet host's own role may not manage topics. The
+bootstrap brokers come from the SSM parameter the MSK stack publishes (read with the ambient
+credentials), unless --bootstrap-servers names them. Against a local broker: PLAINTEXT, or
+SASL_PLAINTEXT as --sasl-username with the password in $SIMULATOR_SASL_PASSWORD.
 
 Exit codes: 0 topics match the declaration (or would, with --dry-run); 1 a difference Kafka
 cannot reconcile remains; 2 bad input or an unreachable cluster.
@@ -16,6 +20,9 @@ cannot reconcile remains; 2 bad input or an unreachable cluster.
 from __future__ import annotations
 
 import argparse
+import getpass
+import os
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from simulator.kafka_config import connection_settings  # noqa: E402
+from simulator.authorization import missing_permission  # noqa: E402
+from simulator.kafka_config import SASL_PASSWORD_ENV, connection_settings  # noqa: E402
 
 MS_PER_HOUR = 3_600_000
 
@@ -123,27 +131,41 @@ class KafkaTopics:
         self._timeout = timeout_s
 
     def describe(self, names: Sequence[str]) -> dict[str, ExistingTopic]:
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import ConfigResource, ResourceType
 
-        try:
-            metadata = self._admin.list_topics(timeout=self._timeout)
-        except KafkaException as error:
-            raise TopicError(f"cannot reach the cluster: {error.args[0].str()}") from None
-        present = [n for n in names if n in metadata.topics]
+        partitions_of = {}
+        for name in names:
+            # One topic per Metadata request: Kafka silently leaves out of an all-topics answer
+            # what the caller may not describe, but names it with an error when asked for it.
+            try:
+                topic = self._admin.list_topics(topic=name, timeout=self._timeout).topics[name]
+            except KafkaException as error:
+                raise TopicError(f"cannot reach the cluster: {error.args[0].str()}") from None
+            if topic.error is None:
+                partitions_of[name] = topic.partitions
+            elif topic.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise TopicError(
+                    f"describe {name} failed: {missing_permission(topic.error, 'describe', topic=name)}"
+                )
+        present = list(partitions_of)
         retention = {}
         if present:
             resources = [ConfigResource(ResourceType.TOPIC, n) for n in present]
             for resource, future in self._admin.describe_configs(
                 resources, request_timeout=self._timeout
             ).items():
-                entry = future.result().get("retention.ms")
+                try:
+                    entry = future.result().get("retention.ms")
+                except KafkaException as error:
+                    reason = missing_permission(error.args[0], "describe-configs", topic=resource.name)
+                    raise TopicError(f"describe configuration of {resource.name} failed: {reason}") from None
                 retention[resource.name] = (
                     int(entry.value) if entry and entry.value is not None else None
                 )
         topics = {}
         for name in present:
-            partitions = metadata.topics[name].partitions
+            partitions = partitions_of[name]
             replicas = {len(p.replicas) for p in partitions.values()}
             topics[name] = ExistingTopic(
                 name, len(partitions), max(replicas, default=0), retention[name]
@@ -192,9 +214,8 @@ class KafkaTopics:
             try:
                 future.result()
             except KafkaException as error:
-                raise TopicError(
-                    f"{change.action} {spec.name} failed: {error.args[0].str()}"
-                ) from None
+                reason = missing_permission(error.args[0], change.action, topic=spec.name)
+                raise TopicError(f"{change.action} {spec.name} failed: {reason}") from None
 
 
 def reconcile(
@@ -210,10 +231,18 @@ def reconcile(
     return 1 if unreconciled else 0
 
 
-def declared_topics(environment: str) -> tuple[list[TopicSpec], str, str]:
-    """The environment's topics, the region, and the SSM parameter with its bootstrap brokers."""
+@dataclass(frozen=True)
+class Environment:
+    topics: list[TopicSpec]
+    region: str
+    account: str
+    bootstrap_parameter: str  # SSM parameter with the IAM bootstrap brokers
+    topic_admin_role: str  # role name; its ARN is the MSK stack's TopicAdministratorRoleArn
+
+
+def declared_environment(environment: str) -> Environment:
     from stacks.config import ConfigError, load_environment, read_environments
-    from stacks.naming import bootstrap_parameter_name
+    from stacks.naming import bootstrap_parameter_name, topic_admin_role_name
 
     try:
         config = load_environment(read_environments(), environment)
@@ -223,7 +252,74 @@ def declared_topics(environment: str) -> tuple[list[TopicSpec], str, str]:
         TopicSpec(t.name, t.partitions, t.replication_factor, t.retention_hours * MS_PER_HOUR)
         for t in config.msk.topics
     ]
-    return specs, config.region, bootstrap_parameter_name(config)
+    return Environment(
+        specs,
+        config.region,
+        config.account,
+        bootstrap_parameter_name(config),
+        topic_admin_role_name(config),
+    )
+
+
+def assume_topic_admin(
+    environment: Environment, mfa_serial: str | None, *, read_code=None, sts=None
+):
+    """Assumes the topic administrator role (one STS call, MFA code read from the terminal);
+    returns its temporary credentials as botocore Credentials."""
+    import boto3
+    from botocore.credentials import Credentials
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = boto3.Session(region_name=environment.region)
+    partition = session.get_partition_for_region(environment.region)
+    role_arn = f"arn:{partition}:iam::{environment.account}:role/{environment.topic_admin_role}"
+    request = {
+        "RoleArn": role_arn,
+        "RoleSessionName": re.sub(r"[^\w+=,.@-]", "-", f"manage-topics-{getpass.getuser()}")[:64],
+    }
+    if mfa_serial:
+        code = (read_code or _read_mfa_code)(mfa_serial)
+        request.update(SerialNumber=mfa_serial, TokenCode=code)
+    try:
+        answer = (sts or session.client("sts")).assume_role(**request)["Credentials"]
+    except ClientError as error:
+        details = error.response["Error"]
+        hint = "" if mfa_serial else " (the role requires MFA: pass --mfa-serial)"
+        raise TopicError(
+            f"cannot assume {role_arn}: {details.get('Code')}: {details.get('Message')}{hint}"
+        ) from None
+    except BotoCoreError as error:
+        raise TopicError(f"cannot assume {role_arn}: {error}") from None
+    return Credentials(answer["AccessKeyId"], answer["SecretAccessKey"], answer["SessionToken"])
+
+
+def _read_mfa_code(mfa_serial: str) -> str:
+    print(f"MFA code for {mfa_serial}: ", end="", file=sys.stderr, flush=True)
+    code = sys.stdin.readline().strip()
+    if not re.fullmatch(r"\d{6}", code):
+        raise TopicError("the MFA code is six digits")
+    return code
+
+
+def msk_iam_token_callback(region: str, credentials):
+    """librdkafka's OAUTHBEARER callback, signing MSK IAM tokens with `credentials` (the assumed
+    role) instead of the ambient ones."""
+    from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
+    from botocore.credentials import CredentialProvider
+
+    class AssumedRole(CredentialProvider):
+        METHOD = "manage-topics-assumed-role"
+
+        def load(self):
+            return credentials
+
+    def oauth_cb(_oauth_config: str) -> tuple[str, float]:
+        token, expiry_ms = MSKAuthTokenProvider.generate_auth_token_from_credentials_provider(
+            region, AssumedRole()
+        )
+        return token, expiry_ms / 1000.0
+
+    return oauth_cb
 
 
 def bootstrap_from_ssm(parameter: str, region: str) -> str:
@@ -254,9 +350,27 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--security-protocol",
-        choices=("SASL_SSL", "PLAINTEXT"),
+        choices=("SASL_SSL", "PLAINTEXT", "SASL_PLAINTEXT"),
         default="SASL_SSL",
-        help="SASL_SSL with MSK IAM auth (default) or PLAINTEXT for a local broker",
+        help="SASL_SSL with MSK IAM auth (default); PLAINTEXT or SASL_PLAINTEXT (SASL/PLAIN as "
+        f"--sasl-username, password from ${SASL_PASSWORD_ENV}) for a local broker",
+    )
+    parser.add_argument(
+        "--sasl-username",
+        metavar="NAME",
+        help="SASL/PLAIN user with --security-protocol SASL_PLAINTEXT (local brokers only)",
+    )
+    parser.add_argument(
+        "--assume-role",
+        action="store_true",
+        help="authenticate to MSK as the MSK stack's topic administrator role (output "
+        "TopicAdministratorRoleArn), assumed from the ambient credentials; SASL_SSL only",
+    )
+    parser.add_argument(
+        "--mfa-serial",
+        metavar="ARN",
+        help="your MFA device for --assume-role (the role requires MFA); the code is read from "
+        "the terminal",
     )
     parser.add_argument(
         "--timeout", type=float, default=30.0, help="seconds per admin request (default 30)"
@@ -264,21 +378,49 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--dry-run", action="store_true", help="show what would change, change nothing"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    problem = usage_problem(args)
+    if problem:
+        parser.exit(2, f"{parser.prog}: error: {problem}\n")
+    return args
+
+
+def usage_problem(args: argparse.Namespace) -> str | None:
+    """The one line a bad combination of flags gets, or None."""
+    local_sasl = args.security_protocol == "SASL_PLAINTEXT"
+    if local_sasl != (args.sasl_username is not None):
+        return "--sasl-username goes with --security-protocol SASL_PLAINTEXT, and only"
+    if local_sasl and not os.environ.get(SASL_PASSWORD_ENV):
+        return f"--security-protocol SASL_PLAINTEXT needs ${SASL_PASSWORD_ENV}"
+    if local_sasl and not args.bootstrap_servers:
+        return "--security-protocol SASL_PLAINTEXT is for a local broker: name it with --bootstrap-servers"
+    if args.assume_role and args.security_protocol != "SASL_SSL":
+        return "--assume-role goes with --security-protocol SASL_SSL (MSK IAM), and only"
+    if args.mfa_serial and not args.assume_role:
+        return "--mfa-serial goes with --assume-role"
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        specs, region, parameter = declared_topics(args.env)
-        bootstrap = args.bootstrap_servers or bootstrap_from_ssm(parameter, region)
+        environment = declared_environment(args.env)
+        bootstrap = args.bootstrap_servers or bootstrap_from_ssm(
+            environment.bootstrap_parameter, environment.region
+        )
         settings = connection_settings(
             bootstrap,
             security_protocol=args.security_protocol,
-            region=region,
+            region=environment.region,
             client_id="manage-topics",
+            sasl_username=args.sasl_username,
         )
-        return reconcile(KafkaTopics(settings, args.timeout), specs, dry_run=args.dry_run)
+        if args.assume_role:
+            credentials = assume_topic_admin(environment, args.mfa_serial)
+            settings["oauth_cb"] = msk_iam_token_callback(environment.region, credentials)
+        return reconcile(
+            KafkaTopics(settings, args.timeout), environment.topics, dry_run=args.dry_run
+        )
     except TopicError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

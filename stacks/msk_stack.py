@@ -1,4 +1,5 @@
-"""MSK stack: the Kafka cluster, its bootstrap broker parameter, alarms and dashboard widgets."""
+"""MSK stack: the Kafka cluster, its bootstrap broker parameter, the topic administrator role,
+alarms and dashboard widgets."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from stacks.config import MIN_INSYNC_REPLICAS, EnvironmentConfig
 from stacks.constructs.bootstrap_brokers import BootstrapBrokers
 from stacks.constructs.msk_cluster import MskCluster
 from stacks.constructs.msk_monitoring import MskMonitoring
-from stacks.naming import bootstrap_parameter_name
+from stacks.constructs.topic_administrator import TopicAdministrator
+from stacks.naming import bootstrap_parameter_name, topic_admin_role_name
 from stacks.removal import removal_policy
 
 
@@ -52,6 +54,15 @@ class MskStack(Stack):
             broker_count=settings.broker_count,
             parameter_name=bootstrap_parameter_name(config),
         )
+        self.topic_administrator = TopicAdministrator(
+            self,
+            "TopicAdministrator",
+            role_name=topic_admin_role_name(config),
+            cluster_name=self.kafka.cluster_name,
+        )
+        self.kafka.grant_topic_administration(
+            self.topic_administrator.role, [topic.name for topic in settings.topics]
+        )
         MskMonitoring(
             self,
             "Monitoring",
@@ -68,4 +79,10 @@ class MskStack(Stack):
             "BootstrapBrokersParameter",
             value=self.bootstrap_brokers.parameter.parameter_name,
             description="SSM parameter holding the SASL/IAM bootstrap brokers",
+        )
+        CfnOutput(
+            self,
+            "TopicAdministratorRoleArn",
+            value=self.topic_administrator.role.role_arn,
+            description="Role operators assume (with MFA) to run scripts/manage_topics.py --assume-role",
         )

@@ -24,7 +24,7 @@ def kafka_broker(tmp_path_factory):
 # The policy-enforcing broker's identities: SASL/PLAIN users are fixed when the broker starts, so
 # the session gets a pool; each test takes fresh ones and gives them exactly the ACLs it derives.
 SUPER_USER = "harness-admin"
-IDENTITY_POOL = tuple(f"identity-{index}" for index in range(1, 13))
+IDENTITY_POOL = tuple(f"identity-{index}" for index in range(1, 21))
 
 
 class SecuredKafka:
@@ -53,7 +53,32 @@ class SecuredKafka:
         if bindings:
             for future in self.admin.create_acls(bindings).values():
                 future.result(timeout=30)
+            self._wait_until_enforced(f"User:{user}", len(set(bindings)))
         return user, self.passwords[user]
+
+    def _wait_until_enforced(self, principal: str, count: int) -> None:
+        """CreateAcls returns once the controller has the ACLs; the broker's authorizer learns
+        them from the metadata log a moment later, and a client that connects first is refused.
+        DescribeAcls answers from that authorizer, so wait until it lists them all."""
+        import time
+
+        from confluent_kafka.admin import (
+            AclBindingFilter,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        everything_of = AclBindingFilter(
+            ResourceType.ANY, None, ResourcePatternType.ANY, principal, None,
+            AclOperation.ANY, AclPermissionType.ANY,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while len(self.admin.describe_acls(everything_of).result(timeout=30)) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the broker did not enforce the {count} ACLs of {principal} in 30 s")
+            time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")

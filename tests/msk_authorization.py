@@ -143,6 +143,10 @@ class Cluster:
     name: str
     uuid: str
 
+    @property
+    def arn(self) -> str:
+        return f"arn:{self.partition}:kafka:{self.region}:{self.account}:cluster/{self.name}/{self.uuid}"
+
 
 @dataclasses.dataclass(frozen=True, order=True)
 class Grant:
@@ -321,17 +325,21 @@ def acls_for_grants(grants: list[Grant], principal: str) -> list[AclBinding]:
 # --- CloudFormation intrinsics in policy documents ---------------------------------------------
 
 
-def resolve(value, *, pseudo: dict[str, str], imports: dict[str, str]):
+def resolve(
+    value, *, pseudo: dict[str, str], imports: dict[str, str], attributes: dict[str, str] | None = None
+):
     """Evaluates the intrinsics CDK writes into IAM policies (Ref to pseudo parameters,
-    Fn::ImportValue, Fn::Join, Fn::Select, Fn::Split); any other one is refused by name."""
+    Fn::ImportValue, Fn::GetAtt of the given "LogicalId.Attribute"s, Fn::Join, Fn::Select,
+    Fn::Split); any other one is refused by name."""
+    attributes = attributes or {}
+    again = lambda v: resolve(v, pseudo=pseudo, imports=imports, attributes=attributes)  # noqa: E731
     if isinstance(value, list):
-        return [resolve(v, pseudo=pseudo, imports=imports) for v in value]
+        return [again(v) for v in value]
     if not isinstance(value, dict):
         return value
     if len(value) != 1:
-        return {k: resolve(v, pseudo=pseudo, imports=imports) for k, v in value.items()}
+        return {k: again(v) for k, v in value.items()}
     (key, argument), = value.items()
-    again = lambda v: resolve(v, pseudo=pseudo, imports=imports)  # noqa: E731
     if key == "Ref":
         if argument not in pseudo:
             raise UntranslatablePolicy(f"cannot resolve Ref {argument} (not a known pseudo parameter)")
@@ -341,6 +349,11 @@ def resolve(value, *, pseudo: dict[str, str], imports: dict[str, str]):
         if name not in imports:
             raise UntranslatablePolicy(f"cannot resolve Fn::ImportValue {name}")
         return imports[name]
+    if key == "Fn::GetAtt":
+        name = ".".join(argument) if isinstance(argument, list) else argument
+        if name not in attributes:
+            raise UntranslatablePolicy(f"cannot resolve Fn::GetAtt {name}")
+        return attributes[name]
     if key == "Fn::Join":
         separator, items = argument
         return separator.join(again(items))
@@ -369,6 +382,16 @@ def role_policy_statements(template: dict, role_logical_id: str) -> list[dict]:
     return statements
 
 
+def cluster_arn_attributes(msk_template: dict, cluster_arn: str) -> dict[str, str]:
+    """"LogicalId.Arn" -> cluster_arn for the MSK cluster of the template that defines it (the
+    policies of roles in the MSK stack itself name the cluster by Fn::GetAtt)."""
+    return {
+        f"{logical_id}.Arn": cluster_arn
+        for logical_id, resource in msk_template["Resources"].items()
+        if resource["Type"] == "AWS::MSK::Cluster"
+    }
+
+
 def cluster_arn_exports(msk_template: dict, cluster_arn: str) -> dict[str, str]:
     """Export name -> value for the MSK stack's exports of its cluster's ARN."""
     clusters = {
@@ -383,3 +406,21 @@ def cluster_arn_exports(msk_template: dict, cluster_arn: str) -> dict[str, str]:
             if value["Fn::GetAtt"][0] in clusters:
                 exports[export["Name"]] = cluster_arn
     return exports
+
+
+def role_grants(stacks: dict, part: str, role_prefix: str, cluster: Cluster) -> list[Grant]:
+    """The Kafka grants on `cluster` of the one role of stack `part` (in a synthesis's
+    part -> template map, "msk" among them) whose logical ID starts with role_prefix."""
+    template, msk = stacks[part], stacks["msk"]
+    (role_id,) = [
+        logical_id
+        for logical_id, resource in template["Resources"].items()
+        if resource["Type"] == "AWS::IAM::Role" and logical_id.startswith(role_prefix)
+    ]
+    statements = resolve(
+        [s for s in role_policy_statements(template, role_id) if is_kafka_statement(s)],
+        pseudo={"AWS::Partition": cluster.partition, "AWS::Region": cluster.region, "AWS::AccountId": cluster.account},
+        imports=cluster_arn_exports(msk, cluster.arn),
+        attributes=cluster_arn_attributes(template, cluster.arn),
+    )
+    return grants_for_policy(statements, cluster)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Duration, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -184,6 +184,29 @@ class MskCluster(Construct):
             grantee=grantee,
             actions=["kafka-cluster:AlterGroup", "kafka-cluster:DescribeGroup"],
             resource_arns=[self.group_arn(group)],
+        )
+
+    def grant_topic_administration(self, grantee: iam.IGrantable, topics: Sequence[str]) -> None:
+        """What scripts/manage_topics.py needs, on exactly the declared topics. Its Kafka calls and
+        their actions (MSK Developer Guide, "Semantics of IAM authorization policy actions and
+        resources"): Metadata -> DescribeTopic; DescribeConfigs -> DescribeTopicDynamicConfiguration;
+        CreateTopics (with retention.ms) -> CreateTopic; CreatePartitions -> AlterTopic;
+        IncrementalAlterConfigs -> AlterTopicDynamicConfiguration. Topics are only ever created
+        from msk.topics, which is deployed first, so their names are known here: no topic/* grant.
+        No DescribeCluster: none of those requests needs Kafka's DESCRIBE CLUSTER."""
+        iam.Grant.add_to_principal(
+            grantee=grantee, actions=["kafka-cluster:Connect"], resource_arns=[self.cluster_arn]
+        )
+        iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=[
+                "kafka-cluster:DescribeTopic",
+                "kafka-cluster:CreateTopic",
+                "kafka-cluster:AlterTopic",
+                "kafka-cluster:DescribeTopicDynamicConfiguration",
+                "kafka-cluster:AlterTopicDynamicConfiguration",
+            ],
+            resource_arns=[self.topic_arn(topic) for topic in topics],
         )
 
     def _grant_connect(self, grantee: iam.IGrantable) -> None:

@@ -9,7 +9,17 @@ import uuid
 
 import pytest
 
-from scripts.manage_topics import ExistingTopic, KafkaTopics, TopicSpec, plan, reconcile
+from scripts.manage_topics import (
+    ExistingTopic,
+    KafkaTopics,
+    TopicError,
+    TopicSpec,
+    assume_topic_admin,
+    declared_environment,
+    msk_iam_token_callback,
+    plan,
+    reconcile,
+)
 from simulator.kafka_config import connection_settings
 from tests.conftest import REPO
 
@@ -114,3 +124,85 @@ def test_unreachable_cluster_is_one_line():
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: cannot reach the cluster:")
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (["--sasl-username", "ops"], "--sasl-username goes with --security-protocol SASL_PLAINTEXT, and only"),
+        (["--security-protocol", "SASL_PLAINTEXT", "--bootstrap-servers", "127.0.0.1:1"],
+         "--sasl-username goes with --security-protocol SASL_PLAINTEXT, and only"),
+        (["--security-protocol", "SASL_PLAINTEXT", "--sasl-username", "ops", "--bootstrap-servers", "127.0.0.1:1"],
+         "--security-protocol SASL_PLAINTEXT needs $SIMULATOR_SASL_PASSWORD"),
+        (["--security-protocol", "PLAINTEXT", "--assume-role", "--bootstrap-servers", "127.0.0.1:1"],
+         "--assume-role goes with --security-protocol SASL_SSL (MSK IAM), and only"),
+        (["--mfa-serial", "arn:aws:iam::111111111111:mfa/ops"], "--mfa-serial goes with --assume-role"),
+    ],
+)
+def test_bad_flag_combinations_are_one_line(flags, line):
+    result = run_script("--env", "dev", *flags)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"manage_topics.py: error: {line}"]
+
+
+def stubbed_sts():
+    import boto3
+    from botocore.stub import Stubber
+
+    client = boto3.client("sts", region_name="eu-west-1", aws_access_key_id="ambient", aws_secret_access_key="x")
+    return client, Stubber(client)
+
+
+ROLE_ARN = "arn:aws:iam::111111111111:role/telemetry-dev-msk-topic-admin"
+
+
+def test_assume_role_asks_sts_for_the_topic_administrator_with_the_mfa_code(monkeypatch):
+    monkeypatch.setattr("getpass.getuser", lambda: "jane doe")
+    client, stubber = stubbed_sts()
+    stubber.add_response(
+        "assume_role",
+        {
+            "Credentials": {
+                "AccessKeyId": "ASIATOPICADMIN000",
+                "SecretAccessKey": "secret",
+                "SessionToken": "token",
+                "Expiration": "2030-01-01T00:00:00Z",
+            }
+        },
+        {
+            "RoleArn": ROLE_ARN,
+            "RoleSessionName": "manage-topics-jane-doe",
+            "SerialNumber": "arn:aws:iam::111111111111:mfa/jane",
+            "TokenCode": "123456",
+        },
+    )
+    with stubber:
+        credentials = assume_topic_admin(
+            declared_environment("dev"), "arn:aws:iam::111111111111:mfa/jane", read_code=lambda _: "123456", sts=client
+        )
+    stubber.assert_no_pending_responses()
+    assert (credentials.access_key, credentials.token) == ("ASIATOPICADMIN000", "token")
+
+    # MSK sees the assumed role: the IAM auth token is signed with its key, not the ambient one.
+    import base64
+    from urllib.parse import parse_qs, urlparse
+
+    token, expiry = msk_iam_token_callback("eu-west-1", credentials)("")
+    url = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    query = parse_qs(urlparse(url).query)
+    assert query["Action"] == ["kafka-cluster:Connect"]
+    assert query["X-Amz-Credential"][0].startswith("ASIATOPICADMIN000/")
+    assert expiry > 0
+
+
+def test_a_refused_assume_role_is_one_line_with_the_mfa_hint():
+    client, stubber = stubbed_sts()
+    stubber.add_client_error(
+        "assume_role", "AccessDenied", "User: arn:aws:iam::111111111111:user/jane is not authorized to perform: sts:AssumeRole"
+    )
+    with stubber, pytest.raises(TopicError) as refused:
+        assume_topic_admin(declared_environment("dev"), None, sts=client)
+    assert str(refused.value) == (
+        f"cannot assume {ROLE_ARN}: AccessDenied: User: arn:aws:iam::111111111111:user/jane is not authorized "
+        "to perform: sts:AssumeRole (the role requires MFA: pass --mfa-serial)"
+    )

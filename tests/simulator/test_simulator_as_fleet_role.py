@@ -17,16 +17,7 @@ import pytest
 
 from stacks.config import load_environment
 from tests.conftest import cdk_context
-from tests.msk_authorization import (
-    Cluster,
-    Grant,
-    acls_for_grants,
-    cluster_arn_exports,
-    grants_for_policy,
-    is_kafka_statement,
-    resolve,
-    role_policy_statements,
-)
+from tests.msk_authorization import Cluster, Grant, acls_for_grants, role_grants
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -38,22 +29,8 @@ def fleet_role_grants(synthesized) -> tuple[list[Grant], str]:
     """The fleet role's Kafka grants on this environment's cluster, and the fleet's topic."""
     config = load_environment(cdk_context()["environments"], ENV)
     cluster = Cluster("aws", config.region, config.account, config.resource_prefix, CLUSTER_UUID)
-    cluster_arn = (
-        f"arn:aws:kafka:{cluster.region}:{cluster.account}:cluster/{cluster.name}/{cluster.uuid}"
-    )
-    synthesis = synthesized(ENV)
-    fleet = synthesis.stacks["simulator_fleet"]
-    (role_id,) = [
-        logical_id
-        for logical_id, resource in fleet["Resources"].items()
-        if resource["Type"] == "AWS::IAM::Role" and logical_id.startswith("FleetHostRole")
-    ]
-    statements = resolve(
-        [s for s in role_policy_statements(fleet, role_id) if is_kafka_statement(s)],
-        pseudo={"AWS::Partition": "aws", "AWS::Region": cluster.region, "AWS::AccountId": cluster.account},
-        imports=cluster_arn_exports(synthesis.stacks["msk"], cluster_arn),
-    )
-    return grants_for_policy(statements, cluster), config.simulator_fleet.topic
+    grants = role_grants(synthesized(ENV).stacks, "simulator_fleet", "FleetHostRole", cluster)
+    return grants, config.simulator_fleet.topic
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +38,8 @@ def fleet(synthesized, secured_kafka):
     from confluent_kafka.admin import NewTopic
 
     grants, topic = fleet_role_grants(synthesized)
-    # Creating the topic is the topic administrator's job (not yet translated): the super user.
+    # Creating topics is the topic administrator's job, checked as that identity in
+    # tests/scripts/test_manage_topics_as_topic_admin.py; here the super user makes it.
     futures = secured_kafka.admin.create_topics([NewTopic(topic, num_partitions=6, replication_factor=1)])
     futures[topic].result(timeout=30)
     return grants, topic

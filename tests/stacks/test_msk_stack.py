@@ -7,7 +7,10 @@ import json
 import pytest
 from aws_cdk.assertions import Match
 
-from tests.conftest import ENVIRONMENTS
+from stacks.config import load_environment
+from stacks.naming import topic_admin_role_name
+from tests.conftest import ENVIRONMENTS, cdk_context
+from tests.msk_authorization import cluster_arn_attributes, resolve, role_policy_statements
 
 BROKERS = {"dev": 3, "staging": 3, "prod": 6}
 
@@ -144,3 +147,60 @@ def test_cpu_alarm_threshold_from_config(synthesized):
     template.has_resource_properties(
         "AWS::CloudWatch::Alarm", {"AlarmName": "telemetry-dev-msk-Broker3Disk", "Threshold": 85}
     )
+
+
+# What scripts/manage_topics.py's Kafka requests need (MSK Developer Guide, "Semantics of IAM
+# authorization policy actions and resources"): Metadata, DescribeConfigs, CreateTopics,
+# CreatePartitions, IncrementalAlterConfigs; and the required actions those rows name.
+TOPIC_ADMIN_TOPIC_ACTIONS = {
+    "kafka-cluster:DescribeTopic",
+    "kafka-cluster:CreateTopic",
+    "kafka-cluster:AlterTopic",
+    "kafka-cluster:DescribeTopicDynamicConfiguration",
+    "kafka-cluster:AlterTopicDynamicConfiguration",
+}
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_the_topic_administrator_holds_exactly_the_topic_actions_on_the_declared_topics(synthesized, env):
+    config = load_environment(cdk_context()["environments"], env)
+    template = synthesized(env).stacks["msk"]
+    (role_id,) = [
+        logical_id
+        for logical_id, resource in template["Resources"].items()
+        if resource["Type"] == "AWS::IAM::Role" and logical_id.startswith("TopicAdministratorRole")
+    ]
+    role = template["Resources"][role_id]["Properties"]
+    assert role["RoleName"] == topic_admin_role_name(config)  # manage_topics.py --assume-role's name
+    assert "ManagedPolicyArns" not in role and "PermissionsBoundary" not in role
+    pseudo = {"AWS::Partition": "aws", "AWS::Region": config.region, "AWS::AccountId": config.account}
+    # Only people of this account who signed in with MFA; no service, no other account.
+    assert resolve(role["AssumeRolePolicyDocument"]["Statement"], pseudo=pseudo, imports={}) == [
+        {
+            "Action": "sts:AssumeRole",
+            "Condition": {"Bool": {"aws:MultiFactorAuthPresent": "true"}},
+            "Effect": "Allow",
+            "Principal": {"AWS": f"arn:aws:iam::{config.account}:root"},
+        }
+    ]
+
+    cluster_arn = f"arn:aws:kafka:{config.region}:{config.account}:cluster/{config.resource_prefix}/uuid-1"
+    statements = resolve(
+        role_policy_statements(template, role_id),
+        pseudo=pseudo,
+        imports={},
+        attributes=cluster_arn_attributes(template, cluster_arn),
+    )
+    granted = set()
+    for statement in statements:
+        assert set(statement) == {"Effect", "Action", "Resource"}, statement  # no Condition, NotAction
+        assert statement["Effect"] == "Allow"
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        granted |= {(action, resource) for action in actions for resource in resources}
+    topic_prefix = f"arn:aws:kafka:{config.region}:{config.account}:topic/{config.resource_prefix}/uuid-1/"
+    assert granted == {("kafka-cluster:Connect", cluster_arn)} | {
+        (action, topic_prefix + topic.name) for action in TOPIC_ADMIN_TOPIC_ACTIONS for topic in config.msk.topics
+    }
+    outputs = template["Outputs"]
+    assert outputs["TopicAdministratorRoleArn"]["Value"] == {"Fn::GetAtt": [role_id, "Arn"]}
