@@ -133,36 +133,35 @@ class SeedNodes(Construct):
                 "AwsSolutions-EC28",
                 "Detailed monitoring is on: it is set in the seed launch template the instance is launched from",
             )
+            def status_alarm(kind: str, metric_name: str, periods: int, description: str) -> cloudwatch.Alarm:
+                return cloudwatch.Alarm(
+                    self,
+                    f"{part}{kind.capitalize()}",
+                    alarm_name=seed_alarm_name(cluster_name, placement.name, kind),
+                    alarm_description=f"Seed {placement.name}: {description}",
+                    metric=instance_metric(instance.ref, metric_name),
+                    threshold=1,
+                    comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                    evaluation_periods=periods,
+                )
+
             # CloudWatch action based recovery (EC2 User Guide, "Configure CloudWatch action based
             # recovery"): StatusCheckFailed_System, to-the-minute, with a notification of each attempt.
-            recovery = cloudwatch.Alarm(
-                self,
-                f"{part}Recovery",
-                alarm_name=seed_alarm_name(cluster_name, placement.name, "recovery"),
-                alarm_description=(
-                    f"Seed {placement.name}: the EC2 host failed its system status check; the instance is being "
-                    "recovered onto healthy hardware (same id, address and volumes)"
-                ),
-                metric=instance_metric(instance.ref, "StatusCheckFailed_System"),
-                threshold=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                evaluation_periods=2,
-            )
-            recovery.add_alarm_action(cloudwatch_actions.Ec2Action(cloudwatch_actions.Ec2InstanceAction.RECOVER), notify)
+            status_alarm(
+                "recovery",
+                "StatusCheckFailed_System",
+                2,
+                "the EC2 host failed its system status check; the instance is being recovered onto healthy "
+                "hardware (same id, address and volumes)",
+            ).add_alarm_action(cloudwatch_actions.Ec2Action(cloudwatch_actions.Ec2InstanceAction.RECOVER), notify)
             # A failed instance status check is Windows itself (a full disk, a hung boot): recovery
             # does not help, an operator does.
-            cloudwatch.Alarm(
-                self,
-                f"{part}Impaired",
-                alarm_name=seed_alarm_name(cluster_name, placement.name, "impaired"),
-                alarm_description=(
-                    f"Seed {placement.name}: Windows fails its instance status check; the cluster is short of a seed "
-                    "until an operator restores it (EC2 console screenshot and system log, Session Manager)"
-                ),
-                metric=instance_metric(instance.ref, "StatusCheckFailed_Instance"),
-                threshold=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                evaluation_periods=5,
+            status_alarm(
+                "impaired",
+                "StatusCheckFailed_Instance",
+                5,
+                "Windows fails its instance status check; the cluster is short of a seed until an operator "
+                "restores it (EC2 console screenshot and system log, Session Manager)",
             ).add_alarm_action(notify)
             self.instances.append(instance)
         self._snapshot_data_volumes(cluster_name, snapshot_interval_hours, snapshot_retain_count)
