@@ -23,7 +23,8 @@ public final class SinkJobConfig implements Serializable {
     public static final String KAFKA_GROUP = "KafkaSource";
     public static final String SINK_GROUP = "Sink";
     static final Set<String> KAFKA_KEYS =
-            Set.of("bootstrap.servers", "topic", "group.id", "security.protocol", "starting.offsets");
+            Set.of("bootstrap.servers", "topic", "group.id", "security.protocol", "starting.offsets",
+                    "sasl.username", "sasl.password");
     static final Set<String> SINK_KEYS =
             Set.of("output.path", "dead.letter.path", "max.part.size.mb", "checkpoint.interval.ms");
     static final Set<String> PATH_SCHEMES = Set.of("s3", "s3a", "file");
@@ -37,6 +38,9 @@ public final class SinkJobConfig implements Serializable {
     public final String topic;
     public final String groupId;
     public final SecurityProtocol securityProtocol;
+    /** SASL_PLAINTEXT only (a local broker's SASL/PLAIN user); null otherwise. */
+    public final String saslUsername;
+    private final String saslPassword;
     public final StartingOffsets startingOffsets;
     public final String outputPath;
     public final String deadLetterPath;
@@ -62,6 +66,24 @@ public final class SinkJobConfig implements Serializable {
         }
         groupId = required(KAFKA_GROUP, kafka, "group.id", "a Kafka consumer group id");
         securityProtocol = choice(KAFKA_GROUP, kafka, "security.protocol", SecurityProtocol.SASL_SSL);
+        if (securityProtocol == SecurityProtocol.SASL_PLAINTEXT) {
+            String allowed = "a SASL/PLAIN user of a local broker (SASL_PLAINTEXT is for local brokers only;"
+                    + " on AWS the job signs in with its IAM role over SASL_SSL)";
+            saslUsername = required(KAFKA_GROUP, kafka, "sasl.username", allowed);
+            saslPassword = required(KAFKA_GROUP, kafka, "sasl.password", "the password of " + allowed);
+        } else {
+            // A password among Managed Flink's properties would be a mistake, and an ignored one.
+            for (String key : new String[] {"sasl.username", "sasl.password"}) {
+                if (kafka.getProperty(key) != null) {
+                    throw new InvalidPropertyException(
+                            "property " + KAFKA_GROUP + "." + key + " is set but " + KAFKA_GROUP
+                                    + ".security.protocol is " + securityProtocol
+                                    + "; SASL/PLAIN credentials are used only with SASL_PLAINTEXT (local brokers)");
+                }
+            }
+            saslUsername = null;
+            saslPassword = null;
+        }
         startingOffsets = startingOffsets(kafka);
 
         outputPath = path(sink, "output.path");
@@ -98,8 +120,17 @@ public final class SinkJobConfig implements Serializable {
             properties.setProperty(
                     "sasl.client.callback.handler.class",
                     "software.amazon.msk.auth.iam.IAMClientCallbackHandler");
+        } else if (securityProtocol == SecurityProtocol.SASL_PLAINTEXT) {
+            properties.setProperty("sasl.mechanism", "PLAIN");
+            properties.setProperty("sasl.jaas.config",
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required username=\""
+                            + jaasQuoted(saslUsername) + "\" password=\"" + jaasQuoted(saslPassword) + "\";");
         }
         return properties;
+    }
+
+    private static String jaasQuoted(String value) {
+        return value.replace("\\", "\\\\").replace("\"", "\\\"");
     }
 
     private static Properties group(Map<String, Properties> groups, String name) {
@@ -207,7 +238,9 @@ public final class SinkJobConfig implements Serializable {
     @Override
     public String toString() {
         return "SinkJobConfig{bootstrap.servers=" + bootstrapServers + ", topic=" + topic + ", group.id=" + groupId
-                + ", security.protocol=" + securityProtocol + ", starting.offsets=" + startingOffsets.propertyValue
+                + ", security.protocol=" + securityProtocol
+                + (saslUsername == null ? "" : ", sasl.username=" + saslUsername)
+                + ", starting.offsets=" + startingOffsets.propertyValue
                 + ", output.path=" + outputPath + ", dead.letter.path=" + deadLetterPath
                 + ", max.part.size.mb=" + maxPartSizeMb + ", checkpoint.interval.ms=" + checkpointIntervalMs + "}";
     }

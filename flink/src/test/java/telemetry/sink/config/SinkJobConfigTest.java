@@ -59,7 +59,7 @@ class SinkJobConfigTest {
         "KafkaSource|topic|<absent>|property KafkaSource.topic is required but missing; expected a Kafka topic name",
         "KafkaSource|topic|a topic|property KafkaSource.topic is \"a topic\"; expected a Kafka topic name ([A-Za-z0-9._-], 1-249 characters)",
         "KafkaSource|group.id|<absent>|property KafkaSource.group.id is required but missing; expected a Kafka consumer group id",
-        "KafkaSource|security.protocol|SSL|property KafkaSource.security.protocol is \"SSL\"; expected one of SASL_SSL, PLAINTEXT",
+        "KafkaSource|security.protocol|SSL|property KafkaSource.security.protocol is \"SSL\"; expected one of SASL_SSL, PLAINTEXT, SASL_PLAINTEXT",
         "KafkaSource|starting.offsets|committed|property KafkaSource.starting.offsets is \"committed\"; expected one of committed-earliest, earliest, latest",
         "Sink|output.path|<absent>|property Sink.output.path is required but missing; expected a URI such as s3://bucket/prefix or file:///tmp/telemetry (schemes: s3, s3a, file)",
         "Sink|output.path|/tmp/out|property Sink.output.path is \"/tmp/out\"; expected a URI such as s3://bucket/prefix or file:///tmp/telemetry (schemes: s3, s3a, file)",
@@ -81,6 +81,51 @@ class SinkJobConfigTest {
         assertThatThrownBy(() -> SinkJobConfig.from(groups))
                 .isInstanceOf(InvalidPropertyException.class)
                 .hasMessage(message);
+    }
+
+    @Test
+    void readsALocalBrokersSaslPlainUser() {
+        SinkJobConfig config = SinkJobConfig.from(groups(new String[][] {
+            {"KafkaSource", "security.protocol", "sasl_plaintext"},
+            {"KafkaSource", "sasl.username", "identity-1"},
+            {"KafkaSource", "sasl.password", "pa\"ss\\word"},
+        }));
+
+        assertThat(config.securityProtocol).isEqualTo(SecurityProtocol.SASL_PLAINTEXT);
+        assertThat(config.saslUsername).isEqualTo("identity-1");
+        assertThat(config.kafkaClientProperties())
+                .containsOnlyKeys("security.protocol", "sasl.mechanism", "sasl.jaas.config")
+                .containsEntry("security.protocol", "SASL_PLAINTEXT")
+                .containsEntry("sasl.mechanism", "PLAIN")
+                .containsEntry("sasl.jaas.config", "org.apache.kafka.common.security.plain.PlainLoginModule required"
+                        + " username=\"identity-1\" password=\"pa\\\"ss\\\\word\";");
+        assertThat(config.toString()).contains("sasl.username=identity-1").doesNotContain("word");
+    }
+
+    @ParameterizedTest(name = "without {0}")
+    @CsvSource(delimiter = '|', value = {
+        "sasl.username|property KafkaSource.sasl.username is required but missing; expected a SASL/PLAIN user of a local broker (SASL_PLAINTEXT is for local brokers only; on AWS the job signs in with its IAM role over SASL_SSL)",
+        "sasl.password|property KafkaSource.sasl.password is required but missing; expected the password of a SASL/PLAIN user of a local broker (SASL_PLAINTEXT is for local brokers only; on AWS the job signs in with its IAM role over SASL_SSL)",
+    })
+    void saslPlaintextNeedsAUsernameAndAPassword(String absent, String message) {
+        Map<String, Properties> groups = groups(new String[][] {
+            {"KafkaSource", "security.protocol", "SASL_PLAINTEXT"},
+            {"KafkaSource", "sasl.username", "identity-1"},
+            {"KafkaSource", "sasl.password", "secret"},
+        });
+        groups.get("KafkaSource").remove(absent);
+
+        assertThatThrownBy(() -> SinkJobConfig.from(groups))
+                .isInstanceOf(InvalidPropertyException.class)
+                .hasMessage(message);
+    }
+
+    @Test
+    void refusesSaslPlainCredentialsWithIamAuthentication() {
+        assertThatThrownBy(() -> SinkJobConfig.from(groups(new String[][] {{"KafkaSource", "sasl.password", "secret"}})))
+                .isInstanceOf(InvalidPropertyException.class)
+                .hasMessage("property KafkaSource.sasl.password is set but KafkaSource.security.protocol is SASL_SSL;"
+                        + " SASL/PLAIN credentials are used only with SASL_PLAINTEXT (local brokers)");
     }
 
     @Test
