@@ -147,6 +147,12 @@ class Cluster:
     def arn(self) -> str:
         return f"arn:{self.partition}:kafka:{self.region}:{self.account}:cluster/{self.name}/{self.uuid}"
 
+    @classmethod
+    def of(cls, config) -> Cluster:
+        """An environment's cluster; its UUID is any, as MSK assigns it at creation."""
+        uuid = "0a1b2c3d-0000-4000-8000-00000000abcd-1"
+        return cls("aws", config.region, config.account, config.resource_prefix, uuid)
+
 
 @dataclasses.dataclass(frozen=True, order=True)
 class Grant:

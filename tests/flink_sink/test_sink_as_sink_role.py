@@ -37,7 +37,6 @@ from tests.msk_authorization import (
 
 pytestmark = pytest.mark.integration
 ENV = "dev"
-CLUSTER_UUID = "0a1b2c3d-0000-4000-8000-00000000abcd-1"  # any: MSK assigns it at creation
 FLINK_POM = REPO / "flink" / "pom.xml"
 MESSAGES = 300
 PARTITIONS = 3
@@ -67,7 +66,7 @@ def sink_role(synthesized):
     """The sink role's Kafka grants on the dev cluster, and the application's KafkaSource
     property group as the template hands it to the job."""
     config = load_environment(cdk_context()["environments"], ENV)
-    cluster = Cluster("aws", config.region, config.account, config.resource_prefix, CLUSTER_UUID)
+    cluster = Cluster.of(config)
     stacks = synthesized(ENV).stacks
     grants = role_grants(stacks, "telemetry_sink", "SinkServiceRole", cluster)
     (application,) = [

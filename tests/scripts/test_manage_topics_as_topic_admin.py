@@ -31,7 +31,6 @@ from tests.msk_authorization import (
 
 pytestmark = pytest.mark.integration
 ENV = "dev"
-CLUSTER_UUID = "0a1b2c3d-0000-4000-8000-00000000abcd-1"  # any: MSK assigns it at creation
 HOUR_MS = 3_600_000
 
 
@@ -39,7 +38,7 @@ HOUR_MS = 3_600_000
 def admin(synthesized):
     """The topic administrator's grants on the dev cluster, and the topic dev declares."""
     config = load_environment(cdk_context()["environments"], ENV)
-    cluster = Cluster("aws", config.region, config.account, config.resource_prefix, CLUSTER_UUID)
+    cluster = Cluster.of(config)
     grants = role_grants(synthesized(ENV).stacks, "msk", "TopicAdministratorRole", cluster)
     return grants, config.msk.topics[0].name
 

@@ -22,13 +22,12 @@ from tests.msk_authorization import Cluster, Grant, acls_for_grants, role_grants
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 ENV = "dev"
-CLUSTER_UUID = "0a1b2c3d-0000-4000-8000-00000000abcd-1"  # any: MSK assigns it at creation
 
 
 def fleet_role_grants(synthesized) -> tuple[list[Grant], str]:
     """The fleet role's Kafka grants on this environment's cluster, and the fleet's topic."""
     config = load_environment(cdk_context()["environments"], ENV)
-    cluster = Cluster("aws", config.region, config.account, config.resource_prefix, CLUSTER_UUID)
+    cluster = Cluster.of(config)
     grants = role_grants(synthesized(ENV).stacks, "simulator_fleet", "FleetHostRole", cluster)
     return grants, config.simulator_fleet.topic
 
