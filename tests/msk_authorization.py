@@ -318,6 +318,18 @@ def check_required_actions(grants: list[Grant]) -> None:
         )
 
 
+def refusal_without(grants: list[Grant], withheld: str) -> UntranslatablePolicy:
+    """What the required-actions check says of these grants less every grant of `withheld`: the
+    check that catches an action Kafka implies (READ or ALTER imply DESCRIBE) or cannot see
+    (Connect is the login itself), where the broker would let the run pass."""
+    assert any(g.action == withheld for g in grants), f"the role has no {withheld} to withhold"
+    try:
+        check_required_actions([g for g in grants if g.action != withheld])
+    except UntranslatablePolicy as refused:
+        return refused
+    raise AssertionError(f"the required-actions check let the policy through without {withheld}")
+
+
 def grants_for_policy(statements: list[dict], cluster: Cluster) -> list[Grant]:
     grants = sorted({g for s in statements for g in grants_of_statement(s, cluster)})
     check_required_actions(grants)
