@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from stacks.constructs.log_group import log_group
+from stacks.constructs.sdk_call_role import sdk_call_role
 
 
 class BootstrapBrokers(Construct):
@@ -25,17 +24,8 @@ class BootstrapBrokers(Construct):
             physical_resource_id=cr.PhysicalResourceId.of(f"{cluster_arn}/brokers-{broker_count}"),
             output_paths=["BootstrapBrokerStringSaslIam"],
         )
-        # Our own role and log group instead of the default role with the AWS-managed
-        # AWSLambdaBasicExecutionRole: the function may write to its one log group and call
-        # GetBootstrapBrokers on this one cluster, nothing more.
-        logs = log_group(self, "Logs", retention_days=30, removal_policy=RemovalPolicy.DESTROY)
-        role = iam.Role(
-            self,
-            "Role",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description="Reads the MSK bootstrap brokers at deploy time",
-        )
-        logs.grant_write(role)
+        # The function may call GetBootstrapBrokers on this one cluster, nothing more.
+        role, logs = sdk_call_role(self, description="Reads the MSK bootstrap brokers at deploy time")
         self.lookup = cr.AwsCustomResource(
             self,
             "Lookup",

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from stacks.compliance import PARTITION, acknowledge, wildcard_resource_finding
-from stacks.constructs.log_group import log_group
+from stacks.constructs.sdk_call_role import sdk_call_role
 from stacks.seed_addresses import seed_block
 
 
@@ -28,14 +28,9 @@ class SeedBlockReservations(Construct):
 
         # One role and log group for every reservation: the custom resources of a stack share one
         # provider function, and it runs with the role it was created with.
-        logs = log_group(self, "Logs", retention_days=30, removal_policy=RemovalPolicy.DESTROY)
-        role = iam.Role(
-            self,
-            "Role",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description="Reserves the seed address block of each private subnet at deploy time",
+        role, logs = sdk_call_role(
+            self, description="Reserves the seed address block of each private subnet at deploy time"
         )
-        logs.grant_write(role)
         # Resource types and condition keys: Service Authorization Reference, "Actions, resources,
         # and condition keys for Amazon EC2" (docs.aws.amazon.com/service-authorization/latest/
         # reference/list_amazonec2.html). CreateSubnetCidrReservation takes the subnet and needs
