@@ -9,8 +9,9 @@ Importable too: a pytest fixture calls start_broker(state_dir=...) with a folder
 its broker never collides with the one `make demo` started.
 
 start_broker(sasl_users=..., super_user=...) starts the policy-enforcing variant instead: SASL/PLAIN
-on every listener and Kafka ACLs enforced (scripts/local-kafka/listeners-sasl.properties), for
-tests that run a client as one IAM identity translated into ACLs.
+on the main listener, SASL/SCRAM-SHA-512 on a second one, and Kafka ACLs enforced
+(scripts/local-kafka/listeners-sasl.properties), for tests that run a client as one IAM identity
+translated into ACLs, or as the device gateway's SCRAM user.
 """
 
 from __future__ import annotations
@@ -73,9 +74,11 @@ class Broker:
     data_dir: str
     log_path: str
     state_file: str
-    # Set on the SASL broker only: the user allowed everything (creates topics and ACLs).
+    # Set on the SASL broker only: the user allowed everything (creates topics and ACLs), and
+    # the port of its SASL/SCRAM-SHA-512 listener (MSK's 9096 for the device gateway's users).
     super_user: str | None = None
     super_user_password: str | None = None
+    scram_port: int | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -99,6 +102,18 @@ class Broker:
                 }
             )
         return settings
+
+    def scram_client_settings(self, username: str, password: str) -> dict:
+        """librdkafka settings for a SASL/SCRAM-SHA-512 user of the SASL broker's SCRAM listener."""
+        if self.scram_port is None:
+            raise LocalKafkaError("only the SASL broker has a SCRAM listener")
+        return {
+            "bootstrap.servers": f"127.0.0.1:{self.scram_port}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": username,
+            "sasl.password": password,
+        }
 
 
 # --- jars -------------------------------------------------------------------------------------
@@ -212,6 +227,7 @@ def _write_config(
     controller_port: int,
     sasl_users: dict[str, str] | None = None,
     super_user: str | None = None,
+    scram_port: int | None = None,
 ) -> Path:
     config = data_dir / "server.properties"
     values = {"port": port, "controller_port": controller_port, "log_dirs": data_dir / "logs"}
@@ -221,6 +237,7 @@ def _write_config(
         listeners = "listeners-sasl.properties"
         values.update(
             super_user=super_user,
+            scram_port=scram_port,
             client_jaas=_plain_jaas(super_user, sasl_users),
             # Only the broker itself talks to the controller listener.
             controller_jaas=_plain_jaas(super_user, {super_user: sasl_users[super_user]}),
@@ -241,10 +258,11 @@ def _prepare_storage(
     sasl_users: dict[str, str] | None = None,
     super_user: str | None = None,
     extra_classpath: list[Path] = (),
+    scram_port: int | None = None,
 ) -> Path:
     """Writes server.properties and formats the KRaft storage; removes data_dir on failure."""
     try:
-        config = _write_config(data_dir, port, controller_port, sasl_users, super_user)
+        config = _write_config(data_dir, port, controller_port, sasl_users, super_user, scram_port)
         command = java_command(
             "kafka.tools.StorageTool",
             "format",
@@ -356,8 +374,8 @@ def start_broker(
     """Start a broker recorded in state_dir, or return the one already running there.
     full_jit: let the JVM's C2 compiler run (for long benchmarks that warm the broker first).
     sasl_users ({name: password}) with super_user (one of them): the policy-enforcing broker,
-    SASL/PLAIN on every listener, ACLs enforced, nothing allowed without an ACL but to
-    super_user."""
+    SASL/PLAIN on its main listener and SASL/SCRAM-SHA-512 on a second (no SCRAM users until
+    the super user adds them), ACLs enforced, nothing allowed without an ACL but to super_user."""
     if (sasl_users is None) != (super_user is None) or (
         sasl_users is not None and super_user not in sasl_users
     ):
@@ -377,8 +395,13 @@ def start_broker(
     port, controller_port = free_port(), free_port()
     while controller_port == port:
         controller_port = free_port()
+    scram_port = None
+    if sasl_users is not None:
+        scram_port = free_port()
+        while scram_port in (port, controller_port):
+            scram_port = free_port()
     config = _prepare_storage(
-        data_dir, port, controller_port, libs_dir, sasl_users, super_user, extra_classpath
+        data_dir, port, controller_port, libs_dir, sasl_users, super_user, extra_classpath, scram_port
     )
     log_path = state_dir / "broker.log"
     with open(log_path, "wb") as log:
@@ -404,6 +427,7 @@ def start_broker(
         state_file=str(state_dir / "state.json"),
         super_user=super_user,
         super_user_password=sasl_users[super_user] if sasl_users else None,
+        scram_port=scram_port,
     )
     Path(broker.state_file).write_text(json.dumps(dataclasses.asdict(broker), indent=2) + "\n")
     login = (super_user, broker.super_user_password) if sasl_users else None

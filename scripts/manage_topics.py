@@ -5,6 +5,13 @@ Idempotent: missing topics are created, existing ones get more partitions or a n
 the declaration asks for it, and a second run changes nothing. Kafka cannot take partitions away
 or change a replication factor in place; such differences are reported, not forced.
 
+It also owns the Kafka ACLs of the cluster's SASL/SCRAM users (the device gateway's rule): MSK
+authorizes those users by ACLs alone, and with allow.everyone.if.no.acl.found=false a user without
+ACLs may do nothing. The declared ACLs are created, and any other ACL of those users is removed, so
+the user holds exactly what the declaration says. IAM identities are untouched: "Apache Kafka
+ACLs have no effect on authorization for IAM identities" (MSK Developer Guide, "IAM access
+control"), which is also why the topic administrator may manage ACLs over IAM.
+
 Run it from a host inside the VPC that carries the MSK client security group (for example a
 simulator fleet host over SSM Session Manager) as the MSK stack's topic administrator role: with
 --assume-role (and --mfa-serial: the role requires MFA) it assumes that role from the ambient
@@ -13,8 +20,9 @@ bootstrap brokers come from the SSM parameter the MSK stack publishes (read with
 credentials), unless --bootstrap-servers names them. Against a local broker: PLAINTEXT, or
 SASL_PLAINTEXT as --sasl-username with the password in $SIMULATOR_SASL_PASSWORD.
 
-Exit codes: 0 topics match the declaration (or would, with --dry-run); 1 a difference Kafka
-cannot reconcile remains; 2 bad input or an unreachable cluster.
+Exit codes: 0 topics and ACLs match the declaration (or would, with --dry-run); 1 a topic
+difference Kafka cannot reconcile remains; 2 bad input, a refused request or an unreachable
+cluster.
 """
 
 from __future__ import annotations
@@ -65,6 +73,45 @@ class TopicChange:
     @property
     def writes(self) -> bool:
         return self.action in ("create", "add-partitions", "set-retention")
+
+
+@dataclass(frozen=True, order=True)
+class AclSpec:
+    """One Kafka ACL. The declared ones are ALLOW from any host on a literal resource name; the
+    other fields matter for what is found on the cluster, which may be anything."""
+
+    principal: str  # User:<name>
+    resource: str  # topic | group | cluster | transactional_id
+    name: str
+    operation: str  # Kafka's operation name: WRITE, READ, DESCRIBE, ...
+    permission: str = "ALLOW"
+    pattern: str = "LITERAL"
+    host: str = "*"
+
+    def __str__(self) -> str:
+        text = f"{self.principal}: {self.permission.lower()} {self.operation} on {self.resource} {self.name}"
+        if self.pattern != "LITERAL":
+            text += f" ({self.pattern.lower()})"
+        return text if self.host == "*" else f"{text} from {self.host}"
+
+
+@dataclass(frozen=True)
+class AclChange:
+    acl: AclSpec
+    action: str  # create | remove | unchanged
+
+    @property
+    def writes(self) -> bool:
+        return self.action != "unchanged"
+
+
+def plan_acls(declared: Iterable[AclSpec], existing: Iterable[AclSpec]) -> list[AclChange]:
+    """Declared ACLs missing from `existing` are created; ACLs of the declared principals that are
+    not declared (any other operation, resource, pattern, host or a DENY) are removed."""
+    declared, existing = set(declared), set(existing)
+    return [
+        AclChange(acl, "unchanged" if acl in existing else "create") for acl in sorted(declared)
+    ] + [AclChange(acl, "remove") for acl in sorted(existing - declared)]
 
 
 def plan(specs: Iterable[TopicSpec], existing: Mapping[str, ExistingTopic]) -> list[TopicChange]:
@@ -218,6 +265,136 @@ class KafkaTopics:
                 raise TopicError(f"{change.action} {spec.name} failed: {reason}") from None
 
 
+class NoAuthorizer(Exception):
+    """The cluster enforces no ACLs (a local broker without an authorizer)."""
+
+
+class KafkaAcls:
+    """DescribeAcls, CreateAcls and DeleteAcls for a set of principals, behind one small class."""
+
+    def __init__(self, admin_settings: dict, timeout_s: float) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self._admin = AdminClient({**admin_settings, "log_level": 0})
+        self._timeout = timeout_s
+
+    def describe(self, principals: Iterable[str]) -> list[AclSpec]:
+        """Every ACL of `principals`, whatever its permission, pattern type and host.
+
+        An empty answer is ambiguous: librdkafka drops DescribeAcls' error code, so a refused
+        request (no DESCRIBE on the cluster) and a broker without an authorizer both come back as
+        an empty list, no error (seen here with confluent-kafka 2.16.1, where Kafka's own
+        AclCommand gets ClusterAuthorizationException from the same broker). confirm() is what
+        tells those apart from "no ACLs"."""
+        from confluent_kafka import KafkaException
+
+        found = []
+        for principal in sorted(set(principals)):
+            try:
+                bindings = self._admin.describe_acls(
+                    everything_of(principal), request_timeout=self._timeout
+                ).result()
+            except KafkaException as error:
+                reason = missing_permission(error.args[0], "describe-acls")
+                raise TopicError(f"describe ACLs of {principal} failed: {reason}") from None
+            found += [_acl_spec(binding) for binding in bindings]
+        return found
+
+    def apply(self, change: AclChange) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+
+        try:
+            if change.action == "create":
+                futures = self._admin.create_acls([_acl_binding(change.acl)], request_timeout=self._timeout)
+            elif change.action == "remove":
+                match = _acl_binding(change.acl, as_filter=True)
+                futures = self._admin.delete_acls([match], request_timeout=self._timeout)
+            else:
+                return
+            for future in futures.values():
+                future.result()
+        except KafkaException as error:
+            if error.args[0].code() == KafkaError.SECURITY_DISABLED:
+                raise NoAuthorizer from None
+            reason = missing_permission(error.args[0], f"{change.action}-acl")
+            raise TopicError(f"{change.action} ACL {change.acl} failed: {reason}") from None
+
+    def confirm(self, declared: Sequence[AclSpec], settle_s: float) -> None:
+        """Waits until the cluster lists exactly the declared ACLs of their principals. A broker
+        serves ACL changes from its metadata a moment after the controller accepted them; a
+        listing that never shows them means DescribeAcls is refused (see describe())."""
+        import time
+
+        deadline = time.monotonic() + settle_s
+        while sorted(self.describe(acl.principal for acl in declared)) != sorted(set(declared)):
+            if time.monotonic() > deadline:
+                raise TopicError(
+                    f"the cluster does not list exactly the declared ACLs after {settle_s:g} s; "
+                    "DescribeAcls may be refused: the identity needs kafka-cluster:DescribeCluster "
+                    "on the cluster"
+                )
+            time.sleep(0.2)
+
+
+def everything_of(principal: str):
+    """The AclBindingFilter that matches every ACL of `principal`."""
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    return AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, principal, None,
+        AclOperation.ANY, AclPermissionType.ANY,
+    )  # fmt: skip
+
+
+def _acl_spec(binding) -> AclSpec:
+    return AclSpec(
+        binding.principal, binding.restype.name.lower(), binding.name, binding.operation.name,
+        binding.permission_type.name, binding.resource_pattern_type.name, binding.host,
+    )  # fmt: skip
+
+
+def _acl_binding(acl: AclSpec, *, as_filter: bool = False):
+    """The AclBinding of `acl`, or the AclBindingFilter that matches it alone (DeleteAcls)."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    return (AclBindingFilter if as_filter else AclBinding)(
+        ResourceType[acl.resource.upper()], acl.name, ResourcePatternType[acl.pattern], acl.principal,
+        acl.host, AclOperation[acl.operation], AclPermissionType[acl.permission],
+    )  # fmt: skip
+
+
+def reconcile_acls(
+    kafka: KafkaAcls, declared: Sequence[AclSpec], *, dry_run: bool, out=sys.stdout, settle_s: float = 15.0
+) -> None:
+    if not declared:
+        return
+    changes = plan_acls(declared, kafka.describe(acl.principal for acl in declared))
+    for change in changes:
+        verb = f"would {change.action}" if dry_run and change.writes else change.action
+        if change.writes and not dry_run:
+            try:
+                kafka.apply(change)
+            except NoAuthorizer:
+                print(f"acl {change.acl}: skipped: the cluster enforces no ACLs", file=out, flush=True)
+                return
+        print(f"acl {change.acl}: {verb}", file=out, flush=True)
+    if not dry_run:
+        kafka.confirm(declared, settle_s)
+
+
 def reconcile(
     kafka: KafkaTopics, specs: Sequence[TopicSpec], *, dry_run: bool, out=sys.stdout
 ) -> int:
@@ -238,6 +415,7 @@ class Environment:
     account: str
     bootstrap_parameter: str  # SSM parameter with the IAM bootstrap brokers
     topic_admin_role: str  # role name; its ARN is the MSK stack's TopicAdministratorRoleArn
+    acls: list[AclSpec]  # exactly what the SASL/SCRAM users may do
 
 
 def declared_environment(environment: str) -> Environment:
@@ -258,7 +436,18 @@ def declared_environment(environment: str) -> Environment:
         config.account,
         bootstrap_parameter_name(config),
         topic_admin_role_name(config),
+        scram_user_acls(config),
     )
+
+
+def scram_user_acls(config) -> list[AclSpec]:
+    """The device gateway's rule produces with acks=1 and no idempotence (the Kafka action allows
+    acks 0 or 1 only, AWS IoT Developer Guide, "Apache Kafka" rule action), so WRITE on its topic
+    is all it needs: Kafka's WRITE implies DESCRIBE, which the producer's Metadata requests use
+    (IMPLIES_DESCRIBE in Kafka's StandardAuthorizerData). It may not read, create, alter or touch
+    any group, and it has no IDEMPOTENT_WRITE on the cluster."""
+    gateway = config.device_gateway
+    return [AclSpec(f"User:{gateway.scram_username}", "topic", gateway.topic, "WRITE")]
 
 
 def assume_topic_admin(
@@ -338,7 +527,8 @@ def bootstrap_from_ssm(parameter: str, region: str) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Create or update the Kafka topics declared in cdk.json (msk.topics) for one environment.",
+        description="Create or update the Kafka topics declared in cdk.json (msk.topics) for one environment, "
+        "and the ACLs of its SASL/SCRAM users (device_gateway).",
         epilog="Exit codes: 0 topics match; 1 a difference Kafka cannot reconcile remains; 2 bad input or "
         "an unreachable cluster.",
     )
@@ -418,9 +608,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.assume_role:
             credentials = assume_topic_admin(environment, args.mfa_serial)
             settings["oauth_cb"] = msk_iam_token_callback(environment.region, credentials)
-        return reconcile(
+        status = reconcile(
             KafkaTopics(settings, args.timeout), environment.topics, dry_run=args.dry_run
         )
+        reconcile_acls(KafkaAcls(settings, args.timeout), environment.acls, dry_run=args.dry_run)
+        return status
     except TopicError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

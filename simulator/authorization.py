@@ -29,6 +29,11 @@ _ACTIONS = {
     (KafkaError.TOPIC_AUTHORIZATION_FAILED, "add-partitions"): "kafka-cluster:AlterTopic on topic {topic}",
     (KafkaError.TOPIC_AUTHORIZATION_FAILED, "set-retention"):
         "kafka-cluster:AlterTopicDynamicConfiguration on topic {topic}",
+    # ... and the SASL/SCRAM users' ACLs: DescribeAcls needs DESCRIBE, CreateAcls and DeleteAcls
+    # ALTER on the cluster (Kafka's AclApis).
+    (KafkaError.CLUSTER_AUTHORIZATION_FAILED, "describe-acls"): "kafka-cluster:DescribeCluster on the cluster",
+    (KafkaError.CLUSTER_AUTHORIZATION_FAILED, "create-acl"): "kafka-cluster:AlterCluster on the cluster",
+    (KafkaError.CLUSTER_AUTHORIZATION_FAILED, "remove-acl"): "kafka-cluster:AlterCluster on the cluster",
 }
 AUTHORIZATION_ERRORS = {code for code, _ in _ACTIONS}
 

@@ -467,6 +467,21 @@ class TelemetrySinkConfig(_Section):
         return self
 
 
+class DeviceGatewayConfig(_Section):
+    """Field devices over AWS IoT Core into MSK through the rules engine's Kafka action."""
+
+    # The MSK topic device messages land in (one of msk.topics).
+    topic: str
+    # The SCRAM user the rule's Kafka action signs in as; Kafka ACLs authorize it by this name.
+    scram_username: str = Field(pattern=r"^[a-z][a-z0-9-]{2,31}$")
+    # Messages the rule could not deliver, kept in CloudWatch Logs with their original payload.
+    error_log_retention_days: int
+    # Alarm when this many messages fail (Kafka action or error action) within five minutes.
+    failure_alarm_messages: int = Field(default=1, ge=1)
+
+    _retention = field_validator("error_log_retention_days")(_check_retention)
+
+
 class EnvironmentConfig(_Section):
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,15}$")
     account: str = Field(pattern=r"^\d{12}$")
@@ -481,6 +496,7 @@ class EnvironmentConfig(_Section):
     simulator_fleet: SimulatorFleetConfig
     telemetry_sink: TelemetrySinkConfig
     node_lifecycle: NodeLifecycleConfig
+    device_gateway: DeviceGatewayConfig
 
     @model_validator(mode="after")
     def _cross_checks(self) -> EnvironmentConfig:
@@ -514,6 +530,11 @@ class EnvironmentConfig(_Section):
             raise ValueError(
                 f"telemetry_sink.parallelism: {sink.parallelism} exceeds the {sink_topic.partitions} partitions "
                 f"of topic '{sink.topic}'; the extra Kafka source subtasks would sit idle"
+            )
+        if self.device_gateway.topic not in topics:
+            raise ValueError(
+                f"device_gateway.topic: '{self.device_gateway.topic}' is not declared in msk.topics "
+                f"({', '.join(topics)})"
             )
         lifecycle, heartbeat = self.node_lifecycle, self.service_fabric.lifecycle_heartbeat_seconds
         for key, seconds in (

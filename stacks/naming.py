@@ -144,3 +144,41 @@ TELEMETRY_TABLE_NAME = "telemetry"
 
 def athena_workgroup_name(config: EnvironmentConfig) -> str:
     return f"{config.resource_prefix}-telemetry"
+
+
+# Device gateway: AWS IoT Core into MSK through the rules engine's Kafka action.
+# Devices publish to telemetry/<thing name>/data; the rule reads the thing name from topic(2).
+DEVICE_TOPIC_ROOT = "telemetry"
+
+
+def device_topic_filter() -> str:
+    return f"{DEVICE_TOPIC_ROOT}/+/data"
+
+
+def device_gateway_secret_name(config: EnvironmentConfig) -> str:
+    """MSK only associates SCRAM secrets whose names begin with AmazonMSK_ (MSK Developer Guide,
+    "Set up SASL/SCRAM authentication for an Amazon MSK cluster")."""
+    return f"AmazonMSK_{config.resource_prefix}-device-gateway"
+
+
+def device_rule_name(config: EnvironmentConfig) -> str:
+    # Topic rule names allow only letters, digits and underscores.
+    return f"{config.resource_prefix}_device_telemetry".replace("-", "_")
+
+
+def device_policy_name(config: EnvironmentConfig) -> str:
+    return f"{config.resource_prefix}-device"
+
+
+def scram_bootstrap_parameter_name(config: EnvironmentConfig) -> str:
+    return f"/{config.resource_prefix}/msk/bootstrap-brokers-scram"
+
+
+def device_thing_name(config: EnvironmentConfig, index: int) -> str:
+    """The simulator fleet's IoT things, made by scripts/provision_devices.py."""
+    return f"{config.resource_prefix}-device-{index:06d}"
+
+
+def device_credentials_path(config: EnvironmentConfig) -> str:
+    """SSM parameter path under which each simulator device's certificate and key are kept."""
+    return f"/{config.resource_prefix}/devices"

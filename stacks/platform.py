@@ -9,6 +9,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.config import EnvironmentConfig
+from stacks.device_gateway_stack import DeviceGatewayStack
 from stacks.monitoring_stack import MonitoringStack
 from stacks.msk_stack import MskStack
 from stacks.network_stack import NetworkStack
@@ -103,6 +104,18 @@ def build_platform(app: cdk.App, config: EnvironmentConfig) -> dict[str, cdk.Sta
         **stack_props("NodeLifecycle", "Service Fabric node lifecycle: join on launch, drain on terminate, zombie reaper"),
     )
 
+    device_gateway = DeviceGatewayStack(
+        app,
+        f"{prefix}-DeviceGateway",
+        config=config,
+        vpc=network.vpc,
+        kafka=msk.kafka,
+        fleet_role=simulator_fleet.fleet_role,
+        alarm_topic=monitoring.alarm_topic,
+        dashboard=monitoring.dashboard,
+        **stack_props("DeviceGateway", "AWS IoT Core rule with the Kafka action into MSK, SCRAM user, device policy"),
+    )
+
     cdk.Tags.of(app).add("Project", "telemetry-platform")
     cdk.Tags.of(app).add("Environment", config.name)
     return {
@@ -113,4 +126,5 @@ def build_platform(app: cdk.App, config: EnvironmentConfig) -> dict[str, cdk.Sta
         "service_fabric": service_fabric,
         "telemetry_sink": telemetry_sink,
         "node_lifecycle": node_lifecycle,
+        "device_gateway": device_gateway,
     }

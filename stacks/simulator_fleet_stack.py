@@ -60,6 +60,7 @@ class SimulatorFleetStack(Stack):
             results_retention_days=settings.results_retention_days,
             removal_policy=removal_policy(config),
         )
+        self.fleet_role = fleet.role
         kafka.grant_produce(fleet.role, settings.topic)
         kafka.grant_consume(fleet.role, settings.topic, CONSUMER_GROUPS)
         acknowledge(

@@ -8,6 +8,7 @@ serves the whole session.
 import pytest
 
 from scripts import local_kafka
+from scripts.manage_topics import everything_of
 
 
 @pytest.fixture(scope="session")
@@ -31,12 +32,9 @@ class SecuredKafka:
     """The SASL broker, its super user's Admin client, and fresh identities to hand ACLs to."""
 
     def __init__(self, broker: local_kafka.Broker, passwords: dict[str, str]):
-        from confluent_kafka.admin import AdminClient
-
         self.broker = broker
         self.passwords = passwords
-        # log_level 0: failures surface as exceptions; no retry chatter after the broker stops.
-        self.admin = AdminClient({**broker.client_settings(), "log_level": 0})
+        self.admin = admin_client(broker.client_settings())
         self._unused = list(IDENTITY_POOL)
 
     @property
@@ -53,38 +51,88 @@ class SecuredKafka:
         if bindings:
             for future in self.admin.create_acls(bindings).values():
                 future.result(timeout=30)
-            self._wait_until_enforced(f"User:{user}", len(set(bindings)))
+            self.wait_until_enforced(f"User:{user}", len(set(bindings)))
         return user, self.passwords[user]
 
-    def _wait_until_enforced(self, principal: str, count: int) -> None:
+    def new_scram_user(self, name: str) -> str:
+        """A SASL/SCRAM-SHA-512 user of the SCRAM listener, with no ACLs; returns its password.
+        The credentials are stored with AlterUserScramCredentials as the super user, and the
+        broker learns them from the metadata log: wait until the user can sign in."""
+        import secrets
+        import time
+
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import (
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        password = secrets.token_hex(12)
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+        upsert = UserScramCredentialUpsertion(name, info, password.encode())
+        for future in self.admin.alter_user_scram_credentials([upsert]).values():
+            future.result(timeout=30)
+        client = admin_client(self.broker.scram_client_settings(name, password))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                client.list_topics(timeout=5)
+                return password
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"SCRAM user {name} could not sign in within 30 s") from None
+                time.sleep(0.2)
+
+    def reset_topic(self, name: str, *, partitions: int | None = None, retention_ms: int = 86_400_000) -> None:
+        """As the super user: delete `name` if present, then create it with `partitions` when
+        asked; wait until the broker's metadata shows the result."""
+        import time
+
+        from confluent_kafka.admin import NewTopic
+
+        if name in self.admin.list_topics(timeout=30).topics:
+            self.admin.delete_topics([name])[name].result(timeout=30)
+        if partitions is not None:
+            topic = NewTopic(name, partitions, 1, config={"retention.ms": str(retention_ms)})
+            self.admin.create_topics([topic])[name].result(timeout=30)
+        deadline = time.monotonic() + 30
+        while (name in self.admin.list_topics(timeout=30).topics) != (partitions is not None):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {name} did not settle in 30 s")
+            time.sleep(0.2)
+
+    def wait_until_enforced(self, principal: str, count: int) -> None:
         """CreateAcls returns once the controller has the ACLs; the broker's authorizer learns
         them from the metadata log a moment later, and a client that connects first is refused.
         DescribeAcls answers from that authorizer, so wait until it lists them all."""
         import time
 
-        from confluent_kafka.admin import (
-            AclBindingFilter,
-            AclOperation,
-            AclPermissionType,
-            ResourcePatternType,
-            ResourceType,
-        )
-
-        everything_of = AclBindingFilter(
-            ResourceType.ANY, None, ResourcePatternType.ANY, principal, None,
-            AclOperation.ANY, AclPermissionType.ANY,
-        )  # fmt: skip
         deadline = time.monotonic() + 30
-        while len(self.admin.describe_acls(everything_of).result(timeout=30)) < count:
+        while len(self.admin.describe_acls(everything_of(principal)).result(timeout=30)) != count:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the broker did not enforce the {count} ACLs of {principal} in 30 s")
             time.sleep(0.1)
 
+    def remove_acls_of(self, principal: str) -> None:
+        """Deletes every ACL of `principal` and waits until the broker enforces none."""
+        for future in self.admin.delete_acls([everything_of(principal)]).values():
+            future.result(timeout=30)
+        self.wait_until_enforced(principal, 0)
+
+
+def admin_client(settings: dict):
+    from confluent_kafka.admin import AdminClient
+
+    # log_level 0: failures surface as exceptions; no retry chatter after the broker stops.
+    return AdminClient({**settings, "log_level": 0})
+
 
 @pytest.fixture(scope="session")
 def secured_kafka(tmp_path_factory):
-    """A broker that authenticates every client (SASL/PLAIN) and enforces Kafka ACLs with nothing
-    allowed by default, on 127.0.0.1; the harness administers it as a super user."""
+    """A broker that authenticates every client (SASL/PLAIN, and SASL/SCRAM on a second listener)
+    and enforces Kafka ACLs with nothing allowed by default, on 127.0.0.1; the harness administers
+    it as a super user."""
     import secrets
 
     passwords = {name: secrets.token_hex(8) for name in (SUPER_USER, *IDENTITY_POOL)}

@@ -1,6 +1,9 @@
-"""Publishes the cluster's IAM bootstrap broker string, which CloudFormation does not expose."""
+"""Publishes one of the cluster's bootstrap broker strings (IAM or SASL/SCRAM listener), which
+CloudFormation does not expose."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
@@ -12,17 +15,27 @@ from stacks.constructs.sdk_call_role import sdk_call_role
 
 class BootstrapBrokers(Construct):
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster_arn: str, broker_count: int, parameter_name: str
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_arn: str,
+        broker_count: int,
+        parameter_name: str,
+        listener: Literal["SaslIam", "SaslScram"] = "SaslIam",
     ) -> None:
         super().__init__(scope, construct_id)
+        output = f"BootstrapBrokerString{listener}"
+        # The IAM lookup keeps its original id, so its resource is not replaced.
+        resource_id = f"{cluster_arn}/brokers-{broker_count}" + ("" if listener == "SaslIam" else f"-{listener}")
 
         get_brokers = cr.AwsSdkCall(
             service="Kafka",
             action="GetBootstrapBrokers",
             parameters={"ClusterArn": cluster_arn},
             # The broker count is part of the id so that adding brokers re-reads the list.
-            physical_resource_id=cr.PhysicalResourceId.of(f"{cluster_arn}/brokers-{broker_count}"),
-            output_paths=["BootstrapBrokerStringSaslIam"],
+            physical_resource_id=cr.PhysicalResourceId.of(resource_id),
+            output_paths=[output],
         )
         # The function may call GetBootstrapBrokers on this one cluster, nothing more.
         role, logs = sdk_call_role(self, description="Reads the MSK bootstrap brokers at deploy time")
@@ -39,11 +52,15 @@ class BootstrapBrokers(Construct):
             ),
             install_latest_aws_sdk=False,
         )
-        self.iam_brokers = self.lookup.get_response_field("BootstrapBrokerStringSaslIam")
+        self.brokers = self.lookup.get_response_field(output)
         self.parameter = ssm.StringParameter(
             self,
             "Parameter",
             parameter_name=parameter_name,
-            description="MSK bootstrap brokers for SASL/IAM clients (port 9098)",
-            string_value=self.iam_brokers,
+            description=(
+                "MSK bootstrap brokers for SASL/IAM clients (port 9098)"
+                if listener == "SaslIam"
+                else "MSK bootstrap brokers for SASL/SCRAM clients (port 9096)"
+            ),
+            string_value=self.brokers,
         )

@@ -1,4 +1,5 @@
-"""The MSK cluster: IAM-authenticated, TLS-only, encrypted with its own key, logging to CloudWatch."""
+"""The MSK cluster: IAM- and SASL/SCRAM-authenticated, TLS-only, encrypted with its own key, logging to
+CloudWatch."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from constructs import Construct
 from stacks.constructs.log_group import log_group
 
 IAM_PORT = 9098
+# SASL/SCRAM over TLS from within AWS (MSK Developer Guide, "Port information").
+SCRAM_PORT = 9096
 
 
 def server_properties(*, log_retention_hours: int, min_insync_replicas: int) -> str:
@@ -26,6 +29,12 @@ def server_properties(*, log_retention_hours: int, min_insync_replicas: int) -> 
         "min.insync.replicas": min_insync_replicas,
         "unclean.leader.election.enable": "false",
         "log.retention.hours": log_retention_hours,
+        # SASL/SCRAM users (the device gateway's rule) are authorized by Kafka ACLs; MSK's default
+        # is true, which lets such a user do anything on a resource without ACLs (MSK Developer
+        # Guide, "Apache Kafka ACLs"). IAM clients are not affected: "The
+        # allow.everyone.if.no.acl.found Apache Kafka setting has no effect if your cluster uses
+        # IAM access control" (MSK Developer Guide, "IAM access control"). Brokers are super users.
+        "allow.everyone.if.no.acl.found": "false",
     }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
@@ -78,6 +87,21 @@ class MskCluster(Construct):
             allow_all_outbound=False,
         )
         self.allow_client(self.client_security_group)
+        # The AWS IoT rules engine's Kafka action cannot sign in with IAM, only SASL/SCRAM (or mTLS):
+        # its VPC destination's interfaces join this group, which reaches the SCRAM listener only.
+        self.scram_client_security_group = ec2.SecurityGroup(
+            self,
+            "ScramClientSecurityGroup",
+            vpc=vpc,
+            description=f"SASL/SCRAM clients of MSK cluster {cluster_name}",
+            allow_all_outbound=False,
+        )
+        self.security_group.add_ingress_rule(
+            self.scram_client_security_group, ec2.Port.tcp(SCRAM_PORT), "Kafka clients, SASL/SCRAM over TLS"
+        )
+        self.scram_client_security_group.add_egress_rule(
+            self.security_group, ec2.Port.tcp(SCRAM_PORT), "MSK brokers, SASL/SCRAM over TLS"
+        )
 
         configuration = msk.CfnConfiguration(
             self,
@@ -109,7 +133,12 @@ class MskCluster(Construct):
                 ),
             ),
             client_authentication=msk.CfnCluster.ClientAuthenticationProperty(
-                sasl=msk.CfnCluster.SaslProperty(iam=msk.CfnCluster.IamProperty(enabled=True)),
+                # ClientAuthentication is not create-only in the AWS::MSK::Cluster schema: enabling
+                # SCRAM on a live cluster is an in-place update (UpdateSecurity), not a replacement.
+                sasl=msk.CfnCluster.SaslProperty(
+                    iam=msk.CfnCluster.IamProperty(enabled=True),
+                    scram=msk.CfnCluster.ScramProperty(enabled=True),
+                ),
                 unauthenticated=msk.CfnCluster.UnauthenticatedProperty(enabled=False),
             ),
             encryption_info=msk.CfnCluster.EncryptionInfoProperty(
@@ -193,9 +222,14 @@ class MskCluster(Construct):
         CreateTopics (with retention.ms) -> CreateTopic; CreatePartitions -> AlterTopic;
         IncrementalAlterConfigs -> AlterTopicDynamicConfiguration. Topics are only ever created
         from msk.topics, which is deployed first, so their names are known here: no topic/* grant.
-        No DescribeCluster: none of those requests needs Kafka's DESCRIBE CLUSTER."""
+        The SASL/SCRAM users' ACLs are managed by the same tool over IAM ("You can invoke Apache
+        Kafka ACL APIs for an MSK cluster that uses IAM access control", MSK Developer Guide, "IAM
+        access control"): Kafka's CreateAcls and DeleteAcls need ALTER on the cluster, DescribeAcls
+        DESCRIBE on the cluster (Kafka's AclApis), which are AlterCluster and DescribeCluster."""
         iam.Grant.add_to_principal(
-            grantee=grantee, actions=["kafka-cluster:Connect"], resource_arns=[self.cluster_arn]
+            grantee=grantee,
+            actions=["kafka-cluster:Connect", "kafka-cluster:DescribeCluster", "kafka-cluster:AlterCluster"],
+            resource_arns=[self.cluster_arn],
         )
         iam.Grant.add_to_principal(
             grantee=grantee,

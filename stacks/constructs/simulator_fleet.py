@@ -101,6 +101,9 @@ class SimulatorFleet(Construct):
             allow_all_outbound=False,
         )
         security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to AWS APIs and PyPI")
+        # `--transport mqtt` publishes as devices to the AWS IoT Core data endpoint: MQTT over TLS
+        # with client certificates on port 8883 (AWS IoT Developer Guide, "Protocol port mappings").
+        security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(8883), "MQTT over TLS to AWS IoT Core")
 
         launch_template = ec2.LaunchTemplate(
             self,

@@ -96,7 +96,10 @@ def test_command_dry_run_shows_the_declared_topics(kafka_broker):
         "--security-protocol", "PLAINTEXT", "--dry-run",
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "telemetry: would create: 12 partitions, RF 3\n"
+    assert result.stdout == (
+        "telemetry: would create: 12 partitions, RF 3\n"
+        "acl User:iot-device-gateway: allow WRITE on topic telemetry: would create\n"
+    )
 
 
 @pytest.mark.integration

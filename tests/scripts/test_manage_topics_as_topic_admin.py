@@ -13,7 +13,6 @@ import io
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -47,20 +46,7 @@ def spec(name: str, partitions: int, retention_hours: int) -> TopicSpec:
 
 
 def reset_topic(secured_kafka, name: str, *, partitions: int | None = None) -> None:
-    """As the super user: delete `name` if present, then create it with `partitions` (24 h
-    retention) when asked; wait until the broker's metadata shows the result."""
-    from confluent_kafka.admin import NewTopic
-
-    admin = secured_kafka.admin
-    if name in admin.list_topics(timeout=30).topics:
-        admin.delete_topics([name])[name].result(timeout=30)
-    if partitions is not None:
-        topic = NewTopic(name, partitions, 1, config={"retention.ms": str(24 * HOUR_MS)})
-        admin.create_topics([topic])[name].result(timeout=30)
-    deadline = time.monotonic() + 30
-    while (name in admin.list_topics(timeout=30).topics) != (partitions is not None):
-        assert time.monotonic() < deadline, f"topic {name} did not settle"
-        time.sleep(0.2)
+    secured_kafka.reset_topic(name, partitions=partitions, retention_ms=24 * HOUR_MS)
 
 
 @pytest.fixture
@@ -164,4 +150,7 @@ def test_the_command_runs_as_a_sasl_user_of_a_local_broker(admin, secured_kafka,
         timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"{name}: would create: 12 partitions, RF 3\n"
+    assert result.stdout == (
+        f"{name}: would create: 12 partitions, RF 3\n"
+        "acl User:iot-device-gateway: allow WRITE on topic telemetry: would create\n"
+    )

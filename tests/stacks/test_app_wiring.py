@@ -17,7 +17,9 @@ def test_stack_names_carry_the_environment(synthesized, env):
         for name, artifact in manifest["artifacts"].items()
         if artifact["type"] == "aws:cloudformation:stack"
     }
-    parts = ("Network", "Monitoring", "Msk", "SimulatorFleet", "ServiceFabric", "TelemetrySink", "NodeLifecycle")
+    parts = (
+        "Network", "Monitoring", "Msk", "SimulatorFleet", "ServiceFabric", "TelemetrySink", "NodeLifecycle", "DeviceGateway",
+    )  # fmt: skip
     assert set(stacks) == {f"Telemetry-{env}-{part}" for part in parts}
     account = {"dev": "111111111111", "staging": "222222222222", "prod": "333333333333"}[env]
     for name, artifact in stacks.items():

@@ -59,7 +59,7 @@ def test_every_environment_synthesizes_with_no_open_findings(synthesized, env):
 
 def test_cfn_lint_finds_no_errors_in_any_environment(synthesized):
     files = [str(f) for env in ENVIRONMENTS for f in synthesized(env).template_files]
-    assert len(files) == 7 * len(ENVIRONMENTS)
+    assert len(files) == 8 * len(ENVIRONMENTS)
     result = subprocess.run(
         [sys.executable, "-m", "cfnlint", "--format", "parseable", *files], capture_output=True, text=True
     )

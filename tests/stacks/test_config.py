@@ -119,6 +119,20 @@ def test_missing_environments_context():
             "nope",
             "simulator_fleet.topic: 'nope' is not declared in msk.topics (telemetry)",
         ),
+        (
+            "dev",
+            ("device_gateway", "topic"),
+            "nope",
+            "device_gateway.topic: 'nope' is not declared in msk.topics (telemetry)",
+        ),
+        (
+            "dev",
+            ("device_gateway", "error_log_retention_days"),
+            10,
+            "device_gateway.error_log_retention_days: 10 is not a CloudWatch Logs retention",
+        ),
+        ("dev", ("device_gateway", "scram_username"), "IoT User", "device_gateway.scram_username: String should match"),
+        ("dev", ("device_gateway", "failure_alarm_messages"), 0, "device_gateway.failure_alarm_messages: Input should be"),
         ("dev", ("account",), "1234", "account: String should match pattern"),
         ("dev", ("monitoring", "alarm_emails"), ["not-an-email"], "'not-an-email' is not an email address"),
         (

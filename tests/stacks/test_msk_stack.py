@@ -34,11 +34,12 @@ def test_broker_count_type_and_storage_follow_config(synthesized, env):
     assert all("Isolated" in json.dumps(s) for s in nodes["ClientSubnets"])
 
 
-def test_tls_only_iam_auth_and_customer_managed_key(synthesized):
+def test_tls_only_iam_and_scram_auth_and_customer_managed_key(synthesized):
     props = cluster(synthesized, "prod")["Properties"]
     assert props["EncryptionInfo"]["EncryptionInTransit"] == {"ClientBroker": "TLS", "InCluster": True}
+    # SCRAM beside IAM for the AWS IoT Kafka action, which cannot sign in with IAM.
     assert props["ClientAuthentication"] == {
-        "Sasl": {"Iam": {"Enabled": True}},
+        "Sasl": {"Iam": {"Enabled": True}, "Scram": {"Enabled": True}},
         "Unauthenticated": {"Enabled": False},
     }
     key_ref = props["EncryptionInfo"]["EncryptionAtRest"]["DataVolumeKMSKeyId"]
@@ -67,6 +68,7 @@ def test_configuration_is_tuned_for_durable_ingestion(synthesized):
         "min.insync.replicas=2",
         "unclean.leader.election.enable=false",
         "log.retention.hours=168",
+        "allow.everyone.if.no.acl.found=false",
     } <= lines
     assert config["Properties"]["KafkaVersionsList"] == ["3.9.x"]
     info = cluster(synthesized, "prod")["Properties"]["ConfigurationInfo"]
@@ -82,19 +84,21 @@ def test_data_is_retained_in_production_only(synthesized, env, policy):
     assert cluster(synthesized, env)["UpdateReplacePolicy"] == policy
 
 
-def test_brokers_admit_only_the_iam_port_from_client_groups(synthesized):
+def test_brokers_admit_only_the_iam_and_scram_ports_from_their_client_groups(synthesized):
     template = synthesized("dev").template("msk")
     groups = template.find_resources("AWS::EC2::SecurityGroup")
     for group in groups.values():
         assert "SecurityGroupIngress" not in group["Properties"], "no inline (CIDR) ingress on any group"
     ingress = template.find_resources("AWS::EC2::SecurityGroupIngress")
-    assert len(ingress) == 1
-    (rule,) = ingress.values()
-    props = rule["Properties"]
-    assert (props["IpProtocol"], props["FromPort"], props["ToPort"]) == ("tcp", 9098, 9098)
-    assert "SourceSecurityGroupId" in props and "CidrIp" not in props
-    client_group = props["SourceSecurityGroupId"]["Fn::GetAtt"][0]
-    assert "ClientSecurityGroup" in client_group
+    by_port = {}
+    for rule in ingress.values():
+        props = rule["Properties"]
+        assert props["IpProtocol"] == "tcp" and props["FromPort"] == props["ToPort"]
+        assert "SourceSecurityGroupId" in props and "CidrIp" not in props
+        by_port[props["FromPort"]] = props["SourceSecurityGroupId"]["Fn::GetAtt"][0]
+    assert set(by_port) == {9098, 9096} and len(ingress) == 2
+    assert by_port[9098].startswith("KafkaClientSecurityGroup")
+    assert by_port[9096].startswith("KafkaScramClientSecurityGroup")
 
 
 def test_bootstrap_brokers_are_read_at_deploy_time_and_published(synthesized):
@@ -162,7 +166,7 @@ TOPIC_ADMIN_TOPIC_ACTIONS = {
 
 
 @pytest.mark.parametrize("env", ENVIRONMENTS)
-def test_the_topic_administrator_holds_exactly_the_topic_actions_on_the_declared_topics(synthesized, env):
+def test_the_topic_administrator_holds_exactly_the_topic_and_acl_actions(synthesized, env):
     config = load_environment(cdk_context()["environments"], env)
     template = synthesized(env).stacks["msk"]
     (role_id,) = [
@@ -199,7 +203,10 @@ def test_the_topic_administrator_holds_exactly_the_topic_actions_on_the_declared
         resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
         granted |= {(action, resource) for action in actions for resource in resources}
     topic_prefix = f"arn:aws:kafka:{config.region}:{config.account}:topic/{config.resource_prefix}/uuid-1/"
-    assert granted == {("kafka-cluster:Connect", cluster_arn)} | {
+    # Connect, plus the SCRAM users' ACLs: Describe/Create/DeleteAcls need Kafka's DESCRIBE and
+    # ALTER on the cluster.
+    cluster_actions = ("kafka-cluster:Connect", "kafka-cluster:DescribeCluster", "kafka-cluster:AlterCluster")
+    assert granted == {(action, cluster_arn) for action in cluster_actions} | {
         (action, topic_prefix + topic.name) for action in TOPIC_ADMIN_TOPIC_ACTIONS for topic in config.msk.topics
     }
     outputs = template["Outputs"]

@@ -38,7 +38,8 @@ def test_hosts_are_private_with_no_inbound_and_reach_msk_through_its_client_grou
     assert all("Private" in json.dumps(s) for s in group["Properties"]["VPCZoneIdentifier"])
     (host_group,) = template.find_resources("AWS::EC2::SecurityGroup").values()
     assert "SecurityGroupIngress" not in host_group["Properties"]
-    assert [(r["IpProtocol"], r["FromPort"]) for r in host_group["Properties"]["SecurityGroupEgress"]] == [("tcp", 443)]
+    # HTTPS (AWS APIs, packages) and MQTT over TLS (AWS IoT Core, --transport mqtt).
+    assert [(r["IpProtocol"], r["FromPort"]) for r in host_group["Properties"]["SecurityGroupEgress"]] == [("tcp", 443), ("tcp", 8883)]
     (launch,) = template.find_resources("AWS::EC2::LaunchTemplate").values()
     groups = json.dumps(launch["Properties"]["LaunchTemplateData"]["SecurityGroupIds"])
     assert "ClientSecurityGroup" in groups  # imported from the MSK stack

@@ -18,6 +18,10 @@ import org.apache.kafka.server.authorizer.AuthorizationResult;
  * WriteData access to that topic." So this broker answers that fallback with DENIED, and an
  * idempotent producer needs IDEMPOTENT_WRITE on the cluster, which is what
  * kafka-cluster:WriteDataIdempotently grants. Every other decision is StandardAuthorizer's.
+ *
+ * <p>The SCRAM listener's users (the device gateway) get the same answer, which is stricter than
+ * MSK, where Kafka's own authorizer and its fallback decide for them: their producer (acks=1) is
+ * not idempotent, so a pass here is a pass there.
  */
 public class MskIamSemanticsAuthorizer extends StandardAuthorizer {
     @Override

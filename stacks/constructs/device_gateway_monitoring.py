@@ -1,0 +1,114 @@
+"""Alarms and dashboard widgets of the device gateway's topic rule.
+
+Metrics (namespace AWS/IoT, AWS IoT Developer Guide, "AWS IoT metrics and dimensions"): rule
+metrics `TopicMatch`, `ParseError` and `RuleMessageThrottled` by `RuleName`; rule action metrics
+`Success`/`Failure` and `ErrorActionSuccess`/`ErrorActionFailure` by `RuleName` and `ActionType`.
+Widgets name the rule by its literal name: a token would make the monitoring stack depend on this
+one, which already depends on it.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from stacks.constructs.alarm_topic import notifying_alarm
+
+NAMESPACE = "AWS/IoT"
+PERIOD = Duration.minutes(5)
+# ActionType values as the rules engine names its actions (the error action message's failedAction).
+KAFKA_ACTION = "KafkaAction"
+ERROR_ACTION = "CloudwatchLogsAction"
+
+
+def rule_metric(rule_name: str, name: str, *, action_type: str | None = None, label: str | None = None) -> cloudwatch.Metric:
+    dimensions = {"RuleName": rule_name}
+    if action_type:
+        dimensions["ActionType"] = action_type
+    return cloudwatch.Metric(
+        namespace=NAMESPACE,
+        metric_name=name,
+        dimensions_map=dimensions,
+        statistic="Sum",
+        period=PERIOD,
+        label=label or name,
+    )
+
+
+class DeviceGatewayMonitoring(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        rule_name: str,
+        alarm_name_prefix: str,
+        failure_alarm_messages: int,
+        alarm_topic: sns.ITopic,
+        dashboard: cloudwatch.Dashboard,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        action = actions.SnsAction(alarm_topic)
+        kafka_failures = rule_metric(rule_name, "Failure", action_type=KAFKA_ACTION, label="Kafka action failures")
+        error_action_failures = rule_metric(
+            rule_name, "ErrorActionFailure", action_type=ERROR_ACTION, label="error action failures (messages lost)"
+        )
+        error_action_deliveries = rule_metric(
+            rule_name, "ErrorActionSuccess", action_type=ERROR_ACTION, label="messages kept in the error log group"
+        )
+        throttled = rule_metric(rule_name, "RuleMessageThrottled", label="messages throttled")
+        matched = rule_metric(rule_name, "TopicMatch", label="messages matched")
+        delivered = rule_metric(rule_name, "Success", action_type=KAFKA_ACTION, label="delivered to Kafka")
+        parse_errors = rule_metric(rule_name, "ParseError", label="parse errors")
+
+        self.alarms = [
+            notifying_alarm(
+                self,
+                alarm_id,
+                action=action,
+                alarm_name=f"{alarm_name_prefix}-{alarm_id}",
+                description=description,
+                metric=metric,
+                threshold=threshold,
+                evaluation_periods=1,
+                comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
+            for alarm_id, metric, threshold, description in (
+                (
+                    "KafkaActionFailures",
+                    kafka_failures,
+                    failure_alarm_messages,
+                    f"Device messages the Kafka action could not write to MSK (rule {rule_name}); "
+                    "they are in the rule's error log group",
+                ),
+                (
+                    "ErrorActionFailures",
+                    error_action_failures,
+                    1,
+                    f"Failed device messages the error action could not keep either (rule {rule_name}): "
+                    "these messages are lost",
+                ),
+                (
+                    "RuleThrottles",
+                    throttled,
+                    failure_alarm_messages,
+                    f"Device messages throttled by the rules engine (rule {rule_name}): the account's "
+                    "rules quota is reached",
+                ),
+            )
+        ]
+
+        dashboard.add_widgets(
+            cloudwatch.TextWidget(markdown=f"## Device gateway (IoT rule `{rule_name}`)", width=24, height=1),
+            cloudwatch.GraphWidget(title="Rule messages (per 5 min)", left=[matched, delivered], width=8),
+            cloudwatch.GraphWidget(
+                title="Failures (per 5 min)",
+                left=[kafka_failures, error_action_failures, throttled, parse_errors],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(title="Error action deliveries (per 5 min)", left=[error_action_deliveries], width=8),
+        )

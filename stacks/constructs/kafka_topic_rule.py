@@ -1,0 +1,193 @@
+"""An AWS IoT topic rule that writes device messages into MSK with the rules engine's Kafka action.
+
+What the AWS IoT Developer Guide ("Apache Kafka" rule action) requires and this follows:
+- a VPC topic rule destination whose role may manage the elastic network interfaces the rules
+  engine puts in each subnet (the eight `ec2:` actions the guide lists);
+- SASL_SSL with SCRAM-SHA-512 (IAM is not supported), the credentials read at run time with the
+  `get_secret()` substitution template under a role allowed `secretsmanager:GetSecretValue` and
+  `secretsmanager:DescribeSecret` on the secret;
+- `acks` "0" or "1"; `key` and `headers` take substitution templates.
+A failed delivery goes to the rule's error action, which keeps the original payload
+(`base64OriginalPayload`) in a log group of its own (AWS IoT Developer Guide, "Error handling").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_iot as iot
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from stacks.compliance import acknowledge, wildcard_resource_finding
+from stacks.constructs.log_group import log_group
+from stacks.constructs.scram_user import ScramUser
+
+# The action's producer: librdkafka-style client properties (AWS IoT Developer Guide, "Apache Kafka").
+SECURITY_PROTOCOL = "SASL_SSL"
+SASL_MECHANISM = "SCRAM-SHA-512"
+# The Kafka action accepts only 0 or 1: a write is acknowledged by the partition leader alone.
+ACKS = "1"
+# The network-interface actions the AWS IoT Developer Guide lists for a VPC destination's role.
+DESTINATION_EC2_ACTIONS = (
+    "ec2:CreateNetworkInterface",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeVpcs",
+    "ec2:DescribeVpcAttribute",
+    "ec2:DescribeSecurityGroups",
+)
+# The device's own send time, nanoseconds since the epoch (simulator/payload.py's `sent_ns` field),
+# as a decimal string: the direct Kafka path's `sent_ns` header is 8-byte big-endian, so this one
+# has a name of its own.
+SENT_NS_HEADER = "device_sent_ns"
+
+
+def get_secret(secret_arn: str, field: str, role_arn: str) -> str:
+    """The AWS IoT SQL get_secret() function as a substitution template."""
+    return f"${{get_secret('{secret_arn}', 'SecretString', '{field}', '{role_arn}')}}"
+
+
+def iot_service_principal(account: str, source_arn: str | None = None) -> iam.ServicePrincipal:
+    # Only this account's IoT resources may assume the role (confused-deputy guard).
+    conditions: dict = {"StringEquals": {"aws:SourceAccount": account}}
+    if source_arn:
+        conditions["ArnLike"] = {"aws:SourceArn": source_arn}
+    return iam.ServicePrincipal("iot.amazonaws.com", conditions=conditions)
+
+
+class KafkaTopicRule(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        subnets: Sequence[ec2.ISubnet],
+        security_group: ec2.ISecurityGroup,
+        rule_name: str,
+        topic_filter: str,
+        kafka_topic: str,
+        bootstrap_brokers: str,
+        scram_user: ScramUser,
+        error_log_retention_days: int,
+        removal_policy: RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        self.rule_name = rule_name
+
+        destination_role = iam.Role(
+            self,
+            "DestinationRole",
+            assumed_by=iot_service_principal(stack.account),
+            description="Lets the AWS IoT rules engine manage its network interfaces in the VPC",
+            inline_policies={
+                "NetworkInterfaces": iam.PolicyDocument(
+                    statements=[iam.PolicyStatement(actions=list(DESTINATION_EC2_ACTIONS), resources=["*"])]
+                )
+            },
+        )
+        acknowledge(
+            destination_role,
+            "AwsSolutions-IAM5",
+            "The AWS IoT Developer Guide's policy for a VPC destination role grants these network "
+            "interface actions on all resources; the interfaces do not exist before the rules engine creates them",
+            finding=wildcard_resource_finding("*"),
+        )
+        self.destination = iot.CfnTopicRuleDestination(
+            self,
+            "Destination",
+            status="ENABLED",
+            vpc_properties=iot.CfnTopicRuleDestination.VpcDestinationPropertiesProperty(
+                vpc_id=vpc.vpc_id,
+                subnet_ids=[subnet.subnet_id for subnet in subnets],
+                security_groups=[security_group.security_group_id],
+                role_arn=destination_role.role_arn,
+            ),
+        )
+
+        self.error_logs: logs.LogGroup = log_group(
+            self, "ErrorLogs", retention_days=error_log_retention_days, removal_policy=removal_policy
+        )
+        rule_arn = stack.format_arn(service="iot", resource="rule", resource_name=rule_name)
+        # Exactly what the rule needs at run time: read one secret (and decrypt it with its key),
+        # write to its own error log group.
+        self.role = iam.Role(
+            self,
+            "RuleRole",
+            assumed_by=iot_service_principal(stack.account, rule_arn),
+            description=f"AWS IoT rule {rule_name}: reads its SCRAM secret, writes failed messages to its log group",
+            inline_policies={
+                "RuleActions": iam.PolicyDocument(
+                    statements=[
+                        iam.PolicyStatement(
+                            actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+                            resources=[scram_user.secret.secret_arn],
+                        ),
+                        iam.PolicyStatement(
+                            actions=["kms:Decrypt"],
+                            resources=[scram_user.key.key_arn],
+                            conditions={
+                                "StringEquals": {"kms:ViaService": f"secretsmanager.{stack.region}.amazonaws.com"}
+                            },
+                        ),
+                        iam.PolicyStatement(
+                            actions=["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
+                            resources=[self.error_logs.log_group_arn],
+                        ),
+                    ]
+                )
+            },
+        )
+
+        secret_arn, role_arn = scram_user.secret.secret_arn, self.role.role_arn
+        self.rule = iot.CfnTopicRule(
+            self,
+            "Rule",
+            rule_name=rule_name,
+            topic_rule_payload=iot.CfnTopicRule.TopicRulePayloadProperty(
+                description=f"Device telemetry from {topic_filter} into Kafka topic {kafka_topic}",
+                aws_iot_sql_version="2016-03-23",
+                # The device id is the thing name in the topic, which the device policy ties to the
+                # certificate it connected with, not whatever the payload claims.
+                sql=f"SELECT *, topic(2) AS device_id FROM '{topic_filter}'",
+                rule_disabled=False,
+                actions=[
+                    iot.CfnTopicRule.ActionProperty(
+                        kafka=iot.CfnTopicRule.KafkaActionProperty(
+                            destination_arn=self.destination.attr_arn,
+                            topic=kafka_topic,
+                            # One device's messages stay in one partition, in order.
+                            key="${topic(2)}",
+                            headers=[
+                                iot.CfnTopicRule.KafkaActionHeaderProperty(key=SENT_NS_HEADER, value="${sent_ns}")
+                            ],
+                            client_properties={
+                                "bootstrap.servers": bootstrap_brokers,
+                                "security.protocol": SECURITY_PROTOCOL,
+                                "sasl.mechanism": SASL_MECHANISM,
+                                "sasl.scram.username": get_secret(secret_arn, "username", role_arn),
+                                "sasl.scram.password": get_secret(secret_arn, "password", role_arn),
+                                "acks": ACKS,
+                            },
+                        )
+                    )
+                ],
+                error_action=iot.CfnTopicRule.ActionProperty(
+                    cloudwatch_logs=iot.CfnTopicRule.CloudwatchLogsActionProperty(
+                        log_group_name=self.error_logs.log_group_name,
+                        role_arn=role_arn,
+                        # One log event per failed message.
+                        batch_mode=False,
+                    )
+                ),
+            ),
+        )
+        # The secret must be associated with the cluster before the rule signs in with it.
+        self.rule.node.add_dependency(scram_user.association)

@@ -1,0 +1,269 @@
+"""Device gateway stack: devices into MSK through an AWS IoT topic rule's Kafka action."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stacks.config import load_environment
+from stacks.naming import device_credentials_path
+from tests.conftest import ENVIRONMENTS, cdk_context
+from tests.msk_authorization import resolve
+
+EC2_ACTIONS = {
+    "ec2:CreateNetworkInterface",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeVpcs",
+    "ec2:DescribeVpcAttribute",
+    "ec2:DescribeSecurityGroups",
+}
+
+
+def resources(synthesized, kind: str, env: str = "dev") -> dict[str, dict]:
+    template = synthesized(env).stacks["device_gateway"]
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def only(synthesized, kind: str, env: str = "dev") -> tuple[str, dict]:
+    (item,) = resources(synthesized, kind, env).items()
+    return item
+
+
+def scram_key(synthesized, env: str = "dev") -> tuple[str, dict]:
+    (item,) = [(k, v) for k, v in resources(synthesized, "AWS::KMS::Key", env).items() if k.startswith("ScramUser")]
+    return item
+
+
+def rule(synthesized, env: str = "dev") -> dict:
+    return only(synthesized, "AWS::IoT::TopicRule", env)[1]["Properties"]
+
+
+def role_statements(synthesized, logical_prefix: str) -> list[dict]:
+    (role,) = [v for k, v in resources(synthesized, "AWS::IAM::Role").items() if k.startswith(logical_prefix)]
+    return [s for p in role["Properties"]["Policies"] for s in p["PolicyDocument"]["Statement"]]
+
+
+def actions_of(statement: dict) -> set[str]:
+    return set([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_rule_reads_every_device_topic_and_takes_the_device_id_from_the_topic(synthesized, env):
+    payload = rule(synthesized, env)["TopicRulePayload"]
+    assert rule(synthesized, env)["RuleName"] == f"telemetry_{env}_device_telemetry"
+    assert payload["Sql"] == "SELECT *, topic(2) AS device_id FROM 'telemetry/+/data'"
+    assert payload["AwsIotSqlVersion"] == "2016-03-23"
+    assert payload["RuleDisabled"] is False
+
+
+def test_kafka_action_keys_by_device_carries_the_send_time_and_acks_1(synthesized):
+    (action,) = rule(synthesized)["TopicRulePayload"]["Actions"]
+    kafka = action["Kafka"]
+    assert kafka["Topic"] == "telemetry"
+    assert kafka["Key"] == "${topic(2)}"
+    # simulator/payload.py's `sent_ns` field: the device's own send time in nanoseconds.
+    assert kafka["Headers"] == [{"Key": "device_sent_ns", "Value": "${sent_ns}"}]
+    assert "TelemetryRuleDestination" in kafka["DestinationArn"]["Fn::GetAtt"][0]
+    props = kafka["ClientProperties"]
+    assert props["acks"] == "1"  # the Kafka action accepts only 0 or 1
+    assert props["security.protocol"] == "SASL_SSL"
+    assert props["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert props["bootstrap.servers"]["Fn::GetAtt"][1] == "BootstrapBrokerStringSaslScram"
+
+
+def test_scram_credentials_come_from_get_secret_under_the_rule_role(synthesized):
+    (action,) = rule(synthesized)["TopicRulePayload"]["Actions"]
+    props = action["Kafka"]["ClientProperties"]
+    secret_id, _ = only(synthesized, "AWS::SecretsManager::Secret")
+    for field in ("username", "password"):
+        parts = props[f"sasl.scram.{field}"]["Fn::Join"][1]
+        assert parts[0] == "${get_secret('"
+        assert parts[1] == {"Ref": secret_id}
+        assert parts[2] == f"', 'SecretString', '{field}', '"
+        assert parts[3]["Fn::GetAtt"][0].startswith("TelemetryRuleRuleRole")
+        assert parts[4] == "')}"
+    assert "password" not in json.dumps(synthesized("dev").stacks["device_gateway"]["Outputs"]).lower()
+
+
+def test_error_action_keeps_every_failed_message_in_its_own_log_group(synthesized):
+    error = rule(synthesized)["TopicRulePayload"]["ErrorAction"]["CloudwatchLogs"]
+    groups = resources(synthesized, "AWS::Logs::LogGroup")
+    assert error["LogGroupName"]["Ref"].startswith("TelemetryRuleErrorLogs")
+    assert error["BatchMode"] is False
+    assert error["RoleArn"]["Fn::GetAtt"][0].startswith("TelemetryRuleRuleRole")
+    assert error["LogGroupName"]["Ref"] in groups
+
+
+@pytest.mark.parametrize("env, days", [("dev", 30), ("staging", 90), ("prod", 365)])
+def test_error_log_retention_follows_config_and_prod_keeps_it(synthesized, env, days):
+    error = rule(synthesized, env)["TopicRulePayload"]["ErrorAction"]["CloudwatchLogs"]
+    group = resources(synthesized, "AWS::Logs::LogGroup", env)[error["LogGroupName"]["Ref"]]
+    assert group["Properties"]["RetentionInDays"] == days
+    assert group["DeletionPolicy"] == ("Retain" if env == "prod" else "Delete")
+
+
+def test_vpc_destination_uses_private_subnets_the_scram_client_group_and_a_network_role(synthesized):
+    _, destination = only(synthesized, "AWS::IoT::TopicRuleDestination")
+    vpc = destination["Properties"]["VpcProperties"]
+    assert destination["Properties"]["Status"] == "ENABLED"
+    assert len(vpc["SubnetIds"]) == 3
+    assert all("PrivateSubnet" in json.dumps(s) for s in vpc["SubnetIds"])
+    (group,) = vpc["SecurityGroups"]
+    assert "ScramClientSecurityGroup" in json.dumps(group)  # imported from the MSK stack
+    assert vpc["RoleArn"]["Fn::GetAtt"][0].startswith("TelemetryRuleDestinationRole")
+    (statement,) = role_statements(synthesized, "TelemetryRuleDestinationRole")
+    assert actions_of(statement) == EC2_ACTIONS
+    assert statement["Resource"] == "*"
+
+
+def test_rule_role_reads_exactly_its_secret_and_writes_exactly_its_log_group(synthesized):
+    secret_id, _ = only(synthesized, "AWS::SecretsManager::Secret")
+    key_id, _ = scram_key(synthesized)
+    by_actions = {frozenset(actions_of(s)): s for s in role_statements(synthesized, "TelemetryRuleRuleRole")}
+    assert set(by_actions) == {
+        frozenset({"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}),
+        frozenset({"kms:Decrypt"}),
+        frozenset({"logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"}),
+    }
+    assert by_actions[frozenset({"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"})]["Resource"] == {
+        "Ref": secret_id
+    }
+    decrypt = by_actions[frozenset({"kms:Decrypt"})]
+    assert decrypt["Resource"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    assert decrypt["Condition"]["StringEquals"]["kms:ViaService"] == "secretsmanager.eu-west-1.amazonaws.com"
+    logs = by_actions[frozenset({"logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"})]
+    assert logs["Resource"]["Fn::GetAtt"][0].startswith("TelemetryRuleErrorLogs")
+
+
+def test_only_this_accounts_iot_rule_may_assume_the_rule_role(synthesized):
+    (role,) = [v for k, v in resources(synthesized, "AWS::IAM::Role").items() if k.startswith("TelemetryRuleRuleRole")]
+    (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "iot.amazonaws.com"}
+    assert trust["Condition"]["StringEquals"] == {"aws:SourceAccount": "111111111111"}
+    assert trust["Condition"]["ArnLike"]["aws:SourceArn"].endswith(":rule/telemetry_dev_device_telemetry")
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_scram_secret_is_named_for_msk_encrypted_with_its_own_key_and_associated(synthesized, env):
+    secret_id, secret = only(synthesized, "AWS::SecretsManager::Secret", env)
+    key_id, key = scram_key(synthesized, env)
+    props = secret["Properties"]
+    assert props["Name"] == f"AmazonMSK_telemetry-{env}-device-gateway"
+    assert props["KmsKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    generated = props["GenerateSecretString"]
+    assert json.loads(generated["SecretStringTemplate"]) == {"username": "iot-device-gateway"}
+    assert generated["GenerateStringKey"] == "password"
+    assert key["Properties"]["EnableKeyRotation"] is True
+    _, association = only(synthesized, "AWS::MSK::BatchScramSecret", env)
+    assert association["Properties"]["SecretArnList"] == [{"Ref": secret_id}]
+    assert "Kafka" in json.dumps(association["Properties"]["ClusterArn"])  # imported from the MSK stack
+    # The rule signs in only once the secret is associated.
+    assert any(d.startswith("ScramUserAssociation") for d in rule_resource(synthesized, env).get("DependsOn", []))
+
+
+def rule_resource(synthesized, env):
+    return only(synthesized, "AWS::IoT::TopicRule", env)[1]
+
+
+def test_key_lets_msk_decrypt_only_through_secrets_manager(synthesized):
+    _, key = scram_key(synthesized)
+    (msk,) = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if s.get("Sid") == "AllowMskToReadTheScramSecret"]
+    assert set(msk["Action"]) == {"kms:Decrypt", "kms:DescribeKey"}
+    assert "AWSServiceRoleForKafka" in json.dumps(msk["Principal"])
+    assert msk["Condition"] == {"StringEquals": {"kms:ViaService": "secretsmanager.eu-west-1.amazonaws.com"}}
+
+
+def test_device_policy_connects_as_its_own_thing_and_publishes_only_its_topic(synthesized):
+    _, policy = only(synthesized, "AWS::IoT::Policy")
+    assert policy["Properties"]["PolicyName"] == "telemetry-dev-device"
+    connect, publish = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert (connect["Effect"], connect["Action"]) == ("Allow", "iot:Connect")
+    assert connect["Resource"] == "arn:aws:iot:eu-west-1:111111111111:client/${iot:Connection.Thing.ThingName}"
+    assert connect["Condition"] == {"Bool": {"iot:Connection.Thing.IsAttached": "true"}}
+    assert (publish["Effect"], publish["Action"]) == ("Allow", "iot:Publish")
+    assert publish["Resource"] == (
+        "arn:aws:iot:eu-west-1:111111111111:topic/telemetry/${iot:Connection.Thing.ThingName}/data"
+    )
+
+
+def test_msk_cluster_adds_a_scram_listener_beside_iam_reachable_from_the_scram_group_only(synthesized):
+    template = synthesized("dev").stacks["msk"]
+    (cluster,) = [v for v in template["Resources"].values() if v["Type"] == "AWS::MSK::Cluster"]
+    auth = cluster["Properties"]["ClientAuthentication"]
+    assert auth["Sasl"] == {"Iam": {"Enabled": True}, "Scram": {"Enabled": True}}
+    assert auth["Unauthenticated"] == {"Enabled": False}
+    assert cluster["Properties"]["EncryptionInfo"]["EncryptionInTransit"]["ClientBroker"] == "TLS"
+    ingress = [
+        v["Properties"] for v in template["Resources"].values() if v["Type"] == "AWS::EC2::SecurityGroupIngress"
+    ]
+    scram = [r for r in ingress if r["FromPort"] == 9096]
+    assert len(scram) == 1 and scram[0]["ToPort"] == 9096
+    assert scram[0]["SourceSecurityGroupId"]["Fn::GetAtt"][0].startswith("KafkaScramClientSecurityGroup")
+
+
+ALARMS = {
+    "telemetry-dev-device-gateway-KafkaActionFailures": ("Failure", "KafkaAction"),
+    "telemetry-dev-device-gateway-ErrorActionFailures": ("ErrorActionFailure", "CloudwatchLogsAction"),
+    "telemetry-dev-device-gateway-RuleThrottles": ("RuleMessageThrottled", None),
+}
+
+
+def test_rule_failures_and_error_action_failures_alarm_to_the_alarm_topic(synthesized):
+    alarms = {a["Properties"]["AlarmName"]: a["Properties"] for a in resources(synthesized, "AWS::CloudWatch::Alarm").values()}
+    assert set(alarms) == set(ALARMS)
+    for name, (metric, action_type) in ALARMS.items():
+        alarm = alarms[name]
+        (query,) = alarm["Metrics"]
+        stat = query["MetricStat"]
+        assert (stat["Metric"]["Namespace"], stat["Metric"]["MetricName"]) == ("AWS/IoT", metric)
+        assert (stat["Stat"], stat["Period"]) == ("Sum", 300)
+        dimensions = {d["Name"]: d["Value"] for d in stat["Metric"]["Dimensions"]}
+        expected = {"RuleName": "telemetry_dev_device_telemetry"}
+        if action_type:
+            expected["ActionType"] = action_type
+        assert dimensions == expected
+        assert alarm["Threshold"] == 1
+        assert "AlarmsTopic" in json.dumps(alarm["AlarmActions"])
+        assert "AlarmsTopic" in json.dumps(alarm["OKActions"])
+
+
+def test_dashboard_names_the_rule_literally(synthesized):
+    monitoring = synthesized("dev").stacks["monitoring"]
+    (dashboard,) = [v for v in monitoring["Resources"].values() if v["Type"] == "AWS::CloudWatch::Dashboard"]
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    assert "telemetry_dev_device_telemetry" in body
+    assert "ErrorActionFailure" in body
+    assert "DeviceGateway" not in json.dumps(monitoring.get("Parameters", {}))
+
+
+def test_fleet_hosts_read_device_credentials_under_their_path_only_and_decrypt_through_ssm(synthesized):
+    config = load_environment(cdk_context()["environments"], "dev")
+    template = synthesized("dev").stacks["device_gateway"]
+    ((key_id, key),) = [(k, v) for k, v in resources(synthesized, "AWS::KMS::Key").items() if k.startswith("DeviceCredentials")]
+    assert key["Properties"]["EnableKeyRotation"] is True
+    ((_, policy),) = [(k, v) for k, v in resources(synthesized, "AWS::IAM::Policy").items() if k.startswith("FleetReads")]
+    (role,) = policy["Properties"]["Roles"]
+    assert "Fn::ImportValue" in role  # the simulator fleet stack's role
+    pseudo = {"AWS::Partition": "aws", "AWS::Region": config.region, "AWS::AccountId": config.account}
+    statements = resolve(
+        policy["Properties"]["PolicyDocument"]["Statement"], pseudo=pseudo, imports={},
+        attributes={f"{key_id}.Arn": "KEY"},
+    )  # fmt: skip
+    path = f"arn:aws:ssm:{config.region}:{config.account}:parameter{device_credentials_path(config)}"
+    assert statements == [
+        {"Action": "ssm:GetParametersByPath", "Effect": "Allow", "Resource": path},
+        {"Action": ["ssm:GetParameter", "ssm:GetParameters"], "Effect": "Allow", "Resource": f"{path}/*"},
+        {
+            "Action": "kms:Decrypt",
+            "Condition": {"StringEquals": {"kms:ViaService": f"ssm.{config.region}.amazonaws.com"}},
+            "Effect": "Allow",
+            "Resource": "KEY",
+        },
+    ]
+    outputs = template["Outputs"]
+    assert outputs["DeviceCredentialsKeyArn"]["Value"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    assert outputs["DeviceCredentialsPath"]["Value"] == device_credentials_path(config)
