@@ -478,6 +478,13 @@ class DeviceGatewayConfig(_Section):
     error_log_retention_days: int
     # Alarm when this many messages fail (Kafka action or error action) within five minutes.
     failure_alarm_messages: int = Field(default=1, ge=1)
+    # The account's AWS IoT Core quotas in this region (AWS IoT Core endpoints and quotas,
+    # "Inbound publish requests per second per account" and "Connect requests per second per
+    # account"; both adjustable, and smaller in some regions: copy yours from Service Quotas).
+    # The dashboard draws them and an alarm fires at quota_alarm_percent of either.
+    publish_quota_per_s: int = Field(default=20_000, ge=1)
+    connect_quota_per_s: int = Field(default=500, ge=1)
+    quota_alarm_percent: int = Field(default=80, ge=1, le=100)
 
     _retention = field_validator("error_log_retention_days")(_check_retention)
 

@@ -88,6 +88,9 @@ class DeviceGatewayStack(Stack):
             rule_name=device_rule_name(config),
             alarm_name_prefix=f"{config.resource_prefix}-device-gateway",
             failure_alarm_messages=settings.failure_alarm_messages,
+            publish_quota_per_s=settings.publish_quota_per_s,
+            connect_quota_per_s=settings.connect_quota_per_s,
+            quota_alarm_percent=settings.quota_alarm_percent,
             alarm_topic=alarm_topic,
             dashboard=dashboard,
         )

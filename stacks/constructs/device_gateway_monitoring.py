@@ -3,6 +3,9 @@
 Metrics (namespace AWS/IoT, AWS IoT Developer Guide, "AWS IoT metrics and dimensions"): rule
 metrics `TopicMatch`, `ParseError` and `RuleMessageThrottled` by `RuleName`; rule action metrics
 `Success`/`Failure` and `ErrorActionSuccess`/`ErrorActionFailure` by `RuleName` and `ActionType`.
+Message broker metrics `PublishIn.Success`/`PublishIn.Throttle` and `Connect.Success`/
+`Connect.Throttle`/`Connect.ClientIDThrottle` are per account and region, by `Protocol`; these
+count MQTT only (the devices' protocol), so another workload of the account shows up here too.
 Widgets name the rule by its literal name: a token would make the monitoring stack depend on this
 one, which already depends on it.
 """
@@ -22,6 +25,33 @@ PERIOD = Duration.minutes(5)
 # ActionType values as the rules engine names its actions (the error action message's failedAction).
 KAFKA_ACTION = "KafkaAction"
 ERROR_ACTION = "CloudwatchLogsAction"
+
+
+# The Protocol dimension's value for MQTT clients. The metrics page names the dimension but not
+# its values; "MQTT" is what the console's protocol metrics show (not verified from a document).
+MQTT_PROTOCOL = "MQTT"
+QUOTA_PERIOD = Duration.minutes(1)
+
+
+def broker_metric(name: str, *, period: Duration = PERIOD, label: str | None = None) -> cloudwatch.Metric:
+    return cloudwatch.Metric(
+        namespace=NAMESPACE,
+        metric_name=name,
+        dimensions_map={"Protocol": MQTT_PROTOCOL},
+        statistic="Sum",
+        period=period,
+        label=label or name,
+    )
+
+
+def per_second(metric_name: str, label: str) -> cloudwatch.MathExpression:
+    """The metric's one-minute sum as a rate per second, comparable with a per-second quota."""
+    return cloudwatch.MathExpression(
+        expression="m / 60",
+        using_metrics={"m": broker_metric(metric_name, period=QUOTA_PERIOD)},
+        label=label,
+        period=QUOTA_PERIOD,
+    )
 
 
 def rule_metric(rule_name: str, name: str, *, action_type: str | None = None, label: str | None = None) -> cloudwatch.Metric:
@@ -47,6 +77,9 @@ class DeviceGatewayMonitoring(Construct):
         rule_name: str,
         alarm_name_prefix: str,
         failure_alarm_messages: int,
+        publish_quota_per_s: int,
+        connect_quota_per_s: int,
+        quota_alarm_percent: int,
         alarm_topic: sns.ITopic,
         dashboard: cloudwatch.Dashboard,
     ) -> None:
@@ -63,6 +96,19 @@ class DeviceGatewayMonitoring(Construct):
         matched = rule_metric(rule_name, "TopicMatch", label="messages matched")
         delivered = rule_metric(rule_name, "Success", action_type=KAFKA_ACTION, label="delivered to Kafka")
         parse_errors = rule_metric(rule_name, "ParseError", label="parse errors")
+        publish_throttles = broker_metric("PublishIn.Throttle", label="publishes throttled (per connection or account)")
+        connect_throttles = cloudwatch.MathExpression(
+            expression="account + client",
+            using_metrics={
+                "account": broker_metric("Connect.Throttle"),
+                "client": broker_metric("Connect.ClientIDThrottle"),
+            },
+            label="connects throttled (account rate or one client id)",
+            period=PERIOD,
+        )
+        publish_rate = per_second("PublishIn.Success", "publishes/s accepted")
+        connect_rate = per_second("Connect.Success", "connects/s accepted")
+        share = quota_alarm_percent / 100
 
         self.alarms = [
             notifying_alarm(
@@ -99,8 +145,42 @@ class DeviceGatewayMonitoring(Construct):
                     f"Device messages throttled by the rules engine (rule {rule_name}): the account's "
                     "rules quota is reached",
                 ),
+                (
+                    "PublishThrottles",
+                    publish_throttles,
+                    1,
+                    "MQTT publishes throttled by AWS IoT Core: a connection above 100 publishes/s or the "
+                    "account above its inbound publish quota; throttled messages never reach the rule",
+                ),
+                (
+                    "ConnectThrottles",
+                    connect_throttles,
+                    1,
+                    "MQTT connects throttled by AWS IoT Core: the account's connect rate quota, or one "
+                    "client id reconnecting too often",
+                ),
             )
         ]
+        # Near the quotas: three minutes in a row above quota_alarm_percent of the account's rate.
+        for alarm_id, rate, quota, what in (
+            ("PublishRateNearQuota", publish_rate, publish_quota_per_s, "inbound publish"),
+            ("ConnectRateNearQuota", connect_rate, connect_quota_per_s, "connect"),
+        ):
+            self.alarms.append(
+                notifying_alarm(
+                    self,
+                    alarm_id,
+                    action=action,
+                    alarm_name=f"{alarm_name_prefix}-{alarm_id}",
+                    description=f"MQTT {what} rate above {quota_alarm_percent}% of the account's quota of "
+                    f"{quota}/s for 3 minutes (device_gateway config): raise the quota before devices are throttled",
+                    metric=rate,
+                    threshold=quota * share,
+                    evaluation_periods=3,
+                    comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                    treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                )
+            )
 
         dashboard.add_widgets(
             cloudwatch.TextWidget(markdown=f"## Device gateway (IoT rule `{rule_name}`)", width=24, height=1),
@@ -111,4 +191,19 @@ class DeviceGatewayMonitoring(Construct):
                 width=8,
             ),
             cloudwatch.GraphWidget(title="Error action deliveries (per 5 min)", left=[error_action_deliveries], width=8),
+            cloudwatch.GraphWidget(
+                title="MQTT publishes/s against the account quota",
+                left=[publish_rate],
+                left_annotations=[cloudwatch.HorizontalAnnotation(value=publish_quota_per_s, label="quota")],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="MQTT connects/s against the account quota",
+                left=[connect_rate],
+                left_annotations=[cloudwatch.HorizontalAnnotation(value=connect_quota_per_s, label="quota")],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="MQTT throttles (per 5 min)", left=[publish_throttles, connect_throttles], width=8
+            ),
         )

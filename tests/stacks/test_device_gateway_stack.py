@@ -212,9 +212,21 @@ ALARMS = {
 }
 
 
+QUOTA_ALARMS = {
+    "telemetry-dev-device-gateway-PublishThrottles",
+    "telemetry-dev-device-gateway-ConnectThrottles",
+    "telemetry-dev-device-gateway-PublishRateNearQuota",
+    "telemetry-dev-device-gateway-ConnectRateNearQuota",
+}
+
+
+def alarms_by_name(synthesized) -> dict[str, dict]:
+    return {a["Properties"]["AlarmName"]: a["Properties"] for a in resources(synthesized, "AWS::CloudWatch::Alarm").values()}
+
+
 def test_rule_failures_and_error_action_failures_alarm_to_the_alarm_topic(synthesized):
-    alarms = {a["Properties"]["AlarmName"]: a["Properties"] for a in resources(synthesized, "AWS::CloudWatch::Alarm").values()}
-    assert set(alarms) == set(ALARMS)
+    alarms = alarms_by_name(synthesized)
+    assert set(alarms) == set(ALARMS) | QUOTA_ALARMS
     for name, (metric, action_type) in ALARMS.items():
         alarm = alarms[name]
         (query,) = alarm["Metrics"]
@@ -229,6 +241,45 @@ def test_rule_failures_and_error_action_failures_alarm_to_the_alarm_topic(synthe
         assert alarm["Threshold"] == 1
         assert "AlarmsTopic" in json.dumps(alarm["AlarmActions"])
         assert "AlarmsTopic" in json.dumps(alarm["OKActions"])
+
+
+def test_mqtt_throttles_and_rates_near_the_account_quotas_alarm(synthesized):
+    settings = load_environment(cdk_context()["environments"], "dev").device_gateway
+    alarms = alarms_by_name(synthesized)
+
+    def metric_stats(alarm: dict) -> dict[str, tuple[str, int]]:
+        return {
+            q["Id"]: (q["MetricStat"]["Metric"]["MetricName"], q["MetricStat"]["Period"])
+            for q in alarm["Metrics"]
+            if "MetricStat" in q
+        }
+
+    for alarm in (alarms[name] for name in QUOTA_ALARMS):
+        for query in (q for q in alarm["Metrics"] if "MetricStat" in q):
+            metric = query["MetricStat"]["Metric"]
+            assert metric["Namespace"] == "AWS/IoT"
+            assert metric["Dimensions"] == [{"Name": "Protocol", "Value": "MQTT"}]
+            assert query["MetricStat"]["Stat"] == "Sum"
+        assert "AlarmsTopic" in json.dumps(alarm["AlarmActions"])
+
+    publish_throttles = alarms["telemetry-dev-device-gateway-PublishThrottles"]
+    assert list(metric_stats(publish_throttles).values()) == [("PublishIn.Throttle", 300)]
+    assert publish_throttles["Threshold"] == 1
+    connect = alarms["telemetry-dev-device-gateway-ConnectThrottles"]
+    assert sorted(name for name, _ in metric_stats(connect).values()) == ["Connect.ClientIDThrottle", "Connect.Throttle"]
+    assert connect["Threshold"] == 1
+
+    for name, metric, quota in (
+        ("PublishRateNearQuota", "PublishIn.Success", settings.publish_quota_per_s),
+        ("ConnectRateNearQuota", "Connect.Success", settings.connect_quota_per_s),
+    ):
+        alarm = alarms[f"telemetry-dev-device-gateway-{name}"]
+        # One-minute sums divided by 60 (a rate per second) against the configured share of the quota.
+        assert list(metric_stats(alarm).values()) == [(metric, 60)]
+        (expression,) = [q["Expression"] for q in alarm["Metrics"] if "Expression" in q]
+        assert expression == "m / 60"
+        assert alarm["Threshold"] == quota * settings.quota_alarm_percent / 100
+        assert alarm["EvaluationPeriods"] == 3
 
 
 def test_dashboard_names_the_rule_literally(synthesized):
