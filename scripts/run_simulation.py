@@ -8,6 +8,13 @@ verdict, writes the merged JSON and a percentile plot, and publishes the headlin
 CloudWatch in embedded metric format. A host that fails or sends no report is named in the report
 and fails the verdict; it is never left out silently.
 
+With --transport mqtt the hosts publish as devices to AWS IoT Core (each host its own range of
+provisioned devices, scripts/provision_devices.py) and still read their messages back from MSK,
+where the device gateway's rule writes them. The merged report then says so and adds what AWS
+IoT counted over the run in CloudWatch: publishes and connects throttled, messages the rules
+engine throttled, Kafka action failures and messages kept by the error action. Any of them fails
+the verdict: a message IoT did not deliver is one the hosts may not even see as lost.
+
 Exit codes: 0 the run passed its SLO; 1 it did not (or hosts failed); 2 bad input or AWS errors.
 """
 
@@ -31,6 +38,7 @@ from simulator.report import format_summary, merge_reports, write_report  # noqa
 from stacks.config import ConfigError, EnvironmentConfig, load_environment, read_environments  # noqa: E402
 from stacks.naming import (  # noqa: E402
     FLEET_TAG,
+    device_rule_name,
     SIMULATOR_METRICS_NAMESPACE,
     run_simulator_document_name,
     simulator_fleet_name,
@@ -61,8 +69,12 @@ class RunPlan:
     message_bytes: int
     devices: int
     log_group: str
+    transport: str = "kafka"
+    rule_name: str = ""  # the device gateway's topic rule (mqtt runs)
 
-    def parameters(self, rate_per_host: int) -> dict[str, list[str]]:
+    def parameters(
+        self, rate_per_host: int, *, first_device: int = 1, mqtt_endpoint: str = "none"
+    ) -> dict[str, list[str]]:
         values = {
             "runId": self.run_id,
             "ratePerHost": rate_per_host,
@@ -71,8 +83,16 @@ class RunPlan:
             "processes": self.processes,
             "messageBytes": self.message_bytes,
             "devices": self.devices,
+            "transport": self.transport,
+            "firstDevice": first_device,
+            "mqttEndpoint": mqtt_endpoint,
         }
         return {name: [str(value)] for name, value in values.items()}
+
+    def first_device(self, host_index: int) -> int:
+        """Devices are things 1, 2, ...; over MQTT each host is its own devices (a thing connects
+        once), so host n takes the n-th block of `devices`. Over Kafka every host starts at 1."""
+        return host_index * self.devices + 1 if self.transport == "mqtt" else 1
 
 
 def split_rate(total: int, hosts: int) -> list[int]:
@@ -81,10 +101,24 @@ def split_rate(total: int, hosts: int) -> list[int]:
     return [share + (1 if index < extra else 0) for index in range(hosts)]
 
 
+# What AWS IoT counted over an MQTT run (namespace AWS/IoT, AWS IoT Developer Guide, "AWS IoT
+# metrics and dimensions"): report key -> (metric, its other dimensions, whether by RuleName).
+# Throttled and failed messages never reach MSK; the error action's count repeats the failures.
+IOT_COUNTS = {
+    "publishes_throttled": ("PublishIn.Throttle", {"Protocol": "MQTT"}, False),
+    "connects_throttled": ("Connect.Throttle", {"Protocol": "MQTT"}, False),
+    "client_connects_throttled": ("Connect.ClientIDThrottle", {"Protocol": "MQTT"}, False),
+    "rule_messages_throttled": ("RuleMessageThrottled", {}, True),
+    "kafka_action_failures": ("Failure", {"ActionType": "KafkaAction"}, True),
+    "kept_by_error_action": ("ErrorActionSuccess", {"ActionType": "CloudwatchLogsAction"}, True),
+}
+
+
 @dataclass
 class HostOutcome:
     instance_id: str
     rate: int
+    first_device: int = 1
     status: str = "Pending"
     detail: str = ""
     report: dict | None = field(default=None, repr=False)
@@ -98,6 +132,43 @@ class Fleet:
         self._ssm = session.client("ssm")
         self._s3 = session.client("s3")
         self._logs = session.client("logs")
+        self._session = session
+
+    def iot_endpoint(self) -> str:
+        """The account's AWS IoT data endpoint (ATS-signed server certificate)."""
+        return self._session.client("iot").describe_endpoint(endpointType="iot:Data-ATS")["endpointAddress"]
+
+    def iot_counts(self, rule_name: str, start: datetime.datetime, end: datetime.datetime) -> dict[str, int]:
+        """Sums of IOT_COUNTS between start and end, in one GetMetricData call (whole minutes:
+        AWS IoT publishes these metrics once a minute)."""
+        start = start.replace(second=0, microsecond=0)
+        end = end.replace(second=0, microsecond=0) + datetime.timedelta(minutes=1)
+        period = int((end - start).total_seconds())
+        queries = []
+        for index, (key, (metric, dimensions, by_rule)) in enumerate(IOT_COUNTS.items()):
+            names = {**({"RuleName": rule_name} if by_rule else {}), **dimensions}
+            queries.append(
+                {
+                    "Id": f"q{index}",
+                    "Label": key,
+                    "MetricStat": {
+                        "Metric": {
+                            "Namespace": "AWS/IoT",
+                            "MetricName": metric,
+                            "Dimensions": [{"Name": n, "Value": v} for n, v in names.items()],
+                        },
+                        "Period": period,
+                        "Stat": "Sum",
+                    },
+                }
+            )
+        answer = self._session.client("cloudwatch").get_metric_data(
+            MetricDataQueries=queries, StartTime=start, EndTime=end
+        )
+        return {
+            result["Label"]: int(sum(result.get("Values", [])))
+            for result in answer["MetricDataResults"]
+        }
 
     def running_hosts(self, fleet: str) -> list[str]:
         pages = self._ec2.get_paginator("describe_instances").paginate(
@@ -208,6 +279,7 @@ def fleet_report(plan: RunPlan, outcomes: list[HostOutcome]) -> dict:
     merged["fleet"] = {
         "environment": plan.environment,
         "run_id": plan.run_id,
+        "transport": plan.transport,
         "hosts_planned": [o.instance_id for o in outcomes],
         "hosts_reported": [o.instance_id for o in reported],
         "failed_hosts": failed,
@@ -223,6 +295,21 @@ def fleet_report(plan: RunPlan, outcomes: list[HostOutcome]) -> dict:
     return merged
 
 
+def add_iot_counts(report: dict, counts: dict[str, int]) -> None:
+    """What AWS IoT counted over an MQTT run, and one SLO check: none of it may be non-zero."""
+    report["iot"] = counts
+    undelivered = {key: value for key, value in counts.items() if value and key != "kept_by_error_action"}
+    report["slo"]["checks"].append(
+        {
+            "name": "AWS IoT throttles and rule failures",
+            "limit": 0,
+            "actual": sum(undelivered.values()),
+            "passed": not undelivered,
+        }
+    )
+    report["slo"]["passed"] = report["slo"]["passed"] and not undelivered
+
+
 def run_fleet(
     plan: RunPlan,
     fleet: Fleet,
@@ -233,6 +320,8 @@ def run_fleet(
     say: Callable[[str], None] = print,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc),
+    metrics_delay_s: float = 0.0,
 ) -> dict:
     available = fleet.running_hosts(plan.fleet)
     wanted = hosts or len(available)
@@ -241,15 +330,19 @@ def run_fleet(
             f"fleet {plan.fleet} has {len(available)} running host(s); {wanted or 'at least 1'} needed"
         )
     outcomes = [
-        HostOutcome(i, r) for i, r in zip(available[:wanted], split_rate(plan.total_rate, wanted))
+        HostOutcome(i, r, plan.first_device(n))
+        for n, (i, r) in enumerate(zip(available[:wanted], split_rate(plan.total_rate, wanted)))
     ]
     bucket = fleet.results_bucket(plan.document)
+    endpoint = fleet.iot_endpoint() if plan.transport == "mqtt" else "none"
 
     commands: dict[str, str] = {}
-    for rate in sorted({o.rate for o in outcomes}):
-        same_rate = [o.instance_id for o in outcomes if o.rate == rate]
-        command = fleet.send(plan.document, same_rate, plan.parameters(rate), int(timeout_s))
-        commands.update(dict.fromkeys(same_rate, command))
+    run_started = now()
+    for rate, first in sorted({(o.rate, o.first_device) for o in outcomes}):
+        same = [o.instance_id for o in outcomes if (o.rate, o.first_device) == (rate, first)]
+        parameters = plan.parameters(rate, first_device=first, mqtt_endpoint=endpoint)
+        command = fleet.send(plan.document, same, parameters, int(timeout_s))
+        commands.update(dict.fromkeys(same, command))
     say(f"sent run {plan.run_id} to {wanted} host(s): {', '.join(o.instance_id for o in outcomes)}")
 
     started = clock()
@@ -276,13 +369,20 @@ def run_fleet(
             break
         sleep(poll_interval_s)
 
+    run_ended = now()
     for outcome in outcomes:
         outcome.report = fleet.report(bucket, f"runs/{plan.run_id}/{outcome.instance_id}.json")
         if outcome.report is None and not outcome.detail:
             outcome.detail = (
                 f"command {outcome.status}; no report at s3://{bucket}/runs/{plan.run_id}/"
             )
-    return fleet_report(plan, outcomes)
+    report = fleet_report(plan, outcomes)
+    if plan.transport == "mqtt":
+        # AWS IoT sends its metrics once a minute; the last minute of the run needs time to land.
+        say(f"waiting {metrics_delay_s:.0f} s for the AWS IoT metrics of the run's last minute")
+        sleep(metrics_delay_s)
+        add_iot_counts(report, fleet.iot_counts(plan.rule_name, run_started, run_ended))
+    return report
 
 
 def describe_plan(plan: RunPlan, hosts: int) -> str:
@@ -293,6 +393,11 @@ def describe_plan(plan: RunPlan, hosts: int) -> str:
         f"run {plan.run_id}: {rate} over {hosts} host(s), {plan.duration_s} s after {plan.warmup_s} s warmup, "
         f"{plan.message_bytes}-byte messages from {plan.devices:,} devices per host",
     ]
+    if plan.transport == "mqtt":
+        lines.append(
+            f"over MQTT to AWS IoT Core, rule {plan.rule_name} into MSK: host n publishes as things "
+            f"{plan.devices}*(n-1)+1 .. {plan.devices}*n (provisioned: scripts/provision_devices.py)"
+        )
     lines += [
         f"  host {n}: {r:,} msg/s" if plan.total_rate else f"  host {n}: as fast as possible"
         for n, r in enumerate(rates, 1)
@@ -318,6 +423,8 @@ def make_plan(config: EnvironmentConfig, args: argparse.Namespace) -> RunPlan:
         message_bytes=args.message_bytes,
         devices=args.devices,
         log_group=simulator_runs_log_group_name(config),
+        transport=args.transport,
+        rule_name=device_rule_name(config),
     )
 
 
@@ -372,6 +479,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--poll-interval", type=float, default=10.0, help="seconds between progress lines"
     )
+    parser.add_argument(
+        "--transport",
+        choices=("kafka", "mqtt"),
+        default="kafka",
+        help="kafka: hosts produce to MSK directly (default); mqtt: hosts publish as devices to AWS "
+        "IoT Core and the device gateway's rule writes to MSK",
+    )
+    parser.add_argument(
+        "--metrics-delay",
+        type=float,
+        default=120.0,
+        help="with --transport mqtt, seconds to wait after the run before reading AWS IoT's "
+        "CloudWatch counts (default 120)",
+    )
     parser.add_argument("--timeout", type=float, help="give up on hosts after this many seconds")
     parser.add_argument("--report", type=Path, help="merged report (default reports/<run id>.json)")
     parser.add_argument("--plot", type=Path, help="percentile plot (default reports/<run id>.png)")
@@ -397,7 +518,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             fleet = Fleet(boto3.Session(region_name=config.region))
             report = run_fleet(
-                plan, fleet, hosts=args.hosts, poll_interval_s=args.poll_interval, timeout_s=timeout
+                plan,
+                fleet,
+                hosts=args.hosts,
+                poll_interval_s=args.poll_interval,
+                timeout_s=timeout,
+                metrics_delay_s=args.metrics_delay,
             )
             fleet.publish(
                 plan.log_group,

@@ -174,9 +174,14 @@ def scram_bootstrap_parameter_name(config: EnvironmentConfig) -> str:
     return f"/{config.resource_prefix}/msk/bootstrap-brokers-scram"
 
 
+def device_thing_prefix(config: EnvironmentConfig) -> str:
+    return f"{config.resource_prefix}-device-"
+
+
 def device_thing_name(config: EnvironmentConfig, index: int) -> str:
-    """The simulator fleet's IoT things, made by scripts/provision_devices.py."""
-    return f"{config.resource_prefix}-device-{index:06d}"
+    """The simulator fleet's IoT things, made by scripts/provision_devices.py; the number has
+    simulator.device_credentials.DEVICE_DIGITS digits."""
+    return f"{device_thing_prefix(config)}{index:06d}"
 
 
 def device_credentials_path(config: EnvironmentConfig) -> str:

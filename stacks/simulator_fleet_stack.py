@@ -15,6 +15,8 @@ from stacks.constructs.msk_cluster import MskCluster
 from stacks.constructs.simulator_fleet import SimulatorFleet
 from stacks.naming import (
     SIMULATOR_METRICS_NAMESPACE,
+    device_credentials_path,
+    device_thing_prefix,
     run_simulator_document_name,
     simulator_fleet_name,
     simulator_runs_log_group_name,
@@ -77,6 +79,8 @@ class SimulatorFleetStack(Stack):
             topic=settings.topic,
             bootstrap_parameter=bootstrap_parameter,
             region=config.region,
+            devices_path=device_credentials_path(config),
+            thing_prefix=device_thing_prefix(config),
         )
 
         # scripts/run_simulation.py writes each merged fleet report here in embedded metric

@@ -142,7 +142,9 @@ class SimulatorFleet(Construct):
         )
         Tags.of(self.hosts).add(FLEET_TAG, fleet_name)
 
-    def run_document_content(self, *, topic: str, bootstrap_parameter: str, region: str) -> dict:
+    def run_document_content(
+        self, *, topic: str, bootstrap_parameter: str, region: str, devices_path: str, thing_prefix: str
+    ) -> dict:
         return render_run_document(
             {
                 "topic": topic,
@@ -150,11 +152,20 @@ class SimulatorFleet(Construct):
                 "resultsBucket": self.results.bucket_name,
                 "simulatorPackage": self.package.s3_object_url,
                 "region": region,
+                "devicesPath": devices_path,
+                "thingPrefix": thing_prefix,
             }
         )
 
     def add_run_document(
-        self, *, document_name: str, topic: str, bootstrap_parameter: ssm.IStringParameter, region: str
+        self,
+        *,
+        document_name: str,
+        topic: str,
+        bootstrap_parameter: ssm.IStringParameter,
+        region: str,
+        devices_path: str,
+        thing_prefix: str,
     ) -> ssm.CfnDocument:
         bootstrap_parameter.grant_read(self.role)
         return ssm.CfnDocument(
@@ -164,6 +175,10 @@ class SimulatorFleet(Construct):
             document_type="Command",
             update_method="NewVersion",
             content=self.run_document_content(
-                topic=topic, bootstrap_parameter=bootstrap_parameter.parameter_name, region=region
+                topic=topic,
+                bootstrap_parameter=bootstrap_parameter.parameter_name,
+                region=region,
+                devices_path=devices_path,
+                thing_prefix=thing_prefix,
             ),
         )

@@ -68,6 +68,7 @@ def aws(moto_session):
     content = render_run_document({
         "topic": "telemetry", "bootstrapParameter": "/telemetry-dev/msk/bootstrap-brokers-iam",
         "resultsBucket": BUCKET, "simulatorPackage": "s3://assets/simulator.zip", "region": REGION,
+        "devicesPath": "/telemetry-dev/devices", "thingPrefix": "telemetry-dev-device-",
     })
     session.client("ssm").create_document(
         Name=DOCUMENT, Content=json.dumps(content), DocumentType="Command", DocumentFormat="JSON"
@@ -92,10 +93,10 @@ def upload(session, run_id: str, instance_id: str, report: dict) -> None:
     session.client("s3").put_object(Bucket=BUCKET, Key=f"runs/{run_id}/{instance_id}.json", Body=json.dumps(report))
 
 
-def plan(run_id="run-1", rate=9000) -> RunPlan:
+def plan(run_id="run-1", rate=9000, transport="kafka") -> RunPlan:
     return RunPlan(environment="dev", region=REGION, fleet=FLEET, document=DOCUMENT, run_id=run_id,
                    total_rate=rate, duration_s=10, warmup_s=1, processes=0, message_bytes=512, devices=1000,
-                   log_group=LOG_GROUP)
+                   log_group=LOG_GROUP, transport=transport, rule_name="telemetry_dev_device_telemetry")
 
 
 def test_split_rate_adds_up_exactly():
@@ -134,6 +135,62 @@ def test_full_run_merges_every_host_report(aws):
     assert report["fleet"]["hosts_reported"] == hosts and report["fleet"]["failed_hosts"] == []
     assert report["slo"]["passed"]
     assert any("3/3 host(s) finished" in line for line in lines)
+
+
+def put_iot_metric(session, name: str, value: float, dimensions: dict[str, str]) -> None:
+    session.client("cloudwatch").put_metric_data(
+        Namespace="AWS/IoT",
+        MetricData=[{
+            "MetricName": name, "Value": value, "Unit": "Count",
+            "Dimensions": [{"Name": k, "Value": v} for k, v in dimensions.items()],
+        }],
+    )
+
+
+def test_an_mqtt_run_gives_each_host_its_own_devices_and_counts_what_aws_iot_throttled(aws):
+    hosts = fleet_ids(aws)
+    for host in hosts:
+        upload(aws, "run-1", host, host_report(host, list(range(200, 3000, 7)), run_id="run-1", rate=3000))
+    commands = sent_commands(aws)
+    rule = {"RuleName": "telemetry_dev_device_telemetry"}
+    put_iot_metric(aws, "PublishIn.Throttle", 3, {"Protocol": "MQTT"})
+    put_iot_metric(aws, "Failure", 2, {**rule, "ActionType": "KafkaAction"})
+    put_iot_metric(aws, "Failure", 5, {**rule, "ActionType": "LambdaAction"})  # another action: not ours
+    put_iot_metric(aws, "ErrorActionSuccess", 2, {**rule, "ActionType": "CloudwatchLogsAction"})
+    put_iot_metric(aws, "PublishIn.Throttle", 7, {"Protocol": "HTTP"})  # another protocol: not ours
+    waited: list[float] = []
+
+    report = run_fleet(
+        plan(transport="mqtt"), Fleet(aws), hosts=None, poll_interval_s=0, timeout_s=60,
+        say=lambda _line: None, sleep=waited.append, metrics_delay_s=90,
+    )  # fmt: skip
+
+    # One command per host: the same rate, but its own block of things and the IoT endpoint.
+    assert len(commands) == 3
+    blocks = sorted((c["Parameters"]["firstDevice"], c["Parameters"]["transport"]) for c in commands)
+    assert blocks == [(["1"], ["mqtt"]), (["1001"], ["mqtt"]), (["2001"], ["mqtt"])]
+    assert {c["Parameters"]["mqttEndpoint"][0].endswith("-ats.iot.eu-west-1.amazonaws.com") for c in commands} == {True}
+    assert 90 in waited
+    assert report["fleet"]["transport"] == "mqtt"
+    assert report["iot"] == {
+        "publishes_throttled": 3, "connects_throttled": 0, "client_connects_throttled": 0,
+        "rule_messages_throttled": 0, "kafka_action_failures": 2, "kept_by_error_action": 2,
+    }
+    (check,) = [c for c in report["slo"]["checks"] if c["name"] == "AWS IoT throttles and rule failures"]
+    assert check == {"name": "AWS IoT throttles and rule failures", "limit": 0, "actual": 5, "passed": False}
+    assert report["slo"]["passed"] is False
+
+
+def test_a_kafka_run_sends_every_host_the_same_devices_and_asks_aws_iot_nothing(aws):
+    hosts = fleet_ids(aws)
+    for host in hosts:
+        upload(aws, "run-1", host, host_report(host, list(range(200, 3000, 7)), run_id="run-1", rate=3000))
+    commands = sent_commands(aws)
+    report = run_fleet(plan(), Fleet(aws), hosts=None, poll_interval_s=0, timeout_s=60, say=lambda _line: None)
+    (command,) = commands
+    assert command["Parameters"]["transport"] == ["kafka"] and command["Parameters"]["firstDevice"] == ["1"]
+    assert command["Parameters"]["mqttEndpoint"] == ["none"]
+    assert "iot" not in report and report["fleet"]["transport"] == "kafka"
 
 
 def test_a_host_without_a_report_is_named_and_fails_the_run(aws):

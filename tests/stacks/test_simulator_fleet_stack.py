@@ -109,6 +109,8 @@ def test_run_document_script_is_valid_bash_once_substituted(synthesized, tmp_pat
         "processes": "0", "messageBytes": "512", "devices": "1000", "topic": "telemetry",
         "bootstrapParameter": "/telemetry-dev/msk/bootstrap-brokers-iam", "resultsBucket": "results-bucket",
         "simulatorPackage": "s3://assets-bucket/abc.zip", "region": "eu-west-1",
+        "transport": "mqtt", "firstDevice": "1001", "mqttEndpoint": "a1b2c3-ats.iot.eu-west-1.amazonaws.com",
+        "devicesPath": "/telemetry-dev/devices", "thingPrefix": "telemetry-dev-device-",
     }
     assert set(sample) == set(content["parameters"])
     for name, value in sample.items():
@@ -122,6 +124,10 @@ def test_run_document_script_is_valid_bash_once_substituted(synthesized, tmp_pat
     # The script runs the simulator with the fixed CLI and uploads where run_simulation.py looks.
     assert "python -m simulator run" in script
     assert 's3://results-bucket/runs/run-1/$instance.json' in script
+    # Over MQTT the host first writes its own devices' certificates, then publishes as them.
+    assert "python -m simulator.device_credentials" in script
+    assert "--first '1001' --count '1000'" in script
+    assert "--transport mqtt --mqtt-endpoint 'a1b2c3-ats.iot.eu-west-1.amazonaws.com'" in script
 
 
 def test_render_refuses_unknown_or_missing_values():
