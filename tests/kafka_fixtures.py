@@ -54,6 +54,22 @@ class SecuredKafka:
             self.wait_until_enforced(f"User:{user}", len(set(bindings)))
         return user, self.passwords[user]
 
+    def settings_for_grants(self, grants, monkeypatch, client_id: str) -> dict:
+        """A tool's client settings (simulator.kafka_config) as a fresh SASL user holding exactly
+        the ACLs the IAM `grants` translate to; the password goes where the tools read it."""
+        from simulator.kafka_config import SASL_PASSWORD_ENV, connection_settings
+        from tests.msk_authorization import acls_for_grants
+
+        user, password = self.new_identity(lambda principal: acls_for_grants(grants, principal))
+        monkeypatch.setenv(SASL_PASSWORD_ENV, password)
+        return connection_settings(
+            self.bootstrap_servers,
+            security_protocol="SASL_PLAINTEXT",
+            region=None,
+            client_id=client_id,
+            sasl_username=user,
+        )
+
     def new_scram_user(self, name: str) -> str:
         """A SASL/SCRAM-SHA-512 user of the SCRAM listener, with no ACLs; returns its password.
         The credentials are stored with AlterUserScramCredentials as the super user, and the

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from scripts.manage_topics import ExistingTopic, KafkaTopics, TopicError, TopicSpec, reconcile
-from simulator.kafka_config import SASL_PASSWORD_ENV, connection_settings
+from simulator.kafka_config import SASL_PASSWORD_ENV
 from stacks.config import load_environment
 from tests.conftest import REPO, cdk_context
 from tests.msk_authorization import (
@@ -57,16 +57,7 @@ def topic_cleanup(secured_kafka, admin):
 
 
 def topics_as(secured_kafka, grants, monkeypatch) -> KafkaTopics:
-    user, password = secured_kafka.new_identity(lambda principal: acls_for_grants(grants, principal))
-    monkeypatch.setenv(SASL_PASSWORD_ENV, password)
-    settings = connection_settings(
-        secured_kafka.bootstrap_servers,
-        security_protocol="SASL_PLAINTEXT",
-        region=None,
-        client_id="manage-topics",
-        sasl_username=user,
-    )
-    return KafkaTopics(settings, timeout_s=30)
+    return KafkaTopics(secured_kafka.settings_for_grants(grants, monkeypatch, "manage-topics"), timeout_s=30)
 
 
 def test_the_topic_administrator_creates_then_alters_the_declared_topic(

@@ -24,12 +24,11 @@ from scripts.manage_topics import (
     everything_of,
     reconcile_acls,
 )
-from simulator.kafka_config import SASL_PASSWORD_ENV, connection_settings
 from stacks.config import load_environment
 from stacks.constructs.kafka_topic_rule import ACKS, SENT_NS_HEADER
 from tests.conftest import cdk_context
 from tests.kafka_fixtures import admin_client
-from tests.msk_authorization import Cluster, acls_for_grants, refusal_without, role_grants
+from tests.msk_authorization import Cluster, refusal_without, role_grants
 
 pytestmark = pytest.mark.integration
 ENV = "dev"
@@ -56,16 +55,7 @@ def scram_user(secured_kafka, gateway):
 
 
 def acls_as_topic_admin(secured_kafka, grants, monkeypatch) -> KafkaAcls:
-    user, password = secured_kafka.new_identity(lambda principal: acls_for_grants(grants, principal))
-    monkeypatch.setenv(SASL_PASSWORD_ENV, password)
-    settings = connection_settings(
-        secured_kafka.bootstrap_servers,
-        security_protocol="SASL_PLAINTEXT",
-        region=None,
-        client_id="manage-topics",
-        sasl_username=user,
-    )
-    return KafkaAcls(settings, timeout_s=30)
+    return KafkaAcls(secured_kafka.settings_for_grants(grants, monkeypatch, "manage-topics"), timeout_s=30)
 
 
 def produce_as_the_rule(secured_kafka, user: str, password: str, topic: str, count: int = 5) -> list:
