@@ -98,9 +98,6 @@ def mqtt_settings(args) -> MqttSettings | None:
     endpoint = MQTT_ENDPOINT.match(args.mqtt_endpoint)
     if not endpoint or not 0 < int(endpoint.group(2) or MQTT_PORT) < 65536:
         raise SimulatorError(f"--mqtt-endpoint {args.mqtt_endpoint!r}: expected HOST[:PORT]")
-    if args.consume:
-        # The rule's Kafka copy is re-serialized JSON: the consumer cannot read it back yet.
-        raise SimulatorError("--transport mqtt does not read messages back yet: add --no-consume")
     if args.rate <= 0:
         raise SimulatorError(
             f"--transport mqtt needs a --rate: AWS IoT takes at most {IOT_PUBLISHES_PER_S} "

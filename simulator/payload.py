@@ -19,6 +19,9 @@ import re
 import struct
 
 SENT_NS_HEADER = "sent_ns"
+# The header the AWS IoT rule's Kafka action adds to an MQTT run's messages
+# (stacks/constructs/kafka_topic_rule.py): the payload's sent_ns as a decimal string.
+RULE_SENT_NS_HEADER = "device_sent_ns"
 SENT_NS_CODEC = struct.Struct(">q")
 SEQ_WIDTH = 10
 SENT_NS_WIDTH = 19

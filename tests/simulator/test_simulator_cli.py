@@ -156,8 +156,6 @@ def _certificates(folder: Path, things, keys=True) -> Path:
         (["--mqtt-endpoint", "host:port"], ["a", "b"], "expected HOST[:PORT]"),
         (["--mqtt-ca", "missing.pem"], ["a", "b"], "--mqtt-ca missing.pem: no such file"),
         ([], ["a", "b b"], "'b b' is not an AWS IoT thing name"),
-        (["--consume", "--bootstrap-servers", "h:1", "--topic", "t"], ["a", "b"],
-         "does not read messages back yet"),
     ],
 )
 def test_bad_mqtt_input_is_one_line_and_exit_2(args, certificates, fragment, tmp_path):

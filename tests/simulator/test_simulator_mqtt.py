@@ -20,7 +20,8 @@ import pytest
 from scripts import local_mosquitto
 from simulator.accounting import devices_of_process
 from simulator.payload import READINGS_VARIANTS, TelemetryTemplate
-from tests.mqtt_fixtures import THINGS, TopicReader
+from tests.iot_rule_bridge import IotRuleBridge
+from tests.mqtt_fixtures import THINGS
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -38,7 +39,9 @@ def simulate(*args, timeout=60):
     )
 
 
-def mqtt_flags(broker, certificates=None, *, devices=10, rate=200, duration=1, **more):
+def mqtt_flags(
+    broker, certificates=None, *, devices=10, rate=200, duration=1, consume=False, **more
+):
     flags = {
         "--transport": "mqtt",
         "--mqtt-endpoint": broker.endpoint,
@@ -54,7 +57,8 @@ def mqtt_flags(broker, certificates=None, *, devices=10, rate=200, duration=1, *
         "--slo-min-rate": 0,
         **more,
     }
-    return [str(item) for pair in flags.items() for item in pair] + ["--no-consume"]
+    switch = "--consume" if consume else "--no-consume"
+    return [str(item) for pair in flags.items() for item in pair] + [switch]
 
 
 def assert_one_line_error(result, fragment):
@@ -257,3 +261,28 @@ def test_a_broker_lost_mid_run_keeps_what_was_acknowledged(mqtt_pki, tmp_path):
     assert report["acked"] + report["delivery_errors"] == report["sent"]
     assert report["ack_latency_ms"]["count"] == report["acked"]
     assert "SLO FAIL" in stdout and "delivery_errors" in stdout
+
+
+def test_through_the_iot_rule_into_kafka_every_message_is_counted_once(
+    mosquitto_broker, kafka_broker, new_topic, tmp_path
+):
+    """The whole path of an MQTT run: devices -> mosquitto -> the IoT rule's stand-in -> Kafka ->
+    the simulator's own consumer, which finds its messages in the rule's re-serialized JSON."""
+    topic = new_topic()
+    bridge = IotRuleBridge(mosquitto_broker, kafka_broker.bootstrap_servers, topic)
+    try:
+        result = simulate(
+            *mqtt_flags(mosquitto_broker, devices=10, rate=500, duration=2, consume=True,
+                        **{"--warmup": 1, "--processes": 2}),
+            "--bootstrap-servers", kafka_broker.bootstrap_servers, "--topic", topic,
+            "--report", tmp_path / "r.json",
+        )  # fmt: skip
+    finally:
+        bridge.close()
+    assert result.returncode in (0, 1), result.stderr
+    assert bridge.errors == []
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["sent"] == report["acked"] == report["received"] == bridge.forwarded == 1500
+    assert report["lost"] == 0 and report["duplicates"] == 0 and report["delivery_errors"] == 0
+    assert report["e2e_latency_ms"]["count"] == 1000  # the warmup's 500 are not measured
+    assert report["consumer"]["drained"] is True
