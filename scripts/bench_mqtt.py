@@ -86,14 +86,18 @@ def run_bench(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-mqtt-") as name:
         folder = Path(name)
         pki = local_mosquitto.make_pki(folder / "pki", [f"bench-{i:04d}" for i in range(devices)])
-        broker = local_mosquitto.start_mosquitto(folder / "mosquitto", pki, plaintext=True, debug=False)
+        broker = local_mosquitto.start_mosquitto(
+            folder / "mosquitto", pki, plaintext=True, debug=False
+        )
         try:
-            mqtt = ["--transport", "mqtt", "--device-certificates", str(pki.devices),
-                    "--devices", str(devices), "--message-bytes", str(args.message_bytes)]  # fmt: skip
-            rows.append(per_core(folder, "MQTT over TLS (client certificates)", mqtt + [
-                "--mqtt-endpoint", broker.endpoint, "--mqtt-ca", str(pki.ca)], args))  # fmt: skip
-            rows.append(per_core(folder, "MQTT without TLS", mqtt + [
-                "--mqtt-endpoint", f"127.0.0.1:{broker.plaintext_port}", "--mqtt-plaintext"], args))  # fmt: skip
+            mqtt = [
+                "--transport", "mqtt", "--device-certificates", str(pki.devices),
+                "--devices", str(devices), "--message-bytes", str(args.message_bytes),
+            ]  # fmt: skip
+            tls = ["--mqtt-endpoint", broker.endpoint, "--mqtt-ca", str(pki.ca)]
+            plaintext = ["--mqtt-endpoint", f"127.0.0.1:{broker.plaintext_port}", "--mqtt-plaintext"]
+            rows.append(per_core(folder, "MQTT over TLS (client certificates)", mqtt + tls, args))
+            rows.append(per_core(folder, "MQTT without TLS", mqtt + plaintext, args))
         finally:
             broker.stop()
         if not args.no_kafka:
@@ -137,7 +141,8 @@ def print_table(results: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], epilog="Exit codes: 0 done; 2 a run or a broker failed."
+        description=__doc__.split("\n\n")[0],
+        epilog="Exit codes: 0 done; 2 a run or a broker failed.",
     )
     parser.add_argument("--report", type=Path, default=DEFAULT_OUTPUT, metavar="PATH.json",
                         help="where to write the figures (default: %(default)s)")  # fmt: skip
