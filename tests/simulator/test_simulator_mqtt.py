@@ -1,6 +1,11 @@
 """The simulator's MQTT transport against a real mosquitto that enforces the devices' IoT policy
 (tests/mqtt_fixtures.py): TLS with client certificates, and a device may publish only to
-`telemetry/<its thing name>/data`."""
+`telemetry/<its thing name>/data`.
+
+What mosquitto does with a refused publish is asserted below, with its source. What AWS IoT Core
+does with a publish its policy denies (over MQTT 3.1.1) is not: no source at hand says, so these
+tests claim nothing about it. The simulator only ever publishes on a device's own topic.
+"""
 
 from __future__ import annotations
 
@@ -161,7 +166,7 @@ def test_a_device_publishing_on_another_devices_topic_is_acknowledged_and_droppe
     process_bad_message, which for QoS 1 calls send__puback(..., MQTT_RC_NOT_AUTHORIZED); and
     lib/send_mosq.c, send__command_with_mid, adds the reason code byte only for MQTT 5 clients.
     The device cannot tell: it takes no error, only the message never reaches a subscriber.
-    (AWS IoT Core's answer to a publish its policy denies is not this; see the module docs.)"""
+    (AWS IoT Core may answer differently; see the module docstring.)"""
     device, other = sorted(THINGS)[2], sorted(THINGS)[3]
     pki = mosquitto_broker.pki
     client = RawMqtt(
