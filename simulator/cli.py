@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import secrets
@@ -10,14 +11,21 @@ import socket
 import sys
 from pathlib import Path
 
-from simulator import payload
-from simulator.config import RunConfig, SloThresholds
+from simulator import device_certificates, payload
+from simulator.config import MqttSettings, RunConfig, SloThresholds
 from simulator.errors import SimulatorError
 from simulator.flags import EXIT_ERROR, EXIT_PASS, EXIT_SLO_FAILED, build_parser
 from simulator.kafka_config import SASL_PASSWORD_ENV
 
 BOOTSTRAP = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}(,[A-Za-z0-9.\-\[\]:]+:\d{1,5})*$")
+MQTT_ENDPOINT = re.compile(r"^([A-Za-z0-9.-]+)(?::(\d{1,5}))?$")
 DEFAULTS = SloThresholds()
+# AWS IoT Core quotas per connection (not adjustable): publishes per second and bytes per second.
+# The simulator opens one connection per device, so these bound each device's share of --rate.
+IOT_PUBLISHES_PER_S = 100
+IOT_BYTES_PER_S = 512 * 1024
+IOT_MAX_MESSAGE_BYTES = 128 * 1024  # AWS IoT Core's largest message payload
+MQTT_PORT = 8883
 
 
 def _name(value: str | None, flag: str, fallback: str) -> str:
@@ -50,13 +58,80 @@ def _check_output(path: Path | None, flag: str, suffix: str) -> None:
         raise SimulatorError(f"{flag} {path} is a directory")
 
 
+def _kafka_flags(args) -> None:
+    """--bootstrap-servers and --topic: needed to produce, or to read the messages back."""
+    mqtt = args.transport == "mqtt"
+    if mqtt and not args.consume and args.bootstrap_servers is None and args.topic is None:
+        return
+    why = "to read the messages back (or --no-consume)" if mqtt else "with --transport kafka"
+    for flag, value in (("--bootstrap-servers", args.bootstrap_servers), ("--topic", args.topic)):
+        if value is None:
+            raise SimulatorError(f"{flag} is required {why}")
+    if not BOOTSTRAP.match(args.bootstrap_servers):
+        raise SimulatorError(
+            f"--bootstrap-servers {args.bootstrap_servers!r}: expected HOST:PORT[,HOST:PORT...]"
+        )
+    if not re.match(r"^[A-Za-z0-9._-]{1,249}$", args.topic):
+        raise SimulatorError(f"--topic {args.topic!r} is not a valid Kafka topic name")
+
+
+def devices_needed(rate: float, message_bytes: int) -> int:
+    """The fewest devices (connections) that can carry rate within AWS IoT's per-connection
+    quotas."""
+    return max(
+        math.ceil(rate / IOT_PUBLISHES_PER_S), math.ceil(rate * message_bytes / IOT_BYTES_PER_S)
+    )
+
+
+def mqtt_settings(args) -> MqttSettings | None:
+    """The MQTT flags, checked against AWS IoT's limits; None for a Kafka run."""
+    flags = ("--mqtt-endpoint", "--device-certificates", "--mqtt-ca", "--mqtt-plaintext")
+    given = [args.mqtt_endpoint, args.device_certificates, args.mqtt_ca, args.mqtt_plaintext or None]
+    if args.transport != "mqtt":
+        for flag, value in zip(flags, given):
+            if value is not None:
+                raise SimulatorError(f"{flag} goes with --transport mqtt")
+        return None
+    for flag, value in zip(flags[:2], given[:2]):
+        if value is None:
+            raise SimulatorError(f"--transport mqtt needs {flag}")
+    endpoint = MQTT_ENDPOINT.match(args.mqtt_endpoint)
+    if not endpoint or not 0 < int(endpoint.group(2) or MQTT_PORT) < 65536:
+        raise SimulatorError(f"--mqtt-endpoint {args.mqtt_endpoint!r}: expected HOST[:PORT]")
+    if args.rate <= 0:
+        raise SimulatorError(
+            f"--transport mqtt needs a --rate: AWS IoT takes at most {IOT_PUBLISHES_PER_S} "
+            "publishes/s per device"
+        )
+    if args.message_bytes > IOT_MAX_MESSAGE_BYTES:
+        raise SimulatorError(
+            f"--message-bytes {args.message_bytes} is above AWS IoT's {IOT_MAX_MESSAGE_BYTES} "
+            "bytes per message"
+        )
+    needed = devices_needed(args.rate, args.message_bytes)
+    if args.devices < needed:
+        raise SimulatorError(
+            f"--rate {args.rate:g} needs at least {needed} devices at AWS IoT's "
+            f"{IOT_PUBLISHES_PER_S} publishes/s and {IOT_BYTES_PER_S // 1024} KiB/s per "
+            f"connection; --devices is {args.devices}"
+        )
+    if args.mqtt_ca is not None and not args.mqtt_ca.is_file():
+        raise SimulatorError(f"--mqtt-ca {args.mqtt_ca}: no such file")
+    things = device_certificates.thing_names(args.device_certificates, args.devices)
+    return MqttSettings(
+        host=endpoint.group(1),
+        port=int(endpoint.group(2) or MQTT_PORT),
+        certificates=str(args.device_certificates.resolve()),
+        things=things,
+        ca=None if args.mqtt_ca is None else str(args.mqtt_ca.resolve()),
+        plaintext=args.mqtt_plaintext,
+    )
+
+
 def run_config(args) -> RunConfig:
     """Validates the run flags; every problem is one SimulatorError line."""
+    _kafka_flags(args)
     checks = [
-        (
-            BOOTSTRAP.match(args.bootstrap_servers),
-            f"--bootstrap-servers {args.bootstrap_servers!r}: expected HOST:PORT[,HOST:PORT...]",
-        ),
         (args.rate >= 0, "--rate must be >= 0 (0 = as fast as possible)"),
         (args.duration > 0, "--duration must be > 0"),
         (args.warmup >= 0, "--warmup must be >= 0"),
@@ -75,14 +150,11 @@ def run_config(args) -> RunConfig:
         (args.drain_timeout > 0, "--drain-timeout must be > 0"),
         (args.connect_timeout > 0, "--connect-timeout must be > 0"),
         (not (args.idempotence and args.acks != "all"), "--idempotence needs --acks all"),
-        (
-            re.match(r"^[A-Za-z0-9._-]{1,249}$", args.topic),
-            f"--topic {args.topic!r} is not a valid Kafka topic name",
-        ),
     ]
     for ok, message in checks:
         if not ok:
             raise SimulatorError(message)
+    mqtt = mqtt_settings(args)
     region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if args.security_protocol == "SASL_SSL" and not region:
         raise SimulatorError("--security-protocol SASL_SSL needs --region (or $AWS_REGION)")
@@ -96,7 +168,7 @@ def run_config(args) -> RunConfig:
         "--producer-id",
         re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0])[:64],
     )
-    minimum = payload.minimum_message_bytes(run_id, producer_id)
+    minimum = payload.minimum_message_bytes(run_id, producer_id, mqtt and list(mqtt.things))
     if args.message_bytes < minimum:
         raise SimulatorError(
             f"--message-bytes {args.message_bytes} is below the {minimum} "
@@ -128,6 +200,8 @@ def run_config(args) -> RunConfig:
         connect_timeout_s=args.connect_timeout,
         sasl_username=args.sasl_username,
         slo=_slo(args, DEFAULTS),
+        transport=args.transport,
+        mqtt=mqtt,
     )
 
 
@@ -149,9 +223,14 @@ def _run(args) -> int:
     from simulator.host_run import run_host
     from simulator.report import host_report
 
+    target = (
+        f"{len(config.mqtt.things)} devices at MQTT {config.mqtt.endpoint}"
+        if config.mqtt
+        else f"{config.topic} at {config.bootstrap_servers}"
+    )
     print(
         f"run {config.run_id}: {config.processes} process(es) on {config.producer_id} -> "
-        f"{config.topic} at {config.bootstrap_servers}, "
+        f"{target}, "
         f"{'max rate' if config.rate == 0 else f'{config.rate:,.0f} msg/s'}, "
         f"{config.warmup_s:g} s warmup + {config.duration_s:g} s",
         file=sys.stderr,

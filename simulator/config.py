@@ -17,9 +17,25 @@ class SloThresholds:
 
 
 @dataclasses.dataclass(frozen=True)
+class MqttSettings:
+    """How the devices of an MQTT run reach the broker (AWS IoT Core, or mosquitto in tests)."""
+
+    host: str
+    port: int
+    certificates: str  # folder of <thing>.cert.pem / <thing>.key.pem
+    things: tuple[str, ...]  # the run's thing names: device d is things[d]
+    ca: str | None  # server CA bundle; None = the system trust store (Amazon Root CA 1)
+    plaintext: bool = False  # local brokers only: no TLS, no client certificate
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
-    bootstrap_servers: str
-    topic: str
+    bootstrap_servers: str | None  # None only for an MQTT run that does not read back
+    topic: str | None
     rate: float  # messages per second for this host; 0 = as fast as possible
     duration_s: float  # measured period, after the warmup
     warmup_s: float
@@ -41,9 +57,18 @@ class RunConfig:
     connect_timeout_s: float = 10.0
     sasl_username: str | None = None  # SASL_PLAINTEXT only
     slo: SloThresholds = SloThresholds()
+    transport: str = "kafka"  # "kafka": produce to the topic; "mqtt": publish as IoT devices
+    mqtt: MqttSettings | None = None  # with transport "mqtt"
 
     def to_report(self) -> dict:
         """The settings a report records (no paths, nothing secret)."""
         settings = dataclasses.asdict(self)
         settings.pop("slo")
+        if self.mqtt is not None:
+            settings["mqtt"] = {
+                "endpoint": self.mqtt.endpoint,
+                "plaintext": self.mqtt.plaintext,
+                "first_thing": self.mqtt.things[0],
+                "last_thing": self.mqtt.things[-1],
+            }
         return settings

@@ -1,9 +1,18 @@
 """The host's consumer: reads every partition from where it ended at start-up, keeps only this
 host's own messages (its clock stamped them, so no cross-host clock skew), and records their
-end-to-end latency and sequence numbers."""
+end-to-end latency and sequence numbers.
+
+Messages the simulator produced itself are read by slicing their fixed-width fields. Messages of
+an MQTT run reach Kafka through the AWS IoT rule (stacks/constructs/kafka_topic_rule.py): key =
+thing name, header `device_sent_ns` = the payload's sent_ns as a decimal string, value = the
+rule's `SELECT *, topic(2) AS device_id`, JSON that IoT serialized again (key order and spacing
+are its own), so those are parsed as JSON and the device is found by its thing name.
+"""
 
 from __future__ import annotations
 
+import decimal
+import json
 import time
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -14,7 +23,7 @@ from simulator.authorization import is_authorization_error, missing_permission
 from simulator.config import RunConfig
 from simulator.errors import SimulatorError
 from simulator.histograms import LatencyRecorder
-from simulator.payload import MessageLayout
+from simulator.payload import RULE_SENT_NS_HEADER, MessageLayout
 
 BATCH = 10_000
 MAX_WAIT_S = 0.1
@@ -32,6 +41,12 @@ class HostConsumer:
         self.measure_start_ns = 0
         self.errors: list[str] = []
         self.foreign = 0  # messages of other hosts or runs, skipped
+        # MQTT runs: thing name (the rule's Kafka key) -> device number.
+        self.things = (
+            {thing.encode(): device for device, thing in enumerate(config.mqtt.things)}
+            if config.mqtt
+            else None
+        )
 
     def assign_from_end(self) -> None:
         """Start every partition at its current end, before any producer sends."""
@@ -100,6 +115,9 @@ class HostConsumer:
                 continue
             batch += consume(BATCH, 0)
             now = time.time_ns()
+            if self.things is not None:
+                self._record_rule_output(batch, now)
+                continue
             for message in batch:
                 value = message.value()
                 if value is None or value[:prefix_end] != prefix:
@@ -108,6 +126,31 @@ class HostConsumer:
                 sent_ns = int(value[sent])
                 if record(int(value[device]), int(value[seq])) and sent_ns >= measure_start:
                     latency(now - sent_ns)
+
+    def _record_rule_output(self, batch: list, now: int) -> None:
+        """Messages of an MQTT run as the IoT rule wrote them: own ones by thing name (key),
+        run id and producer id; the send time from the rule's header, else from the JSON."""
+        things, record, latency = self.things, self.ledger.record, self.e2e.pending.append
+        run_id, own = self.config.run_id, f"{self.config.producer_id}/p"  # HOST/pNN
+        for message in batch:
+            key = message.key() if message.error() is None else None
+            device = things.get(key) if key is not None else None
+            if device is None:
+                self._not_own(message)
+                continue
+            try:
+                value = json.loads(message.value())
+                if value["run_id"] != run_id or not value["producer_id"].startswith(own):
+                    raise ValueError("another run or host")
+                seq = int(value["seq"])
+                header = dict(message.headers() or ()).get(RULE_SENT_NS_HEADER)
+                # A decimal string; Decimal also takes an exponent form, should IoT write one.
+                sent_ns = int(decimal.Decimal(header.decode())) if header else int(value["sent_ns"])
+            except (ValueError, TypeError, KeyError, AttributeError, decimal.InvalidOperation):
+                self.foreign += 1
+                continue
+            if record(device, seq) and sent_ns >= self.measure_start_ns:
+                latency(now - sent_ns)
 
     def _not_own(self, message) -> None:
         error = message.error()

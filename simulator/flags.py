@@ -84,8 +84,20 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    run.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT")
-    run.add_argument("--topic", required=True, metavar="NAME")
+    run.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT",
+        help="Kafka to produce to (--transport kafka) or to read back from (required unless "
+        "--transport mqtt --no-consume)",
+    )
+    run.add_argument("--topic", metavar="NAME", help="the Kafka topic (with --bootstrap-servers)")
+    run.add_argument(
+        "--transport",
+        choices=("kafka", "mqtt"),
+        default="kafka",
+        help="kafka: produce to the topic directly; mqtt: publish as AWS IoT devices, one "
+        "MQTT/TLS connection per device, QoS 1",
+    )
     run.add_argument(
         "--rate",
         required=True,
@@ -183,6 +195,34 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         metavar="SECONDS",
         help="how long to wait for the broker's first answer",
+    )
+    mqtt = run.add_argument_group(
+        "MQTT (--transport mqtt)",
+        "Each device is an AWS IoT thing: client id = thing name, topic "
+        "telemetry/<thing>/data. AWS IoT takes at most 100 publishes/s and 512 KiB/s per "
+        "connection, so --rate / --devices may not exceed 100.",
+    )
+    mqtt.add_argument(
+        "--mqtt-endpoint", metavar="HOST[:PORT]", help="the broker (port default 8883)"
+    )
+    mqtt.add_argument(
+        "--device-certificates",
+        type=Path,
+        metavar="DIR",
+        help="<thing>.cert.pem and <thing>.key.pem per device; --devices N takes the first N "
+        "thing names in sorted order",
+    )
+    mqtt.add_argument(
+        "--mqtt-ca",
+        type=Path,
+        metavar="PATH",
+        help="CA bundle for the broker's certificate (default: the system trust store, which "
+        "holds Amazon Root CA 1)",
+    )
+    mqtt.add_argument(
+        "--mqtt-plaintext",
+        action="store_true",
+        help="no TLS and no client certificate: local brokers only (benchmarks)",
     )
     run.add_argument("--report", required=True, type=Path, metavar="PATH.json")
     run.add_argument("--plot", type=Path, metavar="PATH.png")

@@ -19,6 +19,9 @@ import re
 import struct
 
 SENT_NS_HEADER = "sent_ns"
+# The header the AWS IoT rule's Kafka action adds to an MQTT run's messages
+# (stacks/constructs/kafka_topic_rule.py): the payload's sent_ns as a decimal string.
+RULE_SENT_NS_HEADER = "device_sent_ns"
 SENT_NS_CODEC = struct.Struct(">q")
 SEQ_WIDTH = 10
 SENT_NS_WIDTH = 19
@@ -41,10 +44,10 @@ def device_id(producer_id: str, device: int) -> str:
     return f"{producer_id}-d{device:0{DEVICE_DIGITS}d}"
 
 
-def _head(run_id: str, producer_id: str, process_index: int, device: int) -> bytes:
+def _head(run_id: str, producer_id: str, process_index: int, device_name: str) -> bytes:
     return (
         f'{{"run_id":"{run_id}","producer_id":"{process_producer_id(producer_id, process_index)}",'
-        f'"device_id":"{device_id(producer_id, device)}","seq":'
+        f'"device_id":"{device_name}","seq":'
     ).encode()
 
 
@@ -59,7 +62,7 @@ class MessageLayout:
 
     @classmethod
     def for_host(cls, run_id: str, producer_id: str) -> MessageLayout:
-        head = _head(run_id, producer_id, 0, 0)
+        head = _head(run_id, producer_id, 0, device_id(producer_id, 0))
         own_prefix = head[: head.index(b"/p") + 2]
         device_end = len(head) - len(b'","seq":')
         seq_start = len(head)
@@ -109,10 +112,14 @@ def render_readings(rng: random.Random, variants: int = READINGS_VARIANTS) -> li
     return rendered
 
 
-def minimum_message_bytes(run_id: str, producer_id: str) -> int:
-    """The smallest --message-bytes a run with these names accepts."""
+def minimum_message_bytes(
+    run_id: str, producer_id: str, device_names: list[str] | None = None
+) -> int:
+    """The smallest --message-bytes a run with these names accepts (device_names: the thing
+    names of an MQTT run; by default the simulator's own fixed-width device ids)."""
+    longest = max(device_names or [device_id(producer_id, 0)], key=len)
     return (
-        len(_head(run_id, producer_id, 0, 0))
+        len(_head(run_id, producer_id, 0, longest))
         + SEQ_WIDTH
         + len(b',"sent_ns":')
         + SENT_NS_WIDTH
@@ -123,7 +130,12 @@ def minimum_message_bytes(run_id: str, producer_id: str) -> int:
 
 
 class TelemetryTemplate:
-    """Renders the messages of one producer process; its devices are given by global number."""
+    """Renders the messages of one producer process; its devices are given by global number.
+
+    device_names (MQTT runs: the thing names of these devices, in the same order) replace the
+    generated device ids; each device's padding then makes up for its name's length, so every
+    message still has exactly message_bytes.
+    """
 
     def __init__(
         self,
@@ -134,28 +146,33 @@ class TelemetryTemplate:
         devices: list[int],
         message_bytes: int,
         seed: int = 0,
+        device_names: list[str] | None = None,
     ):
         self.readings = render_readings(random.Random(seed * 1_000_003 + process_index))
-        self.keys = [device_id(producer_id, device).encode() for device in devices]
-        fixed = minimum_message_bytes(run_id, producer_id)
+        names = device_names or [device_id(producer_id, device) for device in devices]
+        self.keys = [name.encode() for name in names]
+        fixed = minimum_message_bytes(run_id, producer_id, names)
         if message_bytes < fixed:
             raise ValueError(
                 f"--message-bytes {message_bytes} is below the {fixed} bytes a "
                 f"message of this run needs"
             )
-        tail = (
-            b',"sent_ns":%'
-            + str(SENT_NS_WIDTH).encode()
-            + b'd,"readings":%s,"pad":"'
-            + b"x" * (message_bytes - fixed)
-            + b'"}'
-        )
         seq_format = b"%" + str(SEQ_WIDTH).encode() + b"d"
         # One %-format per message: (seq, sent_ns, readings) into the device's own template.
-        self.templates = [
-            _head(run_id, producer_id, process_index, device) + seq_format + tail
-            for device in devices
-        ]
+        longest = max(len(name) for name in names)
+        self.templates = []
+        for name in names:
+            head = _head(run_id, producer_id, process_index, name)
+            pad = message_bytes - fixed + longest - len(name)  # a shorter name, more padding
+            self.templates.append(
+                head
+                + seq_format
+                + b',"sent_ns":%'
+                + str(SENT_NS_WIDTH).encode()
+                + b'd,"readings":%s,"pad":"'
+                + b"x" * pad
+                + b'"}'
+            )
 
     def render(self, local_device: int, seq: int, sent_ns: int, variant: int) -> bytes:
         return self.templates[local_device] % (

@@ -20,6 +20,7 @@ from simulator import histograms, kafka_config
 from simulator.authorization import missing_permission
 from simulator.accounting import DeliveryOutcome, devices_of_process
 from simulator.config import RunConfig
+from simulator.errors import SimulatorError
 from simulator.payload import (
     READINGS_VARIANTS,
     SENT_NS_CODEC,
@@ -55,7 +56,7 @@ class ProducerResult:
     cpu_s: float  # CPU time of the process (Python and librdkafka threads)
 
 
-class _Progress:
+class Progress:
     """Records pending ack latencies every FLUSH_EVERY_NS (small batches: no long stall) and
     sends a progress tuple to the parent every PROGRESS_EVERY_NS."""
 
@@ -132,7 +133,7 @@ class ProducerProcess:
 
         settings = kafka_config.producer_settings(config, f"simulator-{self.producer_id}", on_delivery)
         self.producer = Producer({**settings, "error_cb": on_error})
-        self.progress = _Progress(conn, self.acks, self.failures)
+        self.progress = Progress(conn, self.acks, self.failures)
         self.sent = 0
 
     def connect(self) -> None:
@@ -283,7 +284,12 @@ def run_producer_process(config: RunConfig, process_index: int, conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     process = None
     try:
-        process = ProducerProcess(config, process_index, conn)
+        if config.transport == "mqtt":
+            from simulator.mqtt_producer import MqttProducerProcess  # Kafka runs never load awscrt
+
+            process = MqttProducerProcess(config, process_index, conn)
+        else:
+            process = ProducerProcess(config, process_index, conn)
         process.connect()
         conn.send(("ready", None))
         start_ns = conn.recv()
@@ -302,6 +308,8 @@ def run_producer_process(config: RunConfig, process_index: int, conn) -> None:
             cause = process.fatal_error or cause
         reason = missing_permission(cause, "produce", topic=config.topic)
         conn.send(("error", f"producer {process_index}: {reason}"))
+    except SimulatorError as error:
+        conn.send(("error", f"producer {process_index}: {error}"))
     except Exception as error:  # noqa: BLE001 - anything else still reaches the operator as one line
         conn.send(("error", f"producer {process_index}: {type(error).__name__}: {error}"))
     finally:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-# Shared fixtures: a real Kafka broker, and the Service Fabric HTTPS gateway emulator.
-pytest_plugins = ["tests.kafka_fixtures", "tests.sf_emulator.fixtures"]
+# Shared fixtures: a real Kafka broker, a real mosquitto, and the Service Fabric HTTPS gateway
+# emulator.
+pytest_plugins = ["tests.kafka_fixtures", "tests.mqtt_fixtures", "tests.sf_emulator.fixtures"]
 
 REPO = Path(__file__).resolve().parent.parent
 ENVIRONMENTS = ("dev", "staging", "prod")

@@ -125,3 +125,77 @@ def test_merge_of_a_report_that_is_not_json_is_one_line(tmp_path):
     assert result.stderr.strip() == (
         "simulator: report host.json is not a simulator report (missing 'hosts')"
     )
+
+
+MQTT = [
+    "run", "--transport", "mqtt", "--mqtt-endpoint", "127.0.0.1:9", "--no-consume",
+    "--rate", "10", "--duration", "1", "--devices", "2", "--processes", "1",
+    "--report", "out.json",
+]  # fmt: skip
+
+
+def _certificates(folder: Path, things, keys=True) -> Path:
+    folder.mkdir()
+    for thing in things:
+        (folder / f"{thing}.cert.pem").write_text("not parsed before connecting")
+        if keys:
+            (folder / f"{thing}.key.pem").write_text("")
+    return folder
+
+
+@pytest.mark.parametrize(
+    "args,certificates,fragment",
+    [
+        (["--rate", "201"], ["a", "b"], "--rate 201 needs at least 3 devices at AWS IoT's 100 "
+         "publishes/s and 512 KiB/s per connection; --devices is 2"),
+        (["--rate", "150", "--message-bytes", "100000"], ["a", "b"], "needs at least 29 devices"),
+        (["--rate", "0"], ["a", "b"], "--transport mqtt needs a --rate"),
+        (["--message-bytes", "200000"], ["a", "b"], "above AWS IoT's 131072 bytes"),
+        ([], ["a"], "holds 1 device certificate(s) (*.cert.pem); --devices 2 needs 2"),
+        ([], None, "no such directory"),
+        (["--mqtt-endpoint", "host:port"], ["a", "b"], "expected HOST[:PORT]"),
+        (["--mqtt-ca", "missing.pem"], ["a", "b"], "--mqtt-ca missing.pem: no such file"),
+        ([], ["a", "b b"], "'b b' is not an AWS IoT thing name"),
+    ],
+)
+def test_bad_mqtt_input_is_one_line_and_exit_2(args, certificates, fragment, tmp_path):
+    folder = tmp_path / "certs"
+    if certificates is not None:
+        _certificates(folder, certificates)
+    # argparse keeps the last value of a repeated flag: args override MQTT's.
+    result = simulator(*MQTT, "--device-certificates", str(folder), *args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_device_certificate_without_its_key_is_one_line(tmp_path):
+    folder = _certificates(tmp_path / "certs", ["a", "b"], keys=False)
+    result = simulator(*MQTT, "--device-certificates", str(folder), cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "simulator: --device-certificates: a.cert.pem has no private key a.key.pem"
+    )
+
+
+KAFKA_FLAGS = ("--bootstrap-servers", "127.0.0.1:9", "--topic", "t")
+WITHOUT_KAFKA = [a for a in GOOD if a not in KAFKA_FLAGS]
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (GOOD + ["--mqtt-endpoint", "h:8883"], "--mqtt-endpoint goes with --transport mqtt"),
+        (WITHOUT_KAFKA, "--bootstrap-servers is required with --transport kafka"),
+        (WITHOUT_KAFKA + ["--transport", "mqtt", "--no-consume"], "needs --mqtt-endpoint"),
+        (
+            WITHOUT_KAFKA + ["--transport", "mqtt", "--bootstrap-servers", "h:1"],
+            "--topic is required to read the messages back (or --no-consume)",
+        ),
+    ],
+)
+def test_transport_flags_go_together(args, fragment, tmp_path):
+    result = simulator(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and fragment in result.stderr

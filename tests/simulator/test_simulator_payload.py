@@ -100,3 +100,19 @@ def test_all_readings_variants_are_valid_json_of_one_width():
     assert {len(v) for v in variants} == {READINGS_WIDTH}
     for variant in variants[:50]:
         json.loads(variant)
+
+
+def test_thing_names_of_any_length_give_messages_of_exactly_message_bytes():
+    names = ["a:meter_1", "plant-7_line-22_press-0003"]
+    template = TelemetryTemplate(
+        run_id=RUN_ID, producer_id=PRODUCER_ID, process_index=0, devices=[0, 1],
+        message_bytes=512, device_names=names,
+    )  # fmt: skip
+    assert template.keys == [name.encode() for name in names]
+    for local, name in enumerate(names):
+        message = template.render(local, 3, 1763862000123456789, local)
+        assert len(message) == 512
+        assert json.loads(message)["device_id"] == name
+    assert minimum_message_bytes(RUN_ID, PRODUCER_ID, names) > minimum_message_bytes(
+        RUN_ID, PRODUCER_ID
+    )
