@@ -18,7 +18,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 CDK := $(BIN)/cdk
 CDK_FLAGS := -c env=$(ENV)
 
-.PHONY: help venv synth test test-fast lint deploy diff destroy topics bench demo clean flink-test bench-sink bench-membership
+.PHONY: help venv synth test test-fast lint deploy diff destroy topics bench demo clean flink-test bench-sink bench-membership mosquitto
 
 help:
 	@echo "make synth   [ENV=dev]   synthesize every stack of ENV into cdk.out/ (offline)"
@@ -50,8 +50,15 @@ synth: $(STAMP)
 lint: synth
 	$(BIN)/cfn-lint cdk.out/*.template.json
 
-test: $(STAMP) flink-test
+test: $(STAMP) flink-test mosquitto
 	$(BIN)/python -m pytest
+
+# The MQTT tests and benchmark run a real mosquitto broker (Debian's package). Installed here when
+# it is missing and we are root (CI); otherwise one line says how.
+mosquitto:
+	@command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null; } || \
+	  { echo "make: the MQTT tests need mosquitto: sudo apt-get install mosquitto" >&2; exit 1; }
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not integration"
@@ -70,7 +77,7 @@ destroy: $(STAMP)
 KAFKA := $(BIN)/python scripts/local_kafka.py
 DEMO_TOPIC := telemetry-demo
 
-bench: $(STAMP)
+bench: $(STAMP) mosquitto
 	$(BIN)/python scripts/bench_simulator.py --report bench-results/simulator.json
 	$(BIN)/python scripts/bench_mqtt.py --report bench-results/mqtt.json
 
