@@ -144,3 +144,13 @@ TELEMETRY_TABLE_NAME = "telemetry"
 
 def athena_workgroup_name(config: EnvironmentConfig) -> str:
     return f"{config.resource_prefix}-telemetry"
+
+
+# Simulated devices in AWS IoT (scripts/provision_devices.py): one thing per device, its certificate
+# and private key stored in SSM under the credentials path.
+def device_thing_name(config: EnvironmentConfig, index: int) -> str:
+    return f"{config.resource_prefix}-device-{index:06d}"
+
+
+def device_credentials_path(config: EnvironmentConfig) -> str:
+    return f"/{config.resource_prefix}/devices"
