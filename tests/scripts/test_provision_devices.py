@@ -384,3 +384,73 @@ def test_help_documents_the_modes_and_exit_codes():
     assert result.returncode == 0
     for option in ("--env", "--count", "--delete", "--export", "--first", "--dry-run", "Exit codes"):
         assert option in result.stdout
+
+
+def test_throttled_calls_are_retried_up_to_ten_attempts(aws, monkeypatch, capsys):
+    """Standard retry mode, 10 attempts: six throttled CreateThing answers in a row (the legacy
+    default gives up after five attempts) and the device is still created."""
+    from moto.core.botocore_stubber import MockRawResponse
+
+    throttled, delays = [], []
+    monkeypatch.setattr("time.sleep", delays.append)
+
+    def throttle(request, **_):
+        if len(throttled) < 6:
+            throttled.append(request.url)
+            body = json.dumps({"message": "Rate exceeded"}).encode()
+            return AWSResponse(request.url, 400, {"x-amzn-ErrorType": "ThrottlingException"}, MockRawResponse(body))
+        return None
+
+    aws.session.events.register_first("before-send.iot.CreateThing", throttle)
+    assert aws.run(["--env", "dev", "--count", "1"]) == 0
+    assert len(throttled) == 6 and len(delays) == 6
+    assert aws.things() == [thing(1)]
+
+
+class TestWhatMotoDoesNotModel:
+    """Answers of the real API that moto never gives, through botocore's Stubber (which checks
+    every request and response against the IoT model)."""
+
+    ARN = "arn:aws:iot:eu-west-1:123456789012:cert/" + "ab" * 32
+
+    def registry(self, moto_session):
+        from botocore.stub import Stubber
+
+        iot = moto_session.client("iot")
+        delays = []
+        return provision_devices.DeviceRegistry(iot, sleep=delays.append), Stubber(iot), delays
+
+    def test_delete_waits_for_a_thing_detachment_to_propagate(self, moto_session):
+        """DetachThingPrincipal is asynchronous; DeleteCertificate answers DeleteConflictException
+        until the detachment has propagated. Also the order: policies, things, INACTIVE, delete."""
+        registry, stubber, delays = self.registry(moto_session)
+        cert_id = "ab" * 32
+        stubber.add_response("list_attached_policies", {"policies": [{"policyName": "telemetry-dev-device"}]},
+                             {"target": self.ARN})
+        stubber.add_response("detach_policy", {}, {"policyName": "telemetry-dev-device", "target": self.ARN})
+        stubber.add_response("list_principal_things", {"things": [thing(1)]}, {"principal": self.ARN})
+        stubber.add_response("detach_thing_principal", {}, {"thingName": thing(1), "principal": self.ARN})
+        stubber.add_response("update_certificate", {}, {"certificateId": cert_id, "newStatus": "INACTIVE"})
+        for _ in range(2):
+            stubber.add_client_error("delete_certificate", "DeleteConflictException", "Things must be detached", 409,
+                                     expected_params={"certificateId": cert_id})
+        stubber.add_response("delete_certificate", {}, {"certificateId": cert_id})
+        with stubber:
+            registry.retire(self.ARN)
+        stubber.assert_no_pending_responses()
+        assert delays == [1, 2]
+
+    def test_a_thing_of_that_name_that_is_not_the_fleets_is_left_alone(self, moto_session):
+        """CreateThing with the same name and another configuration: ResourceAlreadyExistsException
+        (moto replaces the thing instead)."""
+        registry, stubber, _ = self.registry(moto_session)
+        fleet = provision_devices.Fleet(provision_devices.load_environment(provision_devices.read_environments(), "dev"))
+        stubber.add_client_error(
+            "create_thing", "ResourceAlreadyExistsException", "Thing already exists with a different configuration", 409,
+            expected_params={"thingName": thing(1), "attributePayload": {"attributes": {"fleet": "telemetry-dev-simulator"}}},
+        )
+        with stubber, pytest.raises(provision_devices.DeviceFailure) as failure:
+            registry.create_thing(thing(1), fleet)
+        assert str(failure.value) == (
+            f"a thing {thing(1)} without attribute fleet=telemetry-dev-simulator exists; it is not this tool's, "
+            "so it is left alone")
