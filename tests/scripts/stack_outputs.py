@@ -31,5 +31,5 @@ class StubbedStackSession:
             )
         self.stubber.activate()
 
-    def client(self, name):
-        return self.cloudformation if name == "cloudformation" else self.session.client(name)
+    def client(self, name, **kwargs):
+        return self.cloudformation if name == "cloudformation" else self.session.client(name, **kwargs)

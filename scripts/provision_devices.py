@@ -1,0 +1,611 @@
+#!/usr/bin/env python3
+"""Create, remove or export the AWS IoT things and certificates of an environment's simulated devices.
+
+  --env ENV --count N [--dry-run]     make sure devices 1..N exist with stored credentials; creates
+                                      only what is missing and never touches devices above N
+  --env ENV --delete [--dry-run]      remove every device of ENV and its stored credentials
+  --env ENV --export DIR [--first I] [--count N]
+                                      write <thing>.cert.pem and <thing>.key.pem (0600, directory
+                                      0700) for the simulator on a fleet host; DIR may not be
+                                      inside a git repository
+
+A device is an IoT thing named <resource prefix>-device-NNNNNN with the attribute
+fleet=<resource prefix>-simulator (the tool lists its own things by that attribute and name, so it
+never sees another environment's), one active certificate attached to the thing and carrying the
+device gateway's IoT policy (<resource prefix>-device), and the certificate with its private key
+in the SSM SecureString parameter /<resource prefix>/devices/<thing>, encrypted with the KMS key
+of the DeviceGateway stack's output DeviceCredentialsKeyArn. The parameter holds JSON:
+{"thing_name", "certificate_arn", "certificate_pem", "private_key"}.
+
+Steps run so that an interrupted run loses nothing and a rerun finishes it: the parameter is
+written right after the certificate is created (AWS IoT hands out the private key only then), and
+the certificate is attached to the thing last, so a thing with its stored certificate attached is
+complete. A certificate on a thing without stored credentials is detached, deactivated and
+deleted, and a new one made. A thing with exactly its stored certificate attached counts as
+complete ("unchanged") without more calls: the policy and the certificate's status are not checked
+again, so a certificate deactivated by hand stays so. AWS calls retry throttling with botocore's
+standard retry mode.
+
+Exit codes: 0 done (or dry run); 1 some devices failed (the others are done; run again to
+finish); 2 bad input, missing stack output or policy, or AWS not reachable (nothing changed by
+this device or later ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import stat
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from botocore.exceptions import ClientError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scripts.cluster_inventory import ToolError, aws_session, deployed_outputs, run_tool  # noqa: E402
+from stacks.config import EnvironmentConfig, load_environment, read_environments  # noqa: E402
+from stacks.naming import (  # noqa: E402
+    device_credentials_path,
+    device_policy_name,
+    device_thing_name,
+    simulator_fleet_name,
+)
+
+
+DEVICE_GATEWAY_STACK_PART = "DeviceGateway"
+CREDENTIALS_KEY_OUTPUT = "DeviceCredentialsKeyArn"
+FLEET_ATTRIBUTE = "fleet"
+MAX_DEVICES = 10_000
+# "Standard parameters have a value limit of 4 KB" (PutParameter, Tier); SSM's error counts 4096
+# characters, and the value is ASCII.
+STANDARD_PARAMETER_LIMIT = 4096
+CONSECUTIVE_FAILURES_TO_STOP = 5
+
+# Every AWS client the tool makes. Per-API request quotas apply to the IoT control plane (a public
+# dump of the Service Quotas list gives 100 TPS for CreateThing, DeleteThing, AttachThingPrincipal
+# and DetachThingPrincipal, 10 for ListThings and ListThingPrincipals; not checked against the AWS
+# IoT Core endpoints and quotas page, nor numbers for the certificate and policy calls). Standard
+# mode retries ThrottlingException with exponential backoff and jitter; 10 attempts ride out about
+# a minute of throttling per call. The tool calls one API at a time.
+RETRIES = {"retries": {"mode": "standard", "max_attempts": 10}}
+
+
+def device_gateway_stack_name(config: EnvironmentConfig) -> str:
+    return f"{config.stack_prefix}-{DEVICE_GATEWAY_STACK_PART}"
+
+
+def certificate_id(certificate_arn: str) -> str:
+    """"The last part of the certificate ARN contains the certificate ID" (DeleteCertificate)."""
+    return certificate_arn.rsplit("/", 1)[-1]
+
+
+def short(certificate_arn: str) -> str:
+    return certificate_id(certificate_arn)[:12]
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """The value of a device's parameter."""
+
+    thing_name: str
+    certificate_arn: str
+    certificate_pem: str
+    private_key: str
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"thing_name": self.thing_name, "certificate_arn": self.certificate_arn,
+             "certificate_pem": self.certificate_pem, "private_key": self.private_key},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Credentials | None:
+        """None for a value this tool did not write (it is then replaced)."""
+        try:
+            value = json.loads(text)
+            return cls(**{key: value[key] for key in ("thing_name", "certificate_arn", "certificate_pem", "private_key")})
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The names of one environment's devices."""
+
+    config: EnvironmentConfig
+
+    @property
+    def attribute(self) -> str:
+        return simulator_fleet_name(self.config)
+
+    @property
+    def path(self) -> str:
+        return device_credentials_path(self.config)
+
+    @property
+    def policy(self) -> str:
+        return device_policy_name(self.config)
+
+    def thing(self, index: int) -> str:
+        return device_thing_name(self.config, index)
+
+    def parameter(self, thing: str) -> str:
+        return f"{self.path}/{thing}"
+
+    def index_of(self, thing: str) -> int | None:
+        """The device number of one of this fleet's thing names, None for any other name."""
+        pattern = re.escape(device_thing_name(self.config, 0)).replace("000000", "([0-9]{6})")
+        match = re.fullmatch(pattern, thing)
+        return int(match.group(1)) if match and int(match.group(1)) > 0 else None
+
+
+class DeviceRegistry:
+    """The AWS IoT calls. Rules from the AWS IoT API Reference are quoted where they are relied on."""
+
+    def __init__(self, iot, *, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._iot = iot
+        self._sleep = sleep
+
+    def fleet_things(self, fleet: Fleet) -> set[str]:
+        """Things carrying the fleet attribute (ListThings filters on one attribute, exact value
+        unless usePrefixAttributeValue), narrowed to this fleet's thing names."""
+        names = set()
+        for page in self._iot.get_paginator("list_things").paginate(
+            attributeName=FLEET_ATTRIBUTE, attributeValue=fleet.attribute
+        ):
+            names.update(t["thingName"] for t in page["things"] if fleet.index_of(t["thingName"]))
+        return names
+
+    def require_policy(self, name: str) -> None:
+        try:
+            self._iot.get_policy(policyName=name)
+        except self._iot.exceptions.ResourceNotFoundException:
+            raise ToolError(f"IoT policy {name} does not exist; deploy the DeviceGateway stack first") from None
+
+    def principals(self, thing: str) -> list[str]:
+        found = []
+        for page in self._iot.get_paginator("list_thing_principals").paginate(thingName=thing):
+            found.extend(page["principals"])
+        return found
+
+    def certificate_status(self, certificate_arn: str) -> str | None:
+        """ACTIVE, INACTIVE, REVOKED, ...; None when there is no such certificate."""
+        try:
+            description = self._iot.describe_certificate(certificateId=certificate_id(certificate_arn))
+        except self._iot.exceptions.ResourceNotFoundException:
+            return None
+        return description["certificateDescription"]["status"]
+
+    def create_thing(self, thing: str, fleet: Fleet) -> None:
+        # "If this call is made multiple times using the same thing name and configuration, the call
+        # will succeed. If this call is made with the same thing name but different configuration a
+        # ResourceAlreadyExistsException is thrown" (CreateThing): a rerun may repeat it, and a
+        # thing of that name without the fleet attribute (not ours) is refused, not taken over.
+        try:
+            self._iot.create_thing(thingName=thing, attributePayload={"attributes": {FLEET_ATTRIBUTE: fleet.attribute}})
+        except self._iot.exceptions.ResourceAlreadyExistsException:
+            raise DeviceFailure(f"a thing {thing} without attribute {FLEET_ATTRIBUTE}={fleet.attribute} exists; "
+                                "it is not this tool's, so it is left alone") from None
+
+    def create_certificate(self) -> dict:
+        # "This is the only time AWS IoT issues the private key for this certificate"
+        # (CreateKeysAndCertificate): the caller stores it before anything else.
+        return self._iot.create_keys_and_certificate(setAsActive=True)
+
+    def attach(self, thing: str, certificate_arn: str, policy: str) -> None:
+        """The policy first, the thing last: a thing with its stored certificate attached is complete.
+        Both calls succeed again for an attachment that exists (no source says so for real IoT; the
+        tool only repeats them after an interruption)."""
+        self._iot.attach_policy(policyName=policy, target=certificate_arn)
+        self._iot.attach_thing_principal(thingName=thing, principal=certificate_arn)
+
+    def retire(self, certificate_arn: str) -> None:
+        """Detach, deactivate and delete a certificate. "A certificate cannot be deleted if it has a
+        policy or IoT thing attached to it or if its status is set to ACTIVE. To delete a
+        certificate, first use the DetachPolicy action to detach all policies. Next, use the
+        UpdateCertificate action to set the certificate to the INACTIVE status" (DeleteCertificate)."""
+        policies = []
+        for page in self._iot.get_paginator("list_attached_policies").paginate(target=certificate_arn):
+            policies.extend(p["policyName"] for p in page["policies"])
+        for policy in policies:
+            self._iot.detach_policy(policyName=policy, target=certificate_arn)
+        things = []
+        for page in self._iot.get_paginator("list_principal_things").paginate(principal=certificate_arn):
+            things.extend(page["things"])
+        for thing in things:
+            self._iot.detach_thing_principal(thingName=thing, principal=certificate_arn)
+        self._iot.update_certificate(certificateId=certificate_id(certificate_arn), newStatus="INACTIVE")
+        self._delete_certificate(certificate_arn)
+
+    def _delete_certificate(self, certificate_arn: str) -> None:
+        # DetachThingPrincipal: "This call is asynchronous. It might take several seconds for the
+        # detachment to propagate." Until then DeleteCertificate answers DeleteConflictException.
+        delays = [1, 2, 4, 8, 16]
+        while True:
+            try:
+                self._iot.delete_certificate(certificateId=certificate_id(certificate_arn))
+                return
+            except self._iot.exceptions.DeleteConflictException:
+                if not delays:
+                    raise
+                self._sleep(delays.pop(0))
+
+    def delete_thing(self, thing: str) -> None:
+        # The API reference does not say DeleteThing refuses a thing with principals attached
+        # (moto does, ThingStillAttached); the tool retires every certificate first either way.
+        # "Returns successfully with no error if ... you specify a thing that doesn't exist."
+        self._iot.delete_thing(thingName=thing)
+
+
+class CredentialStore:
+    """The devices' parameters in SSM."""
+
+    def __init__(self, ssm, fleet: Fleet) -> None:
+        self._ssm = ssm
+        self._fleet = fleet
+
+    def stored(self) -> dict[str, Credentials | None]:
+        """thing name -> credentials (None: a parameter this tool cannot read) for every parameter
+        under the fleet's path that is named after one of its things."""
+        found: dict[str, Credentials | None] = {}
+        for page in self._ssm.get_paginator("get_parameters_by_path").paginate(
+            Path=self._fleet.path, Recursive=False, WithDecryption=True
+        ):
+            for parameter in page["Parameters"]:
+                thing = parameter["Name"].rsplit("/", 1)[-1]
+                if self._fleet.index_of(thing):
+                    found[thing] = Credentials.from_json(parameter["Value"])
+        return found
+
+    def read(self, things: Sequence[str]) -> dict[str, Credentials | None]:
+        """Only the named things' parameters (GetParameters takes up to 10 names a call)."""
+        found: dict[str, Credentials | None] = {}
+        for start in range(0, len(things), 10):
+            names = [self._fleet.parameter(t) for t in things[start:start + 10]]
+            for parameter in self._ssm.get_parameters(Names=names, WithDecryption=True)["Parameters"]:
+                found[parameter["Name"].rsplit("/", 1)[-1]] = Credentials.from_json(parameter["Value"])
+        return found
+
+    def put(self, credentials: Credentials, key_arn: str, *, overwrite: bool) -> None:
+        value = credentials.to_json()
+        if len(value.encode()) > STANDARD_PARAMETER_LIMIT:
+            raise DeviceFailure(f"credentials of {credentials.thing_name} take {len(value.encode())} bytes, over the "
+                                f"{STANDARD_PARAMETER_LIMIT} of a Standard parameter")
+        self._ssm.put_parameter(
+            Name=self._fleet.parameter(credentials.thing_name),
+            Description=f"Certificate and private key of AWS IoT thing {credentials.thing_name} (scripts/provision_devices.py)",
+            Value=value,
+            Type="SecureString",
+            KeyId=key_arn,
+            Tier="Standard",
+            Overwrite=overwrite,
+        )
+
+    def delete(self, thing: str) -> None:
+        try:
+            self._ssm.delete_parameter(Name=self._fleet.parameter(thing))
+        except self._ssm.exceptions.ParameterNotFound:
+            pass
+
+
+class DeviceFailure(Exception):
+    """One device could not be brought to the wanted state; the run goes on with the next."""
+
+
+@dataclass
+class DeviceState:
+    """What AWS holds of one device before the tool acts."""
+
+    index: int
+    thing: str
+    thing_exists: bool
+    principals: list[str]
+    parameter_exists: bool
+    stored: Credentials | None
+
+
+@dataclass
+class Repair:
+    """What creating or completing one device takes."""
+
+    create_thing: bool = False
+    retire: list[str] = field(default_factory=list)  # certificate ARNs whose private key is not stored
+    new_certificate: bool = False
+    attach: str | None = None  # an existing stored certificate not yet attached
+
+    @property
+    def nothing(self) -> bool:
+        return not (self.create_thing or self.retire or self.new_certificate or self.attach)
+
+    def describe(self) -> str:
+        parts = ["thing"] if self.create_thing else []
+        parts += [f"retire certificate {short(arn)} (its key is not stored)" for arn in self.retire]
+        if self.new_certificate:
+            parts.append("certificate, stored credentials, policy and thing attachments")
+        if self.attach:
+            parts.append(f"attach stored certificate {short(self.attach)} to policy and thing")
+        return ", ".join(parts)
+
+
+def plan_repair(state: DeviceState, registry: DeviceRegistry) -> Repair:
+    stored_arn = state.stored.certificate_arn if state.stored else None
+    repair = Repair(create_thing=not state.thing_exists)
+    for principal in state.principals:
+        if ":cert/" not in principal:
+            raise DeviceFailure(f"principal {principal} of {state.thing} is not a certificate; detach it by hand")
+    keep = None
+    if stored_arn and stored_arn in state.principals:
+        keep = stored_arn  # complete: the thing attachment is the last step
+    elif stored_arn:
+        status = registry.certificate_status(stored_arn)
+        if status == "ACTIVE":
+            keep = repair.attach = stored_arn  # stopped between storing and attaching
+        elif status is not None:
+            repair.retire.append(stored_arn)  # deactivated or revoked: replaced
+    repair.retire[:0] = [p for p in state.principals if p != keep]
+    repair.new_certificate = keep is None
+    return repair
+
+
+@dataclass
+class Tally:
+    counts: dict[str, int] = field(default_factory=dict)
+    consecutive_failures: int = 0
+
+    def add(self, outcome: str) -> None:
+        self.counts[outcome] = self.counts.get(outcome, 0) + 1
+        self.consecutive_failures = self.consecutive_failures + 1 if outcome == "failed" else 0
+
+    def line(self, outcomes: Sequence[str]) -> str:
+        return ", ".join(f"{self.counts.get(o, 0)} {o}" for o in outcomes)
+
+
+class Provisioner:
+    def __init__(self, fleet: Fleet, registry: DeviceRegistry, store: CredentialStore,
+                 say: Callable[[str], None] = print) -> None:
+        self.fleet, self.registry, self.store, self.say = fleet, registry, store, say
+
+    def states(self, indices: Iterable[int], things: set[str], stored: dict[str, Credentials | None]) -> Iterable[DeviceState]:
+        for index in indices:
+            thing = self.fleet.thing(index)
+            exists = thing in things
+            yield DeviceState(index, thing, exists, self.registry.principals(thing) if exists else [],
+                              thing in stored, stored.get(thing))
+
+    def create(self, count: int, *, key_arn: str | None, dry_run: bool) -> int:
+        things, stored = self.registry.fleet_things(self.fleet), self.store.stored()
+        tally = Tally()
+        for state in self.states(range(1, count + 1), things, stored):
+            try:
+                repair = plan_repair(state, self.registry)
+                fresh = not state.thing_exists and not state.parameter_exists
+                outcome = "unchanged" if repair.nothing else "created" if fresh else "repaired"
+                if dry_run:
+                    verb = {"created": "would create", "repaired": "would repair"}.get(outcome, outcome)
+                    self.say(f"{state.thing}: {verb}" + (f": {repair.describe()}" if outcome != "unchanged" else ""))
+                else:
+                    certificate = self.apply(state, repair, key_arn) if not repair.nothing else state.stored.certificate_arn
+                    self.say(f"{state.thing}: {outcome}" + (f" ({repair.describe()})" if outcome == "repaired" else "")
+                             + f", certificate {short(certificate)}")
+            except (DeviceFailure, ClientError) as error:
+                outcome = "failed"
+                self.say(f"{state.thing}: failed: {one_line(error)}")
+            tally.add(outcome)
+            if tally.consecutive_failures >= CONSECUTIVE_FAILURES_TO_STOP:
+                self.say(f"stopping: {CONSECUTIVE_FAILURES_TO_STOP} devices in a row failed")
+                break
+        above = sorted(i for i in map(self.fleet.index_of, things | set(stored)) if i and i > count)
+        if above:
+            self.say(f"{len(above)} device(s) above --count {count} exist and were left as they are "
+                     f"(highest {above[-1]}; --delete removes every device)")
+        if dry_run:
+            self.say(f"dry run, nothing changed: devices 1-{count}: {tally.counts.get('created', 0)} to create, "
+                     f"{tally.counts.get('repaired', 0)} to repair, {tally.line(('unchanged', 'failed'))}")
+        else:
+            self.say(f"devices 1-{count}: {tally.line(('created', 'repaired', 'unchanged', 'failed'))}")
+        return 1 if tally.counts.get("failed") else 0
+
+    def apply(self, state: DeviceState, repair: Repair, key_arn: str) -> str:
+        if repair.create_thing:
+            self.registry.create_thing(state.thing, self.fleet)
+        for certificate_arn in repair.retire:
+            self.registry.retire(certificate_arn)
+        certificate = repair.attach
+        if repair.new_certificate:
+            created = self.registry.create_certificate()
+            certificate = created["certificateArn"]
+            try:
+                self.store.put(
+                    Credentials(state.thing, certificate, created["certificatePem"], created["keyPair"]["PrivateKey"]),
+                    key_arn,
+                    overwrite=state.parameter_exists,
+                )
+            except BaseException:
+                # The key exists nowhere else: a certificate nobody can use is deleted at once.
+                self.registry.retire(certificate)
+                raise
+        self.registry.attach(state.thing, certificate, self.fleet.policy)
+        return certificate
+
+    def delete(self, *, dry_run: bool) -> int:
+        things, stored = self.registry.fleet_things(self.fleet), self.store.stored()
+        tally = Tally()
+        for thing in sorted(things | set(stored)):
+            try:
+                certificates = self.registry.principals(thing) if thing in things else []
+                stored_arn = stored[thing].certificate_arn if stored.get(thing) else None
+                if stored_arn and stored_arn not in certificates and self.registry.certificate_status(stored_arn):
+                    certificates.append(stored_arn)  # a run stopped between storing and attaching
+                parts = ([f"certificate {short(c)}" for c in certificates] + (["thing"] if thing in things else [])
+                         + (["stored credentials"] if thing in stored else []))
+                if dry_run:
+                    self.say(f"{thing}: would delete {', '.join(parts)}")
+                else:
+                    # Contract order: detach policy, detach thing, INACTIVE, delete certificate (retire),
+                    # delete thing, then the parameter last, so a rerun still finds what is left.
+                    for certificate in certificates:
+                        self.registry.retire(certificate)
+                    if thing in things:
+                        self.registry.delete_thing(thing)
+                    if thing in stored:
+                        self.store.delete(thing)
+                    self.say(f"{thing}: deleted {', '.join(parts)}")
+                outcome = "deleted"
+            except ClientError as error:
+                outcome = "failed"
+                self.say(f"{thing}: failed: {one_line(error)}")
+            tally.add(outcome)
+            if tally.consecutive_failures >= CONSECUTIVE_FAILURES_TO_STOP:
+                self.say(f"stopping: {CONSECUTIVE_FAILURES_TO_STOP} devices in a row failed")
+                break
+        prefix = "dry run, nothing changed: would delete" if dry_run else "deleted"
+        self.say(f"{prefix} {tally.counts.get('deleted', 0)} device(s) of {self.fleet.attribute}, {tally.counts.get('failed', 0)} failed")
+        return 1 if tally.counts.get("failed") else 0
+
+    def export(self, directory: Path, first: int, count: int | None) -> int:
+        prepare_export_directory(directory)
+        if count is None:
+            stored = self.store.stored()
+            things = sorted((t for t in stored if self.fleet.index_of(t) >= first), key=self.fleet.index_of)
+        else:
+            things = [self.fleet.thing(i) for i in range(first, first + count)]
+            stored = self.store.read(things)
+        if not things:
+            raise ToolError(f"no stored device credentials from device {first} on; run --count N first")
+        failed = 0
+        for thing in things:
+            credentials = stored.get(thing)
+            if credentials is None:
+                failed += 1
+                self.say(f"{thing}: failed: " + ("no stored credentials; run --count first" if thing not in stored
+                                                 else "stored credentials are not this tool's JSON; run --count to replace them"))
+                continue
+            write_private(directory / f"{thing}.cert.pem", credentials.certificate_pem)
+            write_private(directory / f"{thing}.key.pem", credentials.private_key)
+            self.say(f"{thing}: wrote {thing}.cert.pem and {thing}.key.pem")
+        self.say(f"exported {len(things) - failed} device(s) to {directory}, {failed} failed")
+        return 1 if failed else 0
+
+
+def git_work_tree_of(path: Path) -> Path | None:
+    for candidate in (path, *path.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return None
+
+
+def prepare_export_directory(directory: Path) -> None:
+    """A 0700 directory outside any git work tree (keys must never be committed)."""
+    resolved = directory.expanduser().resolve()
+    repository = git_work_tree_of(resolved)
+    if repository is not None:
+        raise ToolError(f"{directory} is inside the git repository {repository}; export private keys outside any repository")
+    if resolved.exists():
+        if not resolved.is_dir():
+            raise ToolError(f"{directory} exists and is not a directory")
+        mode = stat.S_IMODE(resolved.stat().st_mode)
+        if mode & 0o077:
+            raise ToolError(f"{directory} is open to group or others (mode {mode:04o}); chmod 700 it or name a new directory")
+        return
+    resolved.mkdir(parents=True, mode=0o700)
+    resolved.chmod(0o700)  # mkdir's mode is subject to the umask
+
+
+def write_private(path: Path, text: str) -> None:
+    """Written under a temporary name with mode 0600 and renamed, so no reader sees a partial file."""
+    temporary = path.with_name(f".{path.name}.partial")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        os.fchmod(descriptor, 0o600)
+        handle.write(text)
+    os.replace(temporary, path)
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
+    config = load_environment(read_environments(), args.env)
+    fleet = Fleet(config)
+    session = session_factory(config.region)
+    iot = session.client("iot", config=botocore_config())
+    provisioner = Provisioner(fleet, DeviceRegistry(iot), CredentialStore(session.client("ssm", config=botocore_config()), fleet))
+    if args.export:
+        return provisioner.export(args.export, args.first, args.count)
+    if args.delete:
+        return provisioner.delete(dry_run=args.dry_run)
+    outputs = deployed_outputs(session.client("cloudformation", config=botocore_config()), device_gateway_stack_name(config))
+    key_arn = outputs.get(CREDENTIALS_KEY_OUTPUT)
+    provisioner.registry.require_policy(fleet.policy)
+    return provisioner.create(args.count, key_arn=key_arn, dry_run=args.dry_run)
+
+
+def botocore_config():
+    from botocore.config import Config
+
+    return Config(**RETRIES)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input is one line on stderr and exit 2, like every other refusal of the tool."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+def _device_number(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if not 1 <= number <= MAX_DEVICES:
+        raise argparse.ArgumentTypeError(f"must be 1-{MAX_DEVICES:,}, got {number}")
+    return number
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = OneLineParser(
+        description="Create, delete or export the AWS IoT things and certificates of an environment's simulated devices.",
+        epilog="Exit codes: 0 done (or dry run); 1 some devices failed, run again to finish; 2 bad input, "
+        "missing stack output or policy, or AWS not reachable.",
+    )
+    parser.add_argument("--env", required=True, help="environment name in cdk.json")
+    parser.add_argument("--count", type=_device_number, metavar="N",
+                        help=f"create: devices 1..N (1-{MAX_DEVICES:,}); export: N devices from --first")
+    parser.add_argument("--delete", action="store_true", help="remove every device of the environment and its stored credentials")
+    parser.add_argument("--export", type=Path, metavar="DIR",
+                        help="write each device's certificate and key into DIR (0700, outside any git repository)")
+    parser.add_argument("--first", type=_device_number, metavar="I", help="export: first device number (default 1)")
+    parser.add_argument("--dry-run", action="store_true", help="print what would be created or deleted; change nothing")
+    args = parser.parse_args(argv)
+    if args.delete and args.export:
+        parser.error("choose one of --count N (create), --delete and --export DIR")
+    if args.delete and args.count is not None:
+        parser.error("--delete removes every device of the environment; --count does not apply")
+    if not (args.delete or args.export) and args.count is None:
+        parser.error("say what to do: --count N (create devices 1..N), --delete or --export DIR")
+    if args.first is not None and not args.export:
+        parser.error("--first applies to --export only")
+    if args.export and args.dry_run:
+        parser.error("--dry-run applies to create and --delete; --export changes nothing in AWS")
+    args.first = args.first or 1
+    if args.export and args.count is not None and args.first + args.count - 1 > MAX_DEVICES:
+        parser.error(f"--first {args.first} --count {args.count} goes past device {MAX_DEVICES:,}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], object] | None = None) -> int:
+    args = parse_args(argv)
+    return run_tool(lambda: run(args, session_factory or aws_session))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
