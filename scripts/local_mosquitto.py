@@ -185,6 +185,23 @@ class Mosquitto:
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def reader_connection(self, client_id: str):
+        """A connected MQTT client (AWS IoT Device SDK) as the READER identity, which may read
+        every device's topic; the caller subscribes and disconnects."""
+        from awsiot import mqtt_connection_builder
+
+        connection = mqtt_connection_builder.mtls_from_path(
+            endpoint="127.0.0.1",
+            port=self.tls_port,
+            cert_filepath=str(self.pki.reader_cert),
+            pri_key_filepath=str(self.pki.reader_key),
+            ca_filepath=str(self.pki.ca),
+            client_id=client_id,
+            clean_session=True,
+        )
+        connection.connect().result(10)
+        return connection
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()

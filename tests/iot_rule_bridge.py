@@ -35,7 +35,6 @@ from simulator.payload import RULE_SENT_NS_HEADER
 class IotRuleBridge:
     def __init__(self, broker: local_mosquitto.Mosquitto, bootstrap_servers: str, kafka_topic: str):
         from awscrt import mqtt
-        from awsiot import mqtt_connection_builder
 
         self.kafka_topic = kafka_topic
         self.producer = Producer(
@@ -44,17 +43,7 @@ class IotRuleBridge:
         self.forwarded = 0
         self.errors: list[str] = []
         self._lock = threading.Lock()
-        pki = broker.pki
-        self.connection = mqtt_connection_builder.mtls_from_path(
-            endpoint="127.0.0.1",
-            port=broker.tls_port,
-            cert_filepath=str(pki.reader_cert),
-            pri_key_filepath=str(pki.reader_key),
-            ca_filepath=str(pki.ca),
-            client_id=f"iot-rule-bridge-{time.monotonic_ns()}",
-            clean_session=True,
-        )
-        self.connection.connect().result(10)
+        self.connection = broker.reader_connection(f"iot-rule-bridge-{time.monotonic_ns()}")
         subscribed, _ = self.connection.subscribe(
             "telemetry/+/data", mqtt.QoS.AT_LEAST_ONCE, callback=self._on_message
         )

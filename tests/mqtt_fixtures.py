@@ -41,21 +41,10 @@ class TopicReader:
 
     def __init__(self, broker: local_mosquitto.Mosquitto, topic_filter: str = "telemetry/+/data"):
         from awscrt import mqtt
-        from awsiot import mqtt_connection_builder
 
-        pki = broker.pki
         self.messages: list[tuple[str, bytes]] = []
         self._lock = threading.Lock()
-        self.connection = mqtt_connection_builder.mtls_from_path(
-            endpoint="127.0.0.1",
-            port=broker.tls_port,
-            cert_filepath=str(pki.reader_cert),
-            pri_key_filepath=str(pki.reader_key),
-            ca_filepath=str(pki.ca),
-            client_id=f"{local_mosquitto.READER}-{time.monotonic_ns()}",
-            clean_session=True,
-        )
-        self.connection.connect().result(10)
+        self.connection = broker.reader_connection(f"{local_mosquitto.READER}-{time.monotonic_ns()}")
         subscribed, _ = self.connection.subscribe(
             topic_filter, mqtt.QoS.AT_LEAST_ONCE, callback=self._on_message
         )
