@@ -300,11 +300,14 @@ def run_producer_process(config: RunConfig, process_index: int, conn) -> None:
         cause = error.args[0]
         if cause.code() == KafkaError._FATAL and process is not None:
             # "Local: Fatal error" says nothing; the error librdkafka stopped on says why. poll()
-            # serves error_cb with it, or raises it.
-            try:
-                process.producer.poll(0)
-            except KafkaException as fatal:
-                process.fatal_error = fatal.args[0]
+            # serves error_cb with it, or raises it, once its event is queued, which can be a
+            # moment after produce() failed (seen in CI): poll for up to a second.
+            deadline = time.monotonic() + 1.0
+            while process.fatal_error is None and time.monotonic() < deadline:
+                try:
+                    process.producer.poll(0.05)
+                except KafkaException as fatal:
+                    process.fatal_error = fatal.args[0]
             cause = process.fatal_error or cause
         reason = missing_permission(cause, "produce", topic=config.topic)
         conn.send(("error", f"producer {process_index}: {reason}"))
