@@ -34,8 +34,6 @@ this device or later ones).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import stat
 import sys
@@ -49,6 +47,9 @@ from botocore.exceptions import ClientError
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.cluster_inventory import ToolError, aws_session, deployed_outputs, run_tool  # noqa: E402
+from simulator.device_certificates import write_device  # noqa: E402
+from simulator.device_credentials import Credentials  # noqa: E402
+from simulator.device_credentials import read as read_credentials  # noqa: E402
 from stacks.config import EnvironmentConfig, load_environment, read_environments  # noqa: E402
 from stacks.naming import (  # noqa: E402
     device_credentials_path,
@@ -87,32 +88,6 @@ def certificate_id(certificate_arn: str) -> str:
 
 def short(certificate_arn: str) -> str:
     return certificate_id(certificate_arn)[:12]
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """The value of a device's parameter."""
-
-    thing_name: str
-    certificate_arn: str
-    certificate_pem: str
-    private_key: str
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {"thing_name": self.thing_name, "certificate_arn": self.certificate_arn,
-             "certificate_pem": self.certificate_pem, "private_key": self.private_key},
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> Credentials | None:
-        """None for a value this tool did not write (it is then replaced)."""
-        try:
-            value = json.loads(text)
-            return cls(**{key: value[key] for key in ("thing_name", "certificate_arn", "certificate_pem", "private_key")})
-        except (ValueError, TypeError, KeyError):
-            return None
 
 
 @dataclass(frozen=True)
@@ -265,13 +240,8 @@ class CredentialStore:
         return found
 
     def read(self, things: Sequence[str]) -> dict[str, Credentials | None]:
-        """Only the named things' parameters (GetParameters takes up to 10 names a call)."""
-        found: dict[str, Credentials | None] = {}
-        for start in range(0, len(things), 10):
-            names = [self._fleet.parameter(t) for t in things[start:start + 10]]
-            for parameter in self._ssm.get_parameters(Names=names, WithDecryption=True)["Parameters"]:
-                found[parameter["Name"].rsplit("/", 1)[-1]] = Credentials.from_json(parameter["Value"])
-        return found
+        """Only the named things' parameters."""
+        return read_credentials(self._ssm, [self._fleet.parameter(t) for t in things])
 
     def put(self, credentials: Credentials, key_arn: str, *, overwrite: bool) -> None:
         value = credentials.to_json()
@@ -487,8 +457,7 @@ class Provisioner:
                 self.say(f"{thing}: failed: " + ("no stored credentials; run --count first" if thing not in stored
                                                  else "stored credentials are not this tool's JSON; run --count to replace them"))
                 continue
-            write_private(directory / f"{thing}.cert.pem", credentials.certificate_pem)
-            write_private(directory / f"{thing}.key.pem", credentials.private_key)
+            write_device(directory, thing, credentials.certificate_pem, credentials.private_key)
             self.say(f"{thing}: wrote {thing}.cert.pem and {thing}.key.pem")
         self.say(f"exported {len(things) - failed} device(s) to {directory}, {failed} failed")
         return 1 if failed else 0
@@ -516,16 +485,6 @@ def prepare_export_directory(directory: Path) -> None:
         return
     resolved.mkdir(parents=True, mode=0o700)
     resolved.chmod(0o700)  # mkdir's mode is subject to the umask
-
-
-def write_private(path: Path, text: str) -> None:
-    """Written under a temporary name with mode 0600 and renamed, so no reader sees a partial file."""
-    temporary = path.with_name(f".{path.name}.partial")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        os.fchmod(descriptor, 0o600)
-        handle.write(text)
-    os.replace(temporary, path)
 
 
 def one_line(error: BaseException) -> str:

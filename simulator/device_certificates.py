@@ -9,6 +9,7 @@ folder gives device number d the same thing.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -22,6 +23,18 @@ THING_NAME = re.compile(r"^[A-Za-z0-9:_-]{1,128}$")
 
 def certificate_files(folder: Path, thing: str) -> tuple[Path, Path]:
     return folder / f"{thing}{CERT_SUFFIX}", folder / f"{thing}{KEY_SUFFIX}"
+
+
+def write_device(folder: Path, thing: str, certificate_pem: str, private_key: str) -> None:
+    """`thing`'s two files in `folder`, each written 0600 under a temporary name and renamed, so
+    no reader sees a partial file and no link is followed."""
+    for path, text in zip(certificate_files(folder, thing), (certificate_pem, private_key)):
+        temporary = path.with_name(f".{path.name}.partial")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            os.fchmod(descriptor, 0o600)  # the mode os.open gives is subject to the umask
+            handle.write(text)
+        os.replace(temporary, path)
 
 
 def telemetry_topic(thing: str) -> str:

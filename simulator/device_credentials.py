@@ -16,38 +16,67 @@ Exit codes: 0 written; 2 a device is not provisioned, or SSM refused (one line e
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from simulator.device_certificates import write_device
 
 # Thing names end in the device number with this many digits (stacks.naming.device_thing_name).
 DEVICE_DIGITS = 6
 # GetParameters takes at most 10 names (SSM API Reference, GetParameters: "Names ... Maximum
 # number of 10 items").
 NAMES_PER_CALL = 10
+FIELDS = ("thing_name", "certificate_arn", "certificate_pem", "private_key")
 
 
 class CredentialsError(Exception):
     """One line for the operator."""
 
 
+@dataclasses.dataclass
+class Credentials:
+    """The value of a device's parameter, as scripts/provision_devices.py stores it."""
+
+    thing_name: str
+    certificate_arn: str
+    certificate_pem: str
+    private_key: str
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Credentials | None:
+        """None for a value provisioning did not write (it is then replaced)."""
+        try:
+            value = json.loads(text)
+            return cls(**{key: value[key] for key in FIELDS})
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
 def thing_name(prefix: str, index: int) -> str:
     return f"{prefix}{index:0{DEVICE_DIGITS}d}"
 
 
-def fetch(ssm, path: str, names: Sequence[str]) -> dict[str, dict]:
+def read(ssm, parameter_names: Sequence[str]) -> dict[str, Credentials | None]:
+    """Last name segment (the thing) -> its credentials (None: a value provisioning did not
+    write), for each named parameter that exists; absent ones are left out."""
+    found: dict[str, Credentials | None] = {}
+    for start in range(0, len(parameter_names), NAMES_PER_CALL):
+        batch = list(parameter_names[start : start + NAMES_PER_CALL])
+        for parameter in ssm.get_parameters(Names=batch, WithDecryption=True)["Parameters"]:
+            found[parameter["Name"].rsplit("/", 1)[-1]] = Credentials.from_json(parameter["Value"])
+    return found
+
+
+def fetch(ssm, path: str, names: Sequence[str]) -> dict[str, Credentials]:
     """thing name -> its stored credentials, for every name; refuses when any is missing."""
-    found: dict[str, dict] = {}
-    missing: list[str] = []
-    for start in range(0, len(names), NAMES_PER_CALL):
-        batch = names[start : start + NAMES_PER_CALL]
-        answer = ssm.get_parameters(Names=[f"{path}/{name}" for name in batch], WithDecryption=True)
-        for parameter in answer["Parameters"]:
-            value = json.loads(parameter["Value"])
-            found[value["thing_name"]] = value
-        missing += [name.rsplit("/", 1)[-1] for name in answer.get("InvalidParameters", [])]
+    found = read(ssm, [f"{path}/{name}" for name in names])
+    missing = [name for name in names if found.get(name) is None]
     if missing:
         raise CredentialsError(
             f"{len(missing)} of {len(names)} devices have no credentials under {path} "
@@ -56,17 +85,12 @@ def fetch(ssm, path: str, names: Sequence[str]) -> dict[str, dict]:
     return found
 
 
-def write(directory: Path, credentials: dict[str, dict]) -> None:
+def write(directory: Path, credentials: dict[str, Credentials]) -> None:
     """`<thing>.cert.pem` and `<thing>.key.pem` for each device, readable by the owner only."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     directory.chmod(0o700)
     for name, value in credentials.items():
-        for suffix, text in (("cert.pem", value["certificate_pem"]), ("key.pem", value["private_key"])):
-            target = directory / f"{name}.{suffix}"
-            descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(descriptor, "w") as file:
-                file.write(text)
-            target.chmod(0o600)
+        write_device(directory, name, value.certificate_pem, value.private_key)
 
 
 def main(argv: Sequence[str] | None = None, *, ssm=None) -> int:
