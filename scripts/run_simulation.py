@@ -38,6 +38,9 @@ from simulator.report import format_summary, merge_reports, write_report  # noqa
 from stacks.config import ConfigError, EnvironmentConfig, load_environment, read_environments  # noqa: E402
 from stacks.naming import (  # noqa: E402
     FLEET_TAG,
+    IOT_ERROR_ACTION_TYPE,
+    IOT_KAFKA_ACTION_TYPE,
+    IOT_MQTT_PROTOCOL,
     device_rule_name,
     SIMULATOR_METRICS_NAMESPACE,
     run_simulator_document_name,
@@ -105,12 +108,12 @@ def split_rate(total: int, hosts: int) -> list[int]:
 # metrics and dimensions"): report key -> (metric, its other dimensions, whether by RuleName).
 # Throttled and failed messages never reach MSK; the error action's count repeats the failures.
 IOT_COUNTS = {
-    "publishes_throttled": ("PublishIn.Throttle", {"Protocol": "MQTT"}, False),
-    "connects_throttled": ("Connect.Throttle", {"Protocol": "MQTT"}, False),
-    "client_connects_throttled": ("Connect.ClientIDThrottle", {"Protocol": "MQTT"}, False),
+    "publishes_throttled": ("PublishIn.Throttle", {"Protocol": IOT_MQTT_PROTOCOL}, False),
+    "connects_throttled": ("Connect.Throttle", {"Protocol": IOT_MQTT_PROTOCOL}, False),
+    "client_connects_throttled": ("Connect.ClientIDThrottle", {"Protocol": IOT_MQTT_PROTOCOL}, False),
     "rule_messages_throttled": ("RuleMessageThrottled", {}, True),
-    "kafka_action_failures": ("Failure", {"ActionType": "KafkaAction"}, True),
-    "kept_by_error_action": ("ErrorActionSuccess", {"ActionType": "CloudwatchLogsAction"}, True),
+    "kafka_action_failures": ("Failure", {"ActionType": IOT_KAFKA_ACTION_TYPE}, True),
+    "kept_by_error_action": ("ErrorActionSuccess", {"ActionType": IOT_ERROR_ACTION_TYPE}, True),
 }
 
 

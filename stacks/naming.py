@@ -151,6 +151,15 @@ def athena_workgroup_name(config: EnvironmentConfig) -> str:
 DEVICE_TOPIC_ROOT = "telemetry"
 
 
+# Dimension values of AWS IoT's CloudWatch metrics (namespace AWS/IoT) for this gateway, read by
+# its alarms and by run_simulation.py's report. The metrics page names the dimensions but not these
+# values: ActionType as the rules engine names its actions (the error action message's
+# failedAction), Protocol as the console's protocol metrics show it. Not verified from a document.
+IOT_KAFKA_ACTION_TYPE = "KafkaAction"
+IOT_ERROR_ACTION_TYPE = "CloudwatchLogsAction"
+IOT_MQTT_PROTOCOL = "MQTT"
+
+
 def device_topic_filter() -> str:
     return f"{DEVICE_TOPIC_ROOT}/+/data"
 

@@ -19,17 +19,10 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from stacks.constructs.alarm_topic import notifying_alarm
+from stacks.naming import IOT_ERROR_ACTION_TYPE, IOT_KAFKA_ACTION_TYPE, IOT_MQTT_PROTOCOL
 
 NAMESPACE = "AWS/IoT"
 PERIOD = Duration.minutes(5)
-# ActionType values as the rules engine names its actions (the error action message's failedAction).
-KAFKA_ACTION = "KafkaAction"
-ERROR_ACTION = "CloudwatchLogsAction"
-
-
-# The Protocol dimension's value for MQTT clients. The metrics page names the dimension but not
-# its values; "MQTT" is what the console's protocol metrics show (not verified from a document).
-MQTT_PROTOCOL = "MQTT"
 QUOTA_PERIOD = Duration.minutes(1)
 
 
@@ -37,7 +30,7 @@ def broker_metric(name: str, *, period: Duration = PERIOD, label: str | None = N
     return cloudwatch.Metric(
         namespace=NAMESPACE,
         metric_name=name,
-        dimensions_map={"Protocol": MQTT_PROTOCOL},
+        dimensions_map={"Protocol": IOT_MQTT_PROTOCOL},
         statistic="Sum",
         period=period,
         label=label or name,
@@ -85,16 +78,16 @@ class DeviceGatewayMonitoring(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         action = actions.SnsAction(alarm_topic)
-        kafka_failures = rule_metric(rule_name, "Failure", action_type=KAFKA_ACTION, label="Kafka action failures")
+        kafka_failures = rule_metric(rule_name, "Failure", action_type=IOT_KAFKA_ACTION_TYPE, label="Kafka action failures")
         error_action_failures = rule_metric(
-            rule_name, "ErrorActionFailure", action_type=ERROR_ACTION, label="error action failures (messages lost)"
+            rule_name, "ErrorActionFailure", action_type=IOT_ERROR_ACTION_TYPE, label="error action failures (messages lost)"
         )
         error_action_deliveries = rule_metric(
-            rule_name, "ErrorActionSuccess", action_type=ERROR_ACTION, label="messages kept in the error log group"
+            rule_name, "ErrorActionSuccess", action_type=IOT_ERROR_ACTION_TYPE, label="messages kept in the error log group"
         )
         throttled = rule_metric(rule_name, "RuleMessageThrottled", label="messages throttled")
         matched = rule_metric(rule_name, "TopicMatch", label="messages matched")
-        delivered = rule_metric(rule_name, "Success", action_type=KAFKA_ACTION, label="delivered to Kafka")
+        delivered = rule_metric(rule_name, "Success", action_type=IOT_KAFKA_ACTION_TYPE, label="delivered to Kafka")
         parse_errors = rule_metric(rule_name, "ParseError", label="parse errors")
         publish_throttles = broker_metric("PublishIn.Throttle", label="publishes throttled (per connection or account)")
         connect_throttles = cloudwatch.MathExpression(
