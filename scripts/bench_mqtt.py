@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import local_kafka
-import local_mosquitto
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from scripts import local_kafka, local_mosquitto  # noqa: E402
 DEFAULT_OUTPUT = REPO_ROOT / "bench-results" / "mqtt.json"
 PUBLISHES_PER_DEVICE_S = 100  # AWS IoT's per-connection quota, which the CLI enforces
 

@@ -15,8 +15,6 @@ below names the mosquitto.conf(5) entry it relies on.
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import ipaddress
 import os
 import pwd
 import shutil
@@ -26,10 +24,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from scripts.throwaway_ca import ThrowawayCa
 
 READER = "reader"  # the identity that may read every device's topic
 READY_TIMEOUT_S = 10.0
@@ -37,10 +35,6 @@ READY_TIMEOUT_S = 10.0
 
 class LocalMosquittoError(Exception):
     pass
-
-
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())  # P-256: fast to make, as AWS IoT accepts
 
 
 def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> Path:
@@ -55,73 +49,17 @@ def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> Path:
     return path
 
 
-class _Authority:
-    def __init__(self, common_name: str):
-        self.key = _key()
-        self.name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-        now = datetime.datetime.now(datetime.UTC)
-        self.cert = (
-            x509.CertificateBuilder()
-            .subject_name(self.name)
-            .issuer_name(self.name)
-            .public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True, content_commitment=False, key_encipherment=False,
-                    data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                    crl_sign=True, encipher_only=False, decipher_only=False,
-                ),
-                critical=True,
-            )  # fmt: skip
-            .add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False
-            )
-            .sign(self.key, hashes.SHA256())
-        )
+def _issue(authority: ThrowawayCa, common_name: str, folder: Path, stem: str, *, server: bool) -> tuple[Path, Path]:
+    """A leaf certificate and key as <stem>.cert.pem and <stem>.key.pem."""
+    cert, key = authority.issue(common_name, server=server)
+    cert_path = folder / f"{stem}.cert.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert_path, _write_key(key, folder / f"{stem}.key.pem")
 
-    def issue(self, common_name: str, folder: Path, stem: str, *, server: bool) -> tuple[Path, Path]:
-        """A leaf certificate and key as <stem>.cert.pem and <stem>.key.pem."""
-        key = _key()
-        now = datetime.datetime.now(datetime.UTC)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-            .issuer_name(self.name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
-                ),
-                critical=False,
-            )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
-                critical=False,
-            )
-        )
-        if server:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName(
-                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))]
-                ),
-                critical=False,
-            )
-        cert = builder.sign(self.key, hashes.SHA256())
-        cert_path = folder / f"{stem}.cert.pem"
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        return cert_path, _write_key(key, folder / f"{stem}.key.pem")
 
-    def write(self, path: Path) -> Path:
-        path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
-        return path
+def _write_ca(authority: ThrowawayCa, path: Path) -> Path:
+    path.write_bytes(authority.cert.public_bytes(serialization.Encoding.PEM))
+    return path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,18 +80,18 @@ def make_pki(folder: Path, things: list[str]) -> Pki:
     folder.mkdir(parents=True, exist_ok=True)
     devices = folder / "devices"
     devices.mkdir(exist_ok=True)
-    authority = _Authority("simulator test MQTT CA")
-    server_cert, server_key = authority.issue("localhost", folder, "server", server=True)
+    authority = ThrowawayCa("simulator test MQTT CA")
+    server_cert, server_key = _issue(authority, "localhost", folder, "server", server=True)
     for thing in things:
-        authority.issue(thing, devices, thing, server=False)
-    reader_cert, reader_key = authority.issue(READER, folder, READER, server=False)
+        _issue(authority, thing, devices, thing, server=False)
+    reader_cert, reader_key = _issue(authority, READER, folder, READER, server=False)
     foreign_folder = folder / "foreign"
     foreign_folder.mkdir(exist_ok=True)
-    foreign_cert, foreign_key = _Authority("some other CA").issue(
-        things[0], foreign_folder, things[0], server=False
+    foreign_cert, foreign_key = _issue(
+        ThrowawayCa("some other CA"), things[0], foreign_folder, things[0], server=False
     )
     return Pki(
-        ca=authority.write(folder / "ca.pem"),
+        ca=_write_ca(authority, folder / "ca.pem"),
         server_cert=server_cert,
         server_key=server_key,
         devices=devices,

@@ -10,7 +10,7 @@
 Pytest fixtures (sf_pki, sf_cluster, sf_emulator) are in `tests.sf_emulator.fixtures`.
 """
 
-from .certs import CertificateAuthority, Issued, Pki, make_pki
+from .certs import Issued, Pki, make_pki
 from .cluster import (
     ALL_INTENTS,
     DOCUMENTED_INTENTS,
@@ -24,7 +24,6 @@ from .standard import standard_cluster
 
 __all__ = [
     "ALL_INTENTS",
-    "CertificateAuthority",
     "DOCUMENTED_INTENTS",
     "EmulatedCluster",
     "EmulatedFabricError",
