@@ -20,7 +20,8 @@ import struct
 
 SENT_NS_HEADER = "sent_ns"
 # The header the AWS IoT rule's Kafka action adds to an MQTT run's messages
-# (stacks/constructs/kafka_topic_rule.py): the payload's sent_ns as a decimal string.
+# (stacks/constructs/kafka_topic_rule.py, which takes the name from here): the payload's sent_ns
+# as a decimal string, where the direct path's `sent_ns` header is 8-byte big-endian.
 RULE_SENT_NS_HEADER = "device_sent_ns"
 SENT_NS_CODEC = struct.Struct(">q")
 SEQ_WIDTH = 10

@@ -22,6 +22,7 @@ from aws_cdk import aws_iot as iot
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from simulator.payload import RULE_SENT_NS_HEADER
 from stacks.compliance import acknowledge, wildcard_resource_finding
 from stacks.constructs.log_group import log_group
 from stacks.constructs.scram_user import ScramUser
@@ -42,10 +43,6 @@ DESTINATION_EC2_ACTIONS = (
     "ec2:DescribeVpcAttribute",
     "ec2:DescribeSecurityGroups",
 )
-# The device's own send time, nanoseconds since the epoch (simulator/payload.py's `sent_ns` field),
-# as a decimal string: the direct Kafka path's `sent_ns` header is 8-byte big-endian, so this one
-# has a name of its own.
-SENT_NS_HEADER = "device_sent_ns"
 
 
 def get_secret(secret_arn: str, field: str, role_arn: str) -> str:
@@ -166,7 +163,7 @@ class KafkaTopicRule(Construct):
                             # One device's messages stay in one partition, in order.
                             key="${topic(2)}",
                             headers=[
-                                iot.CfnTopicRule.KafkaActionHeaderProperty(key=SENT_NS_HEADER, value="${sent_ns}")
+                                iot.CfnTopicRule.KafkaActionHeaderProperty(key=RULE_SENT_NS_HEADER, value="${sent_ns}")
                             ],
                             client_properties={
                                 "bootstrap.servers": bootstrap_brokers,

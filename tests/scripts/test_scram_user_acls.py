@@ -24,8 +24,9 @@ from scripts.manage_topics import (
     everything_of,
     reconcile_acls,
 )
+from simulator.payload import RULE_SENT_NS_HEADER as SENT_NS_HEADER
 from stacks.config import load_environment
-from stacks.constructs.kafka_topic_rule import ACKS, SENT_NS_HEADER
+from stacks.constructs.kafka_topic_rule import ACKS
 from tests.conftest import cdk_context
 from tests.kafka_fixtures import admin_client
 from tests.msk_authorization import Cluster, refusal_without, role_grants
