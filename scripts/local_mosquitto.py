@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from scripts.throwaway_ca import ThrowawayCa
+from simulator.device_certificates import TOPIC_ROOT, telemetry_topic
 
 READER = "reader"  # the identity that may read every device's topic
 READY_TIMEOUT_S = 10.0
@@ -156,8 +157,8 @@ def _config(folder: Path, pki: Pki, tls_port: int, plaintext_port: int | None, d
         # acl_file: "user <username>" lines grant one user; "pattern ... %u" applies to every
         # user with %u replaced by the username, which here is the certificate's CN.
         f"user {READER}\n"
-        "topic read telemetry/#\n"
-        "pattern write telemetry/%u/data\n"
+        f"topic read {TOPIC_ROOT}/#\n"
+        f"pattern write {telemetry_topic('%u')}\n"
     )
     lines = [
         # per_listener_settings true: allow_anonymous and acl_file below apply to the listener

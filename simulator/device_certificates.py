@@ -37,9 +37,14 @@ def write_device(folder: Path, thing: str, certificate_pem: str, private_key: st
         os.replace(temporary, path)
 
 
+# Devices publish to <root>/<thing name>/data: the device policy allows that one topic, and the
+# rule reads the thing name from topic(2) (stacks.naming takes the root from here).
+TOPIC_ROOT = "telemetry"
+
+
 def telemetry_topic(thing: str) -> str:
     """The one topic a device's IoT policy lets it publish to."""
-    return f"telemetry/{thing}/data"
+    return f"{TOPIC_ROOT}/{thing}/data"
 
 
 def thing_names(folder: Path, devices: int) -> tuple[str, ...]:

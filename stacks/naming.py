@@ -3,6 +3,7 @@ so operator scripts can use them without loading the CDK."""
 
 from __future__ import annotations
 
+from simulator.device_certificates import TOPIC_ROOT
 from stacks.config import EnvironmentConfig
 
 FLEET_TAG = "telemetry:fleet"
@@ -147,8 +148,9 @@ def athena_workgroup_name(config: EnvironmentConfig) -> str:
 
 
 # Device gateway: AWS IoT Core into MSK through the rules engine's Kafka action.
-# Devices publish to telemetry/<thing name>/data; the rule reads the thing name from topic(2).
-DEVICE_TOPIC_ROOT = "telemetry"
+# Devices publish to telemetry/<thing name>/data (the simulator's devices too, hence the one
+# definition there); the rule reads the thing name from topic(2).
+DEVICE_TOPIC_ROOT = TOPIC_ROOT
 
 
 # Dimension values of AWS IoT's CloudWatch metrics (namespace AWS/IoT) for this gateway, read by

@@ -29,6 +29,7 @@ import time
 from confluent_kafka import Producer
 
 from scripts import local_mosquitto
+from stacks.naming import device_topic_filter
 from simulator.payload import RULE_SENT_NS_HEADER
 
 
@@ -45,7 +46,7 @@ class IotRuleBridge:
         self._lock = threading.Lock()
         self.connection = broker.reader_connection(f"iot-rule-bridge-{time.monotonic_ns()}")
         subscribed, _ = self.connection.subscribe(
-            "telemetry/+/data", mqtt.QoS.AT_LEAST_ONCE, callback=self._on_message
+            device_topic_filter(), mqtt.QoS.AT_LEAST_ONCE, callback=self._on_message
         )
         subscribed.result(10)
 

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from scripts import local_mosquitto
+from stacks.naming import device_topic_filter
 
 # Names of different lengths (each message is padded to the same size) and with ':' (allowed in
 # AWS IoT thing names); sorted, the two "a:" names come first.
@@ -39,7 +40,7 @@ class TopicReader:
     """The `reader` identity subscribed to every device's topic at QoS 1; collects
     (topic, payload) in arrival order."""
 
-    def __init__(self, broker: local_mosquitto.Mosquitto, topic_filter: str = "telemetry/+/data"):
+    def __init__(self, broker: local_mosquitto.Mosquitto, topic_filter: str = device_topic_filter()):
         from awscrt import mqtt
 
         self.messages: list[tuple[str, bytes]] = []
