@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
@@ -153,6 +154,10 @@ def test_an_mqtt_run_gives_each_host_its_own_devices_and_counts_what_aws_iot_thr
         upload(aws, "run-1", host, host_report(host, list(range(200, 3000, 7)), run_id="run-1", rate=3000))
     commands = sent_commands(aws)
     rule = {"RuleName": "telemetry_dev_device_telemetry"}
+    # The run's window surrounds the metrics whatever the clock says (a run starting a moment
+    # after a minute boundary would otherwise leave out metrics stamped just before it).
+    at = datetime.datetime.now(datetime.timezone.utc)
+    window = iter([at - datetime.timedelta(minutes=1), at + datetime.timedelta(minutes=1)])
     put_iot_metric(aws, "PublishIn.Throttle", 3, {"Protocol": "MQTT"})
     put_iot_metric(aws, "Failure", 2, {**rule, "ActionType": "KafkaAction"})
     put_iot_metric(aws, "Failure", 5, {**rule, "ActionType": "LambdaAction"})  # another action: not ours
@@ -162,7 +167,7 @@ def test_an_mqtt_run_gives_each_host_its_own_devices_and_counts_what_aws_iot_thr
 
     report = run_fleet(
         plan(transport="mqtt"), Fleet(aws), hosts=None, poll_interval_s=0, timeout_s=60,
-        say=lambda _line: None, sleep=waited.append, metrics_delay_s=90,
+        say=lambda _line: None, sleep=waited.append, metrics_delay_s=90, now=lambda: next(window),
     )  # fmt: skip
 
     # One command per host: the same rate, but its own block of things and the IoT endpoint.
