@@ -64,7 +64,7 @@ def per_core(folder: Path, name: str, flags: list[str], args) -> dict:
             raise BenchError(f"{name}: {report['delivery_errors']} messages were not acknowledged")
     messages = long["acked"] - short["acked"]
     cpu_s = long["hosts"][0]["producer_cpu_s"] - short["hosts"][0]["producer_cpu_s"]
-    lag = (long["schedule_lag_ms"] or {}).get("max") or 0.0
+    lag = (long["publish_delay_ms"] or {}).get("max") or 0.0
     return {
         "name": name,
         "msgs_per_core_s": round(messages / cpu_s),

@@ -182,7 +182,7 @@ def latency_row(name: str, report: dict) -> dict:
         "throughput_msgs_per_s": report["throughput_msgs_per_s"],
         **{key: e2e.get(key) for key in ("p50", "p99", "p999", "max")},
         "lost": report["lost"],
-        "schedule_lag_p99_ms": (report["schedule_lag_ms"] or {}).get("p99"),
+        "publish_delay_p99_ms": (report["publish_delay_ms"] or {}).get("p99"),
     }
 
 

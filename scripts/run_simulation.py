@@ -74,9 +74,15 @@ class RunPlan:
     log_group: str
     transport: str = "kafka"
     rule_name: str = ""  # the device gateway's topic rule (mqtt runs)
+    topic_partitions: int = 0  # partitions of the simulator's topic (cdk.json msk.topics)
 
     def parameters(
-        self, rate_per_host: int, *, first_device: int = 1, mqtt_endpoint: str = "none"
+        self,
+        rate_per_host: int,
+        *,
+        first_device: int = 1,
+        mqtt_endpoint: str = "none",
+        share: str = "1/1",
     ) -> dict[str, list[str]]:
         values = {
             "runId": self.run_id,
@@ -89,6 +95,7 @@ class RunPlan:
             "transport": self.transport,
             "firstDevice": first_device,
             "mqttEndpoint": mqtt_endpoint,
+            "share": share,
         }
         return {name: [str(value)] for name, value in values.items()}
 
@@ -96,6 +103,21 @@ class RunPlan:
         """Devices are things 1, 2, ...; over MQTT each host is its own devices (a thing connects
         once), so host n takes the n-th block of `devices`. Over Kafka every host starts at 1."""
         return host_index * self.devices + 1 if self.transport == "mqtt" else 1
+
+    def share(self, host_index: int, hosts: int) -> str:
+        """Over Kafka, host n of N writes to and reads back only the partitions p with
+        p % N = n - 1 (the simulator's --share), so the fleet's measuring capacity grows with
+        its hosts instead of stopping at what one consumer reads. Over MQTT the IoT rule picks
+        the partition by thing name, so every host reads them all."""
+        return f"{host_index + 1}/{hosts}" if self.transport == "kafka" else "1/1"
+
+    def check_hosts(self, hosts: int) -> None:
+        if self.transport == "kafka" and self.topic_partitions and self.topic_partitions < hosts:
+            raise RunError(
+                f"the simulator's topic has {self.topic_partitions} partitions, fewer than the "
+                f"{hosts} hosts asked for: each host needs partitions of its own (use --hosts "
+                f"{self.topic_partitions} or fewer, or add partitions in cdk.json msk.topics)"
+            )
 
 
 def split_rate(total: int, hosts: int) -> list[int]:
@@ -122,6 +144,7 @@ class HostOutcome:
     instance_id: str
     rate: int
     first_device: int = 1
+    share: str = "1/1"
     status: str = "Pending"
     detail: str = ""
     report: dict | None = field(default=None, repr=False)
@@ -332,8 +355,9 @@ def run_fleet(
         raise RunError(
             f"fleet {plan.fleet} has {len(available)} running host(s); {wanted or 'at least 1'} needed"
         )
+    plan.check_hosts(wanted)
     outcomes = [
-        HostOutcome(i, r, plan.first_device(n))
+        HostOutcome(i, r, plan.first_device(n), plan.share(n, wanted))
         for n, (i, r) in enumerate(zip(available[:wanted], split_rate(plan.total_rate, wanted)))
     ]
     bucket = fleet.results_bucket(plan.document)
@@ -341,9 +365,11 @@ def run_fleet(
 
     commands: dict[str, str] = {}
     run_started = now()
-    for rate, first in sorted({(o.rate, o.first_device) for o in outcomes}):
-        same = [o.instance_id for o in outcomes if (o.rate, o.first_device) == (rate, first)]
-        parameters = plan.parameters(rate, first_device=first, mqtt_endpoint=endpoint)
+    for rate, first, share in sorted({(o.rate, o.first_device, o.share) for o in outcomes}):
+        same = [
+            o.instance_id for o in outcomes if (o.rate, o.first_device, o.share) == (rate, first, share)
+        ]
+        parameters = plan.parameters(rate, first_device=first, mqtt_endpoint=endpoint, share=share)
         command = fleet.send(plan.document, same, parameters, int(timeout_s))
         commands.update(dict.fromkeys(same, command))
     say(f"sent run {plan.run_id} to {wanted} host(s): {', '.join(o.instance_id for o in outcomes)}")
@@ -401,8 +427,10 @@ def describe_plan(plan: RunPlan, hosts: int) -> str:
             f"over MQTT to AWS IoT Core, rule {plan.rule_name} into MSK: host n publishes as things "
             f"{plan.devices}*(n-1)+1 .. {plan.devices}*n (provisioned: scripts/provision_devices.py)"
         )
+    plan.check_hosts(hosts)
     lines += [
-        f"  host {n}: {r:,} msg/s" if plan.total_rate else f"  host {n}: as fast as possible"
+        (f"  host {n}: {r:,} msg/s" if plan.total_rate else f"  host {n}: as fast as possible")
+        + (f", partitions p % {hosts} = {n - 1}" if plan.transport == "kafka" and hosts > 1 else "")
         for n, r in enumerate(rates, 1)
     ]
     lines.append(f"host reports: s3://<results bucket>/runs/{plan.run_id}/<instance id>.json")
@@ -428,6 +456,9 @@ def make_plan(config: EnvironmentConfig, args: argparse.Namespace) -> RunPlan:
         log_group=simulator_runs_log_group_name(config),
         transport=args.transport,
         rule_name=device_rule_name(config),
+        topic_partitions=next(
+            t.partitions for t in config.msk.topics if t.name == config.simulator_fleet.topic
+        ),
     )
 
 
@@ -473,7 +504,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--warmup", type=_at_least(0), default=5, help="seconds before measuring (default 5)"
     )
     parser.add_argument(
-        "--processes", type=_at_least(0), default=0, help="per host (default 0: one per core)"
+        "--processes",
+        type=_at_least(0),
+        default=0,
+        help="per host (default 0: as few as each host's rate needs, the simulator's default)",
     )
     parser.add_argument("--message-bytes", type=_at_least(320), default=512, help="default 512")
     parser.add_argument(

@@ -14,11 +14,19 @@ from pathlib import Path
 from simulator import device_certificates, payload
 from simulator.config import MqttSettings, RunConfig, SloThresholds
 from simulator.errors import SimulatorError
-from simulator.flags import EXIT_ERROR, EXIT_PASS, EXIT_SLO_FAILED, build_parser
+from simulator.flags import (
+    EXIT_ERROR,
+    EXIT_PASS,
+    EXIT_SLO_FAILED,
+    KAFKA_PROCESS_RATE,
+    MQTT_PROCESS_RATE,
+    build_parser,
+)
 from simulator.kafka_config import SASL_PASSWORD_ENV
 
 BOOTSTRAP = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}(,[A-Za-z0-9.\-\[\]:]+:\d{1,5})*$")
 MQTT_ENDPOINT = re.compile(r"^([A-Za-z0-9.-]+)(?::(\d{1,5}))?$")
+SHARE = re.compile(r"^(\d{1,4})/(\d{1,4})$")
 DEFAULTS = SloThresholds()
 # AWS IoT Core quotas per connection (not adjustable): publishes per second and bytes per second.
 # The simulator opens one connection per device, so these bound each device's share of --rate.
@@ -128,9 +136,36 @@ def mqtt_settings(args) -> MqttSettings | None:
     )
 
 
+def default_processes(rate: float, transport: str) -> int:
+    """As few producer processes as the rate needs, at most one per core; one per core with
+    --rate 0 (as fast as possible)."""
+    cores = os.cpu_count() or 1
+    if rate <= 0:
+        return cores
+    per_process = MQTT_PROCESS_RATE if transport == "mqtt" else KAFKA_PROCESS_RATE
+    return max(1, min(cores, math.ceil(rate / per_process)))
+
+
+def share(value: str, transport: str) -> tuple[int, int]:
+    """--share K/N: host K (1-based) of N."""
+    match = SHARE.match(value)
+    if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
+        raise SimulatorError(f"--share {value!r}: expected K/N with 1 <= K <= N, e.g. 2/3")
+    host, hosts = int(match.group(1)), int(match.group(2))
+    if hosts > 1 and transport == "mqtt":
+        raise SimulatorError(
+            "--share goes with --transport kafka: the IoT rule picks each message's partition "
+            "by thing name, so an MQTT host reads every partition"
+        )
+    return host, hosts
+
+
 def run_config(args) -> RunConfig:
     """Validates the run flags; every problem is one SimulatorError line."""
     _kafka_flags(args)
+    if args.processes is None:
+        args.processes = min(default_processes(args.rate, args.transport), max(args.devices, 1))
+    host_share = share(args.share, args.transport)
     checks = [
         (args.rate >= 0, "--rate must be >= 0 (0 = as fast as possible)"),
         (args.duration > 0, "--duration must be > 0"),
@@ -202,6 +237,7 @@ def run_config(args) -> RunConfig:
         slo=_slo(args, DEFAULTS),
         transport=args.transport,
         mqtt=mqtt,
+        share=host_share,
     )
 
 

@@ -59,6 +59,10 @@ class RunConfig:
     slo: SloThresholds = SloThresholds()
     transport: str = "kafka"  # "kafka": produce to the topic; "mqtt": publish as IoT devices
     mqtt: MqttSettings | None = None  # with transport "mqtt"
+    # This host's share of a fleet: host share[0] of share[1] (1-based) writes to and reads back
+    # only the topic's partitions p with p % share[1] == share[0] - 1.
+    share: tuple[int, int] = (1, 1)
+    partitions: tuple[int, ...] | None = None  # the partitions of that share, once known
 
     def to_report(self) -> dict:
         """The settings a report records (no paths, nothing secret)."""

@@ -49,10 +49,13 @@ class HostConsumer:
         )
 
     def assign_from_end(self) -> None:
-        """Start every partition at its current end, before any producer sends."""
-        topic = self.config.topic
-        metadata = self.consumer.list_topics(topic, timeout=self.config.connect_timeout_s)
-        self.start_offsets = self.end_offsets(sorted(metadata.topics[topic].partitions))
+        """Start this host's partitions (all of them, unless it is one share of a fleet) at their
+        current end, before any producer sends."""
+        topic, partitions = self.config.topic, self.config.partitions
+        if partitions is None:
+            metadata = self.consumer.list_topics(topic, timeout=self.config.connect_timeout_s)
+            partitions = sorted(metadata.topics[topic].partitions)
+        self.start_offsets = self.end_offsets(partitions)
         self.consumer.assign(
             [
                 TopicPartition(topic, partition, offset)

@@ -112,6 +112,44 @@ class LatencyRecorder:
         self.clamped = 0
 
 
+class PublishDelays:
+    """Publish delay: from a message's intended send time to the moment the send loop had handed
+    it to the client (the instrument's own share of every end-to-end figure, as the OpenMessaging
+    Benchmark reports it).
+
+    The loop sends what is due in bursts; it records one (time, first index, count) per burst and
+    every message's own delay is computed from the schedule later, with numpy, so the hot loop
+    pays three array appends per burst, not a histogram update per message.
+    """
+
+    def __init__(self, schedule):
+        self.schedule = schedule
+        self.histogram = new_histogram()
+        self.times, self.firsts, self.counts = array.array("q"), array.array("q"), array.array("q")
+
+    def burst(self, sent_ns: int, first: int, count: int) -> None:
+        self.times.append(sent_ns)
+        self.firsts.append(first)
+        self.counts.append(count)
+
+    def flush(self) -> None:
+        if not self.counts:
+            return
+        counts = np.frombuffer(self.counts.tobytes(), dtype=np.int64)
+        starts = np.cumsum(counts) - counts
+        offsets = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
+        indices = np.repeat(np.frombuffer(self.firsts.tobytes(), dtype=np.int64), counts) + offsets
+        schedule = self.schedule
+        # schedule.intended_ns(i), for every index at once (the same float arithmetic).
+        intended = schedule.start_ns + (
+            (indices * schedule.processes + schedule.process_index) * schedule.ns_per_message
+        ).astype(np.int64)
+        sent = np.repeat(np.frombuffer(self.times.tobytes(), dtype=np.int64), counts)
+        record_microseconds(self.histogram, np.maximum(sent - intended, 0) // 1000)
+        for values in (self.times, self.firsts, self.counts):
+            del values[:]
+
+
 def encode(histogram: HdrHistogram) -> str:
     return histogram.encode().decode("ascii")
 

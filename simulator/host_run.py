@@ -41,6 +41,8 @@ class HostRun:
     e2e: LatencyRecorder
     consumer_errors: list[str]
     drained: bool | None  # None when the run did not consume
+    consumer_partitions: list[int] | None = None  # what the consumer read; None: no consumer
+    consumer_foreign: int = 0  # messages it read that another host or run sent
 
 
 def _kafka_reason(error: KafkaException) -> str:
@@ -159,7 +161,7 @@ def _progress_line(
         latency = f"e2e p99 {p99:.2f} ms" if p99 is not None else "e2e p99 -"
     else:
         latency = "warming up"
-    lag = f"behind schedule up to {lag_ms:.2f} ms" if config.rate > 0 else "no schedule"
+    lag = f"publish delay up to {lag_ms:.2f} ms" if config.rate > 0 else "no schedule"
     return (
         f"[{elapsed_s:6.1f}s] sent {sent:,} acked {acked:,} ({rate:,.0f} msg/s) "
         f"errors {errors:,} | {latency} | {lag}"
@@ -180,8 +182,31 @@ def run_host(config: RunConfig, progress_out=sys.stderr) -> HostRun:
         raise SimulatorError(f"Kafka at {config.bootstrap_servers}: {reason}") from None
 
 
+def own_partitions(config: RunConfig, partition_count: int) -> tuple[int, ...]:
+    """The topic's partitions this host writes to and reads back: those p with
+    p % hosts == host - 1, so the hosts of a fleet never share one."""
+    host, hosts = config.share
+    if partition_count < hosts:
+        raise SimulatorError(
+            f"topic {config.topic!r} has {partition_count} partitions, fewer than the fleet's "
+            f"{hosts} hosts: every host needs a partition of its own (add partitions or use "
+            "fewer hosts)"
+        )
+    partitions = tuple(range(host - 1, partition_count, hosts))
+    if config.devices < len(partitions):
+        raise SimulatorError(
+            f"--devices {config.devices} leaves partitions without messages: this host writes "
+            f"to {len(partitions)} partitions and each device to one; use at least "
+            f"{len(partitions)} devices"
+        )
+    return partitions
+
+
 def _run_host(config: RunConfig, progress_out) -> HostRun:
-    if config.transport == "kafka" or config.consume:
+    if config.transport == "kafka":
+        partitions = own_partitions(config, check_broker(config))
+        config = dataclasses.replace(config, partitions=partitions)
+    elif config.consume:  # the IoT rule picks partitions by thing name: read them all
         check_broker(config)
     ledger = SequenceLedger(config.devices, config.processes, _planned_messages(config))
     e2e = LatencyRecorder("q", scale_to_us=1e-3)
@@ -242,6 +267,8 @@ def _run_host(config: RunConfig, progress_out) -> HostRun:
         ledger=ledger,
         e2e=e2e,
         consumer_errors=consumer.errors if consumer else [],
+        consumer_partitions=sorted(consumer.start_offsets) if consumer else None,
+        consumer_foreign=consumer.foreign if consumer else 0,
         drained=drained,
     )
 

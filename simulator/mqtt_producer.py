@@ -28,7 +28,6 @@ import functools
 import time
 from pathlib import Path
 
-import numpy as np
 from awscrt import io as crt_io
 from awscrt import mqtt as crt_mqtt
 from awscrt.exceptions import AwsCrtError
@@ -71,7 +70,7 @@ class MqttProducerProcess:
         )
         self.topics = [telemetry_topic(thing) for thing in self.things]
         self.acks = histograms.LatencyRecorder("q", scale_to_us=1e-3)  # nanoseconds
-        self.lag_values, self.lag_weights = array.array("q"), array.array("q")
+        self.publish_delays: histograms.PublishDelays | None = None
         self.failures: list[int] = []  # message indices never acknowledged
         # (message index, perf_counter_ns at completion, exception or None), from CRT threads.
         self.completions: collections.deque = collections.deque()
@@ -149,6 +148,7 @@ class MqttProducerProcess:
             warmup_s=self.config.warmup_s,
             duration_s=self.config.duration_s,
         )
+        self.publish_delays = histograms.PublishDelays(schedule)
         self.published_at = array.array("q", bytes(8 * schedule.messages))
         self.settled = bytearray(schedule.messages)
         try:
@@ -157,13 +157,7 @@ class MqttProducerProcess:
         finally:
             self._disconnect()
         first_measured = schedule.first_measured
-        lag = histograms.new_histogram()
-        if self.lag_values:
-            histograms.record_microseconds(
-                lag,
-                np.frombuffer(self.lag_values.tobytes(), dtype=np.int64) // 1000,
-                np.frombuffer(self.lag_weights.tobytes(), dtype=np.int64),
-            )
+        self.publish_delays.flush()
         return ProducerResult(
             process_index=self.process_index,
             producer_id=self.producer_id,
@@ -175,7 +169,7 @@ class MqttProducerProcess:
             - sum(1 for index in self.failures if index >= first_measured),
             period_end_ns=schedule.measure_end_ns,
             ack_histogram=histograms.encode(self.acks.histogram),
-            lag_histogram=histograms.encode(lag),
+            publish_delay_histogram=histograms.encode(self.publish_delays.histogram),
             ack_clamped=self.acks.clamped,
             cpu_s=round(time.process_time(), 3),
         )
@@ -188,7 +182,7 @@ class MqttProducerProcess:
         total, first_measured = schedule.messages, schedule.first_measured
         start, step = schedule.start_ns, schedule.ns_per_message
         processes, k = schedule.processes, schedule.process_index
-        lag_value, lag_weight = self.lag_values.append, self.lag_weights.append
+        delays = self.publish_delays
         clock, partial = time.perf_counter_ns, functools.partial
         measuring = first_measured == 0
         if measuring:
@@ -205,8 +199,6 @@ class MqttProducerProcess:
                     due = min(due, first_measured)
             if due > i:
                 lag = now - (start + int((i * processes + k) * step))
-                lag_value(lag)
-                lag_weight(due - i)
                 for index in range(i, due):
                     device, seq = index % per_seq, index // per_seq
                     sent_ns = start + int((index * processes + k) * step)
@@ -214,9 +206,12 @@ class MqttProducerProcess:
                     published_at[index] = clock()
                     future, _packet_id = publishers[device](topics[device], value, QOS)
                     future.add_done_callback(partial(on_done, index))
+                if measuring:
+                    delays.burst(time.time_ns(), i, due - i)
                 i = self.sent = due
                 self._collect()
-                self.progress.maybe_send(now, i, lag)
+                if self.progress.maybe_send(now, i, lag):
+                    delays.flush()
             if i < total:  # PUBACKs arrive on CRT threads: nothing to serve while waiting
                 target = max(schedule.intended_ns(i), now + SEND_TICK_NS)
                 time.sleep(max(0, target - time.time_ns()) / NS_PER_S)

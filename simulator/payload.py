@@ -7,8 +7,8 @@ pre-rendered per-device template, and a consumer reads the fields back by slicin
   {"run_id":"R","producer_id":"HOST/p01","device_id":"HOST-d000042","seq":        17,
    "sent_ns":1763862000123456789,"readings":{...},"pad":"xxxx"}
 
-The send time is also carried in the `sent_ns` header (8-byte big-endian, like Kafka's
-LongSerializer) for consumers that measure latency without parsing the value.
+The send time travels in the value only: the producer hands messages to librdkafka with
+produce_batch, which takes no headers (confluent-kafka's Producer.produce_batch).
 """
 
 from __future__ import annotations
@@ -16,14 +16,11 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
-import struct
 
-SENT_NS_HEADER = "sent_ns"
 # The header the AWS IoT rule's Kafka action adds to an MQTT run's messages
 # (stacks/constructs/kafka_topic_rule.py, which takes the name from here): the payload's sent_ns
-# as a decimal string, where the direct path's `sent_ns` header is 8-byte big-endian.
+# as a decimal string.
 RULE_SENT_NS_HEADER = "device_sent_ns"
-SENT_NS_CODEC = struct.Struct(">q")
 SEQ_WIDTH = 10
 SENT_NS_WIDTH = 19
 DEVICE_DIGITS = 6

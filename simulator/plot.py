@@ -7,7 +7,7 @@ from pathlib import Path
 from simulator import histograms
 
 TICKS_PER_HALF_DISTANCE = 5
-CURVES = (("e2e", "end-to-end"), ("ack", "produce-to-ack"))
+CURVES = (("e2e", "end-to-end"), ("ack", "ack"), ("publish_delay", "publish delay"))
 
 
 def _percentile_curve(encoded: str) -> tuple[list[float], list[float]]:

@@ -8,12 +8,10 @@ and sends back a ProducerResult. Talks to the parent over a Pipe: ("ready"), ("p
 
 from __future__ import annotations
 
-import array
 import dataclasses
 import signal
 import time
 
-import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from simulator import histograms, kafka_config
@@ -23,8 +21,6 @@ from simulator.config import RunConfig
 from simulator.errors import SimulatorError
 from simulator.payload import (
     READINGS_VARIANTS,
-    SENT_NS_CODEC,
-    SENT_NS_HEADER,
     MessageLayout,
     TelemetryTemplate,
     process_producer_id,
@@ -33,16 +29,14 @@ from simulator.schedule import NS_PER_S, SendSchedule
 
 PROGRESS_EVERY_NS = NS_PER_S
 FLUSH_EVERY_NS = NS_PER_S // 10
-# A wake-up costs 15-25 us of CPU on a virtual machine: above 1,000 msg/s a process sends what is
-# due once a millisecond. The added delay is measured (latency counts from the intended time).
-SEND_TICK_NS = 1_000_000
-FLAT_OUT_BURST = 32  # messages between clock reads with --rate 0; all stamped before the burst
-# produce(topic, value, key, partition, callback, on_delivery, timestamp, headers): positional
-# arguments parse faster than keywords (about 0.5 us a message). -1 = the key picks the
-# partition, None = the producer's on_delivery, 0 = now.
-DEFAULTS = (-1, None, None, 0)
-
-
+# The loop wakes when the next message is due, but at most once per SEND_TICK_NS: a wake-up costs
+# 15-25 us of CPU on a virtual machine, so at 5,000 msg/s and above it sends what is due every
+# 200 us. What that adds is measured: the publish delay runs from each message's intended time.
+SEND_TICK_NS = 200_000
+# Waits of at least this long poll librdkafka for delivery reports (its timeout has whole
+# milliseconds); the last stretch is one precise sleep. See _wait_until.
+POLL_WAIT_MIN_NS = 1_500_000
+FLAT_OUT_BURST = 64  # messages per produce_batch with --rate 0; all stamped before the burst
 @dataclasses.dataclass(frozen=True)
 class ProducerResult:
     process_index: int
@@ -50,8 +44,8 @@ class ProducerResult:
     outcome: DeliveryOutcome
     measured_acked: int  # acked messages of the measured period
     period_end_ns: int  # when this process finished its measured sends
-    ack_histogram: str  # encoded, microseconds
-    lag_histogram: str  # encoded, microseconds, weighted by messages
+    ack_histogram: str  # encoded, microseconds: produce call to delivery report
+    publish_delay_histogram: str | None  # encoded, microseconds; None with --rate 0
     ack_clamped: int
     cpu_s: float  # CPU time of the process (Python and librdkafka threads)
 
@@ -65,10 +59,11 @@ class Progress:
         self.next_flush_ns = self.next_progress_ns = 0
         self.lag_max_ns = 0
 
-    def maybe_send(self, now_ns: int, sent: int, lag_ns: int) -> None:
+    def maybe_send(self, now_ns: int, sent: int, lag_ns: int) -> bool:
+        """True when it flushed the recorders (the caller flushes its own alongside)."""
         self.lag_max_ns = max(self.lag_max_ns, lag_ns)
         if now_ns < self.next_flush_ns:
-            return
+            return False
         self.acks.flush()
         self.next_flush_ns = now_ns + FLUSH_EVERY_NS
         if now_ns >= self.next_progress_ns:
@@ -77,29 +72,50 @@ class Progress:
             )
             self.lag_max_ns = 0
             self.next_progress_ns = now_ns + PROGRESS_EVERY_NS
+        return True
 
 
-def _produce_when_room(
-    producer: Producer, topic: str, value: bytes, key: bytes, headers: list
-) -> None:
-    """The local queue is full: serve delivery reports until the message fits."""
-    while True:
+def _produce_all(producer: Producer, topic: str, messages: list[dict], partition: int) -> None:
+    """produce_batch until every message is queued. A full local queue marks the messages it
+    refused with "_error" (confluent-kafka src/confluent_kafka/src/Producer.c,
+    Producer_execute_and_handle_errors); serve delivery reports and offer those again, in order.
+    Any other refusal is the run's error."""
+    while producer.produce_batch(topic, messages, partition) < len(messages):
+        messages = [message for message in messages if "_error" in message]
+        error = messages[0].pop("_error")
+        if error.code() != KafkaError._QUEUE_FULL:
+            raise KafkaException(error)
+        for message in messages[1:]:
+            message.pop("_error")
         producer.poll(0.001)
-        try:
-            producer.produce(topic, value, key, *DEFAULTS, headers)
-            return
-        except BufferError:
-            continue
 
 
 def _wait_until(producer: Producer, target_ns: int) -> None:
-    """Serve delivery reports while waiting; sleep precisely for the last millisecond."""
-    remaining = target_ns - time.time_ns()
-    if remaining > 2_000_000:
-        producer.poll(min(remaining - 1_000_000, 100_000_000) / NS_PER_S)
+    """Serve delivery reports as they arrive while waiting, then sleep precisely to target_ns.
+
+    A message's ack latency is taken when its delivery report is served: librdkafka's
+    rd_kafka_message_latency() is rd_clock() minus the enqueue time at the moment of the call
+    (librdkafka src/rdkafka_msg.c). poll(timeout) returns as soon as a report is queued, so
+    reports that arrive while the loop waits are timed to within its wake-up; its timeout is in
+    whole milliseconds (confluent-kafka's cfl_timeout_ms truncates), hence the precise sleep for
+    the last stretch."""
+    while True:
         remaining = target_ns - time.time_ns()
-    if remaining > 0:
-        time.sleep(remaining / NS_PER_S)
+        if remaining <= 0:
+            return
+        if remaining < POLL_WAIT_MIN_NS:
+            time.sleep(remaining / NS_PER_S)
+            return
+        producer.poll(((remaining - 500_000) // 1_000_000) / 1000)
+
+
+def partitions_of_devices(devices: list[int], partitions: tuple[int, ...] | None) -> list[int]:
+    """The partition each of these (global) device numbers writes to: device d to
+    partitions[d % len(partitions)], so a device's messages stay in order on one partition as
+    with a key, and a host writes only to its own share (-1 lets the partitioner pick by key)."""
+    if not partitions:
+        return [-1] * len(devices)
+    return [partitions[device % len(partitions)] for device in devices]
 
 
 class ProducerProcess:
@@ -114,8 +130,9 @@ class ProducerProcess:
             devices=self.devices,
             message_bytes=config.message_bytes,
         )
+        self.partitions = partitions_of_devices(self.devices, config.partitions)
         self.acks = histograms.LatencyRecorder("d", scale_to_us=1e6)
-        self.lag_values, self.lag_weights = array.array("q"), array.array("q")
+        self.publish_delays: histograms.PublishDelays | None = None
         self.failures: list[bytes] = []
         ack_latency, failed = self.acks.pending.append, self.failures.append
 
@@ -149,6 +166,7 @@ class ProducerProcess:
             duration_s=self.config.duration_s,
         )
         if self.config.rate > 0:
+            self.publish_delays = histograms.PublishDelays(schedule)
             first_measured, period_end_ns, window_acked = self._send_on_schedule(schedule)
         else:
             first_measured, period_end_ns, window_acked = self._send_flat_out(schedule)
@@ -162,13 +180,9 @@ class ProducerProcess:
             window_acked = (
                 self.sent - first_measured - sum(1 for index in failed if index >= first_measured)
             )
-        lag = histograms.new_histogram()
-        if self.lag_values:
-            histograms.record_microseconds(
-                lag,
-                np.frombuffer(self.lag_values.tobytes(), dtype=np.int64) // 1000,
-                np.frombuffer(self.lag_weights.tobytes(), dtype=np.int64),
-            )
+        delays = self.publish_delays
+        if delays is not None:
+            delays.flush()
         return ProducerResult(
             process_index=self.process_index,
             producer_id=self.producer_id,
@@ -178,7 +192,7 @@ class ProducerProcess:
             measured_acked=window_acked,
             period_end_ns=period_end_ns,
             ack_histogram=histograms.encode(self.acks.histogram),
-            lag_histogram=histograms.encode(lag),
+            publish_delay_histogram=None if delays is None else histograms.encode(delays.histogram),
             ack_clamped=self.acks.clamped,
             cpu_s=round(time.process_time(), 3),
         )
@@ -196,24 +210,50 @@ class ProducerProcess:
         self.producer.poll(0)
         self.acks.start_over()
 
+    def _send(self, first: int, end: int, sent_ns) -> None:
+        """Hand messages first..end-1 to librdkafka, one produce_batch per partition.
+
+        sent_ns: None stamps each message with its intended send time (on schedule), an int
+        stamps them all with it (flat out). The message value is the only place the send time
+        travels: produce_batch takes no headers (confluent-kafka's Producer.produce_batch docs)."""
+        templates, keys, readings = self.template.templates, self.template.keys, self.template.readings
+        partitions, per_seq, mask = self.partitions, len(keys), READINGS_VARIANTS - 1
+        batches: dict[int, list[dict]] = {}
+        if sent_ns is None:
+            start, step = self.schedule_start_ns, self.schedule_step
+            processes, k = self.config.processes, self.process_index
+            for index in range(first, end):
+                device = index % per_seq
+                value = templates[device] % (
+                    index // per_seq,
+                    start + int((index * processes + k) * step),
+                    readings[index & mask],
+                )
+                batches.setdefault(partitions[device], []).append(
+                    {"value": value, "key": keys[device]}
+                )
+        else:
+            for index in range(first, end):
+                device = index % per_seq
+                value = templates[device] % (index // per_seq, sent_ns, readings[index & mask])
+                batches.setdefault(partitions[device], []).append(
+                    {"value": value, "key": keys[device]}
+                )
+        topic = self.config.topic
+        for partition, messages in batches.items():
+            _produce_all(self.producer, topic, messages, partition)
+
     def _send_on_schedule(self, schedule: SendSchedule) -> tuple[int, int, None]:
-        produce, poll, topic = self.producer.produce, self.producer.poll, self.config.topic
-        templates, keys, readings = (
-            self.template.templates,
-            self.template.keys,
-            self.template.readings,
-        )
-        pack, header, mask = SENT_NS_CODEC.pack, SENT_NS_HEADER, READINGS_VARIANTS - 1
-        per_seq, total, first_measured = len(keys), schedule.messages, schedule.first_measured
-        start, step = schedule.start_ns, schedule.ns_per_message
-        processes, k = schedule.processes, schedule.process_index
-        lag_value, lag_weight = self.lag_values.append, self.lag_weights.append
+        poll, send, clock = self.producer.poll, self._send, time.time_ns
+        self.schedule_start_ns, self.schedule_step = schedule.start_ns, schedule.ns_per_message
+        total, first_measured = schedule.messages, schedule.first_measured
+        delays = self.publish_delays
         measuring = first_measured == 0
         if measuring:
             self._start_measuring()
         i = 0
         while i < total:
-            now = time.time_ns()
+            now = clock()
             due = schedule.due(now)
             if not measuring:
                 if i == first_measured:
@@ -222,37 +262,23 @@ class ProducerProcess:
                 else:
                     due = min(due, first_measured)
             if due > i:
-                lag = now - (start + int((i * processes + k) * step))
-                lag_value(lag)
-                lag_weight(due - i)
-                for index in range(i, due):
-                    device, seq = index % per_seq, index // per_seq
-                    sent_ns = start + int((index * processes + k) * step)
-                    value = templates[device] % (seq, sent_ns, readings[index & mask])
-                    headers = [(header, pack(sent_ns))]
-                    try:
-                        produce(topic, value, keys[device], *DEFAULTS, headers)
-                    except BufferError:
-                        _produce_when_room(self.producer, topic, value, keys[device], headers)
+                send(i, due, None)
+                if measuring:
+                    delays.burst(clock(), i, due - i)
+                delay = now - schedule.intended_ns(i)
                 i = self.sent = due
                 poll(0)
-                self.progress.maybe_send(now, i, lag)
+                if self.progress.maybe_send(now, i, delay):
+                    delays.flush()
             if i < total:  # wake for the next message, but at most once per SEND_TICK_NS
                 _wait_until(self.producer, max(schedule.intended_ns(i), now + SEND_TICK_NS))
         # Open loop: the measured period is the scheduled window. Falling behind still shows in
-        # "behind schedule" and in end-to-end latency (taken from the intended send time), so the
-        # last send's microseconds of lag must not read as a throughput shortfall.
+        # the publish delay and in end-to-end latency (taken from the intended send time), so the
+        # last send's microseconds of delay must not read as a throughput shortfall.
         return first_measured, schedule.measure_end_ns, None
 
     def _send_flat_out(self, schedule: SendSchedule) -> tuple[int, int, int]:
-        produce, poll, topic = self.producer.produce, self.producer.poll, self.config.topic
-        templates, keys, readings = (
-            self.template.templates,
-            self.template.keys,
-            self.template.readings,
-        )
-        pack, header, mask = SENT_NS_CODEC.pack, SENT_NS_HEADER, READINGS_VARIANTS - 1
-        per_seq = len(keys)
+        poll, send = self.producer.poll, self._send
         measure_start, measure_end = schedule.measure_start_ns, schedule.measure_end_ns
         _wait_until(self.producer, schedule.start_ns)
         first_measured, acked_at_start, i = None, 0, 0
@@ -263,14 +289,7 @@ class ProducerProcess:
             if first_measured is None and now >= measure_start:
                 self._start_measuring()
                 first_measured, acked_at_start = i, self.acks.observed
-            header_value = [(header, pack(now))]
-            for index in range(i, i + FLAT_OUT_BURST):
-                device, seq = index % per_seq, index // per_seq
-                value = templates[device] % (seq, now, readings[index & mask])
-                try:
-                    produce(topic, value, keys[device], *DEFAULTS, header_value)
-                except BufferError:
-                    _produce_when_room(self.producer, topic, value, keys[device], header_value)
+            send(i, i + FLAT_OUT_BURST, now)
             i = self.sent = i + FLAT_OUT_BURST
             poll(0)
             self.progress.maybe_send(now, i, 0)

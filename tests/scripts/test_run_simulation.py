@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import subprocess
@@ -46,8 +47,8 @@ def host_report(
         "lost": lost, "duplicates": 0, "out_of_order": 0,
         "duration_s": 10.0, "warmup_s": 1.0, "throughput_msgs_per_s": count / 10,
         "e2e_latency_ms": histograms.summary_ms(e2e), "ack_latency_ms": histograms.summary_ms(ack),
-        "schedule_lag_ms": None,
-        "histograms": {"e2e": histograms.encode(e2e), "ack": histograms.encode(ack), "schedule_lag": None},
+        "publish_delay_ms": None,
+        "histograms": {"e2e": histograms.encode(e2e), "ack": histograms.encode(ack), "publish_delay": None},
         "clamped_over_60s": {"e2e": 0, "ack": 0},
         "consumer": {"drained": True, "errors": []},
         "config": {"rate": rate, "processes": 2, "topic": "telemetry"},
@@ -122,11 +123,17 @@ def test_full_run_merges_every_host_report(aws):
     commands = sent_commands(aws)
     report = run_fleet(plan(), Fleet(aws), hosts=None, poll_interval_s=0, timeout_s=60, say=lines.append)
 
-    # One command, to every host at once, with the rate split and the run's parameters.
-    (command,) = commands
-    assert command["DocumentName"] == DOCUMENT and sorted(command["InstanceIds"]) == hosts
-    assert command["Parameters"]["ratePerHost"] == ["3000"] and command["Parameters"]["runId"] == ["run-1"]
-    assert command["Parameters"]["durationSeconds"] == ["10"]
+    # One command per host, with the rate split, the run's parameters and the host's own share
+    # of the topic's partitions.
+    assert len(commands) == 3
+    shares = {}
+    for command in commands:
+        (instance,) = command["InstanceIds"]
+        assert command["DocumentName"] == DOCUMENT
+        assert command["Parameters"]["ratePerHost"] == ["3000"] and command["Parameters"]["runId"] == ["run-1"]
+        assert command["Parameters"]["durationSeconds"] == ["10"]
+        shares[instance] = command["Parameters"]["share"]
+    assert shares == {host: [f"{n}/3"] for n, host in enumerate(hosts, 1)}
 
     # Counts add up; percentiles come from the merged histogram, not from averaging hosts.
     assert report["received"] == sum(len(v) for v in latencies.values())
@@ -192,9 +199,10 @@ def test_a_kafka_run_sends_every_host_the_same_devices_and_asks_aws_iot_nothing(
         upload(aws, "run-1", host, host_report(host, list(range(200, 3000, 7)), run_id="run-1", rate=3000))
     commands = sent_commands(aws)
     report = run_fleet(plan(), Fleet(aws), hosts=None, poll_interval_s=0, timeout_s=60, say=lambda _line: None)
-    (command,) = commands
-    assert command["Parameters"]["transport"] == ["kafka"] and command["Parameters"]["firstDevice"] == ["1"]
-    assert command["Parameters"]["mqttEndpoint"] == ["none"]
+    assert len(commands) == 3  # one per host: each its own share of the partitions
+    for command in commands:
+        assert command["Parameters"]["transport"] == ["kafka"] and command["Parameters"]["firstDevice"] == ["1"]
+        assert command["Parameters"]["mqttEndpoint"] == ["none"]
     assert "iot" not in report and report["fleet"]["transport"] == "kafka"
 
 
@@ -223,6 +231,16 @@ def test_remainder_rates_go_out_as_separate_commands(aws):
 def test_too_few_hosts_is_one_clear_error(aws):
     with pytest.raises(RunError, match="fleet telemetry-dev-simulator has 3 running host\\(s\\); 5 needed"):
         run_fleet(plan(), Fleet(aws), hosts=5, poll_interval_s=0, timeout_s=60, say=lambda _: None)
+
+
+def test_more_hosts_than_the_topic_has_partitions_is_one_clear_error(aws):
+    few = dataclasses.replace(plan(), topic_partitions=2)
+    commands = sent_commands(aws)
+    with pytest.raises(RunError, match="the simulator's topic has 2 partitions, fewer than the 3 hosts"):
+        run_fleet(few, Fleet(aws), hosts=3, poll_interval_s=0, timeout_s=60, say=lambda _: None)
+    assert commands == []  # refused before anything was sent
+    # Over MQTT the rule spreads every host's messages over all partitions: no share to refuse.
+    dataclasses.replace(few, transport="mqtt").check_hosts(3)
 
 
 def test_no_report_at_all_is_an_error(aws):
@@ -273,7 +291,8 @@ def test_dry_run_prints_the_plan_for_the_configured_fleet_without_aws():
     assert result.returncode == 0, result.stderr
     assert "fleet telemetry-prod-simulator, document telemetry-prod-run-simulator" in result.stdout
     assert "10,000 msg/s in total over 3 host(s)" in result.stdout
-    assert result.stdout.count("msg/s\n") >= 3 and "host 1: 3,334 msg/s" in result.stdout
+    assert "host 1: 3,334 msg/s, partitions p % 3 = 0" in result.stdout
+    assert "host 3: 3,333 msg/s, partitions p % 3 = 2" in result.stdout
     assert "dry run: nothing sent" in result.stdout
 
 

@@ -61,6 +61,9 @@ def with_flag(flag, value):
         (with_flag("--producer-id", "bad name!"), "--producer-id"),
         (with_flag("--report", "out.txt"), "must end in .json"),
         (with_flag("--plot", "out.jpg"), "must end in .png"),
+        (with_flag("--share", "0/3"), "--share '0/3': expected K/N with 1 <= K <= N"),
+        (with_flag("--share", "4/3"), "--share '4/3': expected K/N with 1 <= K <= N"),
+        (with_flag("--share", "half"), "--share 'half': expected K/N"),
         (["merge", "missing.json", "--report", "m.json"], "cannot read report"),
         (["launch"], "invalid choice"),
     ],
@@ -199,3 +202,33 @@ def test_transport_flags_go_together(args, fragment, tmp_path):
     result = simulator(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and fragment in result.stderr
+
+
+@pytest.mark.parametrize(
+    "rate,transport,cores,expected",
+    [
+        (5000, "kafka", 2, 1),  # one process until the rate needs more
+        (50_000, "kafka", 2, 1),
+        (50_001, "kafka", 2, 2),
+        (500_000, "kafka", 2, 2),  # never more than one per core
+        (500_000, "kafka", 16, 10),
+        (0, "kafka", 4, 4),  # as fast as possible: every core
+        (4000, "mqtt", 8, 1),
+        (9225, "mqtt", 8, 2),
+    ],
+)
+def test_the_default_process_count_follows_the_rate(rate, transport, cores, expected, monkeypatch):
+    from simulator import cli
+
+    monkeypatch.setattr(cli.os, "cpu_count", lambda: cores)
+    assert cli.default_processes(rate, transport) == expected
+
+
+def test_share_goes_with_the_kafka_transport_only():
+    from simulator import cli
+    from simulator.errors import SimulatorError
+
+    assert cli.share("2/3", "kafka") == (2, 3)
+    assert cli.share("1/1", "mqtt") == (1, 1)
+    with pytest.raises(SimulatorError, match="--share goes with --transport kafka"):
+        cli.share("1/2", "mqtt")

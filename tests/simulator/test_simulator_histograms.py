@@ -114,3 +114,24 @@ def test_recorder_takes_nanoseconds_or_seconds_and_can_start_over():
 def test_an_empty_histogram_summarises_to_none():
     summary = histograms.summary_ms(histograms.new_histogram())
     assert summary["count"] == 0 and summary["p99"] is None and summary["max"] is None
+
+
+def test_publish_delays_are_each_message_s_own_from_its_intended_time():
+    from simulator.schedule import SendSchedule
+
+    # Process 1 of 2 at 1,000 msg/s for the host: its i-th message is intended at
+    # start + (2i + 1) ms.
+    schedule = SendSchedule(rate=1000, processes=2, process_index=1, start_ns=10**12,
+                            warmup_s=0, duration_s=1)
+    delays = histograms.PublishDelays(schedule)
+    # A burst of three sent 5.5 ms after start: messages 0, 1, 2 were due at 1, 3 and 5 ms.
+    delays.burst(10**12 + 5_500_000, 0, 3)
+    # One message sent exactly on time, then one sent before it was due (recorded as 0).
+    delays.burst(schedule.intended_ns(3), 3, 1)
+    delays.burst(schedule.intended_ns(4) - 1000, 4, 1)
+    delays.flush()
+    assert delays.histogram.get_total_count() == 5
+    expected_us = [4500, 2500, 500, 0, 0]
+    assert histograms.summary_ms(delays.histogram)["max"] == pytest.approx(4.5, rel=1e-3)
+    assert histograms.encode(delays.histogram) == histograms.encode(one_by_one(np.array(expected_us)))
+    assert not delays.counts  # flushed bursts are forgotten

@@ -2,7 +2,6 @@
 import json
 import os
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -93,14 +92,13 @@ def test_flat_out_with_two_processes_accounts_for_every_message(kafka_broker, ne
     assert report["acked"] == grew_by == report["sent"]
     assert report["received"] == report["acked"] and report["lost"] == 0
     assert report["duplicates"] == 0 and report["out_of_order"] == 0
-    assert report["schedule_lag_ms"] is None  # no schedule to fall behind with --rate 0
+    assert report["publish_delay_ms"] is None  # no schedule to be late for with --rate 0
 
     first = first_messages(kafka_broker.bootstrap_servers, topic, 50)
     for message in first:
         value = json.loads(message.value())
         assert message.key().decode() == value["device_id"]
-        headers = dict(message.headers())
-        assert struct.unpack(">q", headers["sent_ns"])[0] == value["sent_ns"]
+        assert message.headers() is None  # the send time travels in the value only
         create_time_ms = message.timestamp()[1]
         assert abs(create_time_ms * 1_000_000 - value["sent_ns"]) < 60 * 10**9
 
@@ -135,6 +133,101 @@ def test_two_hosts_on_one_topic_measure_only_their_own_messages_and_merge(
     assert fleet["throughput_msgs_per_s"] == pytest.approx(2000, rel=0.01)
     assert fleet["slo"]["thresholds"]["min_rate_msgs_per_s"] == 1500
     assert merged.returncode == (0 if fleet["slo"]["passed"] else 1)
+
+
+def _messages_by_partition(bootstrap, topic):
+    """Every message of the topic, read from the start: partition -> host names (the first six
+    characters of the producer id), and device -> the partitions it was written to."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "share-reader"})
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10,
+                                              cached=False)[1] for p in partitions}
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    seen = {p: set() for p in partitions}
+    read = {p: 0 for p in partitions}
+    devices = {}
+    deadline = time.monotonic() + 60
+    try:
+        while any(read[p] < ends[p] for p in partitions) and time.monotonic() < deadline:
+            for message in consumer.consume(10_000, 1.0):
+                assert message.error() is None, message.error()
+                read[message.partition()] += 1
+                value = json.loads(message.value())
+                seen[message.partition()].add(value["producer_id"][:6])
+                devices.setdefault(value["device_id"], set()).add(message.partition())
+    finally:
+        consumer.close()
+    assert read == ends
+    return seen, devices
+
+
+def test_three_hosts_each_write_and_read_only_their_share_of_the_partitions(
+        kafka_broker, new_topic, tmp_path):
+    topic = new_topic(6)
+    names = ("host-1", "host-2", "host-3")
+    hosts = []
+    for number, name in enumerate(names, start=1):
+        command = [sys.executable, "-m", "simulator", "run", "--bootstrap-servers",
+                   kafka_broker.bootstrap_servers, "--topic", topic, "--rate", "1000",
+                   "--duration", "3", "--warmup", "1", "--devices", "20",
+                   "--share", f"{number}/3", "--run-id", "fleet3", "--producer-id", name,
+                   "--report", str(tmp_path / f"{name}.json")]
+        hosts.append(subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True,
+                                      env={**os.environ, "PYTHONPATH": str(REPO)}))
+    for host in hosts:
+        _, stderr = host.communicate(timeout=120)
+        assert host.returncode in (0, 1), stderr
+    reports = {n: json.loads((tmp_path / f"{n}.json").read_text()) for n in names}
+    for number, name in enumerate(names, start=1):
+        report = reports[name]
+        own = [number - 1, number + 2]  # p % 3 == number - 1 of partitions 0-5
+        assert report["config"]["partitions"] == own
+        assert report["consumer"]["partitions"] == own
+        # It read only its own partitions, so it never saw another host's message.
+        assert report["consumer"]["foreign"] == 0
+        assert report["sent"] == report["acked"] == report["received"] == 4000
+        assert report["lost"] == report["duplicates"] == 0
+    # On the broker: each partition holds the messages of exactly the host it belongs to, and
+    # every device of a host kept to one partition (its key's order is kept).
+    hosts_of, partitions_of = _messages_by_partition(kafka_broker.bootstrap_servers, topic)
+    assert hosts_of == {p: {names[p % 3]} for p in range(6)}
+    assert len(partitions_of) == 60 and all(len(p) == 1 for p in partitions_of.values())
+
+    merged = simulate("merge", *(tmp_path / f"{n}.json" for n in names),
+                      "--report", tmp_path / "fleet.json", "--slo-min-rate", 1500)
+    assert merged.returncode in (0, 1), merged.stderr
+    fleet = json.loads((tmp_path / "fleet.json").read_text())
+    assert fleet["received"] == 12_000 and fleet["lost"] == 0
+    assert fleet["consumer"]["foreign"] == 0
+    assert fleet["e2e_latency_ms"]["count"] == 9000
+    assert fleet["publish_delay_ms"]["count"] == 9000
+    # Acks count from the end of the warmup, so late acks of warmup messages are in too.
+    assert fleet["ack_latency_ms"]["count"] >= 9000
+
+
+def test_a_topic_with_fewer_partitions_than_hosts_is_one_line(kafka_broker, new_topic, tmp_path):
+    topic = new_topic(2)
+    result = simulate("run", "--bootstrap-servers", kafka_broker.bootstrap_servers,
+                      "--topic", topic, "--rate", 100, "--duration", 1, "--share", "3/3",
+                      "--report", tmp_path / "r.json")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"simulator: topic '{topic}' has 2 partitions, fewer than the fleet's 3 hosts: every "
+        "host needs a partition of its own (add partitions or use fewer hosts)")
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_fewer_devices_than_own_partitions_is_one_line(kafka_broker, new_topic, tmp_path):
+    topic = new_topic(6)
+    result = simulate("run", "--bootstrap-servers", kafka_broker.bootstrap_servers,
+                      "--topic", topic, "--rate", 100, "--duration", 1, "--devices", 2,
+                      "--processes", 1, "--report", tmp_path / "r.json")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "simulator: --devices 2 leaves partitions without messages: this host writes to 6 "
+        "partitions and each device to one; use at least 6 devices")
 
 
 def test_a_failed_slo_exits_1_and_still_writes_the_report(kafka_broker, new_topic, tmp_path):

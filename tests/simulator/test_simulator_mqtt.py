@@ -17,7 +17,6 @@ import ssl
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest

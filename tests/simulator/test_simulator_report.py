@@ -64,7 +64,7 @@ def host_run(run_config, e2e_us, sent=12_000, missing=(), failed=(), ack_us=(150
         measured_acked=10_000 - len(failed),
         period_end_ns=START_NS + 12 * NS_PER_S,
         ack_histogram=encoded(ack_us),
-        lag_histogram=encoded([50]),
+        publish_delay_histogram=encoded([50]),
         ack_clamped=0,
         cpu_s=1.0,
     )
@@ -93,7 +93,7 @@ def test_host_report_has_the_fields_the_fleet_tools_read():
         "throughput_msgs_per_s",
         "e2e_latency_ms",
         "ack_latency_ms",
-        "schedule_lag_ms",
+        "publish_delay_ms",
         "histograms",
         "slo",
         "config",

@@ -111,6 +111,7 @@ def test_run_document_script_is_valid_bash_once_substituted(synthesized, tmp_pat
         "simulatorPackage": "s3://assets-bucket/abc.zip", "region": "eu-west-1",
         "transport": "mqtt", "firstDevice": "1001", "mqttEndpoint": "a1b2c3-ats.iot.eu-west-1.amazonaws.com",
         "devicesPath": "/telemetry-dev/devices", "thingPrefix": "telemetry-dev-device-",
+        "share": "2/3",
     }
     assert set(sample) == set(content["parameters"])
     for name, value in sample.items():
@@ -124,6 +125,7 @@ def test_run_document_script_is_valid_bash_once_substituted(synthesized, tmp_pat
     # The script runs the simulator with the fixed CLI and uploads where run_simulation.py looks.
     assert "python -m simulator run" in script
     assert 's3://results-bucket/runs/run-1/$instance.json' in script
+    assert "--share '2/3'" in script  # this host's partitions
     # Over MQTT the host first writes its own devices' certificates, then publishes as them.
     assert "python -m simulator.device_credentials" in script
     assert "--first '1001' --count '1000'" in script
