@@ -36,7 +36,7 @@ SEND_TICK_NS = 200_000
 # Waits of at least this long poll librdkafka for delivery reports (its timeout has whole
 # milliseconds); the last stretch is one precise sleep. See _wait_until.
 POLL_WAIT_MIN_NS = 1_500_000
-FLAT_OUT_BURST = 64  # messages per produce_batch with --rate 0; all stamped before the burst
+FLAT_OUT_BURST = 256  # messages per burst with --rate 0; all stamped before the burst
 @dataclasses.dataclass(frozen=True)
 class ProducerResult:
     process_index: int
@@ -131,6 +131,7 @@ class ProducerProcess:
             message_bytes=config.message_bytes,
         )
         self.partitions = partitions_of_devices(self.devices, config.partitions)
+        self.partition_set = sorted(set(self.partitions))
         self.acks = histograms.LatencyRecorder("d", scale_to_us=1e6)
         self.publish_delays: histograms.PublishDelays | None = None
         self.failures: list[bytes] = []
@@ -217,31 +218,42 @@ class ProducerProcess:
         stamps them all with it (flat out). The message value is the only place the send time
         travels: produce_batch takes no headers (confluent-kafka's Producer.produce_batch docs)."""
         templates, keys, readings = self.template.templates, self.template.keys, self.template.readings
-        partitions, per_seq, mask = self.partitions, len(keys), READINGS_VARIANTS - 1
-        batches: dict[int, list[dict]] = {}
+        per_seq, mask = len(keys), READINGS_VARIANTS - 1
         if sent_ns is None:
             start, step = self.schedule_start_ns, self.schedule_step
             processes, k = self.config.processes, self.process_index
-            for index in range(first, end):
-                device = index % per_seq
-                value = templates[device] % (
-                    index // per_seq,
-                    start + int((index * processes + k) * step),
-                    readings[index & mask],
-                )
-                batches.setdefault(partitions[device], []).append(
-                    {"value": value, "key": keys[device]}
-                )
+            messages = [
+                {
+                    "value": templates[index % per_seq]
+                    % (
+                        index // per_seq,
+                        start + int((index * processes + k) * step),
+                        readings[index & mask],
+                    ),
+                    "key": keys[index % per_seq],
+                }
+                for index in range(first, end)
+            ]
         else:
-            for index in range(first, end):
-                device = index % per_seq
-                value = templates[device] % (index // per_seq, sent_ns, readings[index & mask])
-                batches.setdefault(partitions[device], []).append(
-                    {"value": value, "key": keys[device]}
-                )
-        topic = self.config.topic
-        for partition, messages in batches.items():
-            _produce_all(self.producer, topic, messages, partition)
+            messages = [
+                {
+                    "value": templates[index % per_seq]
+                    % (index // per_seq, sent_ns, readings[index & mask]),
+                    "key": keys[index % per_seq],
+                }
+                for index in range(first, end)
+            ]
+        topic, producer = self.config.topic, self.producer
+        if len(self.partition_set) == 1:  # a process that writes to one partition
+            _produce_all(producer, topic, messages, self.partitions[0])
+            return
+        batches = {partition: [] for partition in self.partition_set}
+        partitions = self.partitions
+        for index, message in zip(range(first, end), messages):
+            batches[partitions[index % per_seq]].append(message)
+        for partition, batch in batches.items():
+            if batch:
+                _produce_all(producer, topic, batch, partition)
 
     def _send_on_schedule(self, schedule: SendSchedule) -> tuple[int, int, None]:
         poll, send, clock = self.producer.poll, self._send, time.time_ns
