@@ -131,8 +131,15 @@ public final class SinkBenchmark {
     record ConsumerPerformance(long messages, double recordsPerSecond, long rebalanceMs, long fetchMs,
                                double fetchRecordsPerSecond) {}
 
-    /** (nanoTime since submission, records handed to the Parquet writers so far). */
-    record Sample(long nanos, long records) {}
+    /**
+     * (nanoTime since submission, records handed to the Parquet writers so far, CPU time of this
+     * JVM so far). The MiniCluster runs in this JVM; the broker and the other benchmarks on the
+     * machine do not, so CPU per record hardly moves when they compete for the cores.
+     */
+    record Sample(long nanos, long records, long cpuNanos) {}
+
+    private static final com.sun.management.OperatingSystemMXBean OS =
+            (com.sun.management.OperatingSystemMXBean) java.lang.management.ManagementFactory.getOperatingSystemMXBean();
 
     private static void run(LocalKafka kafka, String topic, Path workDir, Options options) throws Exception {
         Path output = workDir.resolve("telemetry");
@@ -157,7 +164,7 @@ public final class SinkBenchmark {
                 break;
             } catch (java.util.concurrent.TimeoutException stillRunning) {
                 long now = System.nanoTime();
-                samples.add(new Sample(now - began, RecordCounters.total()));
+                samples.add(new Sample(now - began, RecordCounters.total(), OS.getProcessCpuTime()));
                 if (now - lastProgress >= TimeUnit.MILLISECONDS.toNanos(PROGRESS_EVERY_MS)) {
                     lastProgress = now;
                     System.out.printf(Locale.ROOT, "%5.1f s: %,d records written, %,d rows committed%n",
@@ -194,6 +201,7 @@ public final class SinkBenchmark {
         report.put("steady_records_per_second", Math.round(steady.recordsPerSecond));
         report.put("steady_window_seconds", round(steady.windowSeconds));
         report.put("steady_window_records", steady.windowRecords);
+        report.put("steady_cpu_microseconds_per_record", round(steady.cpuMicrosPerRecord * 10) / 10);
         report.put("consumer_performance_records_per_second", Math.round(options.anchor.fetchRecordsPerSecond));
         report.put("consumer_performance_records_per_second_with_join", Math.round(options.anchor.recordsPerSecond));
         report.put("files", files.size());
@@ -209,6 +217,8 @@ public final class SinkBenchmark {
         System.out.printf(Locale.ROOT, "steady: %,.0f records/s at parallelism %d (records written to the Parquet writers"
                         + " between %.0f%% and %.0f%% of the topic: %,d records in %.1f s)%n", steady.recordsPerSecond,
                 options.parallelism, STEADY_FROM * 100, STEADY_TO * 100, steady.windowRecords, steady.windowSeconds);
+        System.out.printf(Locale.ROOT, "steady CPU: %.2f µs of this JVM's CPU time per record in that window"
+                + " (the MiniCluster's threads; not the broker's)%n", steady.cpuMicrosPerRecord);
         System.out.printf(Locale.ROOT, "whole run: %,d rows committed in %.1f s (start-up and final checkpoint included):"
                         + " %,.0f records/s%n", rows, seconds, rows / seconds);
         System.out.printf(Locale.ROOT, "anchor: ConsumerPerformance %,.0f records/s (one consumer, no parsing, no writing)%n",
@@ -237,7 +247,8 @@ public final class SinkBenchmark {
      * fewer readers running. A record counted there is committed at the next checkpoint; the
      * count of committed rows at the end is checked against the topic.
      */
-    record Steady(double startupSeconds, double recordsPerSecond, double windowSeconds, long windowRecords) {
+    record Steady(double startupSeconds, double recordsPerSecond, double windowSeconds, long windowRecords,
+                  double cpuMicrosPerRecord) {
         static Steady of(List<Sample> samples, long messages) {
             Sample first = samples.stream().filter(s -> s.records() > 0).findFirst()
                     .orElseThrow(() -> new IllegalStateException("no record was written while the job ran"));
@@ -253,7 +264,8 @@ public final class SinkBenchmark {
             }
             double window = (to.nanos() - from.nanos()) / 1e9;
             long records = to.records() - from.records();
-            return new Steady(first.nanos() / 1e9, records / window, window, records);
+            return new Steady(first.nanos() / 1e9, records / window, window, records,
+                    (to.cpuNanos() - from.cpuNanos()) / 1e3 / records);
         }
     }
 
