@@ -98,7 +98,7 @@ clean:
 
 # The Flink telemetry sink (flink/, Java 17 + Maven): unit, integration and restart tests, and
 # records/s through the job from a local topic to committed Parquet files.
-BENCH_SINK_ARGS ?= --messages 1000000
+BENCH_SINK_ARGS ?= --messages 3000000
 
 flink-test:
 	mvn -q -f flink/pom.xml verify

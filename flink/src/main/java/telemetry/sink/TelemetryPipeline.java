@@ -43,6 +43,12 @@ public final class TelemetryPipeline {
      * committing its files (the benchmark uses this); null reads without end.
      */
     public static void attach(StreamExecutionEnvironment env, SinkJobConfig config, OffsetsInitializer stoppingOffsets) {
+        // Without object reuse every record is deep-copied between chained operators
+        // (OperatorChain builds a CopyingChainingOutput, whose pushToOperator calls
+        // TypeSerializer.copy; flink-runtime 2.2.0). Reuse is safe here: the deserializer and the
+        // parser emit a new object per record, no operator keeps or modifies its input, and the
+        // Parquet writer copies string values out (Binary.fromString) before the next record.
+        env.getConfig().enableObjectReuse();
         SingleOutputStreamOperator<TelemetryRecord> records = env
                 .fromSource(kafkaSource(config, stoppingOffsets), WatermarkStrategy.noWatermarks(), "telemetry topic")
                 .uid(SOURCE_UID)

@@ -17,7 +17,12 @@ import java.io.IOException;
  */
 public final class TelemetryParser {
     private static final JsonFactory JSON =
-            JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
+            JsonFactory.builder()
+                    .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION)
+                    // FastDoubleParser (Jackson 2.14+) returns the same correctly rounded double as
+                    // Double.parseDouble, in less time.
+                    .enable(StreamReadFeature.USE_FAST_DOUBLE_PARSER)
+                    .build();
     private static final long NANOS_PER_MILLI = 1_000_000L;
 
     // One bit per required field, so "which one is missing" needs no set.

@@ -117,6 +117,25 @@ class TelemetryParserTest {
                 .hasMessageContaining("UTF-8");
     }
 
+    @Test
+    void readsEveryNumberAsDoubleParseDoubleDoes() throws Exception {
+        // The parser uses Jackson's fast double parser; it must give the same bits as the JDK.
+        java.util.Random random = new java.util.Random(42);
+        for (int i = 0; i < 20_000; i++) {
+            String[] texts = {
+                String.format(java.util.Locale.ROOT, "%.2f", random.nextDouble() * 125 - 40),
+                String.format(java.util.Locale.ROOT, "%.5f", random.nextDouble() * 180 - 90),
+                Double.toString(random.nextDouble() * 360 - 180),
+                Double.toString(Double.longBitsToDouble(random.nextLong() & 0x7fefffffffffffffL)),
+            };
+            for (String text : texts) {
+                TelemetryRecord record = TelemetryParser.parse(bytes(GOOD.replace("21.03", text)));
+                assertThat(Double.doubleToRawLongBits(record.temperatureC))
+                        .as(text).isEqualTo(Double.doubleToRawLongBits(Double.parseDouble(text)));
+            }
+        }
+    }
+
     private static byte[] bytes(String text) {
         return text.getBytes(StandardCharsets.UTF_8);
     }

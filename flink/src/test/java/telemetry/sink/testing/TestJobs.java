@@ -54,7 +54,14 @@ public final class TestJobs {
      * failed job (a failure should fail the test), and restores from restoreFrom when given.
      */
     public static StreamExecutionEnvironment localEnvironment(Path checkpoints, long intervalMs, Path restoreFrom) {
+        return localEnvironment(checkpoints, intervalMs, restoreFrom, new Configuration());
+    }
+
+    /** As above, with extra settings (metric reporters, ...) added to the MiniCluster's. */
+    public static StreamExecutionEnvironment localEnvironment(Path checkpoints, long intervalMs, Path restoreFrom,
+                                                              Configuration extra) {
         Configuration conf = new Configuration();
+        conf.addAll(extra);
         conf.set(CheckpointingOptions.CHECKPOINTING_INTERVAL, Duration.ofMillis(intervalMs));
         conf.set(CheckpointingOptions.CHECKPOINT_STORAGE, "filesystem");
         conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, checkpoints.toUri().toString());
