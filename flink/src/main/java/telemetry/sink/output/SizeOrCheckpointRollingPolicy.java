@@ -46,8 +46,12 @@ public class SizeOrCheckpointRollingPolicy<IN> extends CheckpointRollingPolicy<I
     private final long maxPartBytes;
     private final long minPartBytes;
 
-    private transient long lastCheckpointMs = Long.MIN_VALUE;
-    private transient long checkpointIntervalMs = -1;
+    // Transient fields start at false / 0 on deserialization (field initializers do not run
+    // there, java.io.Serializable), which is how the job receives the policy: no initializers, so
+    // a constructed and a deserialized policy start alike.
+    private transient boolean checkpointSeen;
+    private transient long lastCheckpointMs;
+    private transient long checkpointIntervalMs; // 0 until two checkpoints were seen
 
     public SizeOrCheckpointRollingPolicy(long maxPartBytes) {
         this(maxPartBytes, DEFAULT_MIN_PART_BYTES);
@@ -69,7 +73,8 @@ public class SizeOrCheckpointRollingPolicy<IN> extends CheckpointRollingPolicy<I
         // The last write before the barrier stands for the checkpoint's time; a bucket that was
         // idle (the hour that just ended) reports an older one, hence the max.
         long seen = partFile.getLastUpdateTime();
-        if (lastCheckpointMs == Long.MIN_VALUE) {
+        if (!checkpointSeen) {
+            checkpointSeen = true;
             lastCheckpointMs = seen;
         } else if (seen - lastCheckpointMs >= SAME_CHECKPOINT_MS) {
             checkpointIntervalMs = seen - lastCheckpointMs;

@@ -37,8 +37,9 @@ class SizeOrCheckpointRollingPolicyTest {
         "100, 23000", "250, 41000", "700, 17000",
     })
     void noCommittedPartUnderOneMibAndNoneFarOverTheLimit(double mibPerInterval, long firstCheckpointMs) {
-        List<Long> parts = simulate(new SizeOrCheckpointRollingPolicy<>(MAX, MIN), mibPerInterval * MIB / INTERVAL_MS,
-                firstCheckpointMs);
+        // The job receives the policy serialized, as Flink ships it to each subtask.
+        List<Long> parts = simulate(deserialized(new SizeOrCheckpointRollingPolicy<>(MAX, MIN)),
+                mibPerInterval * MIB / INTERVAL_MS, firstCheckpointMs);
         assertThat(parts).isNotEmpty();
         assertThat(parts).allSatisfy(size -> assertThat(size).isGreaterThanOrEqualTo(MIN));
         assertThat(parts).allSatisfy(size -> assertThat(size).isLessThanOrEqualTo(MAX + ROW_GROUP + MIN));
@@ -73,6 +74,21 @@ class SizeOrCheckpointRollingPolicyTest {
     void rejectsAMinimumThatIsNotBelowTheLimit() {
         assertThatThrownBy(() -> new SizeOrCheckpointRollingPolicy<>(MIB, MIB)).isInstanceOf(IllegalArgumentException.class);
         assertThatThrownBy(() -> new SizeOrCheckpointRollingPolicy<>(0)).isInstanceOf(IllegalArgumentException.class);
+    }
+
+    @SuppressWarnings("unchecked")
+    private static SizeOrCheckpointRollingPolicy<Object> deserialized(SizeOrCheckpointRollingPolicy<Object> policy) {
+        try {
+            var bytes = new java.io.ByteArrayOutputStream();
+            try (var out = new java.io.ObjectOutputStream(bytes)) {
+                out.writeObject(policy);
+            }
+            try (var in = new java.io.ObjectInputStream(new java.io.ByteArrayInputStream(bytes.toByteArray()))) {
+                return (SizeOrCheckpointRollingPolicy<Object>) in.readObject();
+            }
+        } catch (java.io.IOException | ClassNotFoundException e) {
+            throw new AssertionError(e);
+        }
     }
 
     /** The sizes of the parts committed after the learning checkpoints, in order. */
