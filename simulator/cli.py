@@ -18,7 +18,10 @@ from simulator.flags import (
     EXIT_ERROR,
     EXIT_PASS,
     EXIT_SLO_FAILED,
+    HIGH_RATE_LINGER_MS,
     KAFKA_PROCESS_RATE,
+    LOW_RATE_LINGER_MS,
+    LOW_RATE_PER_PROCESS,
     MQTT_PROCESS_RATE,
     build_parser,
 )
@@ -146,6 +149,13 @@ def default_processes(rate: float, transport: str) -> int:
     return max(1, min(cores, math.ceil(rate / per_process)))
 
 
+def default_linger_ms(rate: float, processes: int) -> float:
+    """Latency first while a process's rate needs no batching; the Java client's 5 ms above."""
+    if 0 < rate / processes <= LOW_RATE_PER_PROCESS:
+        return LOW_RATE_LINGER_MS
+    return HIGH_RATE_LINGER_MS
+
+
 def share(value: str, transport: str) -> tuple[int, int]:
     """--share K/N: host K (1-based) of N."""
     match = SHARE.match(value)
@@ -166,6 +176,8 @@ def run_config(args) -> RunConfig:
     if args.processes is None:
         args.processes = min(default_processes(args.rate, args.transport), max(args.devices, 1))
     host_share = share(args.share, args.transport)
+    if args.linger_ms is None:
+        args.linger_ms = default_linger_ms(args.rate, max(args.processes, 1))
     checks = [
         (args.rate >= 0, "--rate must be >= 0 (0 = as fast as possible)"),
         (args.duration > 0, "--duration must be > 0"),

@@ -208,10 +208,10 @@ def test_transport_flags_go_together(args, fragment, tmp_path):
     "rate,transport,cores,expected",
     [
         (5000, "kafka", 2, 1),  # one process until the rate needs more
-        (50_000, "kafka", 2, 1),
-        (50_001, "kafka", 2, 2),
+        (100_000, "kafka", 2, 1),
+        (100_001, "kafka", 2, 2),
         (500_000, "kafka", 2, 2),  # never more than one per core
-        (500_000, "kafka", 16, 10),
+        (500_000, "kafka", 16, 5),
         (0, "kafka", 4, 4),  # as fast as possible: every core
         (4000, "mqtt", 8, 1),
         (9225, "mqtt", 8, 2),
@@ -232,3 +232,14 @@ def test_share_goes_with_the_kafka_transport_only():
     assert cli.share("1/1", "mqtt") == (1, 1)
     with pytest.raises(SimulatorError, match="--share goes with --transport kafka"):
         cli.share("1/2", "mqtt")
+
+
+@pytest.mark.parametrize(
+    "rate,processes,expected",
+    [(5000, 1, 1.0), (10_000, 1, 1.0), (10_001, 1, 5.0), (20_000, 2, 1.0), (73_800, 1, 5.0),
+     (0, 2, 5.0)],
+)
+def test_the_default_linger_follows_each_process_s_rate(rate, processes, expected):
+    from simulator import cli
+
+    assert cli.default_linger_ms(rate, processes) == expected
