@@ -65,6 +65,8 @@ def per_core(folder: Path, name: str, flags: list[str], args) -> dict:
     messages = long["acked"] - short["acked"]
     cpu_s = long["hosts"][0]["producer_cpu_s"] - short["hosts"][0]["producer_cpu_s"]
     lag = (long["publish_delay_ms"] or {}).get("max") or 0.0
+    if "{linger}" in name:  # the simulator's default linger for this rate, as it ran
+        name = name.format(linger=f"{long['config']['linger_ms']:g}")
     return {
         "name": name,
         "msgs_per_core_s": round(messages / cpu_s),
@@ -108,7 +110,7 @@ def run_bench(args) -> dict:
                 topic = "bench-mqtt-kafka"
                 local_kafka.create_topic(kafka.bootstrap_servers, topic, 6)
                 time.sleep(1.0)  # let every partition elect its leader
-                rows.append(per_core(folder, "Kafka (acks=all, lz4, linger 2 ms)", [
+                rows.append(per_core(folder, "Kafka (acks=all, lz4, linger {linger} ms)", [
                     "--transport", "kafka", "--bootstrap-servers", kafka.bootstrap_servers,
                     "--topic", topic, "--devices", str(devices),
                     "--message-bytes", str(args.message_bytes)], args))  # fmt: skip

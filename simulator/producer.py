@@ -44,7 +44,8 @@ class ProducerResult:
     outcome: DeliveryOutcome
     measured_acked: int  # acked messages of the measured period
     period_end_ns: int  # when this process finished its measured sends
-    ack_histogram: str  # encoded, microseconds: produce call to delivery report
+    ack_histogram: str | None  # encoded, microseconds: produce call to delivery report; None
+    # with --rate 0, where only failures are reported (see ProducerProcess.acked)
     publish_delay_histogram: str | None  # encoded, microseconds; None with --rate 0
     ack_clamped: int
     cpu_s: float  # CPU time of the process (Python and librdkafka threads)
@@ -52,10 +53,12 @@ class ProducerResult:
 
 class Progress:
     """Records pending ack latencies every FLUSH_EVERY_NS (small batches: no long stall) and
-    sends a progress tuple to the parent every PROGRESS_EVERY_NS."""
+    sends a progress tuple to the parent every PROGRESS_EVERY_NS. acked() counts the acks so
+    far (by default those the recorder observed)."""
 
-    def __init__(self, conn, acks: histograms.LatencyRecorder, failures: list):
+    def __init__(self, conn, acks: histograms.LatencyRecorder, failures: list, acked=None):
         self.conn, self.acks, self.failures = conn, acks, failures
+        self.acked = acked or (lambda: acks.observed)
         self.next_flush_ns = self.next_progress_ns = 0
         self.lag_max_ns = 0
 
@@ -68,7 +71,7 @@ class Progress:
         self.next_flush_ns = now_ns + FLUSH_EVERY_NS
         if now_ns >= self.next_progress_ns:
             self.conn.send(
-                ("progress", (sent, self.acks.observed, len(self.failures), self.lag_max_ns))
+                ("progress", (sent, self.acked(), len(self.failures), self.lag_max_ns))
             )
             self.lag_max_ns = 0
             self.next_progress_ns = now_ns + PROGRESS_EVERY_NS
@@ -151,8 +154,23 @@ class ProducerProcess:
 
         settings = kafka_config.producer_settings(config, f"simulator-{self.producer_id}", on_delivery)
         self.producer = Producer({**settings, "error_cb": on_error})
-        self.progress = Progress(conn, self.acks, self.failures)
+        self.flat_out = config.rate == 0
+        self.progress = Progress(conn, self.acks, self.failures, self.acked)
         self.sent = 0
+
+    def acked(self) -> int:
+        """Messages whose delivery report was served without an error.
+
+        On a schedule every report reaches on_delivery. Flat out only failures do
+        (delivery.report.only.error, see kafka_config.producer_settings), so the acks are what
+        was handed over minus what librdkafka still holds minus the failures: len(producer) is
+        rd_kafka_outq_len(), the messages not yet destroyed (a message lives until its report
+        is served) plus the reply queue's ops (librdkafka src/rdkafka.c); poll(0) first serves
+        the queued reports, so the ops are none or few."""
+        if not self.flat_out:
+            return self.acks.observed
+        self.producer.poll(0)
+        return self.sent - len(self.producer) - len(self.failures)
 
     def connect(self) -> None:
         self.producer.list_topics(self.config.topic, timeout=self.config.connect_timeout_s)
@@ -176,6 +194,7 @@ class ProducerProcess:
             self.producer.purge()  # what is left is reported as failed, never as acked
             self.producer.flush(5.0)
         self.acks.flush()
+        acked = self.acked()
         failed = self._failed_indices()
         if window_acked is None:  # on schedule: every measured message that was acked
             window_acked = (
@@ -188,11 +207,11 @@ class ProducerProcess:
             process_index=self.process_index,
             producer_id=self.producer_id,
             outcome=DeliveryOutcome(
-                sent=self.sent, acked=self.acks.observed, failed_indices=tuple(failed)
+                sent=self.sent, acked=acked, failed_indices=tuple(failed)
             ),
             measured_acked=window_acked,
             period_end_ns=period_end_ns,
-            ack_histogram=histograms.encode(self.acks.histogram),
+            ack_histogram=None if self.flat_out else histograms.encode(self.acks.histogram),
             publish_delay_histogram=None if delays is None else histograms.encode(delays.histogram),
             ack_clamped=self.acks.clamped,
             cpu_s=round(time.process_time(), 3),
@@ -300,13 +319,12 @@ class ProducerProcess:
                 break
             if first_measured is None and now >= measure_start:
                 self._start_measuring()
-                first_measured, acked_at_start = i, self.acks.observed
+                first_measured, acked_at_start = i, self.acked()
             send(i, i + FLAT_OUT_BURST, now)
             i = self.sent = i + FLAT_OUT_BURST
             poll(0)
             self.progress.maybe_send(now, i, 0)
-        poll(0)
-        window_acked = self.acks.observed - acked_at_start
+        window_acked = self.acked() - acked_at_start
         return (i if first_measured is None else first_measured), measure_end, window_acked
 
 

@@ -44,7 +44,11 @@ def host_report(run: HostRun) -> dict:
     throughput = sum(result.measured_acked for result in run.results) / period_s
     encoded = {
         "e2e": histograms.encode(run.e2e.histogram) if config.consume else None,
-        "ack": histograms.encode(histograms.merge([r.ack_histogram for r in run.results])),
+        "ack": (  # None flat out: only failures are reported there
+            histograms.encode(histograms.merge([r.ack_histogram for r in run.results]))
+            if config.rate > 0
+            else None
+        ),
         "publish_delay": (
             histograms.encode(histograms.merge([r.publish_delay_histogram for r in run.results]))
             if config.rate > 0
@@ -207,7 +211,8 @@ def format_summary(report: dict) -> str:
     for title, field in LATENCY_ROWS:
         summary = report.get(field)
         if summary is None:
-            lines.append(f"{title:<16}{'not measured':>10}")
+            why = "  (--rate 0: acks are counted, not timed)" if field == "ack_latency_ms" else ""
+            lines.append(f"{title:<16}{'not measured':>10}{why}")
             continue
         lines.append(
             f"{title:<16}"

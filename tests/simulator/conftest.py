@@ -85,14 +85,14 @@ def settled_broker(kafka_broker, tmp_path_factory):
 
 @pytest.fixture
 def new_topic(kafka_broker):
-    """Creates a fresh topic (6 partitions) and returns its name."""
+    """Creates a fresh topic (6 partitions, topic configs if given) and returns its name."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    def create(partitions: int = 6) -> str:
+    def create(partitions: int = 6, config: dict[str, str] | None = None) -> str:
         name = f"telemetry-{uuid.uuid4().hex[:8]}"
         admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap_servers})
         futures = admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1)]
+            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
         )
         futures[name].result(timeout=30)
         _wait_for_leaders(kafka_broker.bootstrap_servers, name, partitions)

@@ -93,6 +93,9 @@ def test_flat_out_with_two_processes_accounts_for_every_message(kafka_broker, ne
     assert report["received"] == report["acked"] and report["lost"] == 0
     assert report["duplicates"] == 0 and report["out_of_order"] == 0
     assert report["publish_delay_ms"] is None  # no schedule to be late for with --rate 0
+    # Flat out only failures are reported: acks are counted from librdkafka's queue, not timed.
+    assert report["ack_latency_ms"] is None and report["histograms"]["ack"] is None
+    assert 0 < report["throughput_msgs_per_s"] * report["duration_s"] <= report["sent"]
 
     first = first_messages(kafka_broker.bootstrap_servers, topic, 50)
     for message in first:
@@ -101,6 +104,25 @@ def test_flat_out_with_two_processes_accounts_for_every_message(kafka_broker, ne
         assert message.headers() is None  # the send time travels in the value only
         create_time_ms = message.timestamp()[1]
         assert abs(create_time_ms * 1_000_000 - value["sent_ns"]) < 60 * 10**9
+
+
+def test_flat_out_counts_refused_messages_as_failed_and_the_rest_as_acked(kafka_broker, new_topic,
+                                                                         tmp_path):
+    """Flat out, a delivery report reaches the simulator only for a failure, and the acks are
+    counted as sent minus failed. A topic whose max.message.bytes refuses all but the smallest
+    batches fails most messages (a larger batch is refused whole: RecordTooLargeException in
+    Kafka's UnifiedLog.analyzeAndValidateRecords): the counts must still add up to what the
+    topic holds."""
+    topic = new_topic(2, config={"max.message.bytes": "3000"})
+    result = simulate("run", "--bootstrap-servers", kafka_broker.bootstrap_servers,
+                      "--topic", topic, "--rate", 0, "--duration", 1, "--warmup", 0,
+                      "--processes", 1, "--devices", 20, "--report", tmp_path / "small.json")
+    assert result.returncode == 1, result.stderr  # delivery errors fail the SLO
+    report = json.loads((tmp_path / "small.json").read_text())
+    grew_by = topic_end_offsets(kafka_broker.bootstrap_servers, topic)
+    assert report["delivery_errors"] > 0
+    assert report["acked"] + report["delivery_errors"] == report["sent"]
+    assert report["acked"] == grew_by == report["received"] and report["lost"] == 0
 
 
 def test_two_hosts_on_one_topic_measure_only_their_own_messages_and_merge(
