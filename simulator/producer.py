@@ -112,13 +112,29 @@ def _wait_until(producer: Producer, target_ns: int) -> None:
         producer.poll(((remaining - 500_000) // 1_000_000) / 1000)
 
 
-def partitions_of_devices(devices: list[int], partitions: tuple[int, ...] | None) -> list[int]:
-    """The partition each of these (global) device numbers writes to: device d to
-    partitions[d % len(partitions)], so a device's messages stay in order on one partition as
-    with a key, and a host writes only to its own share (-1 lets the partitioner pick by key)."""
+def partitions_of_devices(
+    devices: list[int], host_devices: int, partitions: tuple[int, ...] | None
+) -> list[int]:
+    """The partition each of these (global) device numbers writes to: device d of the host's
+    host_devices to partitions[d * len(partitions) // host_devices], one block of consecutive
+    devices per partition. A device's messages stay in order on one partition, as with a key;
+    a host writes only to its own share; every partition gets devices (there are at least as
+    many as partitions); and a process's devices, taken in order, step through the partitions
+    only forward, so a burst of consecutive messages is a few runs of one partition each.
+    Without partitions, -1 lets the partitioner pick by key."""
     if not partitions:
         return [-1] * len(devices)
-    return [partitions[device % len(partitions)] for device in devices]
+    return [partitions[device * len(partitions) // host_devices] for device in devices]
+
+
+def partition_runs(partitions: list[int]) -> list[int]:
+    """For each position j, where the run of partitions[j]'s value that holds j ends."""
+    ends, end = [0] * len(partitions), len(partitions)
+    for j in range(len(partitions) - 1, -1, -1):
+        if j + 1 < len(partitions) and partitions[j + 1] != partitions[j]:
+            end = j + 1
+        ends[j] = end
+    return ends
 
 
 class ProducerProcess:
@@ -133,8 +149,8 @@ class ProducerProcess:
             devices=self.devices,
             message_bytes=config.message_bytes,
         )
-        self.partitions = partitions_of_devices(self.devices, config.partitions)
-        self.partition_set = sorted(set(self.partitions))
+        self.partitions = partitions_of_devices(self.devices, config.devices, config.partitions)
+        self.run_ends = partition_runs(self.partitions)
         self.acks = histograms.LatencyRecorder("d", scale_to_us=1e6)
         self.publish_delays: histograms.PublishDelays | None = None
         self.failures: list[bytes] = []
@@ -231,7 +247,8 @@ class ProducerProcess:
         self.acks.start_over()
 
     def _send(self, first: int, end: int, sent_ns) -> None:
-        """Hand messages first..end-1 to librdkafka, one produce_batch per partition.
+        """Hand messages first..end-1 to librdkafka, one produce_batch per run of messages to
+        one partition.
 
         sent_ns: None stamps each message with its intended send time (on schedule), an int
         stamps them all with it (flat out). The message value is the only place the send time
@@ -262,17 +279,22 @@ class ProducerProcess:
                 }
                 for index in range(first, end)
             ]
-        topic, producer = self.config.topic, self.producer
-        if len(self.partition_set) == 1:  # a process that writes to one partition
-            _produce_all(producer, topic, messages, self.partitions[0])
-            return
-        batches = {partition: [] for partition in self.partition_set}
-        partitions = self.partitions
-        for index, message in zip(range(first, end), messages):
-            batches[partitions[index % per_seq]].append(message)
-        for partition, batch in batches.items():
-            if batch:
-                _produce_all(producer, topic, batch, partition)
+        # The process's i-th message goes to its local device i % per_seq; consecutive devices
+        # share a partition (partitions_of_devices), so one produce_batch per run of them.
+        topic, producer, partitions, run_ends = (
+            self.config.topic, self.producer, self.partitions, self.run_ends
+        )
+        i = first
+        while i < end:
+            j = i % per_seq
+            stop = min(end, i - j + run_ends[j])
+            _produce_all(
+                producer,
+                topic,
+                messages if stop - i == len(messages) else messages[i - first : stop - first],
+                partitions[j],
+            )
+            i = stop
 
     def _send_on_schedule(self, schedule: SendSchedule) -> tuple[int, int, None]:
         poll, send, clock = self.producer.poll, self._send, time.time_ns

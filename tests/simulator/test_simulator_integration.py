@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from simulator.producer import partitions_of_devices
+
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
@@ -215,6 +217,11 @@ def test_three_hosts_each_write_and_read_only_their_share_of_the_partitions(
     hosts_of, partitions_of = _messages_by_partition(kafka_broker.bootstrap_servers, topic)
     assert hosts_of == {p: {names[p % 3]} for p in range(6)}
     assert len(partitions_of) == 60 and all(len(p) == 1 for p in partitions_of.values())
+    # Each on the partition of its block: devices 0-9 of a host on its first, 10-19 its second.
+    for number, name in enumerate(names, start=1):
+        own = (number - 1, number + 2)
+        expected = partitions_of_devices(list(range(20)), 20, own)
+        assert [partitions_of[f"{name}-d{d:06d}"] for d in range(20)] == [{p} for p in expected]
 
     merged = simulate("merge", *(tmp_path / f"{n}.json" for n in names),
                       "--report", tmp_path / "fleet.json", "--slo-min-rate", 1500)
