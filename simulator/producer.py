@@ -270,15 +270,22 @@ class ProducerProcess:
                 }
                 for index in range(first, end)
             ]
-        else:
-            messages = [
-                {
-                    "value": templates[index % per_seq]
-                    % (index // per_seq, sent_ns, readings[index & mask]),
-                    "key": keys[index % per_seq],
-                }
-                for index in range(first, end)
-            ]
+        else:  # one send time for all: a middle per round of devices, joined between parts
+            heads, tails, middle = self.template.heads, self.template.tails, self.template.middle
+            join = b"".join
+            messages, i = [], first
+            while i < end:
+                seq = i // per_seq
+                stop, base = min(end, (seq + 1) * per_seq), seq * per_seq
+                part = middle(seq, sent_ns)
+                messages += [
+                    {
+                        "value": join((heads[j], part, readings[index & mask], tails[j])),
+                        "key": keys[j],
+                    }
+                    for index, j in zip(range(i, stop), range(i - base, stop - base))
+                ]
+                i = stop
         # The process's i-th message goes to its local device i % per_seq; consecutive devices
         # share a partition (partitions_of_devices), so one produce_batch per run of them.
         topic, producer, partitions, run_ends = (

@@ -116,3 +116,17 @@ def test_thing_names_of_any_length_give_messages_of_exactly_message_bytes():
     assert minimum_message_bytes(RUN_ID, PRODUCER_ID, names) > minimum_message_bytes(
         RUN_ID, PRODUCER_ID
     )
+
+
+@pytest.mark.parametrize("names", [None, ["thing-a", "a-much-longer-thing-name"]])
+def test_head_middle_readings_and_tail_join_to_the_same_message(names):
+    """Flat out the producer joins parts instead of %-formatting the whole template."""
+    rendered = TelemetryTemplate(run_id=RUN_ID, producer_id=PRODUCER_ID, process_index=0,
+                                 devices=[0, 1], message_bytes=600, device_names=names)
+    sent_ns = time.time_ns()
+    for device in (0, 1):
+        for seq, variant in ((0, 0), (7, 3), (123_456, READINGS_VARIANTS - 1)):
+            joined = b"".join((rendered.heads[device], rendered.middle(seq, sent_ns),
+                               rendered.readings[variant], rendered.tails[device]))
+            assert joined == rendered.render(device, seq, sent_ns, variant)
+            assert len(joined) == 600
