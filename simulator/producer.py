@@ -171,6 +171,7 @@ class ProducerProcess:
         settings = kafka_config.producer_settings(config, f"simulator-{self.producer_id}", on_delivery)
         self.producer = Producer({**settings, "error_cb": on_error})
         self.flat_out = config.rate == 0
+        self.schedule_start_ns, self.schedule_step = 0, 0.0  # set by _send_on_schedule
         self.progress = Progress(conn, self.acks, self.failures, self.acked)
         self.sent = 0
 
@@ -253,31 +254,33 @@ class ProducerProcess:
         sent_ns: None stamps each message with its intended send time (on schedule), an int
         stamps them all with it (flat out). The message value is the only place the send time
         travels: produce_batch takes no headers (confluent-kafka's Producer.produce_batch docs)."""
-        templates, keys, readings = self.template.templates, self.template.keys, self.template.readings
+        template = self.template
+        heads, tails, keys, readings = template.heads, template.tails, template.keys, template.readings
+        middle, join = template.middle_format, b"".join
         per_seq, mask = len(keys), READINGS_VARIANTS - 1
-        if sent_ns is None:
-            start, step = self.schedule_start_ns, self.schedule_step
-            processes, k = self.config.processes, self.process_index
-            messages = [
-                {
-                    "value": templates[index % per_seq]
-                    % (
-                        index // per_seq,
-                        start + int((index * processes + k) * step),
-                        readings[index & mask],
-                    ),
-                    "key": keys[index % per_seq],
-                }
-                for index in range(first, end)
-            ]
-        else:  # one send time for all: a middle per round of devices, joined between parts
-            heads, tails, middle = self.template.heads, self.template.tails, self.template.middle
-            join = b"".join
-            messages, i = [], first
-            while i < end:
-                seq = i // per_seq
-                stop, base = min(end, (seq + 1) * per_seq), seq * per_seq
-                part = middle(seq, sent_ns)
+        start, step = self.schedule_start_ns, self.schedule_step
+        processes, k = self.config.processes, self.process_index
+        # A message is its device's head, the middle (seq, send time), its readings and its
+        # device's tail, joined (payload.TelemetryTemplate); seq is the round of devices.
+        messages, i = [], first
+        while i < end:
+            seq = i // per_seq
+            stop, base = min(end, (seq + 1) * per_seq), seq * per_seq
+            if sent_ns is None:  # on schedule: each message's intended send time
+                messages += [
+                    {
+                        "value": join((
+                            heads[j],
+                            middle % (seq, start + int((index * processes + k) * step)),
+                            readings[index & mask],
+                            tails[j],
+                        )),
+                        "key": keys[j],
+                    }
+                    for index, j in zip(range(i, stop), range(i - base, stop - base))
+                ]  # fmt: skip
+            else:  # flat out: one send time, so one middle per round
+                part = middle % (seq, sent_ns)
                 messages += [
                     {
                         "value": join((heads[j], part, readings[index & mask], tails[j])),
@@ -285,7 +288,7 @@ class ProducerProcess:
                     }
                     for index, j in zip(range(i, stop), range(i - base, stop - base))
                 ]
-                i = stop
+            i = stop
         # The process's i-th message goes to its local device i % per_seq; consecutive devices
         # share a partition (partitions_of_devices), so one produce_batch per run of them.
         topic, producer, partitions, run_ends = (
