@@ -432,7 +432,9 @@ def print_table(results: dict) -> None:
             + f"{lost:>6}"
         )
     fleet = results["fleet"]
-    print(f"\nfleet measuring capacity: {fleet['total_rate']:,} msg/s in total on one topic")
+    print(f"\nfleet measuring capacity: {fleet['total_rate']:,} msg/s in total on one topic "
+          "(what each host reads; three simulators and the broker share the cores, so their "
+          "latency is no figure here)")
     for name, host in [("1 host", fleet["one_host"])] + [
         (f"host {k}/3", h) for k, h in enumerate(fleet["three_hosts"], 1)
     ]:
