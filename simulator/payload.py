@@ -171,10 +171,6 @@ class TelemetryTemplate:
             self.tails.append(b',"pad":"' + b"x" * pad + b'"}')
             self.templates.append(self.heads[-1] + self.middle_format + b"%s" + self.tails[-1])
 
-    def middle(self, seq: int, sent_ns: int) -> bytes:
-        """What comes between a device's head and its readings: seq and sent_ns."""
-        return self.middle_format % (seq, sent_ns)
-
     def render(self, local_device: int, seq: int, sent_ns: int, variant: int) -> bytes:
         return self.templates[local_device] % (
             seq,

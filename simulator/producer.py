@@ -9,6 +9,7 @@ and sends back a ProducerResult. Talks to the parent over a Pipe: ("ready"), ("p
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import signal
 import time
 
@@ -171,7 +172,6 @@ class ProducerProcess:
         settings = kafka_config.producer_settings(config, f"simulator-{self.producer_id}", on_delivery)
         self.producer = Producer({**settings, "error_cb": on_error})
         self.flat_out = config.rate == 0
-        self.schedule_start_ns, self.schedule_step = 0, 0.0  # set by _send_on_schedule
         self.progress = Progress(conn, self.acks, self.failures, self.acked)
         self.sent = 0
 
@@ -193,7 +193,7 @@ class ProducerProcess:
         self.producer.list_topics(self.config.topic, timeout=self.config.connect_timeout_s)
 
     def run(self, start_ns: int) -> ProducerResult:
-        schedule = SendSchedule(
+        self.schedule = schedule = SendSchedule(
             rate=self.config.rate or 1.0,
             processes=self.config.processes,
             process_index=self.process_index,
@@ -254,40 +254,30 @@ class ProducerProcess:
         sent_ns: None stamps each message with its intended send time (on schedule), an int
         stamps them all with it (flat out). The message value is the only place the send time
         travels: produce_batch takes no headers (confluent-kafka's Producer.produce_batch docs)."""
-        template = self.template
-        heads, tails, keys, readings = template.heads, template.tails, template.keys, template.readings
-        middle, join = template.middle_format, b"".join
+        template, schedule = self.template, self.schedule
+        heads, tails, keys = template.heads, template.tails, template.keys
+        readings, middle, join = template.readings, template.middle_format, b"".join
         per_seq, mask = len(keys), READINGS_VARIANTS - 1
-        start, step = self.schedule_start_ns, self.schedule_step
-        processes, k = self.config.processes, self.process_index
+        start, step = schedule.start_ns, schedule.ns_per_message
+        processes, k = schedule.processes, schedule.process_index
         # A message is its device's head, the middle (seq, send time), its readings and its
         # device's tail, joined (payload.TelemetryTemplate); seq is the round of devices.
         messages, i = [], first
         while i < end:
             seq = i // per_seq
             stop, base = min(end, (seq + 1) * per_seq), seq * per_seq
-            if sent_ns is None:  # on schedule: each message's intended send time
-                messages += [
-                    {
-                        "value": join((
-                            heads[j],
-                            middle % (seq, start + int((index * processes + k) * step)),
-                            readings[index & mask],
-                            tails[j],
-                        )),
-                        "key": keys[j],
-                    }
-                    for index, j in zip(range(i, stop), range(i - base, stop - base))
-                ]  # fmt: skip
-            else:  # flat out: one send time, so one middle per round
-                part = middle % (seq, sent_ns)
-                messages += [
-                    {
-                        "value": join((heads[j], part, readings[index & mask], tails[j])),
-                        "key": keys[j],
-                    }
-                    for index, j in zip(range(i, stop), range(i - base, stop - base))
-                ]
+            middles = (
+                (
+                    middle % (seq, start + int((index * processes + k) * step))
+                    for index in range(i, stop)
+                )
+                if sent_ns is None  # on schedule: each message's intended send time
+                else itertools.repeat(middle % (seq, sent_ns))  # flat out: one for the round
+            )
+            messages += [
+                {"value": join((heads[j], part, readings[index & mask], tails[j])), "key": keys[j]}
+                for index, j, part in zip(range(i, stop), range(i - base, stop - base), middles)
+            ]
             i = stop
         # The process's i-th message goes to its local device i % per_seq; consecutive devices
         # share a partition (partitions_of_devices), so one produce_batch per run of them.
@@ -308,7 +298,6 @@ class ProducerProcess:
 
     def _send_on_schedule(self, schedule: SendSchedule) -> tuple[int, int, None]:
         poll, send, clock = self.producer.poll, self._send, time.time_ns
-        self.schedule_start_ns, self.schedule_step = schedule.start_ns, schedule.ns_per_message
         total, first_measured = schedule.messages, schedule.first_measured
         delays = self.publish_delays
         measuring = first_measured == 0

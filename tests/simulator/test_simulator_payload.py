@@ -126,7 +126,7 @@ def test_head_middle_readings_and_tail_join_to_the_same_message(names):
     sent_ns = time.time_ns()
     for device in (0, 1):
         for seq, variant in ((0, 0), (7, 3), (123_456, READINGS_VARIANTS - 1)):
-            joined = b"".join((rendered.heads[device], rendered.middle(seq, sent_ns),
+            joined = b"".join((rendered.heads[device], rendered.middle_format % (seq, sent_ns),
                                rendered.readings[variant], rendered.tails[device]))
             assert joined == rendered.render(device, seq, sent_ns, variant)
             assert len(joined) == 600
