@@ -223,6 +223,14 @@ def median_row(name: str, rows: list[dict]) -> dict:
     return merged
 
 
+def median_of_three(bench: Bench, name: str, label: str, rate: float, **kwargs) -> dict:
+    """Three runs of the simulator at one rate, each figure the median of the three."""
+    return median_row(
+        f"{label} (median of 3)",
+        [latency_row("run", bench.simulate(f"{name}-{n}", rate, **kwargs)) for n in range(3)],
+    )
+
+
 def highest_rate(bench: Bench) -> dict:
     """From TARGET_RATE up in steps of a quarter, the highest rate whose e2e p99 (median of
     three runs: one run's p99 moves by milliseconds on a shared machine) stays within
@@ -230,10 +238,7 @@ def highest_rate(bench: Bench) -> dict:
     args, tried, best = bench.args, [], None
     rate = TARGET_RATE
     while rate <= args.max_search_rate:
-        row = median_row(
-            f"{rate:,} (median of 3)",
-            [latency_row("run", bench.simulate(f"search-{rate}-{n}", rate)) for n in range(3)],
-        )
+        row = median_of_three(bench, f"search-{rate}", f"{rate:,}", rate)
         row["rate"] = rate
         tried.append(row)
         reached = row["throughput_msgs_per_s"] >= rate * 0.99 and row["lost"] == 0
@@ -310,12 +315,8 @@ def measure(bench: Bench, processes: int) -> dict:
         "pp-5000", "--payload-file", payloads, throughput=5000, linger_ms=0,
         records=5000 * args.e2e_5000_seconds,
     )  # fmt: skip
-    at_5000 = median_row(
-        "simulator @ 5,000 msg/s, default flags (median of 3)",
-        [
-            latency_row("run", bench.simulate(f"e2e-5000-{n}", 5000, duration=15))
-            for n in range(3)
-        ],
+    at_5000 = median_of_three(
+        bench, "e2e-5000", "simulator @ 5,000 msg/s, default flags", 5000, duration=15
     )
     search = highest_rate(bench)
 
