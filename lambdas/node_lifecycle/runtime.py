@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sf_rest import (
@@ -19,7 +19,7 @@ from sf_rest import (
     write_client_certificate,
 )
 from sf_rest.errors import CONNECT_FAILED, CONNECTION_LOST
-from sf_rest.gateway import normalise_thumbprint
+from sf_rest.gateway import DEFAULT_RETRY, normalise_thumbprint
 
 from .fabric_host import SsmFabricHost
 from .instances import Ec2InstanceDirectory
@@ -58,18 +58,34 @@ class Runtime:
             self._client = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, session: Any) -> Runtime:
+    def from_settings(
+        cls,
+        settings: Settings,
+        session: Any,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> Runtime:
+        """The adapters over one boto3 session. `clock` and `sleep` are the one time source of
+        the steps, the lock and the REST client's backoff (tests run them on virtual time)."""
+
         def client(name: str) -> Any:
             return session.client(name, region_name=settings.region)
 
         secrets, ssm = client("secretsmanager"), client("ssm")
+        retry = replace(DEFAULT_RETRY, sleep=sleep, clock=clock)
+
+        def make_client(endpoint: str, **options: Any) -> ServiceFabricClient:
+            return ServiceFabricClient(endpoint, retry=retry, **options)
+
         return cls(
             settings=settings,
-            connect=lambda: connect_gateway(settings, secrets, ssm),
+            connect=lambda: connect_gateway(settings, secrets, ssm, make_client=make_client),
             instances=Ec2InstanceDirectory(client("ec2")),
             host=SsmFabricHost(ssm, add_node_document=settings.add_node_document),
             lifecycle=AutoScalingLifecycleHooks(client("autoscaling")),
-            lock=DynamoDbMembershipLock(client("dynamodb"), settings.lock_table),
+            lock=DynamoDbMembershipLock(client("dynamodb"), settings.lock_table, clock=clock),
+            clock=clock,
         )
 
 

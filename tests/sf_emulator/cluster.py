@@ -83,6 +83,7 @@ class EmulatedCluster:
     upgrade_ticks = _setting("uos", "upgrade_ticks")
     upgrade_outcome = _setting("uos", "upgrade_outcome")
     removes_node_state = _setting("uos", "removes_node_state")
+    uninstalls_removed_nodes = _setting("uos", "uninstalls_removed_nodes")
 
     @property
     def nodes(self) -> dict[str, EmulatedNode]:

@@ -130,6 +130,11 @@ class UpgradeOrchestrationService:
         # Whether the UOS's own RemoveNodeState after a removal works (UO.RemoveNodeStateAsync is
         # best effort: a failure is only traced); tests turn it off to drive our clean-up.
         self.removes_node_state = True
+        # Whether FabricDeployer's RemoveNodeConfig on a removed node's machine uninstalls Fabric
+        # (which stops its host: Down). Where it fails on the machine nothing tells the UOS, and
+        # the node stays listed; no source says how often. Tests turn it off to drive our
+        # clean-up's stop-the-host branch.
+        self.uninstalls_removed_nodes = True
         # UO.PollDeactivatedNodesAsync gives up after FabricPollDeactivatedNodesTimeoutInMinutes
         # (10 minutes; FabricUOS/exe/Constants.cs); here in ticks.
         self.deactivation_timeout_ticks = 50
@@ -348,7 +353,8 @@ class UpgradeOrchestrationService:
             # The manifest no longer lists the node and NodesToBeRemoved names it, so
             # FabricDeployer's update turns into RemoveNodeConfig on its machine and uninstalls
             # Fabric (fabricdeployer DeploymentOperation / RemoveNodeConfigOperation): Down.
-            if node.machine_reachable and node.status not in ("Removed", "Unknown"):
+            uninstalled = self.uninstalls_removed_nodes and node.machine_reachable
+            if uninstalled and node.status not in ("Removed", "Unknown"):
                 self.fm.host_stopped(name)
             if self.removes_node_state:
                 try:  # UO.RemoveNodeStateAsync: best effort, failures only traced

@@ -1,0 +1,436 @@
+"""The node lifecycle state machines as synthesized, executed by a real ASL interpreter.
+
+The definitions come from the synthesized NodeLifecycle template (never a hand copy), with its
+tokens resolved against the other synthesized stacks. moto 5.2's Step Functions parser (a port
+of LocalStack's interpreter) executes them. Every Lambda Task is answered in-process by the real
+handler, named by the function's `Handler`, with the function's environment from the template;
+AWS calls go to moto, or to aws_wire.py where moto lacks an operation; the Service Fabric gateway
+is the HTTPS emulator (tests/sf_emulator).
+
+Time is virtual. Wait states, Retry intervals, botocore's backoff, the REST client's backoff and
+the functions' clock all read and advance one VirtualClock, so an execution holding an instance
+for two hours takes a second, and the lifecycle hook's heartbeat timer, the lock's expiry and the
+steps' deadlines meet the same hours they would on AWS. Nothing in the definition is changed.
+
+How the harness stands in for AWS around the interpreter, each with its source:
+- Lambda's answer to Step Functions (Lambda Developer Guide, "AWS Lambda function errors in
+  Python"): a handler's exception becomes FunctionError "Unhandled" with a payload of
+  `errorMessage`, `errorType` (the exception's class name), `requestId`, `stackTrace`; a return
+  value is serialized to JSON; a run longer than the function's Timeout ends with errorType
+  "Sandbox.Timedout" (Lambda Developer Guide, "Troubleshoot invocation issues", timeouts), even
+  though what the handler did before then stays done.
+- Each function keeps its initialised module state between invocations, as a warm execution
+  environment does (Lambda Developer Guide, "Lambda execution environment lifecycle"); here every
+  invocation reuses it.
+- EventBridge starts an execution with the event as its input when the target has no Input,
+  InputPath or InputTransformer (EventBridge User Guide, "Transforming target input"); the rule's
+  pattern is matched with moto's EventBridge pattern matcher.
+- States.ALL does not catch States.Runtime or States.DataLimitExceeded on AWS (Step Functions
+  Developer Guide, "Error names"), while this interpreter's States.ALL matches everything: any
+  such error in an execution's history fails the test instead.
+- An execution longer than the definition's TimeoutSeconds ends TIMED_OUT on AWS; the
+  interpreter measures real time, so the harness reports TIMED_OUT from the virtual clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import importlib
+import json
+import os
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import boto3
+import botocore.endpoint
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.events.models import EventPattern
+from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+
+from .lifecycle_actions import LifecycleAction, LifecycleActions
+
+UNCATCHABLE = ("States.Runtime", "States.DataLimitExceeded")
+
+
+class VirtualClock:
+    """Wall-clock time plus every second slept so far; `sleep` returns at once."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.offset += max(float(seconds), 0.0)
+
+
+# -- the synthesized app ------------------------------------------------------------------
+
+
+class Templates:
+    """Resolves CloudFormation tokens across the synthesized stacks to the physical values the
+    harness created (`physical`, keyed by (stack part, logical id))."""
+
+    PSEUDO = {"AWS::Partition": "aws", "AWS::URLSuffix": "amazonaws.com"}
+
+    def __init__(self, stacks: Mapping[str, dict], *, region: str, account: str) -> None:
+        self.stacks = stacks
+        self.region, self.account = region, account
+        self.physical: dict[tuple[str, str], str] = {}
+
+    def resources(self, part: str, kind: str) -> dict[str, dict]:
+        return {lid: r for lid, r in self.stacks[part]["Resources"].items() if r["Type"] == kind}
+
+    def resolve(self, part: str, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self.resolve(part, item) for item in value]
+        if not isinstance(value, dict):
+            return value
+        if len(value) == 1:
+            (key, argument), = value.items()
+            if key == "Fn::Join":
+                separator, items = argument
+                return separator.join(str(self.resolve(part, item)) for item in items)
+            if key == "Ref":
+                return self._ref(part, argument)
+            if key == "Fn::GetAtt":
+                return self._arn(part, argument[0], argument[1])
+            if key == "Fn::ImportValue":
+                return self._import(argument)
+        return {key: self.resolve(part, item) for key, item in value.items()}
+
+    def _ref(self, part: str, name: str) -> str:
+        if name in self.PSEUDO:
+            return self.PSEUDO[name]
+        if name == "AWS::Region":
+            return self.region
+        if name == "AWS::AccountId":
+            return self.account
+        try:
+            return self.physical[(part, name)]
+        except KeyError:
+            raise KeyError(f"the harness created nothing for Ref {name} in {part}") from None
+
+    def _arn(self, part: str, logical_id: str, attribute: str) -> str:
+        if attribute != "Arn":
+            raise KeyError(f"Fn::GetAtt {logical_id}.{attribute} is not resolved by the harness")
+        return self._ref(part, logical_id)  # the harness keeps ARNs for what it names by ARN
+
+    def _import(self, export_name: str) -> str:
+        for part, template in self.stacks.items():
+            for output in (template.get("Outputs") or {}).values():
+                if (output.get("Export") or {}).get("Name") == export_name:
+                    return self.resolve(part, output["Value"])
+        raise KeyError(f"no stack exports {export_name}")
+
+
+@dataclass(frozen=True)
+class Function:
+    arn: str
+    handler: str  # module.function, as the function's Handler property
+    environment: dict[str, str]
+    timeout_seconds: int
+
+
+@dataclass
+class Invocation:
+    function: str  # the handler's name: scale_in, scale_out
+    step: str
+    error: str | None  # errorType, or None when it returned
+    message: str = ""
+
+
+@dataclass
+class Execution:
+    status: str  # SUCCEEDED, FAILED, TIMED_OUT
+    error: str | None
+    cause: str | None
+    output: dict[str, Any] | None
+    history: list[dict[str, Any]]
+    invocations: list[Invocation]
+    virtual_seconds: float
+
+    def steps(self, name: str | None = None) -> list[Invocation]:
+        return [i for i in self.invocations if name is None or i.step == name]
+
+    def retried(self, step: str) -> int:
+        """How many times `step` was called again after it failed."""
+        calls = self.steps(step)
+        return sum(1 for before in calls[:-1] if before.error) if calls else 0
+
+    @property
+    def state_errors(self) -> list[str]:
+        """Every error a state reported, in order (caught, retried or final)."""
+        found = []
+        for event in self.history:
+            for key, details in event.items():
+                if key.endswith("EventDetails") and isinstance(details, dict) and details.get("error"):
+                    found.append(details["error"])
+        return found
+
+
+@dataclass
+class Alarm:
+    subject: str
+    message: str
+
+
+@dataclass
+class Metrics:
+    recorded: list[tuple[str, float]] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.recorded]
+
+
+class LifecycleStateMachines:
+    """The NodeLifecycle stack's state machines on moto, started by lifecycle actions."""
+
+    def __init__(
+        self,
+        stacks: Mapping[str, dict],
+        *,
+        region: str,
+        gateway_endpoints: list[str],
+        admin_certificate: dict[str, str],
+        gateway_thumbprint: str,
+        clock: VirtualClock,
+        lifecycle: LifecycleActions,
+    ) -> None:
+        self.templates = Templates(stacks, region=region, account=DEFAULT_ACCOUNT_ID)
+        self.region, self.clock, self.lifecycle = region, clock, lifecycle
+        self.gateway_endpoints = gateway_endpoints
+        self.metrics = Metrics()
+        self.invocations: list[Invocation] = []
+        self._invoke_lock = threading.Lock()
+        self._containers: dict[str, Any] = {}
+        self._sfn = boto3.client("stepfunctions", region_name=region)
+        self._create_resources(admin_certificate, gateway_thumbprint)
+        self.functions = self._functions()
+        self.state_machines = self._state_machines()
+        self.hooks = self._hooks()
+
+    # -- what the stacks own, created in moto ---------------------------------------------
+
+    def _create_resources(self, admin_certificate: dict[str, str], thumbprint: str) -> None:
+        t = self.templates
+        dynamodb = boto3.client("dynamodb", region_name=self.region)
+        for lid, table in t.resources("node_lifecycle", "AWS::DynamoDB::GlobalTable").items():
+            p = table["Properties"]
+            dynamodb.create_table(
+                TableName=p["TableName"], KeySchema=p["KeySchema"],
+                AttributeDefinitions=p["AttributeDefinitions"], BillingMode=p["BillingMode"],
+            )  # fmt: skip
+            t.physical[("node_lifecycle", lid)] = p["TableName"]
+        sns, sqs = boto3.client("sns", region_name=self.region), boto3.client("sqs", region_name=self.region)
+        for lid, topic in t.resources("monitoring", "AWS::SNS::Topic").items():
+            arn = sns.create_topic(Name=topic["Properties"]["TopicName"])["TopicArn"]
+            t.physical[("monitoring", lid)] = arn
+            self.alarm_topic_arn = arn
+        # The operators' inbox: an SQS queue subscribed to the alarm topic (SNS delivers to it).
+        self._inbox = sqs.create_queue(QueueName="operators-inbox")["QueueUrl"]
+        inbox_arn = sqs.get_queue_attributes(QueueUrl=self._inbox, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        sns.subscribe(TopicArn=self.alarm_topic_arn, Protocol="sqs", Endpoint=inbox_arn)
+        self._sqs = sqs
+        environment = next(iter(t.resources("node_lifecycle", "AWS::Lambda::Function").values()))["Properties"]["Environment"]["Variables"]
+        boto3.client("secretsmanager", region_name=self.region).create_secret(
+            Name=environment["SF_ADMIN_CERTIFICATE_SECRET"], SecretString=json.dumps(admin_certificate)
+        )
+        boto3.client("ssm", region_name=self.region).put_parameter(
+            Name=environment["SF_GATEWAY_THUMBPRINT_PARAMETER"], Value=thumbprint, Type="String"
+        )
+
+    def _functions(self) -> dict[str, Function]:
+        functions = {}
+        for lid, resource in self.templates.resources("node_lifecycle", "AWS::Lambda::Function").items():
+            if not resource["Properties"]["Handler"].startswith("node_lifecycle."):
+                continue  # the CDK's own helper functions (log retention and the like)
+            p = resource["Properties"]
+            arn = f"arn:aws:lambda:{self.region}:{DEFAULT_ACCOUNT_ID}:function:{p.get('FunctionName') or lid}"
+            self.templates.physical[("node_lifecycle", lid)] = arn
+            environment = self.templates.resolve("node_lifecycle", p["Environment"]["Variables"])
+            # The one value changed: the seeds' gateways are the emulator's.
+            environment["SF_GATEWAY_ENDPOINTS"] = ",".join(self.gateway_endpoints)
+            functions[arn] = Function(arn, p["Handler"], environment, int(p.get("Timeout", 3)))
+        return functions
+
+    def _state_machines(self) -> dict[str, dict[str, Any]]:
+        """name -> {arn, definition, rule pattern}."""
+        made: dict[str, dict[str, Any]] = {}
+        resources = self.templates.stacks["node_lifecycle"]["Resources"]
+        for lid, resource in self.templates.resources("node_lifecycle", "AWS::StepFunctions::StateMachine").items():
+            p = resource["Properties"]
+            definition = json.loads(self.templates.resolve("node_lifecycle", p["DefinitionString"]))
+            arn = self._sfn.create_state_machine(
+                name=p["StateMachineName"], definition=json.dumps(definition),
+                roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/{lid}",
+            )["stateMachineArn"]  # fmt: skip
+            self.templates.physical[("node_lifecycle", lid)] = arn
+            rule = next(
+                r["Properties"] for r in resources.values()
+                if r["Type"] == "AWS::Events::Rule"
+                and any(target["Arn"] == {"Ref": lid} for target in r["Properties"].get("Targets", []))
+            )  # fmt: skip
+            target = next(t for t in rule["Targets"] if t["Arn"] == {"Ref": lid})
+            assert not {"Input", "InputPath", "InputTransformer"} & set(target), "the harness passes the event as input"
+            made[p["StateMachineName"]] = {"arn": arn, "definition": definition, "pattern": rule["EventPattern"]}
+        return made
+
+    def _hooks(self) -> dict[str, dict[str, Any]]:
+        """transition -> the scaling group's hook (group name, hook name, timeout, default)."""
+        hooks = {}
+        for group in self.templates.resources("service_fabric", "AWS::AutoScaling::AutoScalingGroup").values():
+            p = group["Properties"]
+            for spec in p.get("LifecycleHookSpecificationList", []):
+                transition = "launch" if spec["LifecycleTransition"].endswith("LAUNCHING") else "terminate"
+                hooks[transition] = {
+                    "group": p["AutoScalingGroupName"],
+                    "hook": spec["LifecycleHookName"],
+                    "heartbeat_timeout": int(spec.get("HeartbeatTimeout", 3600)),
+                    "default_result": spec.get("DefaultResult", "ABANDON"),
+                }
+        return hooks
+
+    # -- time and the Lambda runtime, patched into the interpreter ---------------------------
+
+    @contextlib.contextmanager
+    def installed(self, monkeypatch: Any) -> Iterator[LifecycleStateMachines]:
+        import node_lifecycle.handlers as handlers
+        from node_lifecycle.runtime import Runtime
+
+        clock = self.clock
+        monkeypatch.setattr(lambda_eval_utils, "_invoke_lambda_function", self._invoke)
+        monkeypatch.setattr(WaitFunction, "_wait_interval", lambda _self, env, wait_seconds: clock.sleep(wait_seconds))
+        monkeypatch.setattr(retrier_decl, "time", SimpleNamespace(sleep=clock.sleep))
+        monkeypatch.setattr(botocore.endpoint, "time", SimpleNamespace(sleep=clock.sleep, time=time.time))
+        original = Runtime.from_settings.__func__
+
+        def from_settings(cls: type, settings: Any, session: Any, **_: Any) -> Any:
+            return original(cls, settings, session, clock=clock, sleep=clock.sleep)
+
+        monkeypatch.setattr(Runtime, "from_settings", classmethod(from_settings))
+        monkeypatch.setattr(handlers, "_runtime", None)
+        yield self
+
+    def _invoke(self, parameters: dict, region: str, state_credentials: Any) -> dict[str, Any]:
+        function = self.functions[parameters["FunctionName"]]
+        payload = json.loads(parameters["Payload"])
+        module_name, _, name = function.handler.rpartition(".")
+        module = importlib.import_module(module_name)
+        request_id = str(uuid.uuid4())
+        context = SimpleNamespace(function_name=name, aws_request_id=request_id,
+                                  get_remaining_time_in_millis=lambda: function.timeout_seconds * 1000)  # fmt: skip
+        output = io.StringIO()
+        with self._invoke_lock, _environment({**function.environment, "AWS_REGION": self.region}), contextlib.redirect_stdout(output):
+            module._runtime = self._containers.get(function.arn)
+            started = self.clock()
+            try:
+                answer, error = json.loads(json.dumps(getattr(module, name)(payload, context))), None
+            except Exception as err:  # noqa: BLE001 - the Lambda runtime reports every exception
+                answer, error = None, {
+                    "errorMessage": str(err),
+                    "errorType": type(err).__name__,
+                    "requestId": request_id,
+                    "stackTrace": traceback.format_tb(err.__traceback__),
+                }
+            finally:
+                self._containers[function.arn] = module._runtime
+            elapsed = self.clock() - started
+        self._read_metrics(output.getvalue())
+        if elapsed > function.timeout_seconds:
+            error = {
+                "errorType": "Sandbox.Timedout",
+                "errorMessage": f"RequestId: {request_id} Error: Task timed out after {function.timeout_seconds:.2f} seconds",
+            }
+        step = str(payload.get("step", ""))
+        self.invocations.append(Invocation(name, step, error and error["errorType"], error and error["errorMessage"] or ""))
+        if error:
+            return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": error}
+        return {"StatusCode": 200, "Payload": answer}
+
+    def _read_metrics(self, printed: str) -> None:
+        for line in printed.splitlines():
+            try:
+                document = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(document, dict) and "_aws" in document:
+                for directive in document["_aws"]["CloudWatchMetrics"]:
+                    for metric in directive["Metrics"]:
+                        for value in document[metric["Name"]]:
+                            self.metrics.recorded.append((metric["Name"], float(value)))
+
+    # -- running ---------------------------------------------------------------------------
+
+    def begin(self, transition: str, instance_id: str) -> LifecycleAction:
+        return self.lifecycle.begin(instance_id=instance_id, transition=transition, **self.hooks[transition])
+
+    def run(self, action: LifecycleAction, *, real_seconds: float = 60.0) -> Execution:
+        """Routes the action's event to the state machine whose rule matches it, and runs it."""
+        event = action.event(DEFAULT_ACCOUNT_ID, self.region)
+        matching = [m for m in self.state_machines.values() if EventPattern.load(json.dumps(m["pattern"])).matches_event(event)]
+        assert len(matching) == 1, f"{len(matching)} rules match {event['detail-type']}"
+        return self.start(matching[0], event, real_seconds=real_seconds)
+
+    def start(self, machine: dict[str, Any], event: Any, *, real_seconds: float = 60.0) -> Execution:
+        first_invocation = len(self.invocations)
+        started = self.clock()
+        arn = self._sfn.start_execution(stateMachineArn=machine["arn"], name=str(uuid.uuid4()), input=json.dumps(event))["executionArn"]
+        deadline = time.monotonic() + real_seconds
+        while (described := self._sfn.describe_execution(executionArn=arn))["status"] == "RUNNING":
+            if time.monotonic() > deadline:
+                self._sfn.stop_execution(executionArn=arn)
+                raise AssertionError(f"the execution still ran after {real_seconds} s of real time")
+            time.sleep(0.005)
+        history = self._sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
+        execution = Execution(
+            status=described["status"],
+            error=described.get("error"),
+            cause=described.get("cause"),
+            output=json.loads(described["output"]) if described.get("output") else None,
+            history=history,
+            invocations=self.invocations[first_invocation:],
+            virtual_seconds=self.clock() - started,
+        )
+        uncatchable = [e for e in execution.state_errors if e in UNCATCHABLE]
+        assert not uncatchable, f"{uncatchable}: AWS ends the execution there, whatever Catch says"
+        if execution.virtual_seconds > machine["definition"].get("TimeoutSeconds", float("inf")):
+            execution.status = "TIMED_OUT"
+        self.lifecycle.settle()
+        return execution
+
+    def alarms(self) -> list[Alarm]:
+        """What reached the operators' inbox since the last look."""
+        found = []
+        while messages := self._sqs.receive_message(QueueUrl=self._inbox, MaxNumberOfMessages=10).get("Messages"):
+            for message in messages:
+                envelope = json.loads(message["Body"])  # SNS's JSON envelope (raw delivery off)
+                found.append(Alarm(envelope.get("Subject", ""), envelope["Message"]))
+                self._sqs.delete_message(QueueUrl=self._inbox, ReceiptHandle=message["ReceiptHandle"])
+        return found
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
