@@ -1,7 +1,9 @@
 """Lambda entry points: node_lifecycle.handlers.scale_in / scale_out / reap_zombies.
 
 Thin by design: validate the environment once, build the adapters once per container,
-run one step, publish metrics as CloudWatch embedded-metric-format log lines.
+run one step, publish metrics as CloudWatch embedded-metric-format log lines, and let any
+failure out as TransientError or PermanentError (step_errors.py), the two names the state
+machines match.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from sf_rest import FabricError
 
 from .runtime import UNREACHABLE, Runtime
 from .settings import Settings
+from .step_errors import as_step_error
 from .workflow import SCALE_IN_STEPS, SCALE_OUT_STEPS, reap_zombies, run_step
 
 metrics = Metrics()  # namespace and dimension from the validated settings, on first use
@@ -36,13 +39,16 @@ def runtime() -> Runtime:
 
 
 def _run(body: Any) -> Any:
-    current = runtime()
     try:
-        return body(current)
-    except FabricError as err:
-        if err.code in UNREACHABLE:
-            current.forget_client()  # the retry picks a gateway that answers
-        raise
+        current = runtime()
+        try:
+            return body(current)
+        except FabricError as err:
+            if err.code in UNREACHABLE:
+                current.forget_client()  # the retry picks a gateway that answers
+            raise
+    except Exception as err:  # noqa: BLE001 - every failure leaves as one of the two kinds
+        raise as_step_error(err) from err
 
 
 @metrics.log_metrics

@@ -140,9 +140,8 @@ class NodeJoin(_Result):
 
 
 @dataclass(frozen=True)
-class ScaleOutCleanup(_Result):
+class JoinCleanup(_Result):
     instance_id: str
     node_name: str
     deactivated: bool  # the half-added node was told to move its replicas away
-    completion: Outcome  # of the ABANDON
-    detail: str = ""
+    detail: str = ""  # why the clean-up stopped short, if it did

@@ -4,7 +4,7 @@
     -> tag_node_instance -> start_configuration_registration -> poll_configuration_upgrade*
     -> complete (CONTINUE)
 
-On any failure: clean_up_failed_scale_out (deactivate what was half-added, ABANDON). The
+On any failure: clean_up_failed_join (deactivate what was half-added), then ABANDON. The
 instance then terminates through the terminate hook, whose drain removes a registered node
 by configuration upgrade while the machine still runs.
 
@@ -15,7 +15,7 @@ event or a step re-run after a crash picks up where the node is.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sf_rest import (
@@ -28,9 +28,9 @@ from sf_rest import (
 
 from .errors import InstanceNotJoinable, NodeJoinFailed, NodeInWrongState
 from .interfaces import AutoScalingLifecycle, FabricHost, InstanceDirectory, LifecycleHook
-from .lifecycle import ABANDON, record_heartbeat
+from .lifecycle import record_heartbeat
 from .node_stage import describe
-from .results import NodeJoin, NodePlan, Outcome, ScaleOutCleanup, WaitStatus
+from .results import JoinCleanup, NodeJoin, NodePlan, Outcome, WaitStatus
 
 DEFAULT_CLIENT_CONNECTION_PORT = "19000"
 JOINABLE_STATES = frozenset({"pending", "running"})
@@ -167,37 +167,31 @@ def tag_node_instance(instances: InstanceDirectory, plan: NodePlan) -> dict[str,
     return {"instance_id": plan.instance_id, "node_name": plan.node_name}
 
 
-def clean_up_failed_scale_out(
-    client: ServiceFabricClient,
+def clean_up_failed_join(
+    connect: Callable[[], ServiceFabricClient],
     instances: InstanceDirectory,
-    lifecycle: AutoScalingLifecycle,
-    hook: LifecycleHook,
+    instance_id: str,
     node_name: str = "",
-) -> ScaleOutCleanup:
-    """Undo what a failed join left, as far as is safe, then ABANDON the launch.
+) -> JoinCleanup:
+    """Undo what a failed join left, as far as is safe, before the launch is abandoned.
 
     A node that made it into the node list is tagged (so the drain and the reaper find it)
     and deactivated with a removal intent, so Fabric moves replicas away before the
-    instance terminates. Cleaning up must not fail on the cluster being unreachable: the
-    launch is abandoned whatever the gateway says.
+    instance terminates. Best effort: whatever stops it (no gateway, no certificate, EC2
+    refusing the tag) is reported, never raised, because abandoning the launch must not
+    wait on the cluster. `connect` is called here, inside the guard.
     """
-    name = node_name or node_name_for(hook.instance_id)
+    name = node_name or node_name_for(instance_id)
     deactivated, detail = False, ""
     try:
+        client = connect()
         node = client.get_node_info(name)
         if node is not None and node.status not in (NodeStatus.REMOVED, NodeStatus.DOWN):
-            instances.tag_node_name(hook.instance_id, name)
+            instances.tag_node_name(instance_id, name)
             deactivated = _deactivate_for_removal(client, node)
-    except FabricError as err:
-        detail = f"could not reach the cluster to clean up: {err}"
-    completed = lifecycle.complete_lifecycle_action(hook, ABANDON)
-    return ScaleOutCleanup(
-        instance_id=hook.instance_id,
-        node_name=name,
-        deactivated=deactivated,
-        completion=Outcome.REQUESTED if completed else Outcome.ALREADY_DONE,
-        detail=detail,
-    )
+    except Exception as err:  # noqa: BLE001 - best effort by design, see above
+        detail = f"could not clean up in the cluster: {type(err).__name__}: {err}"
+    return JoinCleanup(instance_id=instance_id, node_name=name, deactivated=deactivated, detail=detail)
 
 
 def _deactivate_for_removal(client: ServiceFabricClient, node: NodeInfo) -> bool:

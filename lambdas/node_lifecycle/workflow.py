@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import LifecycleError, WaitTimedOut
 from .interfaces import LifecycleHook
-from .lifecycle import CONTINUE, complete_lifecycle_action
+from .lifecycle import ABANDON, CONTINUE, complete_lifecycle_action
 from .membership_config import (
     check_node_removed,
     poll_configuration_upgrade,
@@ -42,7 +42,7 @@ from .scale_in import (
     stop_fabric_host,
 )
 from .scale_out import (
-    clean_up_failed_scale_out,
+    clean_up_failed_join,
     join_node,
     plan_node,
     poll_node_up,
@@ -104,6 +104,24 @@ def _hook(state: State) -> LifecycleHook:
     return LifecycleHook(**state["hook"])
 
 
+def _keep_alive(runtime: Runtime, state: State) -> None:
+    """Restart the hook's heartbeat timer before a step that does not wait: a step retried
+    through an outage must not let the instance go meanwhile."""
+    runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
+
+
+def _release_for_failure(runtime: Runtime, state: State) -> str:
+    """Give the lock up on the failure path without ever failing it: '' when released or not
+    held, else why not (the lock then expires after its TTL)."""
+    if not state.get("owner"):
+        return ""
+    try:
+        runtime.lock.release(state["owner"])
+    except Exception as err:  # noqa: BLE001 - the alarm and the hold must not depend on it
+        return f"The membership lock could not be released ({type(err).__name__}: {err}); it expires by itself."
+    return ""
+
+
 def _check_deadline(runtime: Runtime, state: State, what: str) -> None:
     elapsed = runtime.clock() - float(state["started_at"])
     if elapsed > runtime.settings.workflow_timeout_seconds:
@@ -114,25 +132,37 @@ def _check_deadline(runtime: Runtime, state: State, what: str) -> None:
 
 
 def _failure(state: State) -> str:
-    """`{"Error": ..., "Cause": ...}` from a Catch, as one line."""
+    """`{"Error": ..., "Cause": ...}` from a Catch, as one line: the message (led by the original
+    exception's type), then the kind the state machine saw."""
     error = state.get("error") or {}
-    cause = error.get("Cause") or ""
+    name, cause = str(error.get("Error") or "unknown error"), error.get("Cause") or ""
     try:
-        parsed = json.loads(cause)
-        cause = f"{parsed.get('errorType', '')}: {parsed.get('errorMessage', '')}"
+        cause = str(json.loads(cause).get("errorMessage") or "")
     except (ValueError, AttributeError):
         pass
-    return f"{error.get('Error', 'unknown error')} ({cause})" if cause else str(error.get("Error"))
+    return f"{cause} ({name})" if cause else name
 
 
 def _elapsed(runtime: Runtime, state: State) -> float:
-    return max(runtime.clock() - float(state["started_at"]), 0.0)
+    return max(runtime.clock() - float(state.get("started_at") or runtime.clock()), 0.0)
+
+
+def alarm_undelivered(runtime: Runtime, state: State) -> dict[str, Any]:
+    """The alarm topic refused the alarm after every retry: count it (the AlarmsUndelivered
+    alarm watches the count) and print the alarm into the function's log, then the execution
+    goes on, holding the instance where it would have."""
+    runtime.record_metric("AlarmsUndelivered", 1, "Count")
+    failure = state.get("failure") or {}
+    print(json.dumps({"undelivered_alarm": {"subject": failure.get("subject"), "message": failure.get("message"),
+                                            "publish_error": state.get("alarm_error")}}))  # fmt: skip
+    return {"counted": True}
 
 
 # -- scale-in -------------------------------------------------------------------------
 
 
 def resolve(runtime: Runtime, state: State) -> dict[str, Any]:
+    _keep_alive(runtime, state)
     resolution = resolve_node(runtime.client, runtime.instances, _hook(state).instance_id)
     if resolution.is_member:
         runtime.record_metric("DrainsStarted", 1, "Count")
@@ -140,6 +170,7 @@ def resolve(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def check_seed(runtime: Runtime, state: State) -> dict[str, Any]:
+    _keep_alive(runtime, state)
     return refuse_seed_node(runtime.client, state["node"]["node_name"]).to_dict()
 
 
@@ -148,7 +179,7 @@ def hold_instance(runtime: Runtime, state: State) -> dict[str, Any]:
     a refused seed node's, or one whose drain failed (its removal upgrade needs the machine
     running). `done` once the hold is over or the action is no longer pending (an operator
     completed it); the action then times out or is gone."""
-    since = (state.get("failure") or {}).get("hold_from") or state["started_at"]
+    since = (state.get("failure") or {}).get("hold_from") or state.get("started_at") or runtime.clock()
     held = max(runtime.clock() - float(since), 0.0)
     heartbeat = runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
     done = held >= runtime.settings.operator_hold_seconds or not heartbeat
@@ -156,6 +187,7 @@ def hold_instance(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def deactivate(runtime: Runtime, state: State) -> dict[str, Any]:
+    _keep_alive(runtime, state)
     return deactivate_node(runtime.client, state["node"]["node_name"]).to_dict()
 
 
@@ -178,10 +210,12 @@ def remove_from_configuration(runtime: Runtime, state: State) -> dict[str, Any]:
 
 def check_removed(runtime: Runtime, state: State) -> dict[str, Any]:
     """Is the node out of the node list? If not, the state machine runs the clean-up."""
+    _keep_alive(runtime, state)
     return check_node_removed(runtime.client, state["node"]["node_name"]).to_dict()
 
 
 def stop_host(runtime: Runtime, state: State) -> dict[str, Any]:
+    _keep_alive(runtime, state)
     name, instance_id = state["node"]["node_name"], _hook(state).instance_id
     return stop_fabric_host(runtime.client, runtime.host, name, instance_id).to_dict()
 
@@ -201,6 +235,7 @@ def wait_down(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def remove_state(runtime: Runtime, state: State) -> dict[str, Any]:
+    _keep_alive(runtime, state)
     return remove_node_state(runtime.client, state["node"]["node_name"]).to_dict()
 
 
@@ -216,26 +251,32 @@ def finish_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
-    """After any failure: give the lock up, count it, say what happened (published to the
-    alarm topic). The lifecycle action is left to time out, so an operator can finish the
-    drain with scripts/drain_node.py before the instance goes."""
-    release = runtime.lock.release(state["owner"])
+    """After any failure: give the lock up, count it, word the alarm (published next). Needs
+    neither the gateway nor a well-formed event, and fails on nothing it calls. The lifecycle
+    action is not completed: the state machine holds the instance with heartbeats so an
+    operator can finish the drain with scripts/drain_node.py before the instance goes."""
+    lock_note = _release_for_failure(runtime, state)
     runtime.record_metric("DrainsFailed", 1, "Count")
-    hook = _hook(state)
+    hook = state.get("hook") or {}
+    instance_id = hook.get("instance_id") or "(unknown instance)"
     node = (state.get("node") or {}).get("node_name") or "(unresolved)"
+    hold_minutes = runtime.settings.operator_hold_seconds // 60
+    then = (
+        f"The instance is held with lifecycle heartbeats for {hold_minutes} minutes: finish the "
+        f"drain meanwhile with scripts/drain_node.py --node {node} (the removal upgrade needs the "
+        "machine to answer on port 445), then complete the lifecycle action. A node whose machine "
+        "is gone can no longer be removed by upgrade (README: lost machines)."
+        if hook
+        else "There is no lifecycle action to hold: the event did not name one."
+    )
     return {
-        "lock_released": release.released,
+        "lock_released": not lock_note,
         "hold_from": runtime.clock(),
-        "subject": f"Service Fabric drain failed: {node} on {hook.instance_id}"[:100],
+        "subject": f"Service Fabric drain failed: {node} on {instance_id}"[:100],
         "message": (
-            f"Draining node {node} (instance {hook.instance_id}, group {hook.group_name}) "
-            f"failed after {_elapsed(runtime, state):.0f} s: {_failure(state)}. The instance is "
-            f"held with lifecycle heartbeats for {runtime.settings.operator_hold_seconds // 60} "
-            "minutes: finish the drain meanwhile with scripts/drain_node.py --node "
-            f"{node} (the removal upgrade needs the machine to answer on port 445), then "
-            "complete the lifecycle action. A node whose machine is gone can no longer be "
-            "removed by upgrade (README: lost machines)."
-        ),
+            f"Draining node {node} (instance {instance_id}, group {hook.get('group_name', '(unknown)')}) "
+            f"failed after {_elapsed(runtime, state):.0f} s: {_failure(state)}. {then} {lock_note}"
+        ).strip(),
     }
 
 
@@ -247,6 +288,7 @@ def _plan(state: State) -> NodePlan:
 
 
 def plan(runtime: Runtime, state: State) -> dict[str, Any]:
+    _keep_alive(runtime, state)
     runtime.record_metric("JoinsStarted", 1, "Count")
     return plan_node(
         runtime.client,
@@ -277,6 +319,7 @@ def wait_up(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def tag_instance(runtime: Runtime, state: State) -> dict[str, Any]:
+    _keep_alive(runtime, state)
     return tag_node_instance(runtime.instances, _plan(state))
 
 
@@ -297,25 +340,41 @@ def finish_scale_out(runtime: Runtime, state: State) -> dict[str, Any]:
     return {**completion.to_dict(), "lock_released": release.released}
 
 
-def fail_scale_out(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Give the lock up, undo what is safe, ABANDON the launch, and say so."""
-    release = runtime.lock.release(state["owner"])
-    hook = _hook(state)
+def clean_up_join(runtime: Runtime, state: State) -> dict[str, Any]:
+    """The first step after any failure: give the lock up, then tag and deactivate a node the
+    join half-added, as far as the cluster answers. Reports, never raises, what it could not do."""
+    lock_note = _release_for_failure(runtime, state)
+    hook = state.get("hook") or {}
+    if not hook:
+        return {"lock_released": not lock_note, "deactivated": False, "node_name": "", "detail": lock_note}
     name = (state.get("plan") or {}).get("node_name", "")
-    cleanup = clean_up_failed_scale_out(
-        runtime.client, runtime.instances, runtime.lifecycle, hook, name
-    )
+    cleanup = clean_up_failed_join(lambda: runtime.client, runtime.instances, hook["instance_id"], name)
+    return {**cleanup.to_dict(), "lock_released": not lock_note, "detail": f"{cleanup.detail} {lock_note}".strip()}
+
+
+def abandon_launch(runtime: Runtime, state: State) -> dict[str, Any]:
+    """ABANDON the launch (Auto Scaling then replaces the instance), count the failure and word
+    the alarm. Needs no gateway: the lifecycle result never waits on the cluster."""
+    hook = state.get("hook") or {}
+    completion = complete_lifecycle_action(runtime.lifecycle, _hook(state), ABANDON).to_dict() if hook else {}
     runtime.record_metric("JoinsFailed", 1, "Count")
+    cleanup = state.get("cleanup") or {}
+    instance_id = hook.get("instance_id") or "(unknown instance)"
+    if not hook:
+        outcome = "There is no launch to abandon: the event did not name one."
+    else:
+        outcome = "The launch was abandoned, so Auto Scaling replaces the instance"
+        if cleanup.get("node_name"):
+            outcome += f"; node {cleanup['node_name']} deactivated: {bool(cleanup.get('deactivated'))}"
+        outcome += "."
+    notes = cleanup.get("detail") or ("the clean-up step itself failed; see the execution" if "cleanup_error" in state else "")
     return {
-        **cleanup.to_dict(),
-        "lock_released": release.released,
-        "subject": f"Service Fabric join failed: {hook.instance_id}"[:100],
+        **completion,
+        "subject": f"Service Fabric join failed: {instance_id}"[:100],
         "message": (
-            f"Joining instance {hook.instance_id} (group {hook.group_name}) as "
-            f"{cleanup.node_name} failed after {_elapsed(runtime, state):.0f} s: "
-            f"{_failure(state)}. The launch was abandoned, so Auto Scaling replaces the "
-            f"instance; node deactivated: {cleanup.deactivated}. {cleanup.detail}".strip()
-        ),
+            f"Joining instance {instance_id} (group {hook.get('group_name', '(unknown)')}) failed after "
+            f"{_elapsed(runtime, state):.0f} s: {_failure(state)}. {outcome} {notes}"
+        ).strip(),
     }
 
 
@@ -361,6 +420,7 @@ SCALE_IN_STEPS: dict[str, Step] = {
     "remove_node_state": remove_state,
     "finish": finish_scale_in,
     "fail": fail_scale_in,
+    "alarm_undelivered": alarm_undelivered,
 }
 
 SCALE_OUT_STEPS: dict[str, Step] = {
@@ -373,7 +433,9 @@ SCALE_OUT_STEPS: dict[str, Step] = {
     "start_configuration_registration": register_in_configuration,
     "poll_configuration_upgrade": poll_upgrade,
     "finish": finish_scale_out,
-    "fail": fail_scale_out,
+    "clean_up": clean_up_join,
+    "abandon": abandon_launch,
+    "alarm_undelivered": alarm_undelivered,
 }
 
 

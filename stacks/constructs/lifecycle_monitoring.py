@@ -61,6 +61,12 @@ class LifecycleMonitoring(Construct):
         alarm("DrainFailed", f"A scale-in drain of {cluster_name} failed or stalled (see the alarm topic's message)",
               metric("DrainsFailed"))
         alarm("JoinFailed", f"A scale-out join to {cluster_name} failed; the launch was abandoned", metric("JoinsFailed"))
+        # The state machines count an alarm the topic refused after every retry, then go on
+        # holding; the text is in the function's log ("undelivered_alarm"). This alarm's own
+        # notification goes to the same topic, so it may not arrive either: the alarm state and
+        # the dashboard show it.
+        alarm("AlarmsUndelivered", f"An alarm of the {cluster_name} node lifecycle could not be published to the "
+              "alarm topic; its text is in the scale-in/scale-out function's log", metric("AlarmsUndelivered"))
         reaper_periods = max(3, -(-15 // reaper_interval_minutes))
         alarm("ZombiesRemain",
               f"Zombie nodes of {cluster_name} were seen in every reaper run for {reaper_periods * 5} minutes: "
@@ -92,7 +98,7 @@ class LifecycleMonitoring(Construct):
             ),
             cloudwatch.GraphWidget(
                 title="Joins, zombies, seed nodes down",
-                left=[metric("JoinsSucceeded"), metric("JoinsFailed")],
+                left=[metric("JoinsSucceeded"), metric("JoinsFailed"), metric("AlarmsUndelivered")],
                 right=[metric("ZombieNodes", "Maximum"), metric("SeedNodesDown", "Maximum")],
                 width=8,
             ),

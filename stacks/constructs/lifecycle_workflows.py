@@ -2,9 +2,16 @@
 
 Every Task invokes one Lambda with `{"step": NAME, "state": <the execution's JSON>}` and
 stores the answer under the step's key (lambdas/node_lifecycle/workflow.py holds the steps).
-Waits are Wait states looping back to a poll step, so no Lambda sleeps. Any failure is
-caught: the `fail` step releases the lock and words an alarm, which is published to the
-environment's alarm topic before the execution fails.
+Waits are Wait states looping back to a poll step, so no Lambda sleeps.
+
+Errors: a function fails with TransientError or PermanentError (lambdas/node_lifecycle/
+step_errors.py), because Step Functions matches the error name exactly. Transient ones are
+retried with backoff; every failure of a step is then caught into the failure path. The failure
+path needs neither the gateway nor a well-formed event: it words the alarm (a fallback text if
+even that fails), publishes it (retried; if it still cannot be published, it is counted as
+undelivered and the path goes on), and decides the lifecycle action: scale-out ABANDONs the
+launch, scale-in holds the instance with heartbeats for an operator, since a terminate hook lets
+the instance go on CONTINUE and ABANDON alike.
 """
 
 from __future__ import annotations
@@ -24,10 +31,25 @@ from constructs import Construct
 from stacks.compliance import acknowledge, attribute_ref, wildcard_resource_finding
 from stacks.constructs.log_group import log_group
 
-# Errors worth another try before the failure path: the REST client already retried inside
-# the call, so these are longer outages of a gateway or a seed.
-TRANSIENT_ERRORS = ["FabricError", "GatewayUnavailableError"]
+# What is worth another try: the functions' TransientError (the gateway or AWS not answering,
+# throttling, 5xx), and a function that ran out of time, which Lambda reports as
+# Sandbox.Timedout and Step Functions' documentation as Lambda.Unknown. Every step is idempotent.
+TRANSIENT_ERRORS = ["TransientError", "Sandbox.Timedout", "Lambda.Unknown"]
+ALL_ERRORS = [sfn.Errors.ALL]
 WAITING = ("wait_for_upgrade", "wait_for_instance")
+
+
+def _retry_transient(task: sfn.TaskStateBase) -> None:
+    # Up to 4 more tries over about two minutes, jittered so that executions retrying the same
+    # outage do not come back together.
+    task.add_retry(
+        errors=TRANSIENT_ERRORS,
+        interval=cdk.Duration.seconds(10),
+        max_attempts=4,
+        backoff_rate=2,
+        max_delay=cdk.Duration.seconds(60),
+        jitter_strategy=sfn.JitterType.FULL,
+    )
 
 
 @dataclass(frozen=True)
@@ -45,23 +67,24 @@ class _Steps:
         self.scope, self.function, self.pacing = scope, function, pacing
         self.catchers: list[sfn.TaskStateBase] = []
 
-    def task(self, label: str, step: str, key: str | None) -> tasks.LambdaInvoke:
-        state = sfn.JsonPath.object_at("$")
+    def invoke(self, label: str, step: str, result_path: str, *, transient: bool = True) -> tasks.LambdaInvoke:
+        """One Lambda step; retried on transient errors when it makes calls that can have them."""
         invoke = tasks.LambdaInvoke(
             self.scope,
             label,
             lambda_function=self.function,
-            payload=sfn.TaskInput.from_object({"step": step, "state": state}),
+            payload=sfn.TaskInput.from_object({"step": step, "state": sfn.JsonPath.object_at("$")}),
             payload_response_only=True,
-            result_path=f"$.{key}" if key else "$",
+            result_path=result_path,
             retry_on_service_exceptions=True,
         )
-        invoke.add_retry(
-            errors=TRANSIENT_ERRORS,
-            interval=cdk.Duration.seconds(10),
-            max_attempts=3,
-            backoff_rate=2,
-        )
+        if transient:
+            _retry_transient(invoke)
+        return invoke
+
+    def task(self, label: str, step: str, key: str) -> tasks.LambdaInvoke:
+        """A step of the main path: any failure it cannot retry away goes to the failure path."""
+        invoke = self.invoke(label, step, f"$.{key}")
         self.catchers.append(invoke)
         return invoke
 
@@ -94,6 +117,7 @@ class _Steps:
         return acquire.next(held)
 
     def begin(self) -> tasks.LambdaInvoke:
+        """The event to the execution's state; a malformed event goes to the failure path."""
         begin = tasks.LambdaInvoke(
             self.scope,
             "Read the lifecycle action",
@@ -107,49 +131,63 @@ class _Steps:
             payload_response_only=True,
             retry_on_service_exceptions=True,
         )
+        self.catchers.append(begin)  # it makes no call that could be transient: no Retry
         return begin
 
-    def failure_path(self, alarm_topic: sns.ITopic, fail_label: str, error: str, *, hold: bool) -> sfn.IChainable:
-        """Release the lock and word the alarm, publish it, then (drains) hold the instance with
-        heartbeats for an operator before the execution fails. Its own tasks are not caught."""
-        fail = self._unguarded("Release the lock and word the alarm", "fail", "$.failure")
+    def alarm(self, label: str, topic: sns.ITopic, subject: str, message: sfn.TaskInput, then: sfn.IChainable) -> sfn.IChainable:
+        """Publish, retried on any error (SNS errors are not all named alike across
+        integrations, and a retry costs only time); if it still fails, count the alarm as
+        undelivered and go on to `then` all the same."""
         publish = tasks.SnsPublish(
-            self.scope,
-            "Alarm the operators",
-            topic=alarm_topic,
-            subject=sfn.JsonPath.string_at("$.failure.subject"),
-            message=sfn.TaskInput.from_json_path_at("$.failure.message"),
-            result_path=sfn.JsonPath.DISCARD,
+            self.scope, label, topic=topic, subject=subject, message=message, result_path=sfn.JsonPath.DISCARD
         )
-        failed = sfn.Fail(self.scope, fail_label, error=error, cause="see the alarm message")
-        if not hold:
-            return fail.next(publish).next(failed)
-        # The removal upgrade needs the machine running: keep it until an operator is done.
-        label = "Hold the instance for an operator"
-        held = self._unguarded(label, "hold_instance", "$.failure_hold")
+        publish.add_retry(
+            errors=ALL_ERRORS,
+            interval=cdk.Duration.seconds(5),
+            max_attempts=4,
+            backoff_rate=2,
+            max_delay=cdk.Duration.seconds(60),
+            jitter_strategy=sfn.JitterType.FULL,
+        )
+        count = self.invoke(f"{label}: count it undelivered", "alarm_undelivered", "$.alarm_undelivered", transient=False)
+        count.add_catch(then, errors=ALL_ERRORS, result_path="$.alarm_count_error")
+        publish.add_catch(count, errors=ALL_ERRORS, result_path="$.alarm_error")
+        count.next(then)
+        return publish.next(then)
+
+    def hold(self, label: str, key: str, then: sfn.IChainable) -> sfn.IChainable:
+        """Heartbeat the lifecycle action every hold interval until the hold is done; a
+        heartbeat that fails does not end the hold, the next one is tried."""
+        held = self.invoke(label, "hold_instance", f"$.{key}")
         wait = sfn.Wait(self.scope, f"{label}: wait", time=sfn.WaitTime.duration(self.pacing.hold_interval))
         done = sfn.Choice(self.scope, f"{label}: done?")
-        done.when(sfn.Condition.boolean_equals("$.failure_hold.done", True), failed).otherwise(wait)
+        done.when(sfn.Condition.boolean_equals(f"$.{key}.done", True), then).otherwise(wait)
+        held.add_catch(wait, errors=ALL_ERRORS, result_path=f"$.{key}_error")
         wait.next(held)
-        return fail.next(publish).next(held).next(done)
+        return held.next(done)
 
-    def _unguarded(self, label: str, step: str, result_path: str) -> tasks.LambdaInvoke:
-        """A task of the failure path: retried, but never caught into the failure path again."""
-        task = tasks.LambdaInvoke(
+    def worded_alarm(self, label: str, step: str, fallback_subject: str, *, transient: bool) -> tuple[tasks.LambdaInvoke, sfn.Pass]:
+        """The step that words the failure's alarm into $.failure, and the fixed text it falls
+        back to if that step fails (the Lambda itself broken)."""
+        word = self.invoke(label, step, "$.failure", transient=transient)
+        fallback = sfn.Pass(
             self.scope,
-            label,
-            lambda_function=self.function,
-            payload=sfn.TaskInput.from_object({"step": step, "state": sfn.JsonPath.object_at("$")}),
-            payload_response_only=True,
-            result_path=result_path,
-            retry_on_service_exceptions=True,
+            "Word a fallback alarm",
+            parameters={
+                "subject": fallback_subject,
+                "message": sfn.JsonPath.format(
+                    "Execution {} failed, and so did its failure step; the execution history says why.",
+                    sfn.JsonPath.string_at("$$.Execution.Id"),
+                ),
+            },
+            result_path="$.failure",
         )
-        task.add_retry(errors=["States.ALL"], interval=cdk.Duration.seconds(10), max_attempts=3, backoff_rate=2)
-        return task
+        word.add_catch(fallback, errors=ALL_ERRORS, result_path="$.failure_error")
+        return word, fallback
 
     def catch_all(self, handler: sfn.IChainable) -> None:
         for task in self.catchers:
-            task.add_catch(handler, errors=["States.ALL"], result_path="$.error")
+            task.add_catch(handler, errors=ALL_ERRORS, result_path="$.error")
 
 
 class _Workflow(Construct):
@@ -157,9 +195,6 @@ class _Workflow(Construct):
     scaling group. Subclasses give the definition; everything else is shared."""
 
     detail_type: str
-    failure_label: str
-    failure_error: str
-    hold_on_failure = False  # keep the instance for an operator after the alarm
 
     def __init__(
         self,
@@ -179,9 +214,7 @@ class _Workflow(Construct):
         super().__init__(scope, construct_id)
         steps = _Steps(self, function, pacing)
         definition = steps.begin().next(steps.lock_then(self._after_lock(steps, alarm_topic, pacing)))
-        steps.catch_all(
-            steps.failure_path(alarm_topic, self.failure_label, self.failure_error, hold=self.hold_on_failure)
-        )
+        steps.catch_all(self._failure_path(steps, alarm_topic))
         logs = log_group(self, "ExecutionLogs", retention_days=log_retention_days, removal_policy=removal_policy)
         self.state_machine = sfn.StateMachine(
             self,
@@ -224,6 +257,19 @@ class _Workflow(Construct):
     def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic, pacing: Pacing) -> sfn.IChainable:
         raise NotImplementedError
 
+    def _failure_path(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
+        raise NotImplementedError
+
+    @staticmethod
+    def _failure_alarm(steps: _Steps, alarm_topic: sns.ITopic, then: sfn.IChainable) -> sfn.IChainable:
+        return steps.alarm(
+            "Alarm the operators",
+            alarm_topic,
+            subject=sfn.JsonPath.string_at("$.failure.subject"),
+            message=sfn.TaskInput.from_json_path_at("$.failure.message"),
+            then=then,
+        )
+
     def _configuration_change(self, steps: _Steps, label: str, step: str, then: sfn.IChainable) -> sfn.IChainable:
         """Start the membership upgrade (waiting out others), then wait until it has taken
         effect; an upgrade already done goes straight on."""
@@ -238,8 +284,6 @@ class ScaleInWorkflow(_Workflow):
     the node left (clean-up if not) -> CONTINUE (seed nodes: alarm and hold)."""
 
     detail_type = "EC2 Instance-terminate Lifecycle Action"
-    failure_label, failure_error = "Drain failed", "DrainFailed"
-    hold_on_failure = True
 
     def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic, pacing: Pacing) -> sfn.IChainable:
         finish = steps.task("Complete the lifecycle action", "finish", "finish").next(sfn.Succeed(self, "Drained"))
@@ -258,10 +302,14 @@ class ScaleInWorkflow(_Workflow):
         disabled = steps.poll("Wait until the node is Disabled", "poll_deactivation", "disabled", configuration)
         deactivate = steps.task("Deactivate the node", "deactivate_node", "deactivation").next(disabled)
 
-        seed_alarm = tasks.SnsPublish(
-            self,
+        held = steps.hold(
+            "Hold the seed node's instance",
+            "hold",
+            sfn.Fail(self, "Seed node refused", error="SeedNodeRefused", cause="a seed node's instance was to be terminated"),
+        )
+        seed_alarm = steps.alarm(
             "Alarm: seed node refused",
-            topic=alarm_topic,
+            alarm_topic,
             subject="Service Fabric scale-in refused a seed node",
             message=sfn.TaskInput.from_text(
                 sfn.JsonPath.format(
@@ -271,18 +319,13 @@ class ScaleInWorkflow(_Workflow):
                     sfn.JsonPath.string_at("$.node.node_name"),
                 )
             ),
-            result_path=sfn.JsonPath.DISCARD,
+            then=held,
         )
-        held = steps.poll(
-            "Hold the seed node's instance",
-            "hold_instance",
-            "hold",
-            sfn.Fail(self, "Seed node refused", error="SeedNodeRefused", cause="a seed node's instance was to be terminated"),
-            interval=pacing.hold_interval,
-        )
-        # Holding must not block every other membership change: give the lock up first.
-        release_for_hold = steps.task("Release the lock while holding", "release_lock", "released")
-        release_for_hold.next(seed_alarm).next(held)
+        # Holding must not block every other membership change: give the lock up first (if that
+        # fails the lock expires by itself; the alarm and the hold go on).
+        release_for_hold = steps.invoke("Release the lock while holding", "release_lock", "$.released")
+        release_for_hold.add_catch(seed_alarm, errors=ALL_ERRORS, result_path="$.release_error")
+        release_for_hold.next(seed_alarm)
         seed = sfn.Choice(self, "Seed node?")
         seed.when(sfn.Condition.boolean_equals("$.seed.refused", True), release_for_hold).otherwise(deactivate)
         check_seed = steps.task("Refuse seed nodes", "refuse_seed_node", "seed").next(seed)
@@ -290,12 +333,26 @@ class ScaleInWorkflow(_Workflow):
         member.when(sfn.Condition.boolean_equals("$.node.is_member", False), finish).otherwise(check_seed)
         return steps.task("Resolve the node", "resolve_node", "node").next(member)
 
+    def _failure_path(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
+        """Release the lock and word the alarm, publish it, then hold the instance with
+        heartbeats for an operator (the removal upgrade needs the machine running) before the
+        execution fails. An event that named no instance has nothing to hold."""
+        failed = sfn.Fail(self, "Drain failed", error="DrainFailed", cause="see the alarm message")
+        held = steps.hold("Hold the instance for an operator", "failure_hold", failed)
+        instance = sfn.Choice(self, "Instance to hold?")
+        instance.when(sfn.Condition.is_present("$.hook.instance_id"), held).otherwise(failed)
+        word, fallback = steps.worded_alarm(
+            "Release the lock and word the alarm", "fail", "Service Fabric drain failed", transient=False
+        )
+        alarm = self._failure_alarm(steps, alarm_topic, then=instance)
+        fallback.next(alarm)
+        return word.next(alarm)
+
 
 class ScaleOutWorkflow(_Workflow):
     """Launch lifecycle action -> AddNode.ps1, registration upgrade -> CONTINUE (or ABANDON)."""
 
     detail_type = "EC2 Instance-launch Lifecycle Action"
-    failure_label, failure_error = "Join failed", "JoinFailed"
 
     def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic, pacing: Pacing) -> sfn.IChainable:
         finish = steps.task("Complete the lifecycle action", "finish", "finish").next(sfn.Succeed(self, "Joined"))
@@ -306,3 +363,18 @@ class ScaleOutWorkflow(_Workflow):
         node_up = steps.poll("Wait until the node is Up", "poll_node_up", "node_up", tag)
         join = steps.retry_while_waiting("Run AddNode.ps1 on the instance", "join_node", "join", node_up)
         return steps.task("Plan the node", "plan_node", "plan").next(join)
+
+    def _failure_path(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
+        """Release the lock and clean up what the join half-added (best effort, the only step
+        that talks to the cluster, and caught), ABANDON the launch and word the alarm (no
+        gateway needed), publish it, fail."""
+        failed = sfn.Fail(self, "Join failed", error="JoinFailed", cause="see the alarm message")
+        abandon, fallback = steps.worded_alarm(
+            "Abandon the launch and word the alarm", "abandon", "Service Fabric join failed", transient=True
+        )
+        alarm = self._failure_alarm(steps, alarm_topic, then=failed)
+        fallback.next(alarm)
+        abandon.next(alarm)
+        clean_up = steps.invoke("Release the lock and clean up the join", "clean_up", "$.cleanup", transient=False)
+        clean_up.add_catch(abandon, errors=ALL_ERRORS, result_path="$.cleanup_error")
+        return clean_up.next(abandon)

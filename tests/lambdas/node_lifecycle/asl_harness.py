@@ -52,6 +52,7 @@ import boto3
 import botocore.endpoint
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.events.models import EventPattern
+from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
@@ -59,6 +60,7 @@ from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_funct
 from .lifecycle_actions import LifecycleAction, LifecycleActions
 
 UNCATCHABLE = ("States.Runtime", "States.DataLimitExceeded")
+_VALIDATED: set[str] = set()
 
 
 class VirtualClock:
@@ -208,7 +210,10 @@ class LifecycleStateMachines:
         gateway_thumbprint: str,
         clock: VirtualClock,
         lifecycle: LifecycleActions,
+        monkeypatch: Any,
     ) -> None:
+        """Call inside moto's mock, with execute_state_machine on; `monkeypatch` undoes the
+        patches (time, the Lambda invocation) when the test ends."""
         self.templates = Templates(stacks, region=region, account=DEFAULT_ACCOUNT_ID)
         self.region, self.clock, self.lifecycle = region, clock, lifecycle
         self.gateway_endpoints = gateway_endpoints
@@ -221,6 +226,7 @@ class LifecycleStateMachines:
         self.functions = self._functions()
         self.state_machines = self._state_machines()
         self.hooks = self._hooks()
+        self._install(monkeypatch)
 
     # -- what the stacks own, created in moto ---------------------------------------------
 
@@ -273,11 +279,7 @@ class LifecycleStateMachines:
         for lid, resource in self.templates.resources("node_lifecycle", "AWS::StepFunctions::StateMachine").items():
             p = resource["Properties"]
             definition = json.loads(self.templates.resolve("node_lifecycle", p["DefinitionString"]))
-            arn = self._sfn.create_state_machine(
-                name=p["StateMachineName"], definition=json.dumps(definition),
-                roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/{lid}",
-            )["stateMachineArn"]  # fmt: skip
-            self.templates.physical[("node_lifecycle", lid)] = arn
+            arn = f"arn:aws:states:{self.region}:{DEFAULT_ACCOUNT_ID}:stateMachine:{p['StateMachineName']}"
             rule = next(
                 r["Properties"] for r in resources.values()
                 if r["Type"] == "AWS::Events::Rule"
@@ -285,7 +287,10 @@ class LifecycleStateMachines:
             )  # fmt: skip
             target = next(t for t in rule["Targets"] if t["Arn"] == {"Ref": lid})
             assert not {"Input", "InputPath", "InputTransformer"} & set(target), "the harness passes the event as input"
-            made[p["StateMachineName"]] = {"arn": arn, "definition": definition, "pattern": rule["EventPattern"]}
+            made[p["StateMachineName"]] = {
+                "name": p["StateMachineName"], "arn": arn, "definition": definition,
+                "pattern": rule["EventPattern"], "role": f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/{lid}",
+            }  # fmt: skip
         return made
 
     def _hooks(self) -> dict[str, dict[str, Any]]:
@@ -305,8 +310,7 @@ class LifecycleStateMachines:
 
     # -- time and the Lambda runtime, patched into the interpreter ---------------------------
 
-    @contextlib.contextmanager
-    def installed(self, monkeypatch: Any) -> Iterator[LifecycleStateMachines]:
+    def _install(self, monkeypatch: Any) -> None:
         import node_lifecycle.handlers as handlers
         from node_lifecycle.runtime import Runtime
 
@@ -322,7 +326,17 @@ class LifecycleStateMachines:
 
         monkeypatch.setattr(Runtime, "from_settings", classmethod(from_settings))
         monkeypatch.setattr(handlers, "_runtime", None)
-        yield self
+        # CreateStateMachine parses the definition to validate it (about a second each); the
+        # same synthesized definition is validated once per test session. Executions still
+        # parse their own copy, as moto does.
+        validate = StepFunctionsParserBackend._validate_definition
+
+        def validate_once(definition: str) -> None:
+            if definition not in _VALIDATED:
+                validate(definition=definition)
+                _VALIDATED.add(definition)
+
+        monkeypatch.setattr(StepFunctionsParserBackend, "_validate_definition", staticmethod(validate_once))
 
     def _invoke(self, parameters: dict, region: str, state_credentials: Any) -> dict[str, Any]:
         function = self.functions[parameters["FunctionName"]]
@@ -379,22 +393,51 @@ class LifecycleStateMachines:
 
     def run(self, action: LifecycleAction, *, real_seconds: float = 60.0) -> Execution:
         """Routes the action's event to the state machine whose rule matches it, and runs it."""
+        machine, event = self._route(action)
+        return self.start(machine, event, real_seconds=real_seconds)
+
+    def _create(self, machine: dict[str, Any]) -> None:
+        if not machine.get("created"):
+            self._sfn.create_state_machine(name=machine["name"], definition=json.dumps(machine["definition"]), roleArn=machine["role"])
+            machine["created"] = True
+
+    def start(self, machine: dict[str, Any], event: Any, *, real_seconds: float = 60.0) -> Execution:
+        (execution,) = self._run_together([(machine, event)], real_seconds)
+        return execution
+
+    def run_together(self, *actions: LifecycleAction, real_seconds: float = 60.0) -> list[Execution]:
+        """Several lifecycle actions at once, as when the group scales by more than one: their
+        executions run concurrently (their Lambda calls one at a time, in whatever order the
+        interpreter's threads reach them)."""
+        return self._run_together([self._route(action) for action in actions], real_seconds)
+
+    def _route(self, action: LifecycleAction) -> tuple[dict[str, Any], dict[str, Any]]:
         event = action.event(DEFAULT_ACCOUNT_ID, self.region)
         matching = [m for m in self.state_machines.values() if EventPattern.load(json.dumps(m["pattern"])).matches_event(event)]
         assert len(matching) == 1, f"{len(matching)} rules match {event['detail-type']}"
-        return self.start(matching[0], event, real_seconds=real_seconds)
+        return matching[0], event
 
-    def start(self, machine: dict[str, Any], event: Any, *, real_seconds: float = 60.0) -> Execution:
+    def _run_together(self, runs: list[tuple[dict[str, Any], Any]], real_seconds: float) -> list[Execution]:
         first_invocation = len(self.invocations)
         started = self.clock()
-        arn = self._sfn.start_execution(stateMachineArn=machine["arn"], name=str(uuid.uuid4()), input=json.dumps(event))["executionArn"]
+        arns = []
+        for machine, event in runs:
+            self._create(machine)
+            arns.append(self._sfn.start_execution(stateMachineArn=machine["arn"], name=str(uuid.uuid4()), input=json.dumps(event))["executionArn"])
         deadline = time.monotonic() + real_seconds
-        while (described := self._sfn.describe_execution(executionArn=arn))["status"] == "RUNNING":
-            if time.monotonic() > deadline:
-                self._sfn.stop_execution(executionArn=arn)
-                raise AssertionError(f"the execution still ran after {real_seconds} s of real time")
-            time.sleep(0.005)
-        history = self._sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
+        executions = []
+        for (machine, _), arn in zip(runs, arns):
+            while (described := self._sfn.describe_execution(executionArn=arn))["status"] == "RUNNING":
+                if time.monotonic() > deadline:
+                    self._sfn.stop_execution(executionArn=arn)
+                    raise AssertionError(f"the execution still ran after {real_seconds} s of real time")
+                time.sleep(0.05)  # each look is a moto call that competes with the execution for the GIL
+            executions.append(self._finished(machine, described, first_invocation, started))
+        self.lifecycle.settle()
+        return executions
+
+    def _finished(self, machine: dict[str, Any], described: dict[str, Any], first_invocation: int, started: float) -> Execution:
+        history = self._sfn.get_execution_history(executionArn=described["executionArn"], maxResults=1000)["events"]
         execution = Execution(
             status=described["status"],
             error=described.get("error"),
@@ -408,7 +451,6 @@ class LifecycleStateMachines:
         assert not uncatchable, f"{uncatchable}: AWS ends the execution there, whatever Catch says"
         if execution.virtual_seconds > machine["definition"].get("TimeoutSeconds", float("inf")):
             execution.status = "TIMED_OUT"
-        self.lifecycle.settle()
         return execution
 
     def alarms(self) -> list[Alarm]:

@@ -20,16 +20,13 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
-import boto3
 from botocore.awsrequest import AWSResponse
-from botocore.handlers import BUILTIN_HANDLERS
-from moto.core.models import botocore_stubber
+from moto.core.botocore_stubber import BotocoreStubber
 
 from tests.sf_emulator import EmulatedCluster
 
@@ -208,23 +205,21 @@ class AwsWire:
         return self.calls.count((service, operation))
 
 
-@contextmanager
-def on_the_wire(wire: Callable[..., AWSResponse | None]) -> Iterator[None]:
-    """Every botocore session made inside asks `wire` first and moto only for what `wire` leaves.
+def route_through(wire: Callable[..., AWSResponse | None], monkeypatch: Any) -> None:
+    """While moto is active, every botocore session asks `wire` first and moto only for what
+    `wire` leaves.
 
     botocore calls every `before-send` handler and takes the first answer
     (endpoint.Endpoint._do_get_response), so moto's handler, which raises for operations it does
-    not implement, is wrapped rather than preceded."""
-    index = next(i for i, spec in enumerate(BUILTIN_HANDLERS) if spec[:2] == ("before-send", botocore_stubber))
+    not implement, is wrapped rather than preceded; patching its class reaches the sessions that
+    exist already too."""
+    original = BotocoreStubber.__call__
 
-    def wire_then_moto(event_name: str, request: Any, **kwargs: Any) -> AWSResponse | None:
-        answer = wire(event_name=event_name, request=request, **kwargs)
-        return answer if answer is not None else botocore_stubber(event_name, request, **kwargs)
+    def wire_then_moto(self: BotocoreStubber, event_name: str, request: Any, **kwargs: Any) -> AWSResponse | None:
+        if self.enabled:
+            answer = wire(event_name=event_name, request=request, **kwargs)
+            if answer is not None:
+                return answer
+        return original(self, event_name, request, **kwargs)
 
-    BUILTIN_HANDLERS[index] = ("before-send", wire_then_moto)
-    boto3.DEFAULT_SESSION = None  # the default session was built with the handlers of its day
-    try:
-        yield
-    finally:
-        BUILTIN_HANDLERS[index] = ("before-send", botocore_stubber)
-        boto3.DEFAULT_SESSION = None
+    monkeypatch.setattr(BotocoreStubber, "__call__", wire_then_moto)

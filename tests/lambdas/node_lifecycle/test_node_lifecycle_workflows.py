@@ -1,9 +1,11 @@
-"""The state machines' steps as the Lambdas run them: `{"step", "state"}` in, JSON out.
+"""The steps as the Lambdas run them, `{"step", "state"}` in and JSON out, where a test needs
+what an execution cannot show: a re-run after an execution died between two steps, the reaper,
+the settings and the gateway connection.
 
-Driven here in the order the state machines call them (stacks/constructs/lifecycle_workflows.py),
-against the HTTPS gateway emulator, moto's EC2, SSM, DynamoDB and Secrets Manager, and a
-stand-in Auto Scaling that remembers the lifecycle calls (botocore's Stubber checks one
-completion against the real API model).
+The state machines themselves are executed in test_state_machines_executed.py; here the steps
+are called in the scale-in state machine's order against the HTTPS gateway emulator, moto's EC2,
+SSM, DynamoDB and Secrets Manager, and a stand-in Auto Scaling that remembers the lifecycle
+calls (botocore's Stubber checks one completion against the real API model).
 """
 
 from __future__ import annotations
@@ -24,14 +26,8 @@ from node_lifecycle.lifecycle_hooks import AutoScalingLifecycleHooks
 from node_lifecycle.membership_lock import DynamoDbMembershipLock
 from node_lifecycle.runtime import Runtime, connect_gateway
 from node_lifecycle.settings import Settings, SettingsError
-from node_lifecycle.workflow import (
-    SCALE_IN_STEPS,
-    SCALE_OUT_STEPS,
-    reap_zombies,
-    run_step,
-)
+from node_lifecycle.workflow import SCALE_IN_STEPS, reap_zombies, run_step
 from sf_rest import FabricError
-from sf_rest.cluster_config import node_names, nodes_to_be_removed
 
 pytestmark = pytest.mark.integration  # starts the HTTPS emulator
 
@@ -152,23 +148,6 @@ class Execution:
         return self.put("failure", "fail")
 
 
-def scale_out(execution: Execution) -> dict[str, Any]:
-    try:
-        execution.loop("lock", "acquire_lock")
-        execution.put("plan", "plan_node")
-        join = execution.retry_while_waiting("join", "join_node")
-        if join["outcome"] in (Outcome.REQUESTED, Outcome.ALREADY_DONE):
-            execution.loop("node_up", "poll_node_up")
-        execution.put("tagging", "tag_node_instance")
-        change = execution.retry_while_waiting("configuration", "start_configuration_registration")
-        if change["changed"]:
-            execution.loop("upgrade", "poll_configuration_upgrade")
-        execution.put("finish", "finish")
-    except (LifecycleError, FabricError) as err:
-        execution.fail(err)
-    return execution.state
-
-
 def scale_in(execution: Execution) -> dict[str, Any]:
     try:
         execution.loop("lock", "acquire_lock")
@@ -207,106 +186,6 @@ def lock_holder(dynamodb) -> str | None:
     return item["Owner"]["S"] if item else None
 
 
-def tags_of(ec2, instance_id: str) -> dict[str, str]:
-    found = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
-    return {t["Key"]: t["Value"] for t in found.get("Tags", [])}
-
-
-# -- scale-out --------------------------------------------------------------------------
-
-
-def test_a_launched_instance_joins_the_cluster_and_the_configuration(world, ec2, dynamodb, sf_client, ssm):
-    runtime, clock, metrics, machines = world
-    instance = launch_instance(ec2)
-    instance_id = instance["InstanceId"]
-    state = scale_out(Execution(SCALE_OUT_STEPS, runtime, clock, lifecycle_event(instance_id)))
-
-    assert "failure" not in state, state.get("failure")
-    name = f"scale-{instance_id}"
-    node = sf_client.get_node_info(name)
-    assert node.status == "Up" and node.ip_address_or_fqdn == instance["PrivateIpAddress"]
-    entry = next(n for n in sf_client.get_cluster_configuration()["nodes"] if n["nodeName"] == name)
-    zone = instance["Placement"]["AvailabilityZone"]
-    assert entry["faultDomain"] == f"fd:/eu-west-1/{zone}"
-    # UD0 and UD1 hold a seed and a scaling node each, UD2 only a seed: the new node goes there.
-    assert entry["upgradeDomain"] == "UD2"
-    assert machines.added[0]["clientConnectionEndpoint"] == "10.0.1.10:19000"  # seed-0
-    assert tags_of(ec2, instance_id)["sf:nodename"] == name
-    assert runtime.lifecycle.results == ["CONTINUE"]
-    assert lock_holder(dynamodb) is None
-    assert [m[0] for m in metrics] == ["JoinsStarted", "JoinsSucceeded", "JoinDurationSeconds"]
-    sent = ssm.list_commands()["Commands"]
-    assert [c["DocumentName"] for c in sent] == ["telemetry-test-add-node"]
-    assert sent[0]["Parameters"]["nodeName"] == [name]
-
-
-def test_a_duplicated_launch_event_changes_nothing_the_second_time(world, ec2, sf_cluster):
-    runtime, clock, _, machines = world
-    instance_id = launch_instance(ec2)["InstanceId"]
-    event = lifecycle_event(instance_id)
-    scale_out(Execution(SCALE_OUT_STEPS, runtime, clock, event, "exec-1"))
-    upgrades = len(sf_cluster.upgrade_requests)
-    again = scale_out(Execution(SCALE_OUT_STEPS, runtime, clock, event, "exec-2"))
-    assert again["join"]["outcome"] == Outcome.ALREADY_DONE
-    # Nothing the cluster shows says the UOS knows the node, so the registration is sent
-    # again: a version bump with nothing else to change, which completes.
-    assert again["configuration"]["outcome"] == Outcome.REQUESTED
-    assert sf_cluster.upgrades[-1].log[-1] == "completed"
-    assert again["finish"]["outcome"] == Outcome.ALREADY_DONE  # the action was completed
-    assert len(machines.added) == 1 and len(sf_cluster.upgrade_requests) == upgrades + 1
-
-
-def test_a_join_waits_for_the_ssm_agent_and_for_a_running_upgrade(world, ec2, sf_client, sf_cluster):
-    runtime, clock, _, machines = world
-    instance_id = launch_instance(ec2)["InstanceId"]
-    machines.registered = False
-    execution = Execution(SCALE_OUT_STEPS, runtime, clock, lifecycle_event(instance_id))
-    execution.loop("lock", "acquire_lock")
-    execution.put("plan", "plan_node")
-    assert execution.put("join", "join_node")["outcome"] == Outcome.WAIT_FOR_INSTANCE
-    machines.registered = True
-    sf_cluster.run_other_upgrade(ticks=6)  # an operator's upgrade that cannot be interrupted
-    assert execution.put("join", "join_node")["outcome"] == Outcome.WAIT_FOR_UPGRADE
-    assert machines.added == []  # AddNode refuses to run during an upgrade: never sent
-    scale_out(execution)
-    assert "failure" not in execution.state and execution.state["finish"]["result"] == "CONTINUE"
-
-
-def test_a_failed_add_node_abandons_the_launch_and_alarms(world, ec2, dynamodb):
-    runtime, clock, metrics, machines = world
-    machines.add_node_fails = True
-    instance_id = launch_instance(ec2)["InstanceId"]
-    state = scale_out(Execution(SCALE_OUT_STEPS, runtime, clock, lifecycle_event(instance_id)))
-    failure = state["failure"]
-    assert failure["completion"] == Outcome.REQUESTED and runtime.lifecycle.results == ["ABANDON"]
-    assert "NodeJoinFailed" in failure["message"] and "could not reach the seed" in failure["message"]
-    assert failure["subject"].startswith("Service Fabric join failed")
-    assert lock_holder(dynamodb) is None
-    assert ("JoinsFailed", 1, "Count") in metrics
-
-
-def test_a_half_added_node_is_deactivated_and_tagged_when_the_join_fails_later(world, ec2, sf_cluster, sf_emulator):
-    runtime, clock, _, _ = world
-    instance_id = launch_instance(ec2)["InstanceId"]
-    sf_emulator.inject_error(400, "FABRIC_E_INVALID_CONFIGURATION", method="POST", path="StartClusterConfigurationUpgrade")
-    state = scale_out(Execution(SCALE_OUT_STEPS, runtime, clock, lifecycle_event(instance_id)))
-    name = f"scale-{instance_id}"
-    assert state["failure"]["deactivated"] is True
-    assert sf_cluster.node(name).deactivation_intent == "RemoveNode"
-    assert tags_of(ec2, instance_id)["sf:nodename"] == name
-    assert runtime.lifecycle.results == ["ABANDON"]
-
-
-def test_no_seed_node_up_means_nothing_to_join_through(world, ec2, sf_cluster):
-    runtime, clock, _, machines = world
-    for seed in ("seed-0", "seed-1", "seed-2"):
-        sf_cluster.stop_host(seed)
-    instance_id = launch_instance(ec2)["InstanceId"]
-    state = scale_out(Execution(SCALE_OUT_STEPS, runtime, clock, lifecycle_event(instance_id)))
-    assert "no seed node is Up" in state["failure"]["message"]
-    assert machines.added == [] and runtime.lifecycle.results == ["ABANDON"]
-
-
 # -- scale-in ---------------------------------------------------------------------------
 
 
@@ -314,77 +193,6 @@ def tagged_instance(ec2, node_name: str) -> str:
     instance_id = launch_instance(ec2)["InstanceId"]
     ec2.create_tags(Resources=[instance_id], Tags=[{"Key": "sf:nodename", "Value": node_name}])
     return instance_id
-
-
-def test_two_scale_ins_at_once_take_turns_and_both_nodes_leave(world, ec2, sf_client, sf_cluster, dynamodb):
-    runtime, clock, metrics, machines = world
-    first_id, second_id = tagged_instance(ec2, "scale-0"), tagged_instance(ec2, "scale-1")
-    machines.node_by_instance.update({first_id: "scale-0", second_id: "scale-1"})
-    first = Execution(SCALE_IN_STEPS, runtime, clock, lifecycle_event(first_id, "terminate"), "a")
-    second = Execution(SCALE_IN_STEPS, runtime, clock, lifecycle_event(second_id, "terminate"), "b")
-    assert first.put("lock", "acquire_lock")["acquired"]
-    waiting = second.put("lock", "acquire_lock")
-    assert not waiting["acquired"] and waiting["holder"] == first.state["owner"]
-    assert runtime.lifecycle.calls[-1] == ("heartbeat", second_id)  # kept alive while waiting
-    scale_in(first)
-    scale_in(second)
-    config = sf_client.get_cluster_configuration()
-    for name in ("scale-0", "scale-1"):
-        assert sf_client.get_node_info(name) is None and name not in node_names(config)
-    # One upgrade each, each naming only its own node (no stale NodesToBeRemoved).
-    assert [u.removing for u in sf_cluster.upgrades] == [("scale-0",), ("scale-1",)]
-    assert nodes_to_be_removed(config) == ["scale-1"]
-    assert runtime.lifecycle.results == ["CONTINUE", "CONTINUE"]
-    assert [m[0] for m in metrics].count("DrainsSucceeded") == 2
-    assert lock_holder(dynamodb) is None
-
-
-def test_an_instance_that_never_joined_completes_at_once(world, ec2, sf_emulator):
-    runtime, clock, metrics, _ = world
-    instance_id = launch_instance(ec2)["InstanceId"]  # untagged, no node at its address
-    state = scale_in(Execution(SCALE_IN_STEPS, runtime, clock, lifecycle_event(instance_id, "terminate")))
-    assert state["node"]["is_member"] is False and state["finish"]["drained"] is False
-    assert runtime.lifecycle.results == ["CONTINUE"] and metrics == []
-    assert [r.method for r in sf_emulator.requests].count("POST") == 0
-
-
-def test_a_seed_node_is_held_for_an_operator_then_let_go_untouched(world, ec2, sf_cluster, sf_emulator, dynamodb):
-    runtime, clock, _, _ = world
-    instance_id = tagged_instance(ec2, "seed-1")
-    state = scale_in(Execution(SCALE_IN_STEPS, runtime, clock, lifecycle_event(instance_id, "terminate")))
-    assert state["seed"]["refused"] is True and state["hold"]["done"] is True
-    assert state["hold"]["held_seconds"] >= runtime.settings.operator_hold_seconds
-    heartbeats = [c for c in runtime.lifecycle.calls if c[0] == "heartbeat"]
-    assert len(heartbeats) >= runtime.settings.operator_hold_seconds // 300
-    assert runtime.lifecycle.results == []  # never completed: the operator decides
-    assert sf_cluster.node("seed-1").status == "Up"
-    assert [r.method for r in sf_emulator.requests].count("POST") == 0
-    assert lock_holder(dynamodb) is None  # others are not blocked while the seed is held
-
-
-def test_a_stalled_drain_fails_at_the_deadline_and_alarms(world, ec2, sf_cluster, dynamodb):
-    runtime, clock, metrics, machines = world
-    runtime.settings = settings(workflow_timeout_seconds=300)
-    instance_id = tagged_instance(ec2, "scale-0")
-    machines.node_by_instance[instance_id] = "scale-0"
-    sf_cluster.set_stuck_in_safety_check("scale-0")
-    state = scale_in(Execution(SCALE_IN_STEPS, runtime, clock, lifecycle_event(instance_id, "terminate")))
-    message = state["failure"]["message"]
-    assert "WaitTimedOut" in message and "scale-0 to be Disabled" in message
-    assert "held with lifecycle heartbeats for 30 minutes" in message
-    assert ("DrainsFailed", 1, "Count") in metrics
-    assert lock_holder(dynamodb) is None and runtime.lifecycle.results == []
-    # Then the instance is held for an operator: heartbeats until the hold is over.
-    failed_at = clock.now
-    heartbeats = runtime.lifecycle.heartbeats
-    hold = Execution.__new__(Execution)
-    hold.steps, hold.runtime, hold.clock, hold.state, hold.polls = (
-        SCALE_IN_STEPS, runtime, clock, state, 0
-    )
-    held = hold.loop("failure_hold", "hold_instance", wait=300)
-    assert held["done"] is True and clock.now - failed_at >= runtime.settings.operator_hold_seconds
-    assert runtime.lifecycle.heartbeats - heartbeats >= runtime.settings.operator_hold_seconds // 300
-    assert runtime.lifecycle.results == []  # never completed by the automation
 
 
 def test_a_drain_rerun_after_a_crash_between_steps_finishes(world, ec2, sf_client, sf_cluster):

@@ -10,6 +10,7 @@ action, the heartbeats that kept the instance, the alarm in the inbox, the lock,
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ from tests.conftest import cdk_context
 from tests.sf_emulator import EmulatedCluster, Pki, SfEmulator
 
 from tests.lambdas.node_lifecycle.asl_harness import LifecycleStateMachines, VirtualClock
-from tests.lambdas.node_lifecycle.aws_wire import AwsWire, Machines, on_the_wire
+from tests.lambdas.node_lifecycle.aws_wire import AwsWire, Machines, route_through
 from tests.lambdas.node_lifecycle.lifecycle_actions import LifecycleAction, LifecycleActions
 
 pytestmark = pytest.mark.integration  # the HTTPS emulator and the ASL interpreter's threads
@@ -38,6 +39,7 @@ class World:
         self.machines, self.wire, self.cluster, self.emulator = machines, wire, cluster, emulator
         self.ec2 = boto3.client("ec2", region_name=machines.region)
         self.dynamodb = boto3.client("dynamodb", region_name=machines.region)
+        self.ssm = boto3.client("ssm", region_name=machines.region)
         self.lock_table = next(iter(machines.templates.resources("node_lifecycle", "AWS::DynamoDB::GlobalTable").values()))["Properties"]["TableName"]
 
     @property
@@ -60,6 +62,10 @@ class World:
         (value,) = {f.environment[name] for f in self.machines.functions.values() if f.handler.endswith(".scale_in")}
         return value
 
+    def tags(self, instance_id: str) -> dict[str, str]:
+        found = self.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+        return {tag["Key"]: tag["Value"] for tag in found.get("Tags", [])}
+
     def lock_holder(self) -> str | None:
         item = self.dynamodb.get_item(TableName=self.lock_table, Key=LOCK_ITEM, ConsistentRead=True).get("Item")
         return item["Owner"]["S"] if item else None
@@ -80,7 +86,8 @@ def world(synthesized, sf_cluster: EmulatedCluster, sf_emulator: SfEmulator, sf_
     clock = VirtualClock()
     lifecycle = LifecycleActions(clock)
     wire = AwsWire(lifecycle, Machines(sf_cluster, add_node_document=_add_node_document(stacks)))
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}), on_the_wire(wire):
+    route_through(wire, monkeypatch)
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         machines = LifecycleStateMachines(
             stacks,
             region=REGION,
@@ -89,9 +96,9 @@ def world(synthesized, sf_cluster: EmulatedCluster, sf_emulator: SfEmulator, sf_
             gateway_thumbprint=sf_pki.server.sha1_thumbprint,
             clock=clock,
             lifecycle=lifecycle,
+            monkeypatch=monkeypatch,
         )
-        with machines.installed(monkeypatch):
-            yield World(machines, wire, sf_cluster, sf_emulator)
+        yield World(machines, wire, sf_cluster, sf_emulator)
 
 
 def _add_node_document(stacks: dict) -> str:
@@ -109,14 +116,70 @@ def test_a_launched_instance_joins_and_the_launch_continues(world: World):
 
     execution = world.machines.run(action)
 
-    assert execution.status == "SUCCEEDED", (execution.invocations, world.wire.calls)
+    assert execution.status == "SUCCEEDED", execution.invocations
     assert action.result == "CONTINUE" and action.ended_by == "completed"
     name = f"scale-{instance_id}"
     assert world.cluster.node(name).status == "Up"
     assert name in world.cluster.uos_nodes  # registered by the configuration upgrade
-    assert world.lock_holder() is None
-    assert world.machines.alarms() == []
+    entry = next(n for n in world.cluster.config["nodes"] if n["nodeName"] == name)
+    instance = world.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    assert entry["faultDomain"] == f"fd:/{REGION}/{instance['Placement']['AvailabilityZone']}"
+    # UD0 and UD1 hold a seed and a scaling node each, UD2 only a seed: the new node goes there.
+    assert entry["upgradeDomain"] == "UD2"
+    assert world.tags(instance_id)["sf:nodename"] == name
+    (command,) = world.ssm.list_commands()["Commands"]
+    assert command["DocumentName"] == world.wire.machines.add_node_document
+    assert command["Parameters"]["nodeName"] == [name]
+    assert command["Parameters"]["clientConnectionEndpoint"] == ["10.0.1.10:19000"]  # seed-0
+    assert world.lock_holder() is None and world.machines.alarms() == []
+    assert world.machines.metrics.names() == ["JoinsStarted", "JoinsSucceeded", "JoinDurationSeconds"]
     assert world.max_heartbeat_gap(action) < action.heartbeat_timeout
+
+
+def test_a_duplicated_launch_event_changes_nothing_the_second_time(world: World):
+    action = world.machines.begin("launch", world.instance())
+    world.machines.run(action)
+    upgrades = len(world.cluster.upgrade_requests)
+
+    again = world.machines.run(action)  # EventBridge delivers at least once
+
+    assert again.status == "SUCCEEDED", again.invocations
+    assert len(world.ssm.list_commands()["Commands"]) == 1  # AddNode.ps1 ran once
+    # Nothing the cluster shows says the UOS knows the node, so the registration is sent again:
+    # a version bump with nothing else to change, which completes.
+    assert len(world.cluster.upgrade_requests) == upgrades + 1
+    assert world.cluster.upgrades[-1].log[-1] == "completed"
+    assert action.result == "CONTINUE" and world.lock_holder() is None
+
+
+def test_a_join_whose_registration_is_refused_deactivates_and_tags_the_half_added_node(world: World):
+    world.emulator.inject_error(400, "FABRIC_E_INVALID_CONFIGURATION", method="POST",
+                                path="StartClusterConfigurationUpgrade", times=10)  # fmt: skip
+    instance_id = world.instance()
+    action = world.machines.begin("launch", instance_id)
+
+    execution = world.machines.run(action)
+
+    assert (execution.status, execution.error) == ("FAILED", "JoinFailed")
+    name = f"scale-{instance_id}"
+    assert world.cluster.node(name).deactivation_intent == "RemoveNode"
+    assert world.tags(instance_id)["sf:nodename"] == name
+    assert action.result == "ABANDON"
+    (alarm,) = world.machines.alarms()
+    assert f"node {name} deactivated: True" in alarm.message and "FABRIC_E_INVALID_CONFIGURATION" in alarm.message
+
+
+def test_a_join_with_no_seed_up_abandons_without_running_add_node(world: World):
+    for seed in ("seed-0", "seed-1", "seed-2"):
+        world.cluster.stop_host(seed)
+    action = world.machines.begin("launch", world.instance())
+
+    execution = world.machines.run(action)
+
+    assert execution.error == "JoinFailed" and action.result == "ABANDON"
+    assert world.ssm.list_commands()["Commands"] == []
+    (alarm,) = world.machines.alarms()
+    assert "no seed node is Up" in alarm.message
 
 
 # -- scale-in -----------------------------------------------------------------------------
@@ -134,6 +197,38 @@ def test_a_terminating_node_is_drained_and_removed_before_the_instance_goes(worl
     assert "scale-0" not in world.cluster.uos_nodes
     assert world.lock_holder() is None
     assert world.max_heartbeat_gap(action) < action.heartbeat_timeout
+
+
+def test_two_drains_at_once_take_turns_and_both_nodes_leave(world: World):
+    first = world.machines.begin("terminate", world.instance("scale-0"))
+    second = world.machines.begin("terminate", world.instance("scale-1"))
+
+    executions = world.machines.run_together(first, second)
+
+    assert [e.status for e in executions] == ["SUCCEEDED", "SUCCEEDED"]
+    assert first.result == second.result == "CONTINUE"
+    for name in ("scale-0", "scale-1"):
+        assert name not in world.cluster.uos_nodes
+    # One upgrade each, each naming only its own node (no stale NodesToBeRemoved), one at a time.
+    assert sorted(u.removing for u in world.cluster.upgrades) == [("scale-0",), ("scale-1",)]
+    assert world.machines.metrics.names().count("DrainsSucceeded") == 2
+    assert world.lock_holder() is None
+
+
+def test_a_stalled_drain_fails_at_its_deadline_then_holds_the_instance(world: World):
+    world.cluster.set_stuck_in_safety_check("scale-0")
+    action = world.machines.begin("terminate", world.instance("scale-0"))
+
+    execution = world.machines.run(action)
+
+    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
+    deadline, hold = int(world.setting("WORKFLOW_TIMEOUT_SECONDS")), int(world.setting("OPERATOR_HOLD_SECONDS"))
+    assert execution.virtual_seconds >= deadline + hold
+    assert action.pending and world.max_heartbeat_gap(action) < action.heartbeat_timeout
+    (alarm,) = world.machines.alarms()
+    assert "WaitTimedOut" in alarm.message and "scale-0 to be Disabled" in alarm.message
+    assert f"held with lifecycle heartbeats for {hold // 60} minutes" in alarm.message
+    assert "DrainsFailed" in world.machines.metrics.names() and world.lock_holder() is None
 
 
 def test_a_join_waits_for_the_ssm_agent_and_for_another_upgrade(world: World):
@@ -214,7 +309,7 @@ def test_an_instance_that_never_joined_continues_at_once(world: World):
     assert execution.status == "SUCCEEDED"
     assert action.result == "CONTINUE"
     assert [r.method for r in world.emulator.requests].count("POST") == 0
-    assert world.lock_holder() is None
+    assert world.lock_holder() is None and world.machines.metrics.names() == []
 
 
 def test_a_seed_node_is_refused_and_held_for_an_operator(world: World):
@@ -263,3 +358,143 @@ def test_a_removal_the_upgrade_service_refuses_is_not_retried_and_the_instance_i
     assert alarm.subject == "Service Fabric drain failed: scale-0 on " + action.instance_id
     assert "445" in alarm.message or "port" in alarm.message
     assert "scale-0" in world.cluster.uos_nodes and world.lock_holder() is None
+
+
+# -- the failure paths --------------------------------------------------------------------
+
+
+def gateway_down(world: World, how: str) -> None:
+    if how == "refused":
+        world.emulator.stop()  # nothing listens on the gateway's port any more
+    else:
+        world.emulator.inject_error(503, times=100_000)  # every call: 503 Service Unavailable
+
+
+@pytest.mark.parametrize("how", ["refused", "503"])
+def test_a_join_without_a_gateway_abandons_the_launch_and_alarms(world: World, how: str):
+    instance_id = world.instance()
+    gateway_down(world, how)
+    action = world.machines.begin("launch", instance_id)
+
+    execution = world.machines.run(action)
+
+    assert (execution.status, execution.error) == ("FAILED", "JoinFailed")
+    assert action.result == "ABANDON" and action.ended_by == "completed"
+    (alarm,) = world.machines.alarms()
+    assert alarm.subject == f"Service Fabric join failed: {instance_id}"
+    assert "gateway" in alarm.message.lower()
+    assert world.lock_holder() is None
+    assert "JoinsFailed" in world.machines.metrics.names()
+
+
+@pytest.mark.parametrize("how", ["refused", "503"])
+def test_a_drain_without_a_gateway_alarms_and_holds_the_instance(world: World, how: str):
+    instance_id = world.instance("scale-0")
+    gateway_down(world, how)
+    action = world.machines.begin("terminate", instance_id)
+
+    execution = world.machines.run(action)
+
+    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
+    assert action.pending  # held: neither CONTINUE nor ABANDON, and not timed out
+    assert world.max_heartbeat_gap(action) < action.heartbeat_timeout
+    assert execution.virtual_seconds >= int(world.setting("OPERATOR_HOLD_SECONDS"))
+    (alarm,) = world.machines.alarms()
+    assert alarm.subject == f"Service Fabric drain failed: (unresolved) on {instance_id}"
+    assert "gateway" in alarm.message.lower()
+    assert world.lock_holder() is None
+    assert "scale-0" in world.cluster.uos_nodes  # nothing was changed in the cluster
+
+
+def test_a_permanent_refusal_of_the_removal_is_not_retried(world: World):
+    world.emulator.inject_error(400, "FABRIC_E_INVALID_CONFIGURATION", message="the configuration is not valid",
+                                method="POST", path="StartClusterConfigurationUpgrade", times=10)  # fmt: skip
+    action = world.machines.begin("terminate", world.instance("scale-0"))
+
+    execution = world.machines.run(action)
+
+    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
+    starts = [r for r in world.emulator.requests if r.path.endswith("StartClusterConfigurationUpgrade")]
+    assert len(starts) == 1
+    assert action.pending and world.max_heartbeat_gap(action) < action.heartbeat_timeout
+
+
+def delete_alarm_topic(world: World) -> None:
+    boto3.client("sns", region_name=REGION).delete_topic(TopicArn=world.machines.alarm_topic_arn)
+
+
+def test_a_seed_hold_goes_on_when_the_alarm_topic_is_gone(world: World):
+    delete_alarm_topic(world)
+    action = world.machines.begin("terminate", world.instance("seed-0"))
+
+    execution = world.machines.run(action)
+
+    assert (execution.status, execution.error) == ("FAILED", "SeedNodeRefused")
+    assert execution.virtual_seconds >= int(world.setting("OPERATOR_HOLD_SECONDS"))
+    assert action.pending and world.max_heartbeat_gap(action) < action.heartbeat_timeout
+    assert "AlarmsUndelivered" in world.machines.metrics.names()
+
+
+@pytest.mark.parametrize("fault", ["topic deleted", "KMS access denied"])
+def test_a_failed_drain_is_held_when_its_alarm_cannot_be_published(world: World, fault: str):
+    if fault == "topic deleted":
+        delete_alarm_topic(world)
+    else:  # SNS's answer when the topic's key refuses the publisher (SNS API reference, Publish)
+        world.wire.fail("sns", "Publish", "KMSAccessDenied", times=100)
+    world.cluster.nodes["scale-0"].machine_reachable = False  # the removal is refused: a failed drain
+    action = world.machines.begin("terminate", world.instance("scale-0"))
+
+    execution = world.machines.run(action)
+
+    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
+    assert execution.virtual_seconds >= int(world.setting("OPERATOR_HOLD_SECONDS"))
+    assert action.pending and world.max_heartbeat_gap(action) < action.heartbeat_timeout
+    assert "AlarmsUndelivered" in world.machines.metrics.names()
+    assert world.machines.alarms() == []
+
+
+def test_an_alarm_publish_that_is_throttled_is_retried_and_delivered(world: World):
+    world.wire.fail("sns", "Publish", "Throttled", times=2)
+    action = world.machines.begin("terminate", world.instance("seed-2"))
+
+    execution = world.machines.run(action)
+
+    assert execution.error == "SeedNodeRefused"
+    (alarm,) = world.machines.alarms()
+    assert "seed-2" in alarm.message and world.wire.count("sns", "Publish") == 3
+
+
+def test_a_malformed_event_alarms_and_fails_without_touching_anything(world: World):
+    machine = next(m for m in world.machines.state_machines.values() if "Instance-terminate" in json.dumps(m["pattern"]))
+    event = {"source": "aws.autoscaling", "detail-type": "EC2 Instance-terminate Lifecycle Action", "detail": {}}
+
+    execution = world.machines.start(machine, event)
+
+    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
+    (alarm,) = world.machines.alarms()
+    assert "not an Auto Scaling lifecycle action event" in alarm.message
+    assert [r.method for r in world.emulator.requests].count("POST") == 0
+    assert world.lock_holder() is None
+
+
+def test_dynamodb_throttling_is_ridden_out_by_a_drain(world: World):
+    # More throttles than botocore's own three attempts: the state machine's Retry meets them.
+    world.wire.fail("dynamodb", "PutItem", "ProvisionedThroughputExceededException", times=4)
+    action = world.machines.begin("terminate", world.instance("scale-0"))
+
+    execution = world.machines.run(action)
+
+    assert execution.status == "SUCCEEDED", execution.invocations
+    assert execution.retried("acquire_lock") == 1
+    assert action.result == "CONTINUE" and world.lock_holder() is None
+
+
+def test_ssm_throttling_is_ridden_out_by_a_join(world: World):
+    world.wire.fail("ssm", "SendCommand", "ThrottlingException", times=4)
+    action = world.machines.begin("launch", world.instance())
+
+    execution = world.machines.run(action)
+
+    assert execution.status == "SUCCEEDED", execution.invocations
+    assert execution.retried("join_node") == 1
+    assert action.result == "CONTINUE"
