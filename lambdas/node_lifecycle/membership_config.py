@@ -8,7 +8,8 @@ Microsoft.ServiceFabric.DeploymentManager/Common/StandaloneSettingsValidator.cs)
   removes the node state itself;
 - a join's registration upgrade follows AddNode.ps1: until it runs, the Failover Manager knows a
   node the UOS does not, and the UOS refuses every upgrade whose `nodes` differ from the FM's
-  list, removals included.
+  list, removals included. A removal refused so (a join that failed before its registration,
+  then drained) registers the FM's nodes first and is started again once that upgrade is done.
 
 Only one upgrade runs at a time: a start that finds one running says WAIT_FOR_UPGRADE and the
 caller starts again later. The start call waits for the whole orchestration, so it usually
@@ -31,7 +32,7 @@ from sf_rest import (
     UpgradeInProgressError,
 )
 from sf_rest.cluster_config import for_registration, for_removal, node_names, nodes_to_be_removed
-from sf_rest.errors import CONNECTION_LOST, OUTCOME_UNKNOWN, READ_TIMEOUT
+from sf_rest.errors import CONNECTION_LOST, OUTCOME_UNKNOWN, READ_TIMEOUT, UNREGISTERED_NODES_TEXT
 
 from .errors import ConfigurationUpgradeFailed, NodeInWrongState
 from .interfaces import AutoScalingLifecycle, LifecycleHook
@@ -82,7 +83,21 @@ def start_configuration_removal(
         target = for_removal(config, node_name)
     except ValueError as err:
         raise NodeInWrongState(str(err)) from err
-    return _start(client, node_name, REMOVAL, target, now=now, policy=policy)
+    try:
+        return _start(client, node_name, REMOVAL, target, now=now, policy=policy)
+    except ConfigurationUpgradeFailed as err:
+        if UNREGISTERED_NODES_TEXT not in str(err):
+            raise
+    # The UOS does not know some node AddNode.ps1 joined (ours, if its join failed before the
+    # registration): register the FM's nodes as they are, then remove when that is done.
+    registration = _start(client, node_name, REGISTRATION, for_registration(config), now=now, policy=policy)
+    if registration.outcome == Outcome.WAIT_FOR_UPGRADE:
+        return ConfigurationChange(node_name, Outcome.WAIT_FOR_UPGRADE, kind=REMOVAL, detail=registration.detail)
+    detail = (
+        f"the UOS refused the removal until nodes joined by AddNode.ps1 are registered; started "
+        f"that registration (version {registration.target_version}); the removal follows it"
+    )
+    return ConfigurationChange(node_name, Outcome.WAIT_FOR_UPGRADE, kind=REMOVAL, detail=detail)
 
 
 def _adopt_removal(

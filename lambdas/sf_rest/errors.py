@@ -24,6 +24,10 @@ CONFIG_UPGRADE_FAILED = "FABRIC_E_CONFIG_UPGRADE_FAILED"
 # How the UOS words a refusal because another configuration upgrade runs
 # (ProcessStartClusterConfigurationUpgradeAsync).
 UPGRADE_RUNNING_TEXT = "is already in progress and cannot be interrupted"
+# How the UOS refuses any upgrade whose nodes differ from the Failover Manager's while a node
+# joined by AddNode.ps1 is not yet registered (StandaloneSettingsValidator.
+# VerifyFMNodesMatchTargetNodes, StringResources Error_SFNodesFromFMDontMatch).
+UNREGISTERED_NODES_TEXT = "Nodes present in the cluster must exactly match the nodes in JSON config"
 
 # The gateway refused the request before acting on it: safe to resend any request.
 REJECTED_BEFORE_ACTING = frozenset(

@@ -39,12 +39,12 @@ ALL_ERRORS = [sfn.Errors.ALL]
 WAITING = ("wait_for_upgrade", "wait_for_instance")
 
 
-def _retry_transient(task: sfn.TaskStateBase) -> None:
-    # Up to 4 more tries over about two minutes, jittered so that executions retrying the same
-    # outage do not come back together.
+def _retry(task: sfn.TaskStateBase, errors: list[str], *, first_interval_seconds: int) -> None:
+    """Up to 4 more tries, the interval doubling to at most a minute, jittered so that
+    executions retrying the same outage do not come back together."""
     task.add_retry(
-        errors=TRANSIENT_ERRORS,
-        interval=cdk.Duration.seconds(10),
+        errors=errors,
+        interval=cdk.Duration.seconds(first_interval_seconds),
         max_attempts=4,
         backoff_rate=2,
         max_delay=cdk.Duration.seconds(60),
@@ -79,7 +79,7 @@ class _Steps:
             retry_on_service_exceptions=True,
         )
         if transient:
-            _retry_transient(invoke)
+            _retry(invoke, TRANSIENT_ERRORS, first_interval_seconds=10)
         return invoke
 
     def task(self, label: str, step: str, key: str) -> tasks.LambdaInvoke:
@@ -141,14 +141,7 @@ class _Steps:
         publish = tasks.SnsPublish(
             self.scope, label, topic=topic, subject=subject, message=message, result_path=sfn.JsonPath.DISCARD
         )
-        publish.add_retry(
-            errors=ALL_ERRORS,
-            interval=cdk.Duration.seconds(5),
-            max_attempts=4,
-            backoff_rate=2,
-            max_delay=cdk.Duration.seconds(60),
-            jitter_strategy=sfn.JitterType.FULL,
-        )
+        _retry(publish, ALL_ERRORS, first_interval_seconds=5)
         count = self.invoke(f"{label}: count it undelivered", "alarm_undelivered", "$.alarm_undelivered", transient=False)
         count.add_catch(then, errors=ALL_ERRORS, result_path="$.alarm_count_error")
         publish.add_catch(count, errors=ALL_ERRORS, result_path="$.alarm_error")

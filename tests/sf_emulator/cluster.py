@@ -140,6 +140,17 @@ class EmulatedCluster:
                 self.uos.topology[name] = node.config_entry()
             return node
 
+    def join_by_add_node(self, parameters: dict[str, str]) -> EmulatedNode:
+        """What AddNode.ps1 does on a machine, given the add-node document's parameters
+        (stacks/documents/add_node.yaml): the node joins the FM; the UOS does not know it yet."""
+        return self.add_node(
+            parameters["nodeName"],
+            ip=parameters["ipAddress"],
+            node_type=parameters["nodeType"],
+            fault_domain=parameters["faultDomain"],
+            upgrade_domain=parameters["upgradeDomain"],
+        )
+
     def set_properties(self, properties: dict[str, Any]) -> None:
         with self.lock:
             self.uos.current["properties"] = copy.deepcopy(properties)

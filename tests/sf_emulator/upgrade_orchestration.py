@@ -49,14 +49,17 @@ UNKNOWN_NODES_TO_REMOVE = (
     "NodesToBeRemoved parameter."
 )
 ADD_AND_REMOVE_TOGETHER = "Nodes cannot be added and removed in the same upgrade."
+# StringResources.resx: Error_SFAddNodeNotKnowntoFM and Error_SFNodesFromFMDontMatch, whole.
 ADDED_NODE_NOT_KNOWN_TO_FM = (
     "The new JSON config contains some newly added nodes which are not part of the cluster. "
     "Please ensure all newly added nodes are first added using AddNode API and then initiate an "
-    "upgrade."
+    "upgrade. Make sure all relevant details in the new JSON configuration exactly match the "
+    "parameters used in AddNode API."
 )
 FM_NODES_DO_NOT_MATCH = (
     "Nodes present in the cluster must exactly match the nodes in JSON config when new nodes "
-    "have been added using AddNode.ps1 script."
+    "have been added using AddNode.ps1 script. Run Get-ServiceFabricClusterConfiguration to get "
+    "the most recent node list."
 )
 PORTS_UNREACHABLE = (
     "Required ports on the node to be removed are not reacheable. Check connectivity/open ports."

@@ -43,7 +43,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -219,6 +219,8 @@ class LifecycleStateMachines:
         self.gateway_endpoints = gateway_endpoints
         self.metrics = Metrics()
         self.invocations: list[Invocation] = []
+        # step name -> what happens in the world right after that step first returns
+        self.after_step: dict[str, Callable[[], None]] = {}
         self._invoke_lock = threading.Lock()
         self._containers: dict[str, Any] = {}
         self._sfn = boto3.client("stepfunctions", region_name=region)
@@ -370,6 +372,8 @@ class LifecycleStateMachines:
             }
         step = str(payload.get("step", ""))
         self.invocations.append(Invocation(name, step, error and error["errorType"], error and error["errorMessage"] or ""))
+        if not error and step in self.after_step:
+            self.after_step.pop(step)()
         if error:
             return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": error}
         return {"StatusCode": 200, "Payload": answer}

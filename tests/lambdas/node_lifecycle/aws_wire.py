@@ -126,14 +126,8 @@ class Machines:
         parameters = {name: values[0] for name, values in body.get("Parameters", {}).items()}
         if document == self.add_node_document:
             self.node_by_instance[instance_id] = parameters["nodeName"]
-            if not self.add_node_fails:  # what AddNode.ps1 does: the node joins the FM
-                self.cluster.add_node(
-                    parameters["nodeName"],
-                    ip=parameters["ipAddress"],
-                    node_type=parameters["nodeType"],
-                    fault_domain=parameters["faultDomain"],
-                    upgrade_domain=parameters["upgradeDomain"],
-                )
+            if not self.add_node_fails:
+                self.cluster.join_by_add_node(parameters)
         elif document == "AWS-RunPowerShellScript":  # stop_fabric_host.ps1
             self.cluster.stop_host(self.node_by_instance[instance_id])
         return None  # moto records the command and answers

@@ -85,13 +85,7 @@ class EmulatedMachines:
             command_id = f"cmd-add-{len(self.added)}"
         self.added.append(dict(parameters))
         if not self.add_node_fails:
-            self.cluster.add_node(
-                parameters["nodeName"],
-                ip=parameters["ipAddress"],
-                node_type=parameters["nodeType"],
-                fault_domain=parameters["faultDomain"],
-                upgrade_domain=parameters["upgradeDomain"],
-            )
+            self.cluster.join_by_add_node(parameters)
         self.node_by_instance[instance_id] = parameters["nodeName"]
         return command_id
 

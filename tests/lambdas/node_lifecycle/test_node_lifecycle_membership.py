@@ -14,6 +14,7 @@ from node_lifecycle import (
     deactivate_node,
     poll_configuration_upgrade,
     poll_deactivation,
+    poll_running_upgrade,
     remove_node_state,
     start_configuration_registration,
     start_configuration_removal,
@@ -66,19 +67,27 @@ def test_a_join_is_registered_by_one_upgrade_though_the_configuration_lists_it_a
     assert sf_cluster.upgrades[-1].adding == ("scale-9",)
 
 
-def test_until_a_join_is_registered_no_removal_can_pass(sf_client, sf_cluster, poll_loop):
+def test_a_removal_refused_for_an_unregistered_join_registers_first_then_removes(
+    sf_client, sf_cluster, poll_loop
+):
+    """Until a node AddNode.ps1 joined is registered, the UOS refuses every upgrade whose nodes
+    differ from the FM's, removals included (VerifyFMNodesMatchTargetNodes): the removal step
+    registers the FM's nodes first and removes once that upgrade is done."""
     sf_cluster.add_node("scale-9", ip="10.0.2.19")  # AddNode.ps1 ran; no registration yet
     deactivate_node(sf_client, "scale-0")
     poll_loop(lambda: poll_deactivation(sf_client, "scale-0"))
 
-    with pytest.raises(ConfigurationUpgradeFailed, match="must exactly match"):
-        start_configuration_removal(sf_client, "scale-0", now=0)
+    first = start_configuration_removal(sf_client, "scale-0", now=0)
 
-    registration = start_configuration_registration(sf_client, "scale-9", now=1).to_dict()
-    poll_loop(lambda: poll_configuration_upgrade(sf_client, registration, now=2))
+    assert first.outcome == Outcome.WAIT_FOR_UPGRADE and "registration" in first.detail
+    refused, registration = sf_cluster.upgrade_requests[-2:]
+    assert nodes_to_be_removed(json.loads(refused["ClusterConfig"])) == ["scale-0"]
+    assert nodes_to_be_removed(json.loads(registration["ClusterConfig"])) in (None, [])
+    poll_loop(lambda: poll_running_upgrade(sf_client))
+    assert "scale-9" in sf_cluster.uos_nodes and "scale-0" in sf_cluster.uos_nodes
     removal = start_configuration_removal(sf_client, "scale-0", now=3).to_dict()
     poll_loop(lambda: poll_configuration_upgrade(sf_client, removal, now=4))
-    assert sf_client.get_node_info("scale-0") is None
+    assert sf_client.get_node_info("scale-0") is None and "scale-9" in sf_cluster.uos_nodes
 
 
 def test_a_join_followed_by_a_drain_of_the_new_node(sf_client, sf_cluster, poll_loop):

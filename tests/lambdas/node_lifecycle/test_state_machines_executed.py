@@ -21,7 +21,7 @@ from moto import mock_aws
 from tests.conftest import cdk_context
 from tests.sf_emulator import EmulatedCluster, Pki, SfEmulator
 
-from tests.lambdas.node_lifecycle.asl_harness import LifecycleStateMachines, VirtualClock
+from tests.lambdas.node_lifecycle.asl_harness import Alarm, Execution, LifecycleStateMachines, VirtualClock
 from tests.lambdas.node_lifecycle.aws_wire import AwsWire, Machines, route_through
 from tests.lambdas.node_lifecycle.lifecycle_actions import LifecycleAction, LifecycleActions
 
@@ -70,6 +70,47 @@ class World:
         item = self.dynamodb.get_item(TableName=self.lock_table, Key=LOCK_ITEM, ConsistentRead=True).get("Item")
         return item["Owner"]["S"] if item else None
 
+    def removed(self, name: str) -> bool:
+        """Gone from the Failover Manager's list, the UOS's topology and the configuration."""
+        node = self.cluster.node(name)
+        listed = [entry["nodeName"] for entry in self.cluster.config["nodes"]]
+        return (node is None or node.status == "Removed") and name not in self.cluster.uos_nodes and name not in listed
+
+    def posts(self) -> int:
+        """How many writes the gateway received."""
+        return [request.method for request in self.emulator.requests].count("POST")
+
+    # -- how an execution ended, as an operator sees it -----------------------------------
+
+    def continued(self, execution: Execution, action: LifecycleAction) -> None:
+        """Done: the action completed with CONTINUE, heartbeats kept it meanwhile, the lock is
+        free and nobody was alarmed."""
+        assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
+        assert (action.result, action.ended_by) == ("CONTINUE", "completed")
+        assert self.max_heartbeat_gap(action) < action.heartbeat_timeout
+        assert self.lock_holder() is None
+        assert self.machines.alarms() == []
+
+    def abandoned(self, execution: Execution, action: LifecycleAction) -> Alarm:
+        """The join failed: the launch ABANDONed, the lock free, one alarm naming the instance."""
+        assert (execution.status, execution.error) == ("FAILED", "JoinFailed")
+        assert (action.result, action.ended_by) == ("ABANDON", "completed")
+        assert self.lock_holder() is None
+        assert "JoinsFailed" in self.machines.metrics.names()
+        (alarm,) = self.machines.alarms()
+        assert alarm.subject == f"Service Fabric join failed: {action.instance_id}"
+        return alarm
+
+    def held(self, execution: Execution, action: LifecycleAction, error: str = "DrainFailed") -> list[Alarm]:
+        """The instance was held for an operator for the whole hold: no result, no heartbeat gap
+        longer than the hook's timeout, the lock free. Returns what reached the inbox."""
+        assert (execution.status, execution.error) == ("FAILED", error)
+        assert action.pending
+        assert self.max_heartbeat_gap(action) < action.heartbeat_timeout
+        assert execution.virtual_seconds >= int(self.setting("OPERATOR_HOLD_SECONDS"))
+        assert self.lock_holder() is None
+        return self.machines.alarms()
+
     def max_heartbeat_gap(self, action: LifecycleAction) -> float:
         """The longest the action went without a heartbeat while the execution worked on it."""
         times = [action.started_at, *action.heartbeats]
@@ -116,8 +157,7 @@ def test_a_launched_instance_joins_and_the_launch_continues(world: World):
 
     execution = world.machines.run(action)
 
-    assert execution.status == "SUCCEEDED", execution.invocations
-    assert action.result == "CONTINUE" and action.ended_by == "completed"
+    world.continued(execution, action)
     name = f"scale-{instance_id}"
     assert world.cluster.node(name).status == "Up"
     assert name in world.cluster.uos_nodes  # registered by the configuration upgrade
@@ -131,9 +171,32 @@ def test_a_launched_instance_joins_and_the_launch_continues(world: World):
     assert command["DocumentName"] == world.wire.machines.add_node_document
     assert command["Parameters"]["nodeName"] == [name]
     assert command["Parameters"]["clientConnectionEndpoint"] == ["10.0.1.10:19000"]  # seed-0
-    assert world.lock_holder() is None and world.machines.alarms() == []
     assert world.machines.metrics.names() == ["JoinsStarted", "JoinsSucceeded", "JoinDurationSeconds"]
-    assert world.max_heartbeat_gap(action) < action.heartbeat_timeout
+
+
+def test_a_join_waits_for_the_ssm_agent_and_for_another_upgrade(world: World):
+    instance_id = world.instance()
+    world.wire.machines.unregistered.add(instance_id)  # its SSM agent registers later
+    world.cluster.run_other_upgrade(ticks=8)  # an operator's upgrade that cannot be interrupted
+    refusals = []
+    send_command = world.wire.machines.send_command
+
+    def register_after_two_refusals(url, body):
+        if instance_id in world.wire.machines.unregistered:
+            refusals.append(body["DocumentName"])
+            if len(refusals) == 2:
+                world.wire.machines.unregistered.discard(instance_id)
+        return send_command(url, body)
+
+    world.wire.machines.send_command = register_after_two_refusals
+    action = world.machines.begin("launch", instance_id)
+
+    execution = world.machines.run(action)
+
+    world.continued(execution, action)
+    assert len(execution.steps("join_node")) >= 3  # waited for the upgrade, then twice for the agent
+    assert len(refusals) == 2 and len(world.ssm.list_commands()["Commands"]) == 1
+    assert world.cluster.node(f"scale-{instance_id}").status == "Up"
 
 
 def test_a_duplicated_launch_event_changes_nothing_the_second_time(world: World):
@@ -152,20 +215,28 @@ def test_a_duplicated_launch_event_changes_nothing_the_second_time(world: World)
     assert action.result == "CONTINUE" and world.lock_holder() is None
 
 
+def test_a_failed_add_node_abandons_the_launch_and_alarms(world: World):
+    world.wire.machines.add_node_fails = True
+    action = world.machines.begin("launch", world.instance())
+
+    alarm = world.abandoned(world.machines.run(action), action)
+
+    assert "NodeJoinFailed" in alarm.message and "could not reach the seed" in alarm.message
+    assert world.cluster.node(f"scale-{action.instance_id}") is None
+
+
 def test_a_join_whose_registration_is_refused_deactivates_and_tags_the_half_added_node(world: World):
     world.emulator.inject_error(400, "FABRIC_E_INVALID_CONFIGURATION", method="POST",
                                 path="StartClusterConfigurationUpgrade", times=10)  # fmt: skip
-    instance_id = world.instance()
-    action = world.machines.begin("launch", instance_id)
+    action = world.machines.begin("launch", world.instance())
 
     execution = world.machines.run(action)
 
-    assert (execution.status, execution.error) == ("FAILED", "JoinFailed")
-    name = f"scale-{instance_id}"
+    alarm = world.abandoned(execution, action)
+    assert execution.retried("start_configuration_registration") == 0  # a refusal is an answer
+    name = f"scale-{action.instance_id}"
     assert world.cluster.node(name).deactivation_intent == "RemoveNode"
-    assert world.tags(instance_id)["sf:nodename"] == name
-    assert action.result == "ABANDON"
-    (alarm,) = world.machines.alarms()
+    assert world.tags(action.instance_id)["sf:nodename"] == name
     assert f"node {name} deactivated: True" in alarm.message and "FABRIC_E_INVALID_CONFIGURATION" in alarm.message
 
 
@@ -174,29 +245,24 @@ def test_a_join_with_no_seed_up_abandons_without_running_add_node(world: World):
         world.cluster.stop_host(seed)
     action = world.machines.begin("launch", world.instance())
 
-    execution = world.machines.run(action)
+    alarm = world.abandoned(world.machines.run(action), action)
 
-    assert execution.error == "JoinFailed" and action.result == "ABANDON"
-    assert world.ssm.list_commands()["Commands"] == []
-    (alarm,) = world.machines.alarms()
     assert "no seed node is Up" in alarm.message
+    assert world.ssm.list_commands()["Commands"] == [] and world.posts() == 0
 
 
 # -- scale-in -----------------------------------------------------------------------------
 
 
 def test_a_terminating_node_is_drained_and_removed_before_the_instance_goes(world: World):
-    instance_id = world.instance("scale-0")
-    action = world.machines.begin("terminate", instance_id)
+    action = world.machines.begin("terminate", world.instance("scale-0"))
 
     execution = world.machines.run(action)
 
-    assert execution.status == "SUCCEEDED", execution.history[-1]
-    assert action.result == "CONTINUE" and action.ended_by == "completed"
-    assert world.cluster.node("scale-0") is None or world.cluster.node("scale-0").status == "Removed"
-    assert "scale-0" not in world.cluster.uos_nodes
-    assert world.lock_holder() is None
-    assert world.max_heartbeat_gap(action) < action.heartbeat_timeout
+    world.continued(execution, action)
+    assert world.removed("scale-0")
+    assert [u.removing for u in world.cluster.upgrades] == [("scale-0",)]
+    assert world.machines.metrics.names() == ["DrainsStarted", "DrainsSucceeded", "DrainDurationSeconds"]
 
 
 def test_two_drains_at_once_take_turns_and_both_nodes_leave(world: World):
@@ -205,57 +271,11 @@ def test_two_drains_at_once_take_turns_and_both_nodes_leave(world: World):
 
     executions = world.machines.run_together(first, second)
 
-    assert [e.status for e in executions] == ["SUCCEEDED", "SUCCEEDED"]
-    assert first.result == second.result == "CONTINUE"
-    for name in ("scale-0", "scale-1"):
-        assert name not in world.cluster.uos_nodes
-    # One upgrade each, each naming only its own node (no stale NodesToBeRemoved), one at a time.
+    for execution, action in zip(executions, (first, second)):
+        world.continued(execution, action)
+    assert world.removed("scale-0") and world.removed("scale-1")
+    # One upgrade each, each naming only its own node (no stale NodesToBeRemoved).
     assert sorted(u.removing for u in world.cluster.upgrades) == [("scale-0",), ("scale-1",)]
-    assert world.machines.metrics.names().count("DrainsSucceeded") == 2
-    assert world.lock_holder() is None
-
-
-def test_a_stalled_drain_fails_at_its_deadline_then_holds_the_instance(world: World):
-    world.cluster.set_stuck_in_safety_check("scale-0")
-    action = world.machines.begin("terminate", world.instance("scale-0"))
-
-    execution = world.machines.run(action)
-
-    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
-    deadline, hold = int(world.setting("WORKFLOW_TIMEOUT_SECONDS")), int(world.setting("OPERATOR_HOLD_SECONDS"))
-    assert execution.virtual_seconds >= deadline + hold
-    assert action.pending and world.max_heartbeat_gap(action) < action.heartbeat_timeout
-    (alarm,) = world.machines.alarms()
-    assert "WaitTimedOut" in alarm.message and "scale-0 to be Disabled" in alarm.message
-    assert f"held with lifecycle heartbeats for {hold // 60} minutes" in alarm.message
-    assert "DrainsFailed" in world.machines.metrics.names() and world.lock_holder() is None
-
-
-def test_a_join_waits_for_the_ssm_agent_and_for_another_upgrade(world: World):
-    instance_id = world.instance()
-    world.wire.machines.unregistered.add(instance_id)  # its SSM agent registers later
-    world.cluster.run_other_upgrade(ticks=8)  # an operator's upgrade that cannot be interrupted
-    original = world.wire.machines.send_command
-    refusals = []
-
-    def register_after_two_refusals(url, body):
-        if instance_id in world.wire.machines.unregistered:
-            refusals.append(body["DocumentName"])
-            if len(refusals) == 2:
-                world.wire.machines.unregistered.discard(instance_id)
-        return original(url, body)
-
-    world.wire.machines.send_command = register_after_two_refusals
-    action = world.machines.begin("launch", instance_id)
-
-    execution = world.machines.run(action)
-
-    assert execution.status == "SUCCEEDED", execution.invocations
-    outcomes = [step for step in execution.steps("join_node")]
-    assert len(outcomes) >= 3  # waited for the upgrade, then twice for the agent
-    assert len(refusals) == 2 and action.result == "CONTINUE"
-    assert world.cluster.node(f"scale-{instance_id}").status == "Up"
-    assert world.max_heartbeat_gap(action) < action.heartbeat_timeout
 
 
 def test_a_drain_left_down_by_the_upgrade_has_its_node_state_removed(world: World):
@@ -264,11 +284,10 @@ def test_a_drain_left_down_by_the_upgrade_has_its_node_state_removed(world: Worl
 
     execution = world.machines.run(action)
 
-    assert execution.status == "SUCCEEDED", execution.invocations
+    world.continued(execution, action)
     assert [i.step for i in execution.steps()][-2:] == ["remove_node_state", "finish"]
     assert not execution.steps("stop_fabric_host")
-    assert world.cluster.node("scale-0") is None or world.cluster.node("scale-0").status == "Removed"
-    assert action.result == "CONTINUE"
+    assert world.removed("scale-0")
 
 
 def test_a_drain_left_listed_by_the_upgrade_stops_the_host_then_removes_the_node_state(world: World):
@@ -277,28 +296,26 @@ def test_a_drain_left_listed_by_the_upgrade_stops_the_host_then_removes_the_node
 
     execution = world.machines.run(action)
 
-    assert execution.status == "SUCCEEDED", execution.invocations
+    world.continued(execution, action)
     steps = [i.step for i in execution.steps()]
     assert steps.index("stop_fabric_host") < steps.index("poll_node_down") < steps.index("remove_node_state")
-    assert world.cluster.node("scale-1") is None or world.cluster.node("scale-1").status == "Removed"
-    assert action.result == "CONTINUE" and world.lock_holder() is None
-    assert world.max_heartbeat_gap(action) < action.heartbeat_timeout
+    assert world.removed("scale-1")
 
 
 def test_a_drain_waits_for_the_lock_held_elsewhere_keeping_the_instance(world: World):
-    holder = "scale-out:i-0other:exec-other"
+    held_for = 900  # longer than the hook's heartbeat timeout (600 s)
+    holder = "scale-out:i-0other:exec-other"  # an execution that died holding the lock
     world.dynamodb.put_item(
         TableName=world.lock_table,
-        Item={**LOCK_ITEM, "Owner": {"S": holder}, "ExpiresAt": {"N": str(int(world.clock() + 1500))}},
+        Item={**LOCK_ITEM, "Owner": {"S": holder}, "ExpiresAt": {"N": str(int(world.clock() + held_for))}},
     )
     action = world.machines.begin("terminate", world.instance("scale-0"))
 
     execution = world.machines.run(action)
 
-    assert execution.status == "SUCCEEDED", execution.invocations
-    assert len(execution.steps("acquire_lock")) > 1500 // 30 - 5  # tried every lock_retry seconds
-    assert len(action.heartbeats) >= 1500 // 600 and world.max_heartbeat_gap(action) < action.heartbeat_timeout
-    assert action.result == "CONTINUE" and world.lock_holder() is None
+    world.continued(execution, action)  # heartbeats while waiting: no gap over the hook's timeout
+    assert len(execution.steps("acquire_lock")) > held_for // 30  # every lock_retry s until it expired
+    assert world.removed("scale-0")
 
 
 def test_an_instance_that_never_joined_continues_at_once(world: World):
@@ -306,42 +323,34 @@ def test_an_instance_that_never_joined_continues_at_once(world: World):
 
     execution = world.machines.run(action)
 
-    assert execution.status == "SUCCEEDED"
-    assert action.result == "CONTINUE"
-    assert [r.method for r in world.emulator.requests].count("POST") == 0
-    assert world.lock_holder() is None and world.machines.metrics.names() == []
+    world.continued(execution, action)
+    assert world.posts() == 0 and world.machines.metrics.names() == []
 
 
 def test_a_seed_node_is_refused_and_held_for_an_operator(world: World):
     action = world.machines.begin("terminate", world.instance("seed-1"))
 
-    execution = world.machines.run(action)
+    (alarm,) = world.held(world.machines.run(action), action, error="SeedNodeRefused")
 
-    assert (execution.status, execution.error) == ("FAILED", "SeedNodeRefused")
-    assert action.pending  # never completed: the operator decides
-    hold = int(world.setting("OPERATOR_HOLD_SECONDS"))
-    assert execution.virtual_seconds >= hold
-    assert world.max_heartbeat_gap(action) < action.heartbeat_timeout
-    (alarm,) = world.machines.alarms()
-    assert alarm.subject == "Service Fabric scale-in refused a seed node" and "seed-1" in alarm.message
-    assert world.cluster.node("seed-1").status == "Up"
-    assert [r.method for r in world.emulator.requests].count("POST") == 0
-    assert world.lock_holder() is None
+    assert alarm.subject == "Service Fabric scale-in refused a seed node"
+    assert f"Instance {action.instance_id} runs seed node seed-1" in alarm.message
+    assert world.cluster.node("seed-1").status == "Up" and world.posts() == 0
 
 
-def test_a_failed_add_node_abandons_the_launch_and_alarms(world: World):
-    world.wire.machines.add_node_fails = True
-    instance_id = world.instance()
-    action = world.machines.begin("launch", instance_id)
+def test_a_stalled_drain_fails_at_its_deadline_then_holds_the_instance(world: World):
+    world.cluster.set_stuck_in_safety_check("scale-0")
+    action = world.machines.begin("terminate", world.instance("scale-0"))
 
     execution = world.machines.run(action)
 
-    assert (execution.status, execution.error) == ("FAILED", "JoinFailed")
-    assert action.result == "ABANDON" and action.ended_by == "completed"
-    (alarm,) = world.machines.alarms()
-    assert alarm.subject == f"Service Fabric join failed: {instance_id}"
-    assert "NodeJoinFailed" in alarm.message and "could not reach the seed" in alarm.message
-    assert world.lock_holder() is None
+    (alarm,) = world.held(execution, action)
+    deadline, hold = int(world.setting("WORKFLOW_TIMEOUT_SECONDS")), int(world.setting("OPERATOR_HOLD_SECONDS"))
+    assert execution.virtual_seconds >= deadline + hold
+    assert alarm.subject == f"Service Fabric drain failed: scale-0 on {action.instance_id}"
+    assert "WaitTimedOut" in alarm.message and "scale-0 to be Disabled" in alarm.message
+    assert f"held with lifecycle heartbeats for {hold // 60} minutes" in alarm.message
+    assert "DrainsFailed" in world.machines.metrics.names()
+    assert "scale-0" in world.cluster.uos_nodes  # nothing removed
 
 
 def test_a_removal_the_upgrade_service_refuses_is_not_retried_and_the_instance_is_held(world: World):
@@ -349,18 +358,26 @@ def test_a_removal_the_upgrade_service_refuses_is_not_retried_and_the_instance_i
     world.cluster.nodes["scale-0"].machine_reachable = False
     action = world.machines.begin("terminate", world.instance("scale-0"))
 
-    execution = world.machines.run(action)
+    (alarm,) = world.held(world.machines.run(action), action)
 
-    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
     assert len(world.cluster.upgrade_requests) == 1  # a refusal is an answer: never sent again
-    assert action.pending and world.max_heartbeat_gap(action) < action.heartbeat_timeout
-    (alarm,) = world.machines.alarms()
-    assert alarm.subject == "Service Fabric drain failed: scale-0 on " + action.instance_id
-    assert "445" in alarm.message or "port" in alarm.message
-    assert "scale-0" in world.cluster.uos_nodes and world.lock_holder() is None
+    assert alarm.subject == f"Service Fabric drain failed: scale-0 on {action.instance_id}"
+    assert "Required ports on the node to be removed are not reacheable" in alarm.message
+    assert world.cluster.node("scale-0").status == "Disabled" and "scale-0" in world.cluster.uos_nodes
 
 
-# -- the failure paths --------------------------------------------------------------------
+def test_a_permanent_refusal_with_a_code_we_do_not_know_is_not_retried(world: World):
+    world.emulator.inject_error(400, "FABRIC_E_INVALID_CONFIGURATION", message="the configuration is not valid",
+                                method="POST", path="StartClusterConfigurationUpgrade", times=10)  # fmt: skip
+    action = world.machines.begin("terminate", world.instance("scale-0"))
+
+    (alarm,) = world.held(world.machines.run(action), action)
+
+    assert len([r for r in world.emulator.requests if r.path.endswith("StartClusterConfigurationUpgrade")]) == 1
+    assert "FABRIC_E_INVALID_CONFIGURATION" in alarm.message and "(PermanentError)" in alarm.message
+
+
+# -- without a gateway --------------------------------------------------------------------
 
 
 def gateway_down(world: World, how: str) -> None:
@@ -378,13 +395,9 @@ def test_a_join_without_a_gateway_abandons_the_launch_and_alarms(world: World, h
 
     execution = world.machines.run(action)
 
-    assert (execution.status, execution.error) == ("FAILED", "JoinFailed")
-    assert action.result == "ABANDON" and action.ended_by == "completed"
-    (alarm,) = world.machines.alarms()
-    assert alarm.subject == f"Service Fabric join failed: {instance_id}"
-    assert "gateway" in alarm.message.lower()
-    assert world.lock_holder() is None
-    assert "JoinsFailed" in world.machines.metrics.names()
+    alarm = world.abandoned(execution, action)
+    assert execution.retried("plan_node") == 4  # transient: every try used
+    assert "gateway" in alarm.message.lower() and "(TransientError)" in alarm.message
 
 
 @pytest.mark.parametrize("how", ["refused", "503"])
@@ -395,28 +408,43 @@ def test_a_drain_without_a_gateway_alarms_and_holds_the_instance(world: World, h
 
     execution = world.machines.run(action)
 
-    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
-    assert action.pending  # held: neither CONTINUE nor ABANDON, and not timed out
-    assert world.max_heartbeat_gap(action) < action.heartbeat_timeout
-    assert execution.virtual_seconds >= int(world.setting("OPERATOR_HOLD_SECONDS"))
-    (alarm,) = world.machines.alarms()
+    (alarm,) = world.held(execution, action)
+    assert execution.retried("resolve_node") == 4
     assert alarm.subject == f"Service Fabric drain failed: (unresolved) on {instance_id}"
     assert "gateway" in alarm.message.lower()
-    assert world.lock_holder() is None
-    assert "scale-0" in world.cluster.uos_nodes  # nothing was changed in the cluster
+    assert "scale-0" in world.cluster.uos_nodes and world.cluster.node("scale-0").status == "Up"
 
 
-def test_a_permanent_refusal_of_the_removal_is_not_retried(world: World):
-    world.emulator.inject_error(400, "FABRIC_E_INVALID_CONFIGURATION", message="the configuration is not valid",
-                                method="POST", path="StartClusterConfigurationUpgrade", times=10)  # fmt: skip
+def test_a_gateway_lost_once_the_node_is_up_abandons_the_join_and_says_what_was_left(world: World):
+    instance_id = world.instance()
+    world.machines.after_step["tag_node_instance"] = lambda: gateway_down(world, "503")
+    action = world.machines.begin("launch", instance_id)
+
+    execution = world.machines.run(action)
+
+    alarm = world.abandoned(execution, action)
+    assert execution.retried("start_configuration_registration") == 4
+    assert "could not clean up in the cluster" in alarm.message
+    # What the join left: a node the UOS does not know, Up on an instance about to terminate.
+    # Its terminate hook's drain removes it (test_an_abandoned_join_is_drained_...).
+    name = f"scale-{instance_id}"
+    assert world.cluster.node(name).status == "Up" and name not in world.cluster.uos_nodes
+
+
+def test_a_gateway_lost_mid_drain_holds_the_instance_with_the_node_disabled(world: World):
+    world.machines.after_step["deactivate_node"] = lambda: gateway_down(world, "503")
     action = world.machines.begin("terminate", world.instance("scale-0"))
 
     execution = world.machines.run(action)
 
-    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
-    starts = [r for r in world.emulator.requests if r.path.endswith("StartClusterConfigurationUpgrade")]
-    assert len(starts) == 1
-    assert action.pending and world.max_heartbeat_gap(action) < action.heartbeat_timeout
+    (alarm,) = world.held(execution, action)
+    assert execution.retried("poll_deactivation") == 4
+    assert "scripts/drain_node.py --node scale-0" in alarm.message
+    assert world.cluster.node("scale-0").deactivation_intent == "RemoveNode"
+    assert "scale-0" in world.cluster.uos_nodes
+
+
+# -- when the alarm cannot be published --------------------------------------------------
 
 
 def delete_alarm_topic(world: World) -> None:
@@ -429,10 +457,10 @@ def test_a_seed_hold_goes_on_when_the_alarm_topic_is_gone(world: World):
 
     execution = world.machines.run(action)
 
-    assert (execution.status, execution.error) == ("FAILED", "SeedNodeRefused")
-    assert execution.virtual_seconds >= int(world.setting("OPERATOR_HOLD_SECONDS"))
-    assert action.pending and world.max_heartbeat_gap(action) < action.heartbeat_timeout
-    assert "AlarmsUndelivered" in world.machines.metrics.names()
+    assert world.held(execution, action, error="SeedNodeRefused") == []
+    assert world.machines.metrics.names().count("AlarmsUndelivered") == 1
+    assert world.wire.count("sns", "Publish") == 5  # the first try and 4 retries, then counted
+    assert world.cluster.node("seed-0").status == "Up"
 
 
 @pytest.mark.parametrize("fault", ["topic deleted", "KMS access denied"])
@@ -446,22 +474,19 @@ def test_a_failed_drain_is_held_when_its_alarm_cannot_be_published(world: World,
 
     execution = world.machines.run(action)
 
-    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
-    assert execution.virtual_seconds >= int(world.setting("OPERATOR_HOLD_SECONDS"))
-    assert action.pending and world.max_heartbeat_gap(action) < action.heartbeat_timeout
-    assert "AlarmsUndelivered" in world.machines.metrics.names()
-    assert world.machines.alarms() == []
+    assert world.held(execution, action) == []
+    assert world.machines.metrics.names().count("AlarmsUndelivered") == 1
+    assert "DrainsFailed" in world.machines.metrics.names()
 
 
 def test_an_alarm_publish_that_is_throttled_is_retried_and_delivered(world: World):
     world.wire.fail("sns", "Publish", "Throttled", times=2)
     action = world.machines.begin("terminate", world.instance("seed-2"))
 
-    execution = world.machines.run(action)
+    (alarm,) = world.held(world.machines.run(action), action, error="SeedNodeRefused")
 
-    assert execution.error == "SeedNodeRefused"
-    (alarm,) = world.machines.alarms()
     assert "seed-2" in alarm.message and world.wire.count("sns", "Publish") == 3
+    assert "AlarmsUndelivered" not in world.machines.metrics.names()
 
 
 def test_a_malformed_event_alarms_and_fails_without_touching_anything(world: World):
@@ -472,9 +497,13 @@ def test_a_malformed_event_alarms_and_fails_without_touching_anything(world: Wor
 
     assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
     (alarm,) = world.machines.alarms()
+    assert alarm.subject == "Service Fabric drain failed: (unresolved) on (unknown instance)"
     assert "not an Auto Scaling lifecycle action event" in alarm.message
-    assert [r.method for r in world.emulator.requests].count("POST") == 0
-    assert world.lock_holder() is None
+    assert "There is no lifecycle action to hold" in alarm.message
+    assert world.posts() == 0 and world.lock_holder() is None and world.wire.count("auto-scaling", "RecordLifecycleActionHeartbeat") == 0
+
+
+# -- AWS throttling -----------------------------------------------------------------------
 
 
 def test_dynamodb_throttling_is_ridden_out_by_a_drain(world: World):
@@ -484,9 +513,9 @@ def test_dynamodb_throttling_is_ridden_out_by_a_drain(world: World):
 
     execution = world.machines.run(action)
 
-    assert execution.status == "SUCCEEDED", execution.invocations
+    world.continued(execution, action)
     assert execution.retried("acquire_lock") == 1
-    assert action.result == "CONTINUE" and world.lock_holder() is None
+    assert world.removed("scale-0")
 
 
 def test_ssm_throttling_is_ridden_out_by_a_join(world: World):
@@ -495,6 +524,28 @@ def test_ssm_throttling_is_ridden_out_by_a_join(world: World):
 
     execution = world.machines.run(action)
 
-    assert execution.status == "SUCCEEDED", execution.invocations
+    world.continued(execution, action)
     assert execution.retried("join_node") == 1
-    assert action.result == "CONTINUE"
+    assert world.cluster.node(f"scale-{action.instance_id}").status == "Up"
+
+
+# -- journeys -----------------------------------------------------------------------------
+
+
+def test_an_abandoned_join_is_drained_when_its_instance_terminates(world: World):
+    """After a join that failed between AddNode.ps1 and its registration upgrade, Auto Scaling
+    terminates the abandoned instance: the drain must leave no node behind, though the UOS
+    refuses removals until the node is registered."""
+    instance_id = world.instance()
+    world.machines.after_step["tag_node_instance"] = lambda: gateway_down(world, "503")
+    launch = world.machines.begin("launch", instance_id)
+    world.abandoned(world.machines.run(launch), launch)
+    world.emulator.faults.clear()  # the gateway is back
+    action = world.machines.begin("terminate", instance_id)
+
+    execution = world.machines.run(action)
+
+    world.continued(execution, action)
+    assert world.removed(f"scale-{instance_id}")
+    registration, removal = world.cluster.upgrades[-2:]
+    assert (registration.removing, removal.removing) == ((), (f"scale-{instance_id}",))
