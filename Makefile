@@ -8,7 +8,7 @@ CDK_CLI_VERSION := 2.1148.1
 VENV := .venv
 BIN := $(abspath $(VENV))/bin
 STAMP := $(VENV)/.installed
-REQUIREMENTS := requirements.txt requirements-dev.txt constraints.txt lambdas/requirements.txt simulator/requirements.txt
+REQUIREMENTS := requirements.txt requirements-dev.txt constraints.txt lambdas/requirements.txt simulator/requirements.txt pyproject.toml
 
 # The venv's node (Node 24) must come first: jsii and the CDK CLI pick node from PATH.
 export PATH := $(BIN):$(PATH)
@@ -21,34 +21,38 @@ CDK_FLAGS := -c env=$(ENV)
 .PHONY: help venv synth test test-fast lint deploy diff destroy topics bench demo clean flink-test bench-sink bench-membership mosquitto
 
 help:
-	@echo "make synth   [ENV=dev]   synthesize every stack of ENV into cdk.out/ (offline)"
+	@echo "make synth   [ENV=dev]   synthesize every stack of ENV into cdk.out/ (offline); installs .venv/bin/telemetry"
 	@echo "make test                whole test suite (pytest)"
 	@echo "make test-fast           tests without the slow integration ones"
 	@echo "make lint    [ENV=dev]   cfn-lint over the templates in cdk.out/"
 	@echo "make diff    [ENV=dev]   cdk diff against the account of ENV"
 	@echo "make deploy  [ENV=dev]   cdk deploy --all for ENV"
 	@echo "make destroy [ENV=dev]   cdk destroy --all for ENV"
+	@echo "make topics  [ENV=dev]   create or update ENV's Kafka topics (telemetry topics; inside the VPC)"
 	@echo "make bench               every benchmark of the simulator and the sink, local brokers"
 	@echo "make demo                local Kafka + simulator at 5,000 msg/s for 30 s"
 	@echo "make flink-test          the Flink sink's tests (mvn verify; part of make test)"
 	@echo "make bench-sink          records/s through the Flink sink into Parquet files"
 	@echo "make bench-membership    REST calls and time per drain and per join (SF emulator)"
+	@echo "make clean               remove cdk.out, pytest caches and bench-results"
 
 venv: $(STAMP)
 
 $(STAMP): $(REQUIREMENTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt -c constraints.txt
+	# The operator command: .venv/bin/telemetry runs this checkout's scripts/telemetry.
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --editable .
 	$(BIN)/npm install --silent --no-save --no-fund --no-audit --prefix $(VENV)/cdk-cli aws-cdk@$(CDK_CLI_VERSION)
 	ln -sf ../cdk-cli/node_modules/.bin/cdk $(BIN)/cdk
 	touch $@
 
 synth: $(STAMP)
 	$(CDK) synth $(CDK_FLAGS) --quiet --output cdk.out
-	@for t in cdk.out/*.template.json; do echo "wrote $$t"; done
+	@for t in cdk.out/Telemetry-$(ENV)-*.template.json; do echo "wrote $$t"; done
 
 lint: synth
-	$(BIN)/cfn-lint cdk.out/*.template.json
+	$(BIN)/cfn-lint cdk.out/Telemetry-$(ENV)-*.template.json
 
 test: $(STAMP) flink-test mosquitto
 	$(BIN)/python -m pytest
@@ -71,6 +75,9 @@ deploy: $(STAMP)
 
 destroy: $(STAMP)
 	$(CDK) destroy $(CDK_FLAGS) --all
+
+topics: $(STAMP)
+	$(BIN)/telemetry topics --env $(ENV)
 
 # Local Kafka (single KRaft node on 127.0.0.1) for the demo; the tests and the benchmark start
 # brokers of their own.

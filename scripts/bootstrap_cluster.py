@@ -276,12 +276,7 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
     return 0
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Create an environment's Service Fabric cluster on its seed nodes.",
-        epilog="Exit codes: 0 created (or dry run written); 1 creation failed or timed out; 2 refused or AWS errors.",
-    )
-    parser.add_argument("--env", required=True, help="environment name in cdk.json")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, help="where to write ClusterConfig.json (default cluster-config/<env>.json)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for cluster creation (default 3600)")
     parser.add_argument("--poll-interval", type=float, default=15.0, help="seconds between status lines (default 15)")
@@ -292,6 +287,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "ENV=<env>) with placeholder thumbprints; send nothing",
     )
     parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out", help="synthesized templates for --dry-run (default cdk.out)")
+
+
+def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
+    return bootstrap(args, session_factory)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Create an environment's Service Fabric cluster on its seed nodes.",
+        epilog="Exit codes: 0 created (or dry run written); 1 creation failed or timed out; 2 refused or AWS errors.",
+    )
+    parser.add_argument("--env", required=True, help="environment name in cdk.json")
+    add_arguments(parser)
     return parser.parse_args(argv)
 
 

@@ -166,6 +166,12 @@ def add_gateway_arguments(parser: argparse.ArgumentParser) -> None:
     verify.add_argument("--insecure", action="store_true", help="do not verify the gateway (testing only)")
 
 
+def check_gateway_arguments(args: argparse.Namespace) -> None:
+    """The flag combinations a tool refuses before it calls anything."""
+    if bool(args.client_cert) != bool(args.client_key):
+        raise ToolError("pass both --client-cert and --client-key, or neither (to use the admin certificate secret)")
+
+
 def gateway_client(args: argparse.Namespace, outputs: ClusterOutputs, secrets_client_factory: Callable[[], object]):
     """The REST client, its certificate files, and a cleanup for the files it wrote."""
     from sf_rest import ServiceFabricClient, remove_client_certificate, write_client_certificate

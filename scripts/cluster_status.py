@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts.cluster_inventory import (  # noqa: E402
     NodeInstance,
     add_gateway_arguments,
+    check_gateway_arguments,
     aws_session,
     deployed_outputs,
     format_table,
@@ -131,6 +132,19 @@ def status(args: argparse.Namespace, session_factory: Callable[[str], object]) -
     return 1 if any(r.flag for r in rows) else 0
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_gateway_arguments(parser)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    check_gateway_arguments(args)
+
+
+def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
+    args.json = getattr(args, "json", False) or getattr(args, "format", "text") == "json"
+    return status(args, session_factory)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Show an environment's Service Fabric nodes joined with their EC2 instances; flag zombies "
@@ -138,7 +152,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         epilog="Exit codes: 0 all accounted for; 1 something flagged; 2 bad input or errors. Changes nothing.",
     )
     parser.add_argument("--env", required=True, help="environment name in cdk.json")
-    add_gateway_arguments(parser)
+    add_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     return parser.parse_args(argv)
 
@@ -146,7 +160,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], object] | None = None) -> int:
     args = parse_args(argv)
 
-    return run_tool(lambda: status(args, session_factory or aws_session))
+    return run_tool(lambda: run(args, session_factory or aws_session))
 
 
 if __name__ == "__main__":

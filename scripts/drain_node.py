@@ -10,9 +10,10 @@ list. Over REST alone; only if the upgrade leaves the node listed does a clean-u
 FabricHostSvc (over SSM with --instance-id, else by you) and RemoveNodeState. Every step
 picks up where the node is, so re-running after a failure or an interruption is safe.
 
-exit status: 0 the node is out of the cluster and its configuration (or already was);
-1 failed (unknown node, TLS, the cluster refused); 2 bad usage; 3 refused (seed node,
-nothing changed); 4 timed out (re-run to go on); 130 interrupted.
+exit status, as every `telemetry` subcommand: 0 the node is out of the cluster and its
+configuration (or already was); 1 failed (unknown node, TLS, the cluster refused, a seed node
+refused with nothing changed, or timed out: re-run to go on); 2 bad usage or configuration;
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from urllib.parse import urlsplit
 
 # Runnable from any working directory: the shared logic lives in lambdas/.
 LAMBDAS = Path(__file__).resolve().parent.parent / "lambdas"
-if str(LAMBDAS) not in sys.path:
-    sys.path.insert(0, str(LAMBDAS))
+for _path in (LAMBDAS, LAMBDAS.parent):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from node_lifecycle import (
     FabricHost,
@@ -59,18 +61,12 @@ from sf_rest import FabricError, ServiceFabricClient, TlsError
 from sf_rest.cluster_config import for_removal, node_names, nodes_to_be_removed
 from sf_rest.gateway import normalise_thumbprint
 
+from scripts.telemetry.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError, worded
+
 PROG = "drain_node.py"
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_REFUSED = 3
-EXIT_TIMED_OUT = 4
-EXIT_INTERRUPTED = 130
+EXIT_REFUSED = EXIT_FAILED  # a seed node: nothing changed, the message says so
+EXIT_TIMED_OUT = EXIT_FAILED  # re-run to go on, the message says so
 PROGRESS_EVERY_SECONDS = 30.0
-
-
-class UsageError(Exception):
-    pass
 
 
 class UnknownNode(Exception):
@@ -93,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="environment name in cdk.json: the endpoint, certificates and region come from its stack outputs "
         "and secrets (each flag below still overrides)",
     )
+    add_arguments(parser)
+    parser.add_argument("--region", help="AWS region for SSM (default: the AWS environment's)")
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Everything but --env and --region, which `telemetry` gives every subcommand."""
     parser.add_argument("--endpoint", help="HTTP gateway, https://HOST:19080 (required without --env)")
     parser.add_argument("--node", required=True, help="Service Fabric node name to drain")
     parser.add_argument("--client-cert", metavar="PEM", help="admin client certificate")
@@ -110,7 +113,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="clean-up only: stop Fabric on this EC2 instance over SSM if the removal upgrade "
         "leaves the node listed",
     )
-    parser.add_argument("--region", help="AWS region for SSM (default: the AWS environment's)")
     parser.add_argument(
         "--timeout",
         type=float,
@@ -130,11 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show what a drain would do from the node's current state; change nothing",
     )
-    return parser
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    args = build_parser().parse_args(argv)
+    return check_arguments(build_parser().parse_args(argv))
+
+
+def check_arguments(args: argparse.Namespace) -> argparse.Namespace:
     if bool(args.client_cert) != bool(args.client_key):
         raise UsageError("--client-cert and --client-key go together")
     for flag in ("client_cert", "client_key", "ca_bundle"):
@@ -403,19 +407,30 @@ def _one_line(text: object, limit: int = 400) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def fail(code: int, kind: str, message: object) -> int:
-    print(f"{PROG}: {kind}: {_one_line(message)}", file=sys.stderr, flush=True)
+def fail(code: int, kind: str, message: object = None, *, prog: str = PROG) -> int:
+    if message is None:  # fail(*worded(error)): (code, message)
+        kind, message = "error", kind
+    print(f"{prog}: {kind}: {_one_line(message)}", file=sys.stderr, flush=True)
     return code
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Retry notes from the client go to stdout with the progress, so stderr only ever
-    # holds the one line that says why we failed.
-    logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="  note: %(message)s")
     try:
         args = parse_args(argv)
     except UsageError as err:
         return fail(EXIT_USAGE, "error", err)
+    return drain(args)
+
+
+def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
+    """`telemetry cluster drain`: the profile reaches boto3 through AWS_PROFILE."""
+    return drain(args, prog="telemetry cluster drain")
+
+
+def drain(args: argparse.Namespace, *, prog: str = PROG) -> int:
+    # Retry notes from the client go to stdout with the progress, so stderr only ever
+    # holds the one line that says why we failed.
+    logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="  note: %(message)s")
     if args.insecure:
         warnings.filterwarnings("ignore", message="Unverified HTTPS request")
         say("warning: --insecure: the gateway's certificate is not verified")
@@ -430,9 +445,9 @@ def main(argv: list[str] | None = None) -> int:
                 return dry_run(client, args)
             return Drain(client, args, make_fabric_host(args)).run()
     except SeedNodeRefused as err:
-        return fail(EXIT_REFUSED, "refused", err)
+        return fail(EXIT_REFUSED, "refused", err, prog=prog)
     except WaitTimedOut as err:
-        return fail(EXIT_TIMED_OUT, "timed out", err)
+        return fail(EXIT_TIMED_OUT, "timed out", err, prog=prog)
     except TlsError as err:
         return fail(
             EXIT_FAILED,
@@ -440,17 +455,16 @@ def main(argv: list[str] | None = None) -> int:
             f"TLS with {args.endpoint or 'the gateway'} failed (check "
             f"{'--server-thumbprint' if args.server_thumbprint else '--ca-bundle'} "
             f"and the client certificate): {err.message or err.code}",
+            prog=prog,
         )
     except FabricError as err:
-        return fail(EXIT_FAILED, "error", f"the cluster refused or did not answer: {err}")
+        return fail(EXIT_FAILED, "error", f"the cluster refused or did not answer: {err}", prog=prog)
     except (LifecycleError, UnknownNode) as err:
-        return fail(EXIT_FAILED, "error", err)
+        return fail(EXIT_FAILED, "error", err, prog=prog)
     except KeyboardInterrupt:
-        return fail(EXIT_INTERRUPTED, "interrupted", "re-run to pick up where the node is")
+        return fail(EXIT_INTERRUPTED, "interrupted", "re-run to pick up where the node is", prog=prog)
     except Exception as err:  # noqa: BLE001 - an operator tool ends with one line, not a traceback
-        if type(err).__name__ in ("ToolError", "ConfigError"):  # worded for the operator already
-            return fail(EXIT_FAILED, "error", err)
-        return fail(EXIT_FAILED, "error", f"{type(err).__name__}: {err}")
+        return fail(*worded(err), prog=prog)
     finally:
         cleanup()
 

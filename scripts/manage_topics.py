@@ -167,14 +167,24 @@ def plan(specs: Iterable[TopicSpec], existing: Mapping[str, ExistingTopic]) -> l
     return changes
 
 
+def admin_client(settings: dict):
+    """An AdminClient, or one line saying why there is none. With MSK IAM the client fetches its
+    first token while it is built, so missing credentials show here (as "OAuth token not set")."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        return AdminClient({**settings, "log_level": 0})
+    except KafkaException as error:
+        raise TopicError(f"cannot connect to the brokers: {error.args[0].str()}") from None
+
+
 class KafkaTopics:
     """The AdminClient calls this tool makes, behind one small class."""
 
     def __init__(self, settings: dict, timeout_s: float) -> None:
-        from confluent_kafka.admin import AdminClient
-
         # librdkafka would print every failed connection attempt; this tool reports one line.
-        self._admin = AdminClient({**settings, "log_level": 0})
+        self._admin = admin_client(settings)
         self._timeout = timeout_s
 
     def describe(self, names: Sequence[str]) -> dict[str, ExistingTopic]:
@@ -273,9 +283,7 @@ class KafkaAcls:
     """DescribeAcls, CreateAcls and DeleteAcls for a set of principals, behind one small class."""
 
     def __init__(self, admin_settings: dict, timeout_s: float) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        self._admin = AdminClient({**admin_settings, "log_level": 0})
+        self._admin = admin_client(admin_settings)
         self._timeout = timeout_s
 
     def describe(self, principals: Iterable[str]) -> list[AclSpec]:
@@ -525,16 +533,17 @@ def bootstrap_from_ssm(parameter: str, region: str) -> str:
         ) from None
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Create or update the Kafka topics declared in cdk.json (msk.topics) for one environment, "
-        "and the ACLs of its SASL/SCRAM users (device_gateway).",
-        epilog="Exit codes: 0 topics match; 1 a difference Kafka cannot reconcile remains; 2 bad input or "
-        "an unreachable cluster.",
-    )
-    parser.add_argument(
-        "--env", required=True, help="environment name in cdk.json (dev, staging, prod)"
-    )
+def _positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
+    return seconds
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap-servers", help="HOST:PORT list (default: the MSK stack's SSM parameter)"
     )
@@ -563,16 +572,37 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "the terminal",
     )
     parser.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds per admin request (default 30)"
+        "--timeout", type=_positive_seconds, default=30.0, help="seconds per admin request (default 30)"
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="show what would change, change nothing"
     )
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Create or update the Kafka topics declared in cdk.json (msk.topics) for one environment, "
+        "and the ACLs of its SASL/SCRAM users (device_gateway).",
+        epilog="Exit codes: 0 topics match; 1 a difference Kafka cannot reconcile remains; 2 bad input or "
+        "an unreachable cluster.",
+    )
+    parser.add_argument(
+        "--env", required=True, help="environment name in cdk.json (dev, staging, prod)"
+    )
+    add_arguments(parser)
     args = parser.parse_args(argv)
     problem = usage_problem(args)
     if problem:
         parser.exit(2, f"{parser.prog}: error: {problem}\n")
     return args
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    from scripts.telemetry.errors import UsageError
+
+    problem = usage_problem(args)
+    if problem:
+        raise UsageError(problem)
 
 
 def usage_problem(args: argparse.Namespace) -> str | None:
@@ -591,10 +621,23 @@ def usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def require_credentials(region: str) -> None:
+    """MSK IAM signs every connection with AWS credentials: without any, say so before librdkafka
+    waits ten seconds for a token."""
+    import boto3
+
+    if boto3.Session(region_name=region).get_credentials() is None:
+        raise TopicError(
+            "no AWS credentials: MSK IAM authentication signs with them; on a fleet host the instance "
+            "role provides them, elsewhere pass --profile or set the AWS variables"
+        )
+
+
+def run(args: argparse.Namespace, session_factory: object = None) -> int:
     try:
         environment = declared_environment(args.env)
+        if args.security_protocol == "SASL_SSL":
+            require_credentials(environment.region)
         bootstrap = args.bootstrap_servers or bootstrap_from_ssm(
             environment.bootstrap_parameter, environment.region
         )
@@ -616,6 +659,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TopicError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(parse_args(argv))
 
 
 if __name__ == "__main__":

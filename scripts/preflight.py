@@ -209,25 +209,40 @@ def report(config: EnvironmentConfig, checks: Sequence[Check]) -> int:
     return 1 if blockers else 0
 
 
+DESCRIPTION = (
+    "Check an account before an environment's first deployment: credentials, zones, CDK bootstrap, "
+    "certificate secrets, service quotas, management exposure. Changes nothing."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Nothing beyond the environment (`telemetry preflight --env ENV`)."""
+
+
+def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
+    config = load_environment(read_environments(), args.env)
+    checks = preflight(config, session_factory(config.region))
+    if getattr(args, "format", "text") == "json":
+        print(json.dumps({"environment": config.name, "account": config.account, "region": config.region,
+                          "checks": [c.__dict__ for c in checks],
+                          "blockers": sum(1 for c in checks if c.result == BLOCKER)}, indent=2))
+        return 1 if any(c.result == BLOCKER for c in checks) else 0
+    return report(config, checks)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Check an account before an environment's first deployment: credentials, zones, CDK "
-        "bootstrap, certificate secrets, service quotas, management exposure. Changes nothing.",
+        description=DESCRIPTION,
         epilog="Exit codes: 0 no blocker; 1 blockers (one line each); 2 bad input or no usable credentials.",
     )
     parser.add_argument("--env", required=True, help="environment name in cdk.json")
+    add_arguments(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], object] | None = None) -> int:
     args = parse_args(argv)
-
-    def body() -> int:
-        config = load_environment(read_environments(), args.env)
-        session = (session_factory or aws_session)(config.region)
-        return report(config, preflight(config, session))
-
-    return run_tool(body)
+    return run_tool(lambda: run(args, session_factory or aws_session))
 
 
 if __name__ == "__main__":

@@ -530,6 +530,33 @@ def _device_number(value: str) -> int:
     return number
 
 
+def add_arguments(parser: argparse.ArgumentParser, mode: str) -> None:
+    """`telemetry devices provision|delete|export`: one subcommand per mode."""
+    if mode == "provision":
+        parser.add_argument("--count", type=_device_number, metavar="N", required=True,
+                            help=f"create devices 1..N (1-{MAX_DEVICES:,}); those that exist are kept")
+    if mode == "export":
+        parser.add_argument("--dir", type=Path, metavar="DIR", required=True,
+                            help="write each device's certificate and key here (0700, outside any git repository)")
+        parser.add_argument("--count", type=_device_number, metavar="N", help="export N devices (default: all)")
+        parser.add_argument("--first", type=_device_number, metavar="I", default=1, help="first device number (default 1)")
+    if mode in ("provision", "delete"):
+        parser.add_argument("--dry-run", action="store_true", help="print what would be created or deleted; change nothing")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """From a `telemetry devices` subcommand to the fields run() reads."""
+    from scripts.telemetry.errors import UsageError
+
+    args.delete = args.mode == "delete"
+    args.export = getattr(args, "dir", None)
+    args.count = getattr(args, "count", None)
+    args.first = getattr(args, "first", 1)
+    args.dry_run = getattr(args, "dry_run", False)
+    if args.export and args.count is not None and args.first + args.count - 1 > MAX_DEVICES:
+        raise UsageError(f"--first {args.first} --count {args.count} goes past device {MAX_DEVICES:,}")
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = OneLineParser(
         description="Create, delete or export the AWS IoT things and certificates of an environment's simulated devices.",

@@ -483,13 +483,8 @@ def _at_least(minimum: int):
     return parse
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     default_run_id = "run-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    parser = argparse.ArgumentParser(
-        description="Run the simulator fleet of one environment and print the merged fleet report.",
-        epilog="Exit codes: 0 the run passed its SLO; 1 it did not, or a host failed; 2 bad input or AWS errors.",
-    )
-    parser.add_argument("--env", required=True, help="environment name in cdk.json")
     parser.add_argument(
         "--rate", required=True, type=_at_least(0), help="total msg/s over all hosts (0 = max)"
     )
@@ -536,11 +531,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--dry-run", action="store_true", help="print the plan; send nothing, call no AWS API"
     )
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Run the simulator fleet of one environment and print the merged fleet report.",
+        epilog="Exit codes: 0 the run passed its SLO; 1 it did not, or a host failed; 2 bad input or AWS errors.",
+    )
+    parser.add_argument("--env", required=True, help="environment name in cdk.json")
+    add_arguments(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    return run(parse_args(argv))
+
+
+def run(args: argparse.Namespace, session_factory: object = None) -> int:
     try:
         config = load_environment(read_environments(), args.env)
         plan = make_plan(config, args)

