@@ -7,6 +7,9 @@ from stacks.config import ConfigError, load_environment
 from stacks.platform import build_platform, create_app
 
 DEFAULT_ENVIRONMENT = "dev"
+# How the CDK reports an asset whose local bundling raised; our bundlers word the cause last
+# (stacks/constructs/flink_jar.py, lifecycle_functions.py).
+BUNDLING_FAILED = "Failed to bundle asset"
 
 
 def main() -> None:
@@ -17,10 +20,15 @@ def main() -> None:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    build_platform(app, config)
     try:
+        build_platform(app, config)  # asset bundling (pip, Maven) runs here
         app.synth()
     except RuntimeError as error:
+        if BUNDLING_FAILED in str(error):
+            asset = str(error).split(BUNDLING_FAILED, 1)[1].split(",", 1)[0].strip()
+            cause = str(error).rsplit("RuntimeError: ", 1)[-1].strip()
+            print(f"error: building asset {asset}: {cause}", file=sys.stderr)
+            sys.exit(1)
         if "ValidationFailed" not in str(error):
             raise
         # cdk-nag has printed every open finding above; the traceback would only bury them.

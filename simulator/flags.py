@@ -78,6 +78,17 @@ def _add_slo_flags(parser: argparse.ArgumentParser, defaults: SloThresholds | No
     )
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Names an option's default once: only when it has one, and only if its help does not
+    already say it (argparse's ArgumentDefaultsHelpFormatter prints "(default: None)" too)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m simulator",
@@ -92,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="drive load from this host and report",
         epilog=EPILOG,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_DefaultsFormatter,
     )
     run.add_argument(
         "--bootstrap-servers",

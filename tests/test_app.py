@@ -13,9 +13,9 @@ import pytest
 from tests.conftest import REPO, cdk_context
 
 
-def run_app(context: dict, tmp_path) -> subprocess.CompletedProcess:
+def run_app(context: dict, tmp_path, **environ: str) -> subprocess.CompletedProcess:
     # The CLI hands context to the app through CDK_CONTEXT_JSON; do the same.
-    env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(tmp_path)}
+    env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(tmp_path), **environ}
     return subprocess.run(
         [sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
@@ -39,6 +39,18 @@ def test_bad_config(tmp_path):
     context["environments"]["prod"]["msk"]["broker_count"] = 4
     result = run_app({**context, "env": "prod"}, tmp_path)
     assert_one_line_error(result, "msk.broker_count: 4 is not a multiple of the 3 availability zones")
+
+
+@pytest.mark.integration
+def test_a_machine_without_maven_is_told_so_in_one_line(tmp_path):
+    # Only the virtual environment on PATH: its python and node, no mvn.
+    result = run_app({**cdk_context(), "env": "dev"}, tmp_path, PATH=str(os.path.dirname(sys.executable)))
+
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == ["error: building asset Telemetry-dev-TelemetrySink/SinkJar/Stage: "
+                      "building telemetry-sink.jar needs Maven (mvn) on PATH"]
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 3
 
 
 @pytest.mark.integration

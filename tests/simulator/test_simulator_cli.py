@@ -1,4 +1,5 @@
 import json
+import re
 import os
 import subprocess
 import sys
@@ -119,6 +120,10 @@ def test_help_documents_the_fixed_interface_and_exit_codes():
     ):
         assert flag in result.stdout
     assert "exit codes: 0" in " ".join(result.stdout.split())
+    # Each option names its default once, and never as None.
+    assert "(default: None)" not in result.stdout
+    options = re.split(r"\n  (?=-)", result.stdout)
+    assert not [o for o in options if o.count("(default") > 1], "a default said twice"
 
 
 def test_merge_of_a_report_that_is_not_json_is_one_line(tmp_path):
