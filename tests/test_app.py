@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -68,3 +69,30 @@ def test_cdk_cli_reports_an_unknown_environment(tmp_path):
     assert result.returncode != 0
     assert "error: unknown environment 'nope'; known environments: dev, prod, staging" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_readme_configuration_table_names_every_section():
+    """Each top-level key of an environment in cdk.json has its row in the README's table."""
+    from stacks.config import EnvironmentConfig
+
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("| key | what it sets |"):].split("\n\n", 1)[0]
+    named = {key.split(".")[0] for row in table.splitlines()[2:] for key in re.findall(r"`([a-z_.]+)`", row.split("|")[1])}
+    sections = set(EnvironmentConfig.model_fields) - {"name"}
+    assert sections <= named, f"missing from the README's configuration table: {sorted(sections - named)}"
+
+
+@pytest.mark.integration
+def test_the_cdk_cli_runs_the_app_with_the_virtual_environment_outside_make(tmp_path):
+    """`.venv/bin/cdk bootstrap|synth ...` typed in a shell whose PATH has no virtual environment:
+    cdk.json names the venv's python, so the app still finds aws_cdk."""
+    cdk = REPO / ".venv" / "bin" / "cdk"
+    assert cdk.exists(), "make synth installs the CDK CLI into .venv"
+    result = subprocess.run(
+        [str(cdk), "synth", "-c", "env=nope", "--quiet", "--output", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "CDK_DISABLE_CLI_TELEMETRY": "true"},
+    )
+    assert result.returncode != 0
+    assert "ModuleNotFoundError" not in result.stderr
+    assert "error: unknown environment 'nope'; known environments: dev, prod, staging" in result.stderr
