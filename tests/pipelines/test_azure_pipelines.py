@@ -1,0 +1,69 @@
+"""pipelines/azure-pipelines.yml, the Azure DevOps pipeline the blueprint ships, checked against
+Azure Pipelines' published YAML schema (a pinned copy: schema/SOURCE.md) and against what the
+synthesized stacks provide for it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from jsonschema.exceptions import best_match
+
+from tests.conftest import REPO, cdk_context
+
+PIPELINE = REPO / "pipelines" / "azure-pipelines.yml"
+SCHEMA = Path(__file__).parent / "schema" / "azure-pipelines-service-schema.json.gz"
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Draft7Validator:
+    return jsonschema.Draft7Validator(json.loads(gzip.decompress(SCHEMA.read_bytes())))
+
+
+def pipeline() -> dict:
+    return yaml.safe_load(PIPELINE.read_text())
+
+
+def deploy_steps(document: dict) -> list[dict]:
+    stage = next(s for s in document["stages"] if s["stage"] == "Deploy")
+    return [step for job in stage["jobs"] for step in job["strategy"]["runOnce"]["deploy"]["steps"]]
+
+
+def test_the_pipeline_is_valid_azure_pipelines_yaml(validator):
+    error = best_match(validator.iter_errors(pipeline()))
+    if error is not None:  # a step matches no task: say what its own task's schema refused
+        causes = [c.message for c in error.context or [] if "Additional properties" in c.message or "required" in c.message]
+        pytest.fail(f"{list(error.absolute_path)}: {(causes or [error.message])[0][:300]}")
+
+
+def test_the_schema_refuses_what_azure_pipelines_would(validator):
+    """The check can fail: a task version that does not exist, an input a task does not have."""
+    unknown_version = pipeline()
+    deploy_steps(unknown_version)[0]["task"] = "ServiceFabricDeploy@9"
+    assert best_match(validator.iter_errors(unknown_version)) is not None
+    unknown_input = pipeline()
+    deploy_steps(unknown_input)[0]["inputs"]["clusterEndpoint"] = "tcp://example:19000"
+    assert best_match(validator.iter_errors(unknown_input)) is not None
+
+
+def test_the_deploy_step_uses_the_service_connection_of_the_chosen_environment():
+    document = pipeline()
+    (deploy,) = [s for s in deploy_steps(document) if s["task"].startswith("ServiceFabricDeploy@")]
+    assert deploy["inputs"]["serviceConnectionName"] == "$(serviceConnection)"
+    assert "${{ parameters.environment }}" in document["variables"]["serviceConnection"]
+    (environment,) = [p for p in document["parameters"] if p["name"] == "environment"]
+    assert sorted(environment["values"]) == sorted(cdk_context()["environments"])
+
+
+def test_every_stack_output_the_pipeline_names_exists_in_the_synthesized_stack(synthesized):
+    """The comments tell the release owner which ServiceFabric outputs make the service connection."""
+    named = set(re.findall(r"<(\w+) output>", PIPELINE.read_text()))
+    assert named, "the pipeline names the outputs its service connection is built from"
+    for env in cdk_context()["environments"]:
+        outputs = synthesized(env).stacks["service_fabric"]["Outputs"]
+        assert named <= set(outputs), f"{env}: {sorted(named - set(outputs))} missing"
