@@ -81,14 +81,14 @@ topics: $(STAMP)
 
 # Local Kafka (single KRaft node on 127.0.0.1) for the demo; the tests and the benchmark start
 # brokers of their own.
-KAFKA := $(BIN)/python scripts/local_kafka.py
+KAFKA := $(BIN)/python devtools/local_kafka.py
 DEMO_TOPIC := telemetry-demo
 
 # The sink's benchmark runs first: bench_simulator.py prints its figure beside the others.
 bench: $(STAMP) mosquitto bench-sink
-	$(BIN)/python scripts/bench_simulator.py --report bench-results/simulator.json \
+	$(BIN)/python devtools/bench_simulator.py --report bench-results/simulator.json \
 		--sink-report bench-results/sink.json
-	$(BIN)/python scripts/bench_mqtt.py --report bench-results/mqtt.json
+	$(BIN)/python devtools/bench_mqtt.py --report bench-results/mqtt.json
 
 bench-membership: $(STAMP)
 	$(BIN)/python -m tests.bench_membership --report bench-results/membership.json

@@ -9,7 +9,7 @@ from simulator.config import SloThresholds
 
 EXIT_PASS, EXIT_SLO_FAILED, EXIT_ERROR = 0, 1, 2
 # What one producer process sends on schedule while its publish delay stays well under a
-# millisecond, on a 2-core machine that also runs the consumer (scripts/bench_simulator.py
+# millisecond, on a 2-core machine that also runs the consumer (devtools/bench_simulator.py
 # measures it): the default --processes follows the rate from these.
 KAFKA_PROCESS_RATE = 100_000
 MQTT_PROCESS_RATE = 5_000

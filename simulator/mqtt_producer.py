@@ -11,7 +11,7 @@ awscrt's MQTT 3.1.1 client), the one real devices use. Its event-loop threads ru
 process; PUBACK callbacks arrive on them and only append to a deque (thread-safe), which the send
 loop moves into the histogram, so the recorders stay single-threaded as in the Kafka path. Fast
 enough: asked for more than it can do, one process published 14,000-17,500 msg/s to a local
-mosquitto over TLS from 200 devices, 7,700-13,200 msg/s per core of its CPU (scripts/bench_mqtt.py,
+mosquitto over TLS from 200 devices, 7,700-13,200 msg/s per core of its CPU (devtools/bench_mqtt.py,
 three runs on 2 cores), above the 5,000 msg/s a host is asked for; paho-mqtt was not needed.
 
 Same schedule, accounting and result as the Kafka producer (simulator/producer.py): the ack

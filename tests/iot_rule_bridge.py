@@ -28,7 +28,7 @@ import time
 
 from confluent_kafka import Producer
 
-from scripts import local_mosquitto
+from devtools import local_mosquitto
 from stacks.naming import device_topic_filter
 from simulator.payload import RULE_SENT_NS_HEADER
 

@@ -1,13 +1,13 @@
 """A real single-node Kafka broker for every test that needs one (simulator, topics, S3 sink).
 
 The broker gets a state folder of its own (and so its own port and data), so it never touches
-the broker a developer started with `make demo` or `scripts/local_kafka.py start`. One broker
+the broker a developer started with `make demo` or `devtools/local_kafka.py start`. One broker
 serves the whole session.
 """
 
 import pytest
 
-from scripts import local_kafka
+from devtools import local_kafka
 from scripts.manage_topics import everything_of
 
 

@@ -1,6 +1,6 @@
 """A real mosquitto for the simulator's MQTT tests, enforcing what the devices' IoT policy does.
 
-One broker serves the session (scripts/local_mosquitto.py: a throwaway CA, a server certificate,
+One broker serves the session (devtools/local_mosquitto.py: a throwaway CA, a server certificate,
 one client certificate per thing, TLS client certificates required, the CN as username, each
 device allowed to write only `telemetry/<thing>/data`). Nothing is skipped: without mosquitto the
 fixture fails and says how to install it.
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from scripts import local_mosquitto
+from devtools import local_mosquitto
 from stacks.naming import device_topic_filter
 
 # Names of different lengths (each message is padded to the same size) and with ':' (allowed in

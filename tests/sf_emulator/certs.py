@@ -1,6 +1,6 @@
 """Throwaway PKI for the emulator: a CA, a server certificate and a client certificate.
 
-Generated at test time by scripts/throwaway_ca.py, so no key material is ever committed.
+Generated at test time by devtools/throwaway_ca.py, so no key material is ever committed.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from scripts.throwaway_ca import ThrowawayCa
+from devtools.throwaway_ca import ThrowawayCa
 
 
 @dataclass(frozen=True)

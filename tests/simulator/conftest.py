@@ -1,7 +1,7 @@
 """A real single-node Kafka for the simulator's integration tests.
 
 The broker gets a state folder of its own (and so its own port and data), so it never touches
-the broker a developer started with `make demo` or `scripts/local_kafka.py start`.
+the broker a developer started with `make demo` or `devtools/local_kafka.py start`.
 """
 
 import os

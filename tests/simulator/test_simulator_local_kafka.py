@@ -1,4 +1,4 @@
-"""scripts/local_kafka.py: the broker the tests, the benchmark and the demo run on."""
+"""devtools/local_kafka.py: the broker the tests, the benchmark and the demo run on."""
 
 import os
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import local_kafka
+from devtools import local_kafka
 
 pytestmark = pytest.mark.integration
 SCRIPT = Path(local_kafka.__file__)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import local_mosquitto
+from devtools import local_mosquitto
 from simulator.accounting import devices_of_process
 from simulator.payload import READINGS_VARIANTS, TelemetryTemplate
 from tests.iot_rule_bridge import IotRuleBridge

@@ -92,7 +92,7 @@ public final class SinkBenchmark {
     }
 
     /**
-     * Kafka's own consumer benchmark over the same topic, from the jars scripts/local_kafka.py
+     * Kafka's own consumer benchmark over the same topic, from the jars devtools/local_kafka.py
      * fetched: the rate one plain consumer reaches on this machine and broker, the anchor for the
      * sink's figures. Run before the job, not beside it, so the two do not share the cores.
      */

@@ -16,7 +16,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * A single-node KRaft broker on 127.0.0.1, started and stopped with the repository's
- * scripts/local_kafka.py (which fetches the broker jars with Maven on first use).
+ * devtools/local_kafka.py (which fetches the broker jars with Maven on first use).
  */
 public final class LocalKafka implements AutoCloseable {
     private final Path script;
@@ -36,9 +36,9 @@ public final class LocalKafka implements AutoCloseable {
 
     /** fullJit: let the broker's JVM use C2 (long benchmarks); tests keep the quicker C1 start. */
     public static LocalKafka start(Path stateDir, boolean fullJit) throws IOException, InterruptedException {
-        Path script = repoRoot().resolve("scripts/local_kafka.py");
+        Path script = repoRoot().resolve("devtools/local_kafka.py");
         if (!Files.isRegularFile(script)) {
-            throw new IllegalStateException("scripts/local_kafka.py not found at " + script);
+            throw new IllegalStateException("devtools/local_kafka.py not found at " + script);
         }
         Files.createDirectories(stateDir);
         List<String> output = fullJit ? run(script, stateDir, "start", "--full-jit") : run(script, stateDir, "start");

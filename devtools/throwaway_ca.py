@@ -1,5 +1,5 @@
 """A throwaway certificate authority for local TLS with client certificates: the Service Fabric
-gateway emulator's (tests/sf_emulator/certs.py) and the local mosquitto's (scripts/local_mosquitto.py).
+gateway emulator's (tests/sf_emulator/certs.py) and the local mosquitto's (devtools/local_mosquitto.py).
 
 EC P-256 keys (fast to make, and accepted by AWS IoT and Service Fabric alike), valid from five
 minutes ago for two days, made at run time so that no key material is ever committed. Callers

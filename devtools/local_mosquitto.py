@@ -27,7 +27,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from scripts.throwaway_ca import ThrowawayCa
+from devtools.throwaway_ca import ThrowawayCa
 from simulator.device_certificates import TOPIC_ROOT, telemetry_topic
 
 READER = "reader"  # the identity that may read every device's topic

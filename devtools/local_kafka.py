@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A single-node Kafka (KRaft) on 127.0.0.1 for tests, benchmarks and the demo.
 
-The broker runs from pinned Maven Central jars (scripts/local-kafka/pom.xml), fetched once into
+The broker runs from pinned Maven Central jars (devtools/local-kafka/pom.xml), fetched once into
 .cache/kafka/libs under the repository root. Only the standard library is used, so the script
 runs before any virtual environment exists.
 
@@ -10,7 +10,7 @@ its broker never collides with the one `make demo` started.
 
 start_broker(sasl_users=..., super_user=...) starts the policy-enforcing variant instead: SASL/PLAIN
 on the main listener, SASL/SCRAM-SHA-512 on a second one, and Kafka ACLs enforced
-(scripts/local-kafka/listeners-sasl.properties), for tests that run a client as one IAM identity
+(devtools/local-kafka/listeners-sasl.properties), for tests that run a client as one IAM identity
 translated into ACLs, or as the device gateway's SCRAM user.
 """
 

@@ -8,9 +8,9 @@ and the client's threads: awscrt's event loops or librdkafka's). That time inclu
 the same rate: (messages of the long run - messages of the short run) / (CPU of the long run -
 CPU of the short run) is what one more message costs, start-up left out.
 
-The broker is a local mosquitto (scripts/local_mosquitto.py) with the devices' TLS listener and,
+The broker is a local mosquitto (devtools/local_mosquitto.py) with the devices' TLS listener and,
 for this benchmark only, a plaintext listener on 127.0.0.1; Kafka is a local broker of its own
-(scripts/local_kafka.py). The rate is above what one process can publish over MQTT here, so the
+(devtools/local_kafka.py). The rate is above what one process can publish over MQTT here, so the
 process sends as fast as it can; every run is bounded by its message count.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from scripts import local_kafka, local_mosquitto  # noqa: E402
+from devtools import local_kafka, local_mosquitto  # noqa: E402
 DEFAULT_OUTPUT = REPO_ROOT / "bench-results" / "mqtt.json"
 PUBLISHES_PER_DEVICE_S = 100  # AWS IoT's per-connection quota, which the CLI enforces
 
