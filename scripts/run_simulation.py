@@ -26,14 +26,16 @@ import json
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from simulator.errors import SimulatorError  # noqa: E402
+from simulator.flags import add_slo_flags, given_thresholds  # noqa: E402
+from simulator.slo import thresholds_of  # noqa: E402
 from simulator.report import format_summary, merge_reports, write_report  # noqa: E402
 from stacks.config import ConfigError, EnvironmentConfig, load_environment, read_environments  # noqa: E402
 from stacks.naming import (  # noqa: E402
@@ -75,6 +77,8 @@ class RunPlan:
     transport: str = "kafka"
     rule_name: str = ""  # the device gateway's topic rule (mqtt runs)
     topic_partitions: int = 0  # partitions of the simulator's topic (cdk.json msk.topics)
+    # SLO thresholds given to the run (--slo-*), over the hosts' own for the fleet's verdict.
+    slo_overrides: Mapping[str, float] = field(default_factory=dict)
 
     def parameters(
         self,
@@ -299,7 +303,9 @@ def fleet_report(plan: RunPlan, outcomes: list[HostOutcome]) -> dict:
         names = ", ".join(f"{f['instance_id']} ({f['status']})" for f in failed)
         raise RunError(f"no host reported: {names}")
     try:
-        merged = merge_reports([o.report for o in reported])
+        reports = [o.report for o in reported]
+        thresholds = replace(thresholds_of(reports[0]), **plan.slo_overrides) if plan.slo_overrides else None
+        merged = merge_reports(reports, thresholds)
     except SimulatorError as error:
         raise RunError(str(error)) from None
     merged["fleet"] = {
@@ -459,6 +465,7 @@ def make_plan(config: EnvironmentConfig, args: argparse.Namespace) -> RunPlan:
         topic_partitions=next(
             t.partitions for t in config.msk.topics if t.name == config.simulator_fleet.topic
         ),
+        slo_overrides=given_thresholds(args),
     )
 
 
@@ -531,6 +538,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="print the plan; send nothing, call no AWS API"
     )
+    add_slo_flags(parser, None)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
@@ -24,6 +23,7 @@ from simulator.flags import (
     LOW_RATE_PER_PROCESS,
     MQTT_PROCESS_RATE,
     build_parser,
+    thresholds_from,
 )
 from simulator.kafka_config import SASL_PASSWORD_ENV
 
@@ -44,20 +44,6 @@ def _name(value: str | None, flag: str, fallback: str) -> str:
     if not payload.NAME_PATTERN.match(name):
         raise SimulatorError(f"{flag} {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
     return name
-
-
-def _slo(args, base: SloThresholds) -> SloThresholds:
-    """base, with the thresholds given on the command line."""
-    given = {
-        "min_rate_msgs_per_s": args.slo_min_rate,
-        "max_p99_ms": args.slo_p99_ms,
-        "max_latency_ms": args.slo_max_ms,
-        "max_lost": args.slo_max_lost,
-        "max_delivery_errors": args.slo_max_delivery_errors,
-    }
-    return dataclasses.replace(
-        base, **{key: value for key, value in given.items() if value is not None}
-    )
 
 
 def _check_output(path: Path | None, flag: str, suffix: str) -> None:
@@ -246,7 +232,7 @@ def run_config(args) -> RunConfig:
         drain_timeout_s=args.drain_timeout,
         connect_timeout_s=args.connect_timeout,
         sasl_username=args.sasl_username,
-        slo=_slo(args, DEFAULTS),
+        slo=thresholds_from(args, DEFAULTS),
         transport=args.transport,
         mqtt=mqtt,
         share=host_share,
@@ -298,7 +284,7 @@ def _merge(args) -> int:
     reports = [read_report(path) for path in args.reports]
     from simulator.slo import thresholds_of
 
-    return _finish(merge_reports(reports, _slo(args, thresholds_of(reports[0]))), args)
+    return _finish(merge_reports(reports, thresholds_from(args, thresholds_of(reports[0]))), args)
 
 
 def main(argv: list[str] | None = None) -> int:

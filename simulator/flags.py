@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from simulator.config import SloThresholds
@@ -33,7 +34,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: {message} (see --help)\n")
 
 
-def _add_slo_flags(parser: argparse.ArgumentParser, defaults: SloThresholds | None) -> None:
+def add_slo_flags(parser: argparse.ArgumentParser, defaults: SloThresholds | None) -> None:
+    """--slo-* flags; without defaults each threshold not given comes from the reports."""
     group = parser.add_argument_group(
         "SLO thresholds" + ("" if defaults else " (default: those of the first report)")
     )
@@ -41,40 +43,42 @@ def _add_slo_flags(parser: argparse.ArgumentParser, defaults: SloThresholds | No
     def default(name):
         return getattr(defaults, name) if defaults else None
 
+    said = " (default: %(default)s)" if defaults else ""
+
     group.add_argument(
         "--slo-min-rate",
         type=float,
         default=default("min_rate_msgs_per_s"),
         metavar="MSGS_PER_S",
-        help="minimum throughput (default: %(default)s)",
+        help="minimum throughput" + said,
     )
     group.add_argument(
         "--slo-p99-ms",
         type=float,
         default=default("max_p99_ms"),
         metavar="MS",
-        help="maximum end-to-end p99 (default: %(default)s)",
+        help="maximum end-to-end p99" + said,
     )
     group.add_argument(
         "--slo-max-ms",
         type=float,
         default=default("max_latency_ms"),
         metavar="MS",
-        help="maximum end-to-end latency (default: %(default)s)",
+        help="maximum end-to-end latency" + said,
     )
     group.add_argument(
         "--slo-max-lost",
         type=int,
         default=default("max_lost"),
         metavar="N",
-        help="most messages acked but never received (default: %(default)s)",
+        help="most messages acked but never received" + said,
     )
     group.add_argument(
         "--slo-max-delivery-errors",
         type=int,
         default=default("max_delivery_errors"),
         metavar="N",
-        help="most messages the broker never acked (default: %(default)s)",
+        help="most messages the broker never acked" + said,
     )
 
 
@@ -87,6 +91,23 @@ class _DefaultsFormatter(argparse.HelpFormatter):
         if not action.option_strings or "default" in text or action.default in (None, False, argparse.SUPPRESS):
             return text
         return f"{text} (default: %(default)s)"
+
+
+def given_thresholds(args: argparse.Namespace) -> dict[str, float]:
+    """The SLO thresholds given on the command line, by SloThresholds field."""
+    given = {
+        "min_rate_msgs_per_s": args.slo_min_rate,
+        "max_p99_ms": args.slo_p99_ms,
+        "max_latency_ms": args.slo_max_ms,
+        "max_lost": args.slo_max_lost,
+        "max_delivery_errors": args.slo_max_delivery_errors,
+    }
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def thresholds_from(args: argparse.Namespace, base: SloThresholds) -> SloThresholds:
+    """base, with the thresholds given on the command line."""
+    return dataclasses.replace(base, **given_thresholds(args))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -257,11 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--report", required=True, type=Path, metavar="PATH.json")
     run.add_argument("--plot", type=Path, metavar="PATH.png")
-    _add_slo_flags(run, SloThresholds())
+    add_slo_flags(run, SloThresholds())
 
     merge = commands.add_parser("merge", help="merge host reports into one", epilog=EPILOG)
     merge.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
     merge.add_argument("--report", required=True, type=Path, metavar="OUT.json")
     merge.add_argument("--plot", type=Path, metavar="PATH.png")
-    _add_slo_flags(merge, None)
+    add_slo_flags(merge, None)
     return parser

@@ -18,6 +18,7 @@ from simulator import histograms, slo
 from simulator.config import SloThresholds
 from simulator.report import REPORT_VERSION
 from stacks.constructs.simulator_fleet import render_run_document
+from stacks.config import load_environment, read_environments
 from tests.conftest import REPO
 
 REGION = "eu-west-1"
@@ -143,6 +144,22 @@ def test_full_run_merges_every_host_report(aws):
     assert report["fleet"]["hosts_reported"] == hosts and report["fleet"]["failed_hosts"] == []
     assert report["slo"]["passed"]
     assert any("3/3 host(s) finished" in line for line in lines)
+
+
+def test_the_fleet_verdict_takes_the_thresholds_given_to_the_run(aws):
+    """--slo-p99-ms on the run judges the merged report, whatever the hosts judged their own by."""
+    hosts = fleet_ids(aws)
+    for n, host in enumerate(hosts):  # e2e up to about 30 ms: over the default 10 ms p99
+        upload(aws, "run-2", host, host_report(host, list(range(200, 30_000 + n, 50)), run_id="run-2", rate=3000))
+    args = run_simulation.parse_args(["--env", "dev", "--rate", "9000", "--duration", "10", "--slo-p99-ms", "50"])
+    loose = dataclasses.replace(plan("run-2"), slo_overrides=run_simulation.make_plan(
+        load_environment(read_environments(), "dev"), args).slo_overrides)
+
+    strict = run_fleet(plan("run-2"), Fleet(aws), hosts=None, poll_interval_s=0, timeout_s=60, say=lambda _: None)
+    judged = run_fleet(loose, Fleet(aws), hosts=None, poll_interval_s=0, timeout_s=60, say=lambda _: None)
+
+    assert not strict["slo"]["passed"] and judged["slo"]["passed"], [c for c in judged["slo"]["checks"] if not c["passed"]]
+    assert judged["slo"]["thresholds"]["max_p99_ms"] == 50 and strict["slo"]["thresholds"]["max_p99_ms"] == 10
 
 
 def put_iot_metric(session, name: str, value: float, dimensions: dict[str, str]) -> None:
