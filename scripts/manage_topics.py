@@ -32,7 +32,7 @@ import getpass
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -424,11 +424,12 @@ class Environment:
     bootstrap_parameter: str  # SSM parameter with the IAM bootstrap brokers
     topic_admin_role: str  # role name; its ARN is the MSK stack's TopicAdministratorRoleArn
     acls: list[AclSpec]  # exactly what the SASL/SCRAM users may do
+    reconciled_parameter: str = ""  # SSM parameter recording the last reconcile with nothing left
 
 
 def declared_environment(environment: str) -> Environment:
     from stacks.config import ConfigError, load_environment, read_environments
-    from stacks.naming import bootstrap_parameter_name, topic_admin_role_name
+    from stacks.naming import bootstrap_parameter_name, topic_admin_role_name, topics_reconciled_parameter_name
 
     try:
         config = load_environment(read_environments(), environment)
@@ -445,6 +446,7 @@ def declared_environment(environment: str) -> Environment:
         bootstrap_parameter_name(config),
         topic_admin_role_name(config),
         scram_user_acls(config),
+        topics_reconciled_parameter_name(config),
     )
 
 
@@ -621,6 +623,32 @@ def usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def reconciled_parameter_name(config) -> str:
+    from stacks.naming import topics_reconciled_parameter_name
+
+    return topics_reconciled_parameter_name(config)
+
+
+def record_reconciled(environment: Environment, now: Callable[[], str] | None = None) -> None:
+    """Tell `telemetry deploy` the topics step is done: the time, in an SSM parameter. With the
+    operator's own credentials; a refusal is a note, not a failure of the reconcile."""
+    import datetime
+
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    stamp = (now or (lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")))()
+    try:
+        boto3.client("ssm", region_name=environment.region).put_parameter(
+            Name=environment.reconciled_parameter, Value=stamp, Type="String", Overwrite=True
+        )
+    except (BotoCoreError, ClientError) as error:
+        print(f"note: could not record the reconcile in {environment.reconciled_parameter} ({error}); "
+              "telemetry deploy will ask for this step again")
+        return
+    print(f"recorded in {environment.reconciled_parameter}: {stamp}")
+
+
 def require_credentials(region: str) -> None:
     """MSK IAM signs every connection with AWS credentials: without any, say so before librdkafka
     waits ten seconds for a token."""
@@ -655,6 +683,8 @@ def run(args: argparse.Namespace, session_factory: object = None) -> int:
             KafkaTopics(settings, args.timeout), environment.topics, dry_run=args.dry_run
         )
         reconcile_acls(KafkaAcls(settings, args.timeout), environment.acls, dry_run=args.dry_run)
+        if status == 0 and not args.dry_run and args.security_protocol == "SASL_SSL":  # MSK, not a local broker
+            record_reconciled(environment)
         return status
     except TopicError as error:
         print(f"error: {error}", file=sys.stderr)

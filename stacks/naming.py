@@ -14,6 +14,12 @@ def bootstrap_parameter_name(config: EnvironmentConfig) -> str:
     return f"/{config.resource_prefix}/msk/bootstrap-brokers-iam"
 
 
+def topics_reconciled_parameter_name(config: EnvironmentConfig) -> str:
+    """Written by `telemetry topics` when the declared topics and ACLs match; `telemetry deploy`
+    reads it to know its topics step is done."""
+    return f"/{config.resource_prefix}/msk/topics-reconciled"
+
+
 def topic_admin_role_name(config: EnvironmentConfig) -> str:
     """The role operators assume to run scripts/manage_topics.py (its ARN is also an MSK stack
     output); named so the script can find it from --env alone."""

@@ -1,4 +1,5 @@
-"""`telemetry deploy`: an environment's first deployment as one ordered journey.
+"""`telemetry deploy`: an environment's first deployment as one ordered journey (journey.py runs
+it; `--dry-run` prints it).
 
 The steps, in order, each named as `--dry-run` prints them:
 
@@ -53,7 +54,8 @@ class Step:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="print every step and what it would do, from cdk.json and the synthesized "
-                        "templates; no AWS calls, no credentials")
+                        "templates; no AWS calls, no credentials. Without it, each step is run unless the "
+                        "account shows it done; run again after a failure to go on from there")
     parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out",
                         help="synthesized templates (default cdk.out; synthesized here if they lack the environment)")
 
@@ -62,12 +64,12 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     from stacks.config import load_environment, read_environments
 
     config = load_environment(read_environments(), args.env)
-    if not args.dry_run:
-        raise UsageError(
-            "telemetry deploy runs its steps only as a plan so far: use --dry-run, then deploy with "
-            f"make deploy ENV={config.name} and the commands the plan names"
-        )
     stacks = synthesized_stacks(args.cdk_out, config)
+    if not args.dry_run:
+        from scripts.telemetry.journey import journey, run_command, run_journey
+
+        session = session_factory(config.region)
+        return run_journey(journey(config, session, stacks, runner=run_command, say=_say), _say)
     steps = plan(config, stacks)
     if args.format == "json":
         print(json.dumps({"environment": config.name, "account": config.account, "region": config.region,
@@ -75,6 +77,10 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     else:
         print(describe(config, steps))
     return 0
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 
 # -- the synthesized app ------------------------------------------------------------------

@@ -35,7 +35,6 @@ BAD_INPUT = [
     (["preflight", "--env", "qa"], 2, "unknown environment 'qa'; known environments: dev, prod, staging"),
     (["preflight", "--env", "dev", "--region", "us-east-1"], 2, "dev lives in eu-west-1"),
     (["preflight", "--env", "dev", "--format", "yaml"], 2, "invalid choice: 'yaml'"),
-    (["deploy", "--env", "dev"], 2, "use --dry-run"),
     (["topics", "--env", "dev", "--timeout", "-1"], 2, "must be more than 0 seconds"),
     (["topics", "--env", "dev", "--timeout", "soon"], 2, "'soon' is not a number of seconds"),
     (["topics", "--env", "dev", "--mfa-serial", "arn:aws:iam::1:mfa/me"], 2, "--mfa-serial goes with --assume-role"),
@@ -62,6 +61,7 @@ BAD_INPUT = [
     (["devices", "delete", "--env", "dev"], 2, "Unable to locate credentials"),
     (["simulate", "--env", "dev", "--rate", "100", "--duration", "10"], 2, "Unable to locate credentials"),
     (["topics", "--env", "dev"], 2, "no AWS credentials"),
+    (["deploy", "--env", "dev"], 2, "Unable to locate credentials"),
     (["preflight", "--env", "dev", "--profile", "nobody"], 2, "The config profile (nobody) could not be found"),
 ]
 

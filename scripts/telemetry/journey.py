@@ -1,0 +1,278 @@
+"""The first deployment, executed: each step finds out whether it is already done (from the
+account itself, not from a file on this machine), does its part if not, and says so. A run that
+stops on a failure is resumed by running `telemetry deploy` again: the steps done are skipped.
+
+The steps and how each knows it is done:
+
+    preflight  never "done": it reads the account every time, and any blocker stops the run
+    deploy     every stack of the environment is in a complete CloudFormation state; a missing
+               stack is deployed with the CDK CLI, one at a time in dependency order
+    topics     the SSM parameter `telemetry topics` writes after a reconcile that left nothing to
+               change; the Kafka work itself needs a host inside the VPC (an operator step)
+    bootstrap  a create-cluster command ended Success on a seed (Run Command's history)
+    flink      the Flink application is RUNNING; a READY one is started
+    smoke      never "done": a short simulator fleet run through the platform must pass
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from scripts.telemetry.errors import OperationFailed
+
+REPO = Path(__file__).resolve().parent.parent.parent
+COMPLETE = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "IMPORT_COMPLETE"})
+SMOKE_RATE, SMOKE_SECONDS = 1000, 30
+
+Say = Callable[[str], None]
+Runner = Callable[[Sequence[str]], int]  # runs a command with this terminal, returns its exit code
+
+
+class Step(Protocol):
+    name: str
+
+    def done(self) -> str:
+        """Why the step is already done, or "" when it has work to do."""
+
+    def run(self) -> None:
+        """Do the step; raise OperationFailed with what to do when it cannot."""
+
+
+def run_command(command: Sequence[str]) -> int:
+    """The real runner: the command's own output goes straight to the operator."""
+    return subprocess.run(list(command), cwd=REPO, check=False).returncode
+
+
+def run_journey(steps: Sequence[Step], say: Say) -> int:
+    for number, step in enumerate(steps, 1):
+        label = f"[{number}/{len(steps)}] {step.name}"
+        why = step.done()
+        if why:
+            say(f"{label}: already done ({why})")
+            continue
+        say(f"{label}: running")
+        try:
+            step.run()
+        except OperationFailed as failure:
+            raise OperationFailed(f"{step.name}: {failure} (run telemetry deploy again to go on from here)") from None
+        say(f"{label}: done")
+    say("the environment is deployed: every step is done")
+    return 0
+
+
+@dataclass
+class Preflight:
+    config: Any
+    session: Any
+    say: Say
+    name: str = "preflight"
+
+    def done(self) -> str:
+        return ""
+
+    def run(self) -> None:
+        from scripts.preflight import BLOCKER, preflight
+
+        blockers = [c for c in preflight(self.config, self.session) if c.result == BLOCKER]
+        if blockers:
+            listed = "; ".join(f"{c.name}: {c.detail}" for c in blockers)
+            raise OperationFailed(f"{len(blockers)} blocker(s): {listed}")
+
+
+@dataclass
+class Stacks:
+    """Every stack, in dependency order; `stacks` as deploy.synthesized_stacks gives them."""
+
+    config: Any
+    session: Any
+    stacks: Sequence[Any]
+    runner: Runner
+    say: Say
+    name: str = "deploy"
+
+    def _status(self, name: str) -> str:
+        cloudformation = self.session.client("cloudformation")
+        try:
+            (stack,) = cloudformation.describe_stacks(StackName=name)["Stacks"]
+        except cloudformation.exceptions.ClientError as error:
+            if "does not exist" in str(error):
+                return ""
+            raise
+        return str(stack["StackStatus"])
+
+    def done(self) -> str:
+        statuses = [self._status(stack.name) for stack in self.stacks]
+        return f"all {len(statuses)} stacks deployed" if all(s in COMPLETE for s in statuses) else ""
+
+    def run(self) -> None:
+        cdk = REPO / ".venv" / "bin" / "cdk"
+        for stack in self.stacks:
+            status = self._status(stack.name)
+            if status in COMPLETE:
+                self.say(f"  {stack.name}: {status}")
+                continue
+            if status.endswith("_IN_PROGRESS"):
+                raise OperationFailed(f"stack {stack.name} is {status}; wait until it settles")
+            if status:  # ROLLBACK_COMPLETE, *_FAILED: CloudFormation will not update it
+                raise OperationFailed(
+                    f"stack {stack.name} is {status}: see its events in the CloudFormation console, delete "
+                    f"it (aws cloudformation delete-stack --stack-name {stack.name}) and fix the cause"
+                )
+            self.say(f"  {stack.name}: deploying")
+            command = [str(cdk), "deploy", stack.name, "-c", f"env={self.config.name}",
+                       "--exclusively", "--require-approval", "never"]
+            code = self.runner(command)
+            if code != 0:
+                raise OperationFailed(f"cdk deploy {stack.name} exited {code} (its output is above)")
+
+
+@dataclass
+class Topics:
+    config: Any
+    session: Any
+    name: str = "topics"
+
+    def done(self) -> str:
+        from scripts.manage_topics import reconciled_parameter_name
+
+        ssm = self.session.client("ssm")
+        parameter = reconciled_parameter_name(self.config)
+        try:
+            value = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
+        except ssm.exceptions.ParameterNotFound:
+            return ""
+        return f"telemetry topics reconciled them at {value}"
+
+    def run(self) -> None:
+        raise OperationFailed(
+            f"the topics are made from a host that reaches the brokers: open a Session Manager shell on a "
+            f"simulator fleet host and run telemetry topics --env {self.config.name} there (README, 'Kafka "
+            "topics')"
+        )
+
+
+@dataclass
+class Bootstrap:
+    config: Any
+    session: Any
+    say: Say
+    name: str = "bootstrap"
+
+    def _document(self) -> str:
+        from scripts.cluster_inventory import deployed_outputs, service_fabric_stack_name
+
+        outputs = deployed_outputs(self.session.client("cloudformation"), service_fabric_stack_name(self.config))
+        return outputs.get("CreateClusterDocumentName")
+
+    def done(self) -> str:
+        document = self._document()
+        ssm = self.session.client("ssm")
+        for page in ssm.get_paginator("list_commands").paginate():
+            for command in page["Commands"]:
+                if command["DocumentName"] == document and command["Status"] == "Success":
+                    return f"{document} succeeded, command {command['CommandId']}"
+        return ""
+
+    def run(self) -> None:
+        import argparse
+
+        from scripts.bootstrap_cluster import bootstrap
+
+        args = argparse.Namespace(env=self.config.name, output=None, timeout=3600.0, poll_interval=15.0,
+                                  dry_run=False, cdk_out=REPO / "cdk.out")
+        if bootstrap(args, lambda region: self.session) != 0:
+            raise OperationFailed("the cluster was not created (the reason is above)")
+
+
+@dataclass
+class Flink:
+    config: Any
+    session: Any
+    stacks: Sequence[Any]
+    say: Say
+    name: str = "flink"
+
+    def _applications(self) -> list[str]:
+        found = []
+        for stack in self.stacks:
+            for resource in stack.resources("AWS::KinesisAnalyticsV2::Application").values():
+                found.append(str(resource["Properties"]["ApplicationName"]))
+        return found
+
+    def _status(self, application: str) -> str:
+        client = self.session.client("kinesisanalyticsv2")
+        detail = client.describe_application(ApplicationName=application)["ApplicationDetail"]
+        return str(detail["ApplicationStatus"])
+
+    def done(self) -> str:
+        applications = self._applications()
+        if applications and all(self._status(a) == "RUNNING" for a in applications):
+            return f"{', '.join(applications)} RUNNING"
+        return ""
+
+    def run(self) -> None:
+        client = self.session.client("kinesisanalyticsv2")
+        for application in self._applications():
+            status = self._status(application)
+            if status == "RUNNING":
+                continue
+            if status != "READY":
+                raise OperationFailed(f"Flink application {application} is {status}; start it once it is READY")
+            # From the latest snapshot if there is one: the first start has none.
+            client.start_application(
+                ApplicationName=application,
+                RunConfiguration={"ApplicationRestoreConfiguration": {"ApplicationRestoreType": "RESTORE_FROM_LATEST_SNAPSHOT"}},
+            )
+            self.say(f"  {application}: started (it is RUNNING within a few minutes)")
+
+
+@dataclass
+class Smoke:
+    config: Any
+    session: Any
+    say: Say
+    name: str = "smoke"
+
+    def done(self) -> str:
+        return ""
+
+    def run(self) -> None:
+        import argparse
+
+        from scripts.run_simulation import Fleet, make_plan, run_fleet
+
+        # A smoke run checks that messages flow and none is lost, not latency: the latency
+        # thresholds are set out of reach (telemetry simulate judges latency).
+        args = argparse.Namespace(rate=SMOKE_RATE, duration=SMOKE_SECONDS, hosts=None, run_id=_smoke_run_id(),
+                                  warmup=5, processes=0, message_bytes=512, devices=100, transport="kafka",
+                                  slo_min_rate=SMOKE_RATE * 0.95, slo_p99_ms=60_000.0, slo_max_ms=60_000.0,
+                                  slo_max_lost=0, slo_max_delivery_errors=0)
+        plan = make_plan(self.config, args)
+        report = run_fleet(plan, Fleet(self.session), hosts=None, poll_interval_s=10.0,
+                           timeout_s=SMOKE_SECONDS + 600, metrics_delay_s=0.0, say=self.say)
+        rate, lost = report.get("throughput_msgs_per_s", 0.0), report.get("lost", 0)
+        if not report["slo"]["passed"]:
+            failed = [c["name"] for c in report["slo"]["checks"] if not c["passed"]]
+            raise OperationFailed(f"the smoke run failed {', '.join(failed)}: {rate:,.0f} msg/s, {lost} lost")
+        self.say(f"  smoke run: {rate:,.0f} msg/s through the platform, nothing lost")
+
+
+def _smoke_run_id() -> str:
+    import datetime
+
+    return "smoke-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def journey(config: Any, session: Any, stacks: Sequence[Any], *, runner: Runner, say: Say) -> list[Step]:
+    return [
+        Preflight(config, session, say),
+        Stacks(config, session, stacks, runner, say),
+        Topics(config, session),
+        Bootstrap(config, session, say),
+        Flink(config, session, stacks, say),
+        Smoke(config, session, say),
+    ]

@@ -1,0 +1,208 @@
+"""`telemetry deploy` executed against moto (CloudFormation, SSM, EC2, STS, Secrets Manager, MSK,
+Managed Flink's reads) and botocore's Stubber where moto lacks the operation (Service Quotas,
+StartApplication). The CDK CLI is the one stand-in: a runner that records `cdk deploy` and creates
+the stack in moto's CloudFormation, or fails as the CLI would.
+
+What is checked is what an operator meets: the order of the steps, each step's "already done"
+taken from the account, and a run after a failure going on from where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import pytest
+from botocore.stub import Stubber
+
+from scripts.telemetry import deploy
+from scripts.telemetry.errors import OperationFailed
+from scripts.telemetry.journey import Bootstrap, Flink, Stacks, Topics, journey, run_journey
+from stacks.config import load_environment, read_environments
+from tests.scripts.test_preflight import ACCOUNT, QUOTAS, Session
+
+CONFIG = load_environment(read_environments(), "dev")
+# The stand-in stack holds one resource that does nothing (moto warns that it only records it).
+EMPTY = {"Resources": {"Nothing": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}
+pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS")
+
+
+@pytest.fixture(scope="module")
+def stacks(synthesized):
+    """The dev stacks in deployment order, from the synthesized cloud assembly."""
+    return deploy.in_dependency_order(deploy.read_cloud_assembly(synthesized("dev").outdir, CONFIG.stack_prefix))
+
+
+class CdkCli:
+    """`cdk deploy STACK`: creates the stack in moto, with the outputs later steps read; fails for
+    the stacks named in `failing`."""
+
+    def __init__(self, session, stacks) -> None:
+        self.session, self.templates = session, {s.name: s.template for s in stacks}
+        self.deployed: list[str] = []
+        self.failing: set[str] = set()
+
+    def __call__(self, command: Sequence[str]) -> int:
+        assert command[1:2] == ["deploy"] and "--exclusively" in command and f"env={CONFIG.name}" in command
+        name = command[2]
+        if name in self.failing:
+            return 1
+        outputs = {key: {"Value": value["Value"]} for key, value in self.templates[name].get("Outputs", {}).items()
+                   if isinstance(value["Value"], str)}
+        self.session.client("cloudformation").create_stack(StackName=name, TemplateBody=json.dumps({**EMPTY, "Outputs": outputs}))
+        self.deployed.append(name)
+        return 0
+
+
+@pytest.fixture
+def account(monkeypatch, moto_session):
+    """A bootstrapped account with both certificate secrets and room in every quota."""
+    monkeypatch.setenv("MOTO_ACCOUNT_ID", ACCOUNT)
+    moto_session.client("ssm").put_parameter(Name="/cdk-bootstrap/hnb659fds/version", Value="27", Type="String")
+    keys = {"certificate": "PEM", "private_key": "PEM", "pfx": "cGZ4", "pfx_password": "pw"}
+    secrets = moto_session.client("secretsmanager")
+    secrets.create_secret(Name=CONFIG.service_fabric.cluster_certificate_secret,
+                          SecretString=json.dumps({**keys, "node_admin_password": "Sample-Passw0rd"}))
+    secrets.create_secret(Name=CONFIG.service_fabric.admin_certificate_secret, SecretString=json.dumps(keys))
+    return moto_session
+
+
+def quotas_for(session, runs: int) -> Session:
+    """Service Quotas answered through Stubber for `runs` preflights (moto does not list quotas)."""
+    stubbed = Session(session, QUOTAS)
+    stubbed.stubber.deactivate()
+    stubbed.stubber = Stubber(stubbed.quotas)
+    for _ in range(runs):
+        for service in ("ec2", "kafka"):
+            stubbed.stubber.add_response("list_service_quotas", {"Quotas": [
+                {"ServiceCode": service, "QuotaName": name, "QuotaCode": f"L-0000000{i}", "Value": value}
+                for i, (name, value) in enumerate(QUOTAS[service].items())
+            ]}, {"ServiceCode": service})
+    stubbed.stubber.activate()
+    return stubbed
+
+
+def test_a_failed_stack_stops_the_run_and_the_next_run_goes_on_from_it(account, stacks):
+    session = quotas_for(account, runs=2)
+    cdk = CdkCli(account, stacks)
+    third = stacks[2].name
+    cdk.failing.add(third)
+    lines: list[str] = []
+
+    with pytest.raises(OperationFailed, match=f"deploy: cdk deploy {third} exited 1"):
+        run_journey(journey(CONFIG, session, stacks, runner=cdk, say=lines.append), lines.append)
+    assert cdk.deployed == [s.name for s in stacks[:2]]
+
+    cdk.failing.clear()
+    lines.clear()
+    with pytest.raises(OperationFailed, match="topics: the topics are made from a host that reaches the brokers"):
+        run_journey(journey(CONFIG, session, stacks, runner=cdk, say=lines.append), lines.append)
+
+    # The second run deployed only what the first left, in dependency order, then stopped at the
+    # step that needs an operator inside the VPC.
+    assert cdk.deployed == [s.name for s in stacks]
+    assert lines[0] == "[1/6] preflight: running" and lines[1] == "[1/6] preflight: done"
+    assert f"  {stacks[0].name}: CREATE_COMPLETE" in lines and f"  {third}: deploying" in lines
+    assert lines[-1] == "[3/6] topics: running"
+    session.stubber.assert_no_pending_responses()
+
+
+def test_every_stack_deployed_is_the_deploy_step_done(account, stacks):
+    cdk = CdkCli(account, stacks)
+    step = Stacks(CONFIG, account, stacks, cdk, print)
+    assert step.done() == ""
+    for stack in stacks:
+        cdk([".venv/bin/cdk", "deploy", stack.name, "-c", f"env={CONFIG.name}", "--exclusively"])
+    assert step.done() == f"all {len(stacks)} stacks deployed"
+
+
+def test_a_stack_rolled_back_is_named_with_what_to_do(account, stacks):
+    account.client("cloudformation").create_stack(StackName=stacks[0].name, TemplateBody=json.dumps(EMPTY))
+    step = Stacks(CONFIG, account, stacks, CdkCli(account, stacks), print)
+    statuses = {stacks[1].name: "ROLLBACK_COMPLETE"}
+    step._status = lambda name: statuses.get(name) or Stacks._status(step, name)  # CloudFormation's own word
+
+    with pytest.raises(OperationFailed, match=f"stack {stacks[1].name} is ROLLBACK_COMPLETE: .* delete-stack"):
+        step.run()
+
+
+def test_the_topics_step_is_done_once_telemetry_topics_recorded_a_reconcile(account):
+    from scripts.manage_topics import declared_environment, record_reconciled
+
+    step = Topics(CONFIG, account)
+    assert step.done() == ""
+    record_reconciled(declared_environment("dev"), now=lambda: "2026-11-24T20:00:00+00:00")
+    assert step.done() == "telemetry topics reconciled them at 2026-11-24T20:00:00+00:00"
+
+
+def test_the_bootstrap_step_is_done_once_the_create_cluster_command_succeeded(account, stacks):
+    cdk = CdkCli(account, stacks)
+    fabric = next(s for s in stacks if s.name.endswith("-ServiceFabric"))
+    cdk([".venv/bin/cdk", "deploy", fabric.name, "-c", f"env={CONFIG.name}", "--exclusively"])
+    document = fabric.template["Outputs"]["CreateClusterDocumentName"]["Value"]
+    step = Bootstrap(CONFIG, account, print)
+    assert step.done() == ""
+    ssm = account.client("ssm")
+    ssm.send_command(InstanceIds=["i-0123456789abcdef0"], DocumentName="AWS-RunPowerShellScript")  # another document
+    assert step.done() == ""
+    command = ssm.send_command(InstanceIds=["i-0123456789abcdef0"], DocumentName=document)["Command"]["CommandId"]
+    assert step.done() == f"{document} succeeded, command {command}"
+
+
+class FlinkSession:
+    """Managed Flink through Stubber: moto lists applications but cannot start one."""
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.flink = session.client("kinesisanalyticsv2")
+        self.stubber = Stubber(self.flink)
+
+    def client(self, name):
+        return self.flink if name == "kinesisanalyticsv2" else self.session.client(name)
+
+    def status(self, application: str, status: str) -> None:
+        self.stubber.add_response("describe_application", {"ApplicationDetail": {
+            "ApplicationARN": f"arn:aws:kinesisanalytics:eu-west-1:{ACCOUNT}:application/{application}",
+            "ApplicationName": application, "RuntimeEnvironment": "FLINK-2_2", "ApplicationStatus": status,
+            "ApplicationVersionId": 1,
+        }}, {"ApplicationName": application})
+
+
+def test_the_flink_step_starts_a_ready_application_from_its_latest_snapshot_and_is_done_when_running(account, stacks):
+    session = FlinkSession(account)
+    (application,) = Flink(CONFIG, session, stacks, print)._applications()
+    session.status(application, "READY")  # done?
+    session.status(application, "READY")  # run: look, then start
+    session.stubber.add_response("start_application", {}, {
+        "ApplicationName": application,
+        "RunConfiguration": {"ApplicationRestoreConfiguration": {"ApplicationRestoreType": "RESTORE_FROM_LATEST_SNAPSHOT"}},
+    })
+    session.status(application, "RUNNING")  # the next run's done?
+    step = Flink(CONFIG, session, stacks, print)
+
+    with session.stubber:
+        assert step.done() == ""
+        step.run()
+        assert step.done() == f"{application} RUNNING"
+    session.stubber.assert_no_pending_responses()
+
+
+def test_steps_already_done_are_skipped_and_said(capsys):
+    class Done:
+        name = "deploy"
+        done = staticmethod(lambda: "all 8 stacks deployed")
+
+        def run(self):
+            raise AssertionError("a step already done is not run again")
+
+    class Failing:
+        name = "flink"
+        done = staticmethod(lambda: "")
+
+        def run(self):
+            raise OperationFailed("Flink application x is STARTING; start it once it is READY")
+
+    lines: list[str] = []
+    with pytest.raises(OperationFailed, match=r"^flink: Flink application x is STARTING.*\(run telemetry deploy again"):
+        run_journey([Done(), Failing()], lines.append)
+    assert lines == ["[1/2] deploy: already done (all 8 stacks deployed)", "[2/2] flink: running"]
