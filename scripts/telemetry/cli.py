@@ -45,13 +45,14 @@ class Command:
     module: str  # the module with add_arguments(parser) and run(args, session_factory) -> int
     dry_run_offline: bool = False  # its --dry-run needs no credentials
     mode: str = ""  # for a module that serves several subcommands: which one (args.mode)
+    json: bool = False  # it answers --format json
 
 
 COMMANDS = (
     Command(("preflight",), "check an account before the first deployment; changes nothing", WORKSTATION,
-            "scripts.preflight"),
+            "scripts.preflight", json=True),
     Command(("deploy",), "the first deployment, step by step and resumable (--dry-run: the plan)", WORKSTATION,
-            "scripts.telemetry.deploy", dry_run_offline=True),
+            "scripts.telemetry.deploy", dry_run_offline=True, json=True),
     Command(("topics",), "create or update the declared Kafka topics and the gateway's SCRAM ACLs",
             "Needs: AWS credentials, and a network path to the MSK brokers: run it on a simulator fleet "
             "host (Session Manager) or another host in the VPC with the MSK client security group.",
@@ -60,7 +61,7 @@ COMMANDS = (
             "scripts.bootstrap_cluster", dry_run_offline=True),
     Command(("cluster", "status"), "the cluster's nodes joined with their instances; flags zombies",
             WORKSTATION + " Reaches the cluster's HTTP gateway (19080): from the VPC or a management CIDR.",
-            "scripts.cluster_status"),
+            "scripts.cluster_status", json=True),
     Command(("cluster", "scale"), "set the scaling node group's size and wait until it is steady", WORKSTATION,
             "scripts.scale"),
     Command(("cluster", "drain"), "drain one node and remove it from the cluster, as the scale-in automation does",
@@ -149,6 +150,8 @@ def check_globals(args: argparse.Namespace) -> None:
     config = load_environment(read_environments(), args.env)  # ConfigError names the known ones
     if args.region and args.region != config.region:
         raise UsageError(f"environment {args.env} lives in {config.region}; drop --region or give that one")
+    if args.format == "json" and not args.command.json:
+        raise UsageError(f"telemetry {' '.join(args.command.path)} prints text only so far; drop --format json")
     checker = getattr(args.module, "check_arguments", None)
     if checker is not None:
         checker(args)

@@ -64,6 +64,8 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     from stacks.config import load_environment, read_environments
 
     config = load_environment(read_environments(), args.env)
+    if args.format == "json" and not args.dry_run:
+        raise UsageError("telemetry deploy reports its progress as text; --format json goes with --dry-run")
     stacks = synthesized_stacks(args.cdk_out, config)
     if not args.dry_run:
         from scripts.telemetry.journey import journey, run_command, run_journey
