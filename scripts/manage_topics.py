@@ -38,13 +38,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from scripts.cluster_inventory import ToolError  # noqa: E402
 from simulator.authorization import missing_permission  # noqa: E402
 from simulator.kafka_config import SASL_PASSWORD_ENV, connection_settings  # noqa: E402
 
 MS_PER_HOUR = 3_600_000
 
 
-class TopicError(Exception):
+class TopicError(ToolError):
     """A problem worded for the operator: one line, no traceback."""
 
 
@@ -662,37 +663,38 @@ def require_credentials(region: str) -> None:
 
 
 def run(args: argparse.Namespace, session_factory: object = None) -> int:
-    try:
-        environment = declared_environment(args.env)
-        if args.security_protocol == "SASL_SSL":
-            require_credentials(environment.region)
-        bootstrap = args.bootstrap_servers or bootstrap_from_ssm(
-            environment.bootstrap_parameter, environment.region
-        )
-        settings = connection_settings(
-            bootstrap,
-            security_protocol=args.security_protocol,
-            region=environment.region,
-            client_id="manage-topics",
-            sasl_username=args.sasl_username,
-        )
-        if args.assume_role:
-            credentials = assume_topic_admin(environment, args.mfa_serial)
-            settings["oauth_cb"] = msk_iam_token_callback(environment.region, credentials)
-        status = reconcile(
-            KafkaTopics(settings, args.timeout), environment.topics, dry_run=args.dry_run
-        )
-        reconcile_acls(KafkaAcls(settings, args.timeout), environment.acls, dry_run=args.dry_run)
-        if status == 0 and not args.dry_run and args.security_protocol == "SASL_SSL":  # MSK, not a local broker
-            record_reconciled(environment)
-        return status
-    except TopicError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    """Reconcile; a problem is raised as TopicError, worded for the operator."""
+    environment = declared_environment(args.env)
+    if args.security_protocol == "SASL_SSL":
+        require_credentials(environment.region)
+    bootstrap = args.bootstrap_servers or bootstrap_from_ssm(
+        environment.bootstrap_parameter, environment.region
+    )
+    settings = connection_settings(
+        bootstrap,
+        security_protocol=args.security_protocol,
+        region=environment.region,
+        client_id="manage-topics",
+        sasl_username=args.sasl_username,
+    )
+    if args.assume_role:
+        credentials = assume_topic_admin(environment, args.mfa_serial)
+        settings["oauth_cb"] = msk_iam_token_callback(environment.region, credentials)
+    status = reconcile(
+        KafkaTopics(settings, args.timeout), environment.topics, dry_run=args.dry_run
+    )
+    reconcile_acls(KafkaAcls(settings, args.timeout), environment.acls, dry_run=args.dry_run)
+    if status == 0 and not args.dry_run and args.security_protocol == "SASL_SSL":  # MSK, not a local broker
+        record_reconciled(environment)
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run(parse_args(argv))
+    try:
+        return run(parse_args(argv))
+    except TopicError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

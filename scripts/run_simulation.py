@@ -33,6 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from scripts.cluster_inventory import ToolError, aws_session  # noqa: E402
 from simulator.errors import SimulatorError  # noqa: E402
 from simulator.flags import add_slo_flags, given_thresholds  # noqa: E402
 from simulator.slo import thresholds_of  # noqa: E402
@@ -56,7 +57,7 @@ UNFINISHED = {"Pending", "InProgress", "Delayed", "Cancelling"}
 SETUP_ALLOWANCE_S = 600
 
 
-class RunError(Exception):
+class RunError(ToolError):
     """A problem worded for the operator: one line, no traceback."""
 
 
@@ -552,40 +553,40 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run(parse_args(argv))
-
-
-def run(args: argparse.Namespace, session_factory: object = None) -> int:
     try:
-        config = load_environment(read_environments(), args.env)
-        plan = make_plan(config, args)
-        if args.dry_run:
-            print(describe_plan(plan, args.hosts or config.simulator_fleet.host_count))
-            print("dry run: nothing sent")
-            return 0
-        import boto3
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        timeout = args.timeout or args.warmup + args.duration + SETUP_ALLOWANCE_S
-        try:
-            fleet = Fleet(boto3.Session(region_name=config.region))
-            report = run_fleet(
-                plan,
-                fleet,
-                hosts=args.hosts,
-                poll_interval_s=args.poll_interval,
-                timeout_s=timeout,
-                metrics_delay_s=args.metrics_delay,
-            )
-            fleet.publish(
-                plan.log_group,
-                embedded_metrics(report, plan.environment, now_ms=int(time.time() * 1000)),
-            )
-        except (BotoCoreError, ClientError) as error:
-            raise RunError(f"AWS call failed: {error}") from None
+        return run(parse_args(argv))
     except (ConfigError, RunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+
+
+def run(args: argparse.Namespace, session_factory: Callable[[str], object] | None = None) -> int:
+    """The fleet run; a problem is raised as RunError or ConfigError, worded for the operator."""
+    config = load_environment(read_environments(), args.env)
+    plan = make_plan(config, args)
+    if args.dry_run:
+        print(describe_plan(plan, args.hosts or config.simulator_fleet.host_count))
+        print("dry run: nothing sent")
+        return 0
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    timeout = args.timeout or args.warmup + args.duration + SETUP_ALLOWANCE_S
+    try:
+        fleet = Fleet((session_factory or aws_session)(config.region))
+        report = run_fleet(
+            plan,
+            fleet,
+            hosts=args.hosts,
+            poll_interval_s=args.poll_interval,
+            timeout_s=timeout,
+            metrics_delay_s=args.metrics_delay,
+        )
+        fleet.publish(
+            plan.log_group,
+            embedded_metrics(report, plan.environment, now_ms=int(time.time() * 1000)),
+        )
+    except (BotoCoreError, ClientError) as error:
+        raise RunError(f"AWS call failed: {error}") from None
 
     report_path = args.report or REPO / "reports" / f"{plan.run_id}.json"
     plot_path = args.plot or report_path.with_suffix(".png")

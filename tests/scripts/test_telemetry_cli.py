@@ -83,6 +83,7 @@ def test_bad_input_is_one_line_and_the_documented_exit_code(argv, code, fragment
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert fragment in lines[0] and "Traceback" not in out + err
+    assert lines[0].startswith("telemetry") and ": error: " in lines[0]  # one voice, whichever tool spoke
 
 
 def test_every_subcommand_says_what_it_needs_and_where_it_runs(capsys):
