@@ -149,9 +149,9 @@ class Topics:
 
     def run(self) -> None:
         raise OperationFailed(
-            f"the topics are made from a host that reaches the brokers: open a Session Manager shell on a "
-            f"simulator fleet host and run telemetry topics --env {self.config.name} there (README, 'Kafka "
-            "topics')"
+            f"the topics are made from a host that reaches the brokers: on a host in the VPC with the MSK "
+            f"client security group and this checkout, run telemetry topics --env {self.config.name} "
+            "(README, 'Kafka topics')"
         )
 
 
