@@ -61,7 +61,7 @@ from sf_rest import FabricError, ServiceFabricClient, TlsError
 from sf_rest.cluster_config import for_removal, node_names, nodes_to_be_removed
 from sf_rest.gateway import normalise_thumbprint
 
-from scripts.telemetry.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError, worded
+from scripts.telemetry.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError, one_line, worded
 
 PROG = "drain_node.py"
 EXIT_REFUSED = EXIT_FAILED  # a seed node: nothing changed, the message says so
@@ -402,15 +402,10 @@ def make_fabric_host(args: argparse.Namespace) -> FabricHost | None:
     return host
 
 
-def _one_line(text: object, limit: int = 400) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
 def fail(code: int, kind: str, message: object = None, *, prog: str = PROG) -> int:
     if message is None:  # fail(*worded(error)): (code, message)
         kind, message = "error", kind
-    print(f"{prog}: {kind}: {_one_line(message)}", file=sys.stderr, flush=True)
+    print(f"{prog}: {kind}: {one_line(message, limit=400)}", file=sys.stderr, flush=True)
     return code
 
 

@@ -19,7 +19,7 @@ import ipaddress
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -222,12 +222,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
     config = load_environment(read_environments(), args.env)
     checks = preflight(config, session_factory(config.region))
-    if getattr(args, "format", "text") == "json":
-        print(json.dumps({"environment": config.name, "account": config.account, "region": config.region,
-                          "checks": [c.__dict__ for c in checks],
-                          "blockers": sum(1 for c in checks if c.result == BLOCKER)}, indent=2))
-        return 1 if any(c.result == BLOCKER for c in checks) else 0
-    return report(config, checks)
+    if getattr(args, "format", "text") != "json":
+        return report(config, checks)
+    blockers = sum(1 for c in checks if c.result == BLOCKER)
+    print(json.dumps({"environment": config.name, "account": config.account, "region": config.region,
+                      "checks": [asdict(c) for c in checks], "blockers": blockers}, indent=2))
+    return 1 if blockers else 0
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -553,8 +553,16 @@ def check_arguments(args: argparse.Namespace) -> None:
     args.count = getattr(args, "count", None)
     args.first = getattr(args, "first", 1)
     args.dry_run = getattr(args, "dry_run", False)
+    problem = _past_the_last_device(args)
+    if problem:
+        raise UsageError(problem)
+
+
+def _past_the_last_device(args: argparse.Namespace) -> str:
+    """An export that would run past device MAX_DEVICES: what to say, or ""."""
     if args.export and args.count is not None and args.first + args.count - 1 > MAX_DEVICES:
-        raise UsageError(f"--first {args.first} --count {args.count} goes past device {MAX_DEVICES:,}")
+        return f"--first {args.first} --count {args.count} goes past device {MAX_DEVICES:,}"
+    return ""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -583,8 +591,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.export and args.dry_run:
         parser.error("--dry-run applies to create and --delete; --export changes nothing in AWS")
     args.first = args.first or 1
-    if args.export and args.count is not None and args.first + args.count - 1 > MAX_DEVICES:
-        parser.error(f"--first {args.first} --count {args.count} goes past device {MAX_DEVICES:,}")
+    problem = _past_the_last_device(args)
+    if problem:
+        parser.error(problem)
     return args
 
 

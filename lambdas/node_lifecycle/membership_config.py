@@ -90,10 +90,10 @@ def start_configuration_removal(
             raise
     # The UOS does not know some node AddNode.ps1 joined (ours, if its join failed before the
     # registration): register the FM's nodes as they are, then remove when that is done.
+    # Either way the removal waits: for the registration just started, or for the upgrade that
+    # kept it from starting.
     registration = _start(client, node_name, REGISTRATION, for_registration(config), now=now, policy=policy)
-    if registration.outcome == Outcome.WAIT_FOR_UPGRADE:
-        return ConfigurationChange(node_name, Outcome.WAIT_FOR_UPGRADE, kind=REMOVAL, detail=registration.detail)
-    detail = (
+    detail = registration.detail if registration.outcome == Outcome.WAIT_FOR_UPGRADE else (
         f"the UOS refused the removal until nodes joined by AddNode.ps1 are registered; started "
         f"that registration (version {registration.target_version}); the removal follows it"
     )

@@ -80,7 +80,7 @@ def acquire_lock(runtime: Runtime, state: State) -> dict[str, Any]:
     if grant.acquired:
         return grant.to_dict()
     _check_deadline(runtime, state, f"the membership lock (held by {grant.holder})")
-    runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
+    _keep_alive(runtime, state)
     return grant.to_dict()
 
 
@@ -203,7 +203,7 @@ def remove_from_configuration(runtime: Runtime, state: State) -> dict[str, Any]:
     """The removal upgrade, while the machine runs (WAIT_FOR_UPGRADE: the state machine waits
     and calls again)."""
     _check_deadline(runtime, state, "other configuration upgrades to finish")
-    runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
+    _keep_alive(runtime, state)
     name = state["node"]["node_name"]
     return start_configuration_removal(runtime.client, name, now=runtime.clock()).to_dict()
 
@@ -301,7 +301,7 @@ def plan(runtime: Runtime, state: State) -> dict[str, Any]:
 
 def join(runtime: Runtime, state: State) -> dict[str, Any]:
     _check_deadline(runtime, state, "the instance to take AddNode.ps1")
-    runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
+    _keep_alive(runtime, state)
     return join_node(runtime.client, runtime.host, _plan(state)).to_dict()
 
 
@@ -327,7 +327,7 @@ def register_in_configuration(runtime: Runtime, state: State) -> dict[str, Any]:
     """Always one registration upgrade after AddNode.ps1, recorded in the execution's state
     (`configuration`): GetClusterConfiguration lists the node before the UOS knows it."""
     _check_deadline(runtime, state, "other configuration upgrades to finish")
-    runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
+    _keep_alive(runtime, state)
     name = _plan(state).node_name
     return start_configuration_registration(runtime.client, name, now=runtime.clock()).to_dict()
 

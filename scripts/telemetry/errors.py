@@ -30,13 +30,13 @@ def one_line(text: object, limit: int = 600) -> str:
 def worded(error: BaseException) -> tuple[int, str]:
     """(exit code, message) for an error that reached the command's top."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError, ProfileNotFound
+    from sf_rest import FabricError
 
     from scripts.cluster_inventory import ToolError
     from stacks.config import ConfigError
 
-    if isinstance(error, (UsageError, ConfigError)):
-        return EXIT_USAGE, str(error)
-    if isinstance(error, ToolError):  # a missing prerequisite, worded by the tool
+    # The command line, cdk.json, or a missing prerequisite worded by the tool.
+    if isinstance(error, (UsageError, ConfigError, ToolError)):
         return EXIT_USAGE, str(error)
     if isinstance(error, ProfileNotFound):
         return EXIT_USAGE, f"{error}; list profiles with 'aws configure list-profiles'"
@@ -54,10 +54,6 @@ def worded(error: BaseException) -> tuple[int, str]:
         return EXIT_FAILED, f"AWS call failed: {error}"
     if isinstance(error, OperationFailed):
         return EXIT_FAILED, str(error)
-    try:
-        from sf_rest import FabricError
-    except ImportError:  # pragma: no cover - the package is installed with the command
-        FabricError = ()  # type: ignore[assignment]  # noqa: N806
-    if FabricError and isinstance(error, FabricError):
+    if isinstance(error, FabricError):
         return EXIT_FAILED, f"Service Fabric call failed: {error}"
     return EXIT_FAILED, f"internal error: {type(error).__name__}: {error}"

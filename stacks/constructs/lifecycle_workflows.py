@@ -88,14 +88,20 @@ class _Steps:
         self.catchers.append(invoke)
         return invoke
 
-    def poll(self, label: str, step: str, key: str, then: sfn.IChainable, interval: cdk.Duration | None = None) -> sfn.IChainable:
-        """poll -> done? -> then, else Wait -> poll."""
-        poll = self.task(label, step, key)
-        wait = sfn.Wait(self.scope, f"{label}: wait", time=sfn.WaitTime.duration(interval or self.pacing.poll_interval))
+    def _until_done(
+        self, label: str, look: sfn.TaskStateBase, key: str, interval: cdk.Duration, then: sfn.IChainable
+    ) -> tuple[sfn.IChainable, sfn.Wait]:
+        """look -> done? -> then, else Wait -> look; and the Wait, for a Catch that loops."""
+        wait = sfn.Wait(self.scope, f"{label}: wait", time=sfn.WaitTime.duration(interval))
         done = sfn.Choice(self.scope, f"{label}: done?")
         done.when(sfn.Condition.boolean_equals(f"$.{key}.done", True), then).otherwise(wait)
-        wait.next(poll)
-        return poll.next(done)
+        wait.next(look)
+        return look.next(done), wait
+
+    def poll(self, label: str, step: str, key: str, then: sfn.IChainable) -> sfn.IChainable:
+        """A wait step of the main path, looked at every poll interval until done."""
+        loop, _ = self._until_done(label, self.task(label, step, key), key, self.pacing.poll_interval, then)
+        return loop
 
     def retry_while_waiting(self, label: str, step: str, key: str, then: sfn.IChainable) -> sfn.IChainable:
         """start -> another upgrade or the instance not ready? Wait -> start again; else then."""
@@ -152,12 +158,9 @@ class _Steps:
         """Heartbeat the lifecycle action every hold interval until the hold is done; a
         heartbeat that fails does not end the hold, the next one is tried."""
         held = self.invoke(label, "hold_instance", f"$.{key}")
-        wait = sfn.Wait(self.scope, f"{label}: wait", time=sfn.WaitTime.duration(self.pacing.hold_interval))
-        done = sfn.Choice(self.scope, f"{label}: done?")
-        done.when(sfn.Condition.boolean_equals(f"$.{key}.done", True), then).otherwise(wait)
+        loop, wait = self._until_done(label, held, key, self.pacing.hold_interval, then)
         held.add_catch(wait, errors=ALL_ERRORS, result_path=f"$.{key}_error")
-        wait.next(held)
-        return held.next(done)
+        return loop
 
     def worded_alarm(self, label: str, step: str, fallback_subject: str, *, transient: bool) -> tuple[tasks.LambdaInvoke, sfn.Pass]:
         """The step that words the failure's alarm into $.failure, and the fixed text it falls
@@ -206,7 +209,7 @@ class _Workflow(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         steps = _Steps(self, function, pacing)
-        definition = steps.begin().next(steps.lock_then(self._after_lock(steps, alarm_topic, pacing)))
+        definition = steps.begin().next(steps.lock_then(self._after_lock(steps, alarm_topic)))
         steps.catch_all(self._failure_path(steps, alarm_topic))
         logs = log_group(self, "ExecutionLogs", retention_days=log_retention_days, removal_policy=removal_policy)
         self.state_machine = sfn.StateMachine(
@@ -247,7 +250,7 @@ class _Workflow(Construct):
             finding=wildcard_resource_finding("*"),
         )
 
-    def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic, pacing: Pacing) -> sfn.IChainable:
+    def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
         raise NotImplementedError
 
     def _failure_path(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
@@ -278,7 +281,7 @@ class ScaleInWorkflow(_Workflow):
 
     detail_type = "EC2 Instance-terminate Lifecycle Action"
 
-    def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic, pacing: Pacing) -> sfn.IChainable:
+    def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
         finish = steps.task("Complete the lifecycle action", "finish", "finish").next(sfn.Succeed(self, "Drained"))
         # Clean-up only, for a node the removal upgrade left in the node list.
         remove_state = steps.task("Clean-up: remove the node state", "remove_node_state", "state_removal").next(finish)
@@ -347,7 +350,7 @@ class ScaleOutWorkflow(_Workflow):
 
     detail_type = "EC2 Instance-launch Lifecycle Action"
 
-    def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic, pacing: Pacing) -> sfn.IChainable:
+    def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
         finish = steps.task("Complete the lifecycle action", "finish", "finish").next(sfn.Succeed(self, "Joined"))
         configuration = self._configuration_change(
             steps, "Register the node with the configuration", "start_configuration_registration", finish

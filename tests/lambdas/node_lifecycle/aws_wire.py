@@ -114,7 +114,6 @@ class Machines:
     unregistered: set[str] = field(default_factory=set)
     add_node_fails: bool = False
     add_node_failure = "AddNode.ps1: the node could not reach the seed's client connection endpoint"
-    commands: dict[str, tuple[str, str]] = field(default_factory=dict)  # command id -> (document, instance)
 
     def send_command(self, url: str, body: dict[str, Any]) -> AWSResponse | None:
         instance_id = body["InstanceIds"][0]
