@@ -12,13 +12,17 @@ the user holds exactly what the declaration says. IAM identities are untouched: 
 ACLs have no effect on authorization for IAM identities" (MSK Developer Guide, "IAM access
 control"), which is also why the topic administrator may manage ACLs over IAM.
 
-Run it from a host inside the VPC that carries the MSK client security group (for example a
-simulator fleet host over SSM Session Manager) as the MSK stack's topic administrator role: with
---assume-role (and --mfa-serial: the role requires MFA) it assumes that role from the ambient
-credentials and authenticates to MSK with it; the fleet host's own role may not manage topics. The
-bootstrap brokers come from the SSM parameter the MSK stack publishes (read with the ambient
-credentials), unless --bootstrap-servers names them. Against a local broker: PLAINTEXT, or
-SASL_PLAINTEXT as --sasl-username with the password in $SIMULATOR_SASL_PASSWORD.
+Where the Kafka work runs. By default on a simulator fleet host, from anywhere that reaches the
+AWS APIs: the operator's credentials assume the MSK stack's topic administrator role (with MFA,
+--mfa-serial), sign one MSK IAM token with it, leave the token in a SecureString parameter for the
+host and send the fleet's `<prefix>-manage-topics` Run Command document to one running host, which
+reconciles with simulator/topic_admin.py and the token; the output is printed here and the token
+parameter deleted. The fleet host's own role may not manage topics.
+
+With --here it runs on this machine instead: a host inside the VPC with the MSK client security
+group (as the topic administrator with --assume-role), or a local broker named by
+--bootstrap-servers: PLAINTEXT, or SASL_PLAINTEXT as --sasl-username with the password in
+$SIMULATOR_SASL_PASSWORD.
 
 Exit codes: 0 topics and ACLs match the declaration (or would, with --dry-run); 1 a topic
 difference Kafka cannot reconcile remains; 2 bad input, a refused request or an unreachable
@@ -32,389 +36,34 @@ import getpass
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.cluster_inventory import ToolError  # noqa: E402
-from simulator.authorization import missing_permission  # noqa: E402
 from simulator.kafka_config import SASL_PASSWORD_ENV, connection_settings  # noqa: E402
+from simulator.topic_admin import (  # noqa: E402, F401  (the Kafka side, re-exported for callers)
+    AclChange,
+    AclSpec,
+    Declaration,
+    ExistingTopic,
+    KafkaAcls,
+    KafkaTopics,
+    NoAuthorizer,
+    TopicChange,
+    TopicError,
+    TopicSpec,
+    _acl_binding,
+    _positive_seconds,
+    everything_of,
+    plan,
+    plan_acls,
+    reconcile,
+    reconcile_acls,
+)
 
 MS_PER_HOUR = 3_600_000
-
-
-class TopicError(ToolError):
-    """A problem worded for the operator: one line, no traceback."""
-
-
-@dataclass(frozen=True)
-class TopicSpec:
-    name: str
-    partitions: int
-    replication_factor: int
-    retention_ms: int
-
-
-@dataclass(frozen=True)
-class ExistingTopic:
-    name: str
-    partitions: int
-    replication_factor: int
-    retention_ms: int | None
-
-
-@dataclass(frozen=True)
-class TopicChange:
-    topic: TopicSpec
-    action: str  # create | add-partitions | set-retention | unchanged | cannot-reconcile
-    detail: str
-
-    @property
-    def writes(self) -> bool:
-        return self.action in ("create", "add-partitions", "set-retention")
-
-
-@dataclass(frozen=True, order=True)
-class AclSpec:
-    """One Kafka ACL. The declared ones are ALLOW from any host on a literal resource name; the
-    other fields matter for what is found on the cluster, which may be anything."""
-
-    principal: str  # User:<name>
-    resource: str  # topic | group | cluster | transactional_id
-    name: str
-    operation: str  # Kafka's operation name: WRITE, READ, DESCRIBE, ...
-    permission: str = "ALLOW"
-    pattern: str = "LITERAL"
-    host: str = "*"
-
-    def __str__(self) -> str:
-        text = f"{self.principal}: {self.permission.lower()} {self.operation} on {self.resource} {self.name}"
-        if self.pattern != "LITERAL":
-            text += f" ({self.pattern.lower()})"
-        return text if self.host == "*" else f"{text} from {self.host}"
-
-
-@dataclass(frozen=True)
-class AclChange:
-    acl: AclSpec
-    action: str  # create | remove | unchanged
-
-    @property
-    def writes(self) -> bool:
-        return self.action != "unchanged"
-
-
-def plan_acls(declared: Iterable[AclSpec], existing: Iterable[AclSpec]) -> list[AclChange]:
-    """Declared ACLs missing from `existing` are created; ACLs of the declared principals that are
-    not declared (any other operation, resource, pattern, host or a DENY) are removed."""
-    declared, existing = set(declared), set(existing)
-    return [
-        AclChange(acl, "unchanged" if acl in existing else "create") for acl in sorted(declared)
-    ] + [AclChange(acl, "remove") for acl in sorted(existing - declared)]
-
-
-def plan(specs: Iterable[TopicSpec], existing: Mapping[str, ExistingTopic]) -> list[TopicChange]:
-    changes = []
-    for spec in specs:
-        current = existing.get(spec.name)
-        if current is None:
-            changes.append(
-                TopicChange(
-                    spec, "create", f"{spec.partitions} partitions, RF {spec.replication_factor}"
-                )
-            )
-            continue
-        if current.replication_factor != spec.replication_factor:
-            changes.append(
-                TopicChange(
-                    spec,
-                    "cannot-reconcile",
-                    f"replication factor is {current.replication_factor}, declared {spec.replication_factor} "
-                    "(needs a partition reassignment)",
-                )
-            )
-        if current.partitions > spec.partitions:
-            changes.append(
-                TopicChange(
-                    spec,
-                    "cannot-reconcile",
-                    f"has {current.partitions} partitions, declared {spec.partitions} (Kafka cannot remove partitions)",
-                )
-            )
-        elif current.partitions < spec.partitions:
-            changes.append(
-                TopicChange(
-                    spec, "add-partitions", f"{current.partitions} -> {spec.partitions} partitions"
-                )
-            )
-        if current.retention_ms != spec.retention_ms:
-            changes.append(
-                TopicChange(
-                    spec,
-                    "set-retention",
-                    f"retention.ms {current.retention_ms} -> {spec.retention_ms}",
-                )
-            )
-        if not any(c.topic is spec for c in changes):
-            changes.append(
-                TopicChange(
-                    spec,
-                    "unchanged",
-                    f"{current.partitions} partitions, RF {current.replication_factor}",
-                )
-            )
-    return changes
-
-
-def admin_client(settings: dict):
-    """An AdminClient, or one line saying why there is none. With MSK IAM the client fetches its
-    first token while it is built, so missing credentials show here (as "OAuth token not set")."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    try:
-        return AdminClient({**settings, "log_level": 0})
-    except KafkaException as error:
-        raise TopicError(f"cannot connect to the brokers: {error.args[0].str()}") from None
-
-
-class KafkaTopics:
-    """The AdminClient calls this tool makes, behind one small class."""
-
-    def __init__(self, settings: dict, timeout_s: float) -> None:
-        # librdkafka would print every failed connection attempt; this tool reports one line.
-        self._admin = admin_client(settings)
-        self._timeout = timeout_s
-
-    def describe(self, names: Sequence[str]) -> dict[str, ExistingTopic]:
-        from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import ConfigResource, ResourceType
-
-        partitions_of = {}
-        for name in names:
-            # One topic per Metadata request: Kafka silently leaves out of an all-topics answer
-            # what the caller may not describe, but names it with an error when asked for it.
-            try:
-                topic = self._admin.list_topics(topic=name, timeout=self._timeout).topics[name]
-            except KafkaException as error:
-                raise TopicError(f"cannot reach the cluster: {error.args[0].str()}") from None
-            if topic.error is None:
-                partitions_of[name] = topic.partitions
-            elif topic.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise TopicError(
-                    f"describe {name} failed: {missing_permission(topic.error, 'describe', topic=name)}"
-                )
-        present = list(partitions_of)
-        retention = {}
-        if present:
-            resources = [ConfigResource(ResourceType.TOPIC, n) for n in present]
-            for resource, future in self._admin.describe_configs(
-                resources, request_timeout=self._timeout
-            ).items():
-                try:
-                    entry = future.result().get("retention.ms")
-                except KafkaException as error:
-                    reason = missing_permission(error.args[0], "describe-configs", topic=resource.name)
-                    raise TopicError(f"describe configuration of {resource.name} failed: {reason}") from None
-                retention[resource.name] = (
-                    int(entry.value) if entry and entry.value is not None else None
-                )
-        topics = {}
-        for name in present:
-            partitions = partitions_of[name]
-            replicas = {len(p.replicas) for p in partitions.values()}
-            topics[name] = ExistingTopic(
-                name, len(partitions), max(replicas, default=0), retention[name]
-            )
-        return topics
-
-    def apply(self, change: TopicChange) -> None:
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import (
-            AlterConfigOpType,
-            ConfigEntry,
-            ConfigResource,
-            NewPartitions,
-            NewTopic,
-            ResourceType,
-        )
-
-        spec = change.topic
-        if change.action == "create":
-            futures = self._admin.create_topics(
-                [
-                    NewTopic(
-                        spec.name,
-                        spec.partitions,
-                        spec.replication_factor,
-                        config={"retention.ms": str(spec.retention_ms)},
-                    )
-                ],
-                request_timeout=self._timeout,
-            )
-        elif change.action == "add-partitions":
-            futures = self._admin.create_partitions(
-                [NewPartitions(spec.name, spec.partitions)], request_timeout=self._timeout
-            )
-        elif change.action == "set-retention":
-            entry = ConfigEntry(
-                "retention.ms", str(spec.retention_ms), incremental_operation=AlterConfigOpType.SET
-            )
-            futures = self._admin.incremental_alter_configs(
-                [ConfigResource(ResourceType.TOPIC, spec.name, incremental_configs=[entry])],
-                request_timeout=self._timeout,
-            )
-        else:
-            return
-        for future in futures.values():
-            try:
-                future.result()
-            except KafkaException as error:
-                reason = missing_permission(error.args[0], change.action, topic=spec.name)
-                raise TopicError(f"{change.action} {spec.name} failed: {reason}") from None
-
-
-class NoAuthorizer(Exception):
-    """The cluster enforces no ACLs (a local broker without an authorizer)."""
-
-
-class KafkaAcls:
-    """DescribeAcls, CreateAcls and DeleteAcls for a set of principals, behind one small class."""
-
-    def __init__(self, admin_settings: dict, timeout_s: float) -> None:
-        self._admin = admin_client(admin_settings)
-        self._timeout = timeout_s
-
-    def describe(self, principals: Iterable[str]) -> list[AclSpec]:
-        """Every ACL of `principals`, whatever its permission, pattern type and host.
-
-        An empty answer is ambiguous: librdkafka drops DescribeAcls' error code, so a refused
-        request (no DESCRIBE on the cluster) and a broker without an authorizer both come back as
-        an empty list, no error (seen here with confluent-kafka 2.16.1, where Kafka's own
-        AclCommand gets ClusterAuthorizationException from the same broker). confirm() is what
-        tells those apart from "no ACLs"."""
-        from confluent_kafka import KafkaException
-
-        found = []
-        for principal in sorted(set(principals)):
-            try:
-                bindings = self._admin.describe_acls(
-                    everything_of(principal), request_timeout=self._timeout
-                ).result()
-            except KafkaException as error:
-                reason = missing_permission(error.args[0], "describe-acls")
-                raise TopicError(f"describe ACLs of {principal} failed: {reason}") from None
-            found += [_acl_spec(binding) for binding in bindings]
-        return found
-
-    def apply(self, change: AclChange) -> None:
-        from confluent_kafka import KafkaError, KafkaException
-
-        try:
-            if change.action == "create":
-                futures = self._admin.create_acls([_acl_binding(change.acl)], request_timeout=self._timeout)
-            elif change.action == "remove":
-                match = _acl_binding(change.acl, as_filter=True)
-                futures = self._admin.delete_acls([match], request_timeout=self._timeout)
-            else:
-                return
-            for future in futures.values():
-                future.result()
-        except KafkaException as error:
-            if error.args[0].code() == KafkaError.SECURITY_DISABLED:
-                raise NoAuthorizer from None
-            reason = missing_permission(error.args[0], f"{change.action}-acl")
-            raise TopicError(f"{change.action} ACL {change.acl} failed: {reason}") from None
-
-    def confirm(self, declared: Sequence[AclSpec], settle_s: float) -> None:
-        """Waits until the cluster lists exactly the declared ACLs of their principals. A broker
-        serves ACL changes from its metadata a moment after the controller accepted them; a
-        listing that never shows them means DescribeAcls is refused (see describe())."""
-        import time
-
-        deadline = time.monotonic() + settle_s
-        while sorted(self.describe(acl.principal for acl in declared)) != sorted(set(declared)):
-            if time.monotonic() > deadline:
-                raise TopicError(
-                    f"the cluster does not list exactly the declared ACLs after {settle_s:g} s; "
-                    "DescribeAcls may be refused: the identity needs kafka-cluster:DescribeCluster "
-                    "on the cluster"
-                )
-            time.sleep(0.2)
-
-
-def everything_of(principal: str):
-    """The AclBindingFilter that matches every ACL of `principal`."""
-    from confluent_kafka.admin import (
-        AclBindingFilter,
-        AclOperation,
-        AclPermissionType,
-        ResourcePatternType,
-        ResourceType,
-    )
-
-    return AclBindingFilter(
-        ResourceType.ANY, None, ResourcePatternType.ANY, principal, None,
-        AclOperation.ANY, AclPermissionType.ANY,
-    )  # fmt: skip
-
-
-def _acl_spec(binding) -> AclSpec:
-    return AclSpec(
-        binding.principal, binding.restype.name.lower(), binding.name, binding.operation.name,
-        binding.permission_type.name, binding.resource_pattern_type.name, binding.host,
-    )  # fmt: skip
-
-
-def _acl_binding(acl: AclSpec, *, as_filter: bool = False):
-    """The AclBinding of `acl`, or the AclBindingFilter that matches it alone (DeleteAcls)."""
-    from confluent_kafka.admin import (
-        AclBinding,
-        AclBindingFilter,
-        AclOperation,
-        AclPermissionType,
-        ResourcePatternType,
-        ResourceType,
-    )
-
-    return (AclBindingFilter if as_filter else AclBinding)(
-        ResourceType[acl.resource.upper()], acl.name, ResourcePatternType[acl.pattern], acl.principal,
-        acl.host, AclOperation[acl.operation], AclPermissionType[acl.permission],
-    )  # fmt: skip
-
-
-def reconcile_acls(
-    kafka: KafkaAcls, declared: Sequence[AclSpec], *, dry_run: bool, out=sys.stdout, settle_s: float = 15.0
-) -> None:
-    if not declared:
-        return
-    changes = plan_acls(declared, kafka.describe(acl.principal for acl in declared))
-    for change in changes:
-        verb = f"would {change.action}" if dry_run and change.writes else change.action
-        if change.writes and not dry_run:
-            try:
-                kafka.apply(change)
-            except NoAuthorizer:
-                print(f"acl {change.acl}: skipped: the cluster enforces no ACLs", file=out, flush=True)
-                return
-        print(f"acl {change.acl}: {verb}", file=out, flush=True)
-    if not dry_run:
-        kafka.confirm(declared, settle_s)
-
-
-def reconcile(
-    kafka: KafkaTopics, specs: Sequence[TopicSpec], *, dry_run: bool, out=sys.stdout
-) -> int:
-    changes = plan(specs, kafka.describe([s.name for s in specs]))
-    for change in changes:
-        verb = f"would {change.action}" if dry_run and change.writes else change.action
-        print(f"{change.topic.name}: {verb}: {change.detail}", file=out, flush=True)
-        if change.writes and not dry_run:
-            kafka.apply(change)
-    unreconciled = [c for c in changes if c.action == "cannot-reconcile"]
-    return 1 if unreconciled else 0
 
 
 @dataclass(frozen=True)
@@ -426,11 +75,21 @@ class Environment:
     topic_admin_role: str  # role name; its ARN is the MSK stack's TopicAdministratorRoleArn
     acls: list[AclSpec]  # exactly what the SASL/SCRAM users may do
     reconciled_parameter: str = ""  # SSM parameter recording the last reconcile with nothing left
+    fleet: str = ""  # the simulator fleet whose hosts reach the brokers (their FLEET_TAG value)
+    topics_document: str = ""  # the fleet's Run Command document that reconciles on a host
+    token_parameter: str = ""  # SecureString the host reads the topic administrator's token from
 
 
 def declared_environment(environment: str) -> Environment:
     from stacks.config import ConfigError, load_environment, read_environments
-    from stacks.naming import bootstrap_parameter_name, topic_admin_role_name, topics_reconciled_parameter_name
+    from stacks.naming import (
+        bootstrap_parameter_name,
+        manage_topics_document_name,
+        simulator_fleet_name,
+        topic_admin_role_name,
+        topics_reconciled_parameter_name,
+        topics_token_parameter_name,
+    )
 
     try:
         config = load_environment(read_environments(), environment)
@@ -448,6 +107,9 @@ def declared_environment(environment: str) -> Environment:
         topic_admin_role_name(config),
         scram_user_acls(config),
         topics_reconciled_parameter_name(config),
+        simulator_fleet_name(config),
+        manage_topics_document_name(config),
+        topics_token_parameter_name(config),
     )
 
 
@@ -462,7 +124,8 @@ def scram_user_acls(config) -> list[AclSpec]:
 
 
 def assume_topic_admin(
-    environment: Environment, mfa_serial: str | None, *, read_code=None, sts=None
+    environment: Environment, mfa_serial: str | None, *, read_code=None, sts=None, session=None,
+    duration_s: int | None = None,
 ):
     """Assumes the topic administrator role (one STS call, MFA code read from the terminal);
     returns its temporary credentials as botocore Credentials."""
@@ -470,13 +133,15 @@ def assume_topic_admin(
     from botocore.credentials import Credentials
     from botocore.exceptions import BotoCoreError, ClientError
 
-    session = boto3.Session(region_name=environment.region)
+    session = session or boto3.Session(region_name=environment.region)
     partition = session.get_partition_for_region(environment.region)
     role_arn = f"arn:{partition}:iam::{environment.account}:role/{environment.topic_admin_role}"
     request = {
         "RoleArn": role_arn,
         "RoleSessionName": re.sub(r"[^\w+=,.@-]", "-", f"manage-topics-{getpass.getuser()}")[:64],
     }
+    if duration_s:
+        request["DurationSeconds"] = duration_s
     if mfa_serial:
         code = (read_code or _read_mfa_code)(mfa_serial)
         request.update(SerialNumber=mfa_serial, TokenCode=code)
@@ -501,9 +166,9 @@ def _read_mfa_code(mfa_serial: str) -> str:
     return code
 
 
-def msk_iam_token_callback(region: str, credentials):
-    """librdkafka's OAUTHBEARER callback, signing MSK IAM tokens with `credentials` (the assumed
-    role) instead of the ambient ones."""
+def msk_iam_token(region: str, credentials) -> tuple[str, float]:
+    """An MSK IAM token signed with `credentials` (the assumed role) instead of the ambient ones,
+    and when it expires (epoch seconds)."""
     from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
     from botocore.credentials import CredentialProvider
 
@@ -513,13 +178,121 @@ def msk_iam_token_callback(region: str, credentials):
         def load(self):
             return credentials
 
+    token, expiry_ms = MSKAuthTokenProvider.generate_auth_token_from_credentials_provider(region, AssumedRole())
+    return token, expiry_ms / 1000.0
+
+
+def msk_iam_token_callback(region: str, credentials):
+    """librdkafka's OAUTHBEARER callback, signing a fresh token each time it is asked."""
+
     def oauth_cb(_oauth_config: str) -> tuple[str, float]:
-        token, expiry_ms = MSKAuthTokenProvider.generate_auth_token_from_credentials_provider(
-            region, AssumedRole()
-        )
-        return token, expiry_ms / 1000.0
+        return msk_iam_token(region, credentials)
 
     return oauth_cb
+
+
+# SendCommand's own limit (TimeoutSeconds, the time to start) and the document's step limit bound a
+# command; the host's token lasts 15 minutes whatever happens.
+COMMAND_START_TIMEOUT_S = 120
+COMMAND_STEP_TIMEOUT_S = 900
+TOKEN_SESSION_S = 900  # STS's shortest role session: the token cannot outlive it
+
+
+def fleet_host(ec2, fleet: str) -> str:
+    """One running host of the simulator fleet (the first by id, so reruns use the same one)."""
+    from stacks.naming import FLEET_TAG
+
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": f"tag:{FLEET_TAG}", "Values": [fleet]}, {"Name": "instance-state-name", "Values": ["running"]}]
+    )
+    hosts = sorted(i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"])
+    if not hosts:
+        raise TopicError(
+            f"no running host in simulator fleet {fleet}: deploy the SimulatorFleet stack (telemetry deploy), "
+            "or run with --here on a host in the VPC"
+        )
+    return hosts[0]
+
+
+def reconcile_on_fleet(
+    environment: Environment, args: argparse.Namespace, session, *, read_code=None,
+    poll_s: float = 2.0, clock=None, sleep=None, out=sys.stdout,
+) -> int:  # fmt: skip
+    """The reconcile, run on a fleet host through Run Command, its output printed here.
+
+    The topic administrator's token reaches the host through a SecureString parameter that exists
+    only while the command runs; it is deleted whatever happens."""
+    import time
+
+    clock, sleep = clock or time.monotonic, sleep or time.sleep
+    ssm = session.client("ssm")
+    host = fleet_host(session.client("ec2"), environment.fleet)
+    credentials = assume_topic_admin(
+        environment, args.mfa_serial, read_code=read_code, session=session, duration_s=TOKEN_SESSION_S
+    )
+    token, _expiry = msk_iam_token(environment.region, credentials)
+    ssm.put_parameter(
+        Name=environment.token_parameter, Value=token, Type="SecureString", Overwrite=True,
+        Description="telemetry topics: the topic administrator's MSK IAM token, deleted when the command ends",
+    )  # fmt: skip
+    try:
+        command_id = ssm.send_command(
+            DocumentName=environment.topics_document,
+            InstanceIds=[host],
+            Parameters={
+                "declaration": [Declaration(environment.topics, environment.acls).text()],
+                "dryRun": ["true" if args.dry_run else "false"],
+                "timeoutSeconds": [str(max(1, round(args.timeout)))],
+            },
+            TimeoutSeconds=COMMAND_START_TIMEOUT_S,
+            Comment="telemetry topics" + (" --dry-run" if args.dry_run else ""),
+        )["Command"]["CommandId"]
+        print(f"reconciling on fleet host {host} (Run Command {command_id})", file=out, flush=True)
+        result = _follow(ssm, command_id, host, poll_s=poll_s, clock=clock, sleep=sleep, out=out)
+    finally:
+        _delete_token(ssm, environment.token_parameter, out)
+    status, code = result["Status"], result.get("ResponseCode", -1)
+    if status == "Success":
+        return 0
+    if status == "Failed" and code == 1:
+        return 1  # a difference Kafka cannot reconcile, printed above
+    errors = (result.get("StandardErrorContent") or "").strip().splitlines()
+    reason = errors[-1] if errors else result.get("StatusDetails", status)
+    raise TopicError(f"the reconcile on {host} ended {status} (exit {code}): {reason}")
+
+
+def _follow(ssm, command_id: str, host: str, *, poll_s: float, clock, sleep, out) -> dict:
+    """Polls the invocation until it ends, printing its output as it grows."""
+    deadline = clock() + COMMAND_START_TIMEOUT_S + COMMAND_STEP_TIMEOUT_S
+    shown = 0
+    while True:
+        try:
+            result = ssm.get_command_invocation(CommandId=command_id, InstanceId=host)
+        except ssm.exceptions.InvocationDoesNotExist:
+            result = {"Status": "Pending"}  # SSM takes a moment to register a new invocation
+        output = result.get("StandardOutputContent") or ""
+        if len(output) > shown:
+            print(output[shown:], end="", file=out, flush=True)
+            shown = len(output)
+        if result["Status"] not in ("Pending", "InProgress", "Delayed", "Cancelling"):
+            if shown and not output.endswith("\n"):
+                print(file=out)
+            return result
+        if clock() > deadline:
+            raise TopicError(f"Run Command {command_id} on {host} has not ended after {deadline:.0f} s")
+        sleep(poll_s)
+
+
+def _delete_token(ssm, name: str, out) -> None:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        ssm.delete_parameter(Name=name)
+    except ssm.exceptions.ParameterNotFound:
+        pass
+    except (BotoCoreError, ClientError) as error:
+        print(f"warning: could not delete {name} ({error}); the token in it expires within 15 minutes, "
+              f"delete it with: aws ssm delete-parameter --name {name}", file=out, flush=True)
 
 
 def bootstrap_from_ssm(parameter: str, region: str) -> str:
@@ -536,19 +309,15 @@ def bootstrap_from_ssm(parameter: str, region: str) -> str:
         ) from None
 
 
-def _positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
-    return seconds
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--bootstrap-servers", help="HOST:PORT list (default: the MSK stack's SSM parameter)"
+        "--here",
+        action="store_true",
+        help="do the Kafka work on this machine (a host in the VPC with the MSK client security group, "
+        "or a local broker) instead of on a simulator fleet host over SSM Run Command (the default)",
+    )
+    parser.add_argument(
+        "--bootstrap-servers", help="HOST:PORT list (implies --here; default: the MSK stack's SSM parameter)"
     )
     parser.add_argument(
         "--security-protocol",
@@ -571,8 +340,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mfa-serial",
         metavar="ARN",
-        help="your MFA device for --assume-role (the role requires MFA); the code is read from "
-        "the terminal",
+        help="your MFA device (the topic administrator role requires it): needed on a fleet host, and "
+        "with --assume-role; the code is read from the terminal",
     )
     parser.add_argument(
         "--timeout", type=_positive_seconds, default=30.0, help="seconds per admin request (default 30)"
@@ -608,6 +377,11 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(problem)
 
 
+def on_fleet(args: argparse.Namespace) -> bool:
+    """Where the Kafka work runs: on a fleet host unless told here (or given local brokers)."""
+    return not (args.here or args.bootstrap_servers or args.security_protocol != "SASL_SSL")
+
+
 def usage_problem(args: argparse.Namespace) -> str | None:
     """The one line a bad combination of flags gets, or None."""
     local_sasl = args.security_protocol == "SASL_PLAINTEXT"
@@ -619,8 +393,15 @@ def usage_problem(args: argparse.Namespace) -> str | None:
         return "--security-protocol SASL_PLAINTEXT is for a local broker: name it with --bootstrap-servers"
     if args.assume_role and args.security_protocol != "SASL_SSL":
         return "--assume-role goes with --security-protocol SASL_SSL (MSK IAM), and only"
-    if args.mfa_serial and not args.assume_role:
-        return "--mfa-serial goes with --assume-role"
+    if args.mfa_serial and not (args.assume_role or on_fleet(args)):
+        return "--mfa-serial goes with --assume-role (or with the default run on a fleet host)"
+    if on_fleet(args) and not args.mfa_serial:
+        return (
+            "on a fleet host the work runs as the topic administrator role, which requires MFA: pass "
+            "--mfa-serial ARN (or --here on a host in the VPC)"
+        )
+    if on_fleet(args) and args.assume_role:
+        return "--assume-role goes with --here: on a fleet host the topic administrator role is always used"
     return None
 
 
@@ -630,7 +411,7 @@ def reconciled_parameter_name(config) -> str:
     return topics_reconciled_parameter_name(config)
 
 
-def record_reconciled(environment: Environment, now: Callable[[], str] | None = None) -> None:
+def record_reconciled(environment: Environment, now: Callable[[], str] | None = None, ssm=None) -> None:
     """Tell `telemetry deploy` the topics step is done: the time, in an SSM parameter. With the
     operator's own credentials; a refusal is a note, not a failure of the reconcile."""
     import datetime
@@ -640,7 +421,7 @@ def record_reconciled(environment: Environment, now: Callable[[], str] | None = 
 
     stamp = (now or (lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")))()
     try:
-        boto3.client("ssm", region_name=environment.region).put_parameter(
+        (ssm or boto3.client("ssm", region_name=environment.region)).put_parameter(
             Name=environment.reconciled_parameter, Value=stamp, Type="String", Overwrite=True
         )
     except (BotoCoreError, ClientError) as error:
@@ -662,11 +443,19 @@ def require_credentials(region: str) -> None:
         )
 
 
-def run(args: argparse.Namespace, session_factory: object = None) -> int:
+def run(args: argparse.Namespace, session_factory: Callable[[str], object] | None = None) -> int:
     """Reconcile; a problem is raised as TopicError, worded for the operator."""
+    import boto3
+
     environment = declared_environment(args.env)
     if args.security_protocol == "SASL_SSL":
         require_credentials(environment.region)
+    if on_fleet(args):
+        session = (session_factory or (lambda region: boto3.Session(region_name=region)))(environment.region)
+        status = reconcile_on_fleet(environment, args, session)
+        if status == 0 and not args.dry_run:
+            record_reconciled(environment, ssm=session.client("ssm"))
+        return status
     bootstrap = args.bootstrap_servers or bootstrap_from_ssm(
         environment.bootstrap_parameter, environment.region
     )

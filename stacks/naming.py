@@ -20,6 +20,16 @@ def topics_reconciled_parameter_name(config: EnvironmentConfig) -> str:
     return f"/{config.resource_prefix}/msk/topics-reconciled"
 
 
+def topics_token_parameter_name(config: EnvironmentConfig) -> str:
+    """Where `telemetry topics` leaves the topic administrator's MSK IAM token (SecureString)
+    for the fleet host that reconciles the topics, for the length of one command."""
+    return f"/{config.resource_prefix}/msk/topics-token"
+
+
+def manage_topics_document_name(config: EnvironmentConfig) -> str:
+    return f"{config.resource_prefix}-manage-topics"
+
+
 def topic_admin_role_name(config: EnvironmentConfig) -> str:
     """The role operators assume to run scripts/manage_topics.py (its ARN is also an MSK stack
     output); named so the script can find it from --env alone."""

@@ -17,9 +17,11 @@ from stacks.naming import (
     SIMULATOR_METRICS_NAMESPACE,
     device_credentials_path,
     device_thing_prefix,
+    manage_topics_document_name,
     run_simulator_document_name,
     simulator_fleet_name,
     simulator_runs_log_group_name,
+    topics_token_parameter_name,
 )
 from stacks.removal import removal_policy
 
@@ -81,6 +83,12 @@ class SimulatorFleetStack(Stack):
             region=config.region,
             devices_path=device_credentials_path(config),
             thing_prefix=device_thing_prefix(config),
+        )
+        fleet.add_topics_document(
+            document_name=manage_topics_document_name(config),
+            bootstrap_parameter=bootstrap_parameter,
+            token_parameter_name=topics_token_parameter_name(config),
+            region=config.region,
         )
 
         # scripts/run_simulation.py writes each merged fleet report here in embedded metric

@@ -54,9 +54,9 @@ COMMANDS = (
     Command(("deploy",), "the first deployment, step by step and resumable (--dry-run: the plan)", WORKSTATION,
             "scripts.telemetry.deploy", dry_run_offline=True, json=True),
     Command(("topics",), "create or update the declared Kafka topics and the gateway's SCRAM ACLs",
-            "Needs: AWS credentials, and a network path to the MSK brokers: run it on a host in the VPC "
-            "with the MSK client security group and this checkout (the simulator fleet hosts carry only "
-            "the simulator so far).",
+            WORKSTATION + " The Kafka work runs on a simulator fleet host over SSM Run Command, as the topic "
+            "administrator role (needs --mfa-serial); --here runs it on this machine instead (a host in the VPC "
+            "with the MSK client security group, or a local broker).",
             "scripts.manage_topics"),
     Command(("cluster", "bootstrap"), "create the Service Fabric cluster on the seed nodes", WORKSTATION,
             "scripts.bootstrap_cluster", dry_run_offline=True),

@@ -56,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print every step and what it would do, from cdk.json and the synthesized "
                         "templates; no AWS calls, no credentials. Without it, each step is run unless the "
                         "account shows it done; run again after a failure to go on from there")
+    parser.add_argument("--mfa-serial", metavar="ARN",
+                        help="your MFA device: the topics step assumes the topic administrator role, which "
+                        "requires MFA (the code is read from the terminal)")
     parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out",
                         help="synthesized templates (default cdk.out; synthesized here if they lack the environment)")
 
@@ -71,7 +74,8 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
         from scripts.telemetry.journey import journey, run_command, run_journey
 
         session = session_factory(config.region)
-        return run_journey(journey(config, session, stacks, runner=run_command, say=_say), _say)
+        steps = journey(config, session, stacks, runner=run_command, say=_say, mfa_serial=args.mfa_serial)
+        return run_journey(steps, _say)
     steps = plan(config, stacks)
     if args.format == "json":
         print(json.dumps({"environment": config.name, "account": config.account, "region": config.region,
@@ -152,7 +156,13 @@ def in_dependency_order(stacks: Sequence[Stack]) -> list[Stack]:
 
 
 def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
-    from stacks.naming import bootstrap_parameter_name, gateway_thumbprint_parameter_name
+    from stacks.naming import (
+        bootstrap_parameter_name,
+        gateway_thumbprint_parameter_name,
+        manage_topics_document_name,
+        simulator_fleet_name,
+        topic_admin_role_name,
+    )
 
     fabric, msk = config.service_fabric, config.msk
     steps = [
@@ -175,6 +185,8 @@ def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
         ] + [
             f"read the brokers from SSM parameter {bootstrap_parameter_name(config)}",
             "set the device gateway's SCRAM user ACLs: WRITE on its topic, nothing else",
+            f"on one host of simulator fleet {simulator_fleet_name(config)} (Run Command document "
+            f"{manage_topics_document_name(config)}), as role {topic_admin_role_name(config)} (MFA)",
         ]),
         Step("bootstrap", [
             f"create cluster {_one(stacks, 'ServiceFabric', 'AWS::SSM::Document', 'Name', 'the create-cluster document')} "

@@ -33,10 +33,12 @@ def worded(error: BaseException) -> tuple[int, str]:
     from sf_rest import FabricError
 
     from scripts.cluster_inventory import ToolError
+    from simulator.errors import SimulatorError
     from stacks.config import ConfigError
 
-    # The command line, cdk.json, or a missing prerequisite worded by the tool.
-    if isinstance(error, (UsageError, ConfigError, ToolError)):
+    # The command line, cdk.json, or a missing prerequisite worded by the tool (or by the
+    # simulator package's code it runs, such as the topics' Kafka side).
+    if isinstance(error, (UsageError, ConfigError, ToolError, SimulatorError)):
         return EXIT_USAGE, str(error)
     if isinstance(error, ProfileNotFound):
         return EXIT_USAGE, f"{error}; list profiles with 'aws configure list-profiles'"

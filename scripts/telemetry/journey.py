@@ -8,7 +8,8 @@ The steps and how each knows it is done:
     deploy     every stack of the environment is in a complete CloudFormation state; a missing
                stack is deployed with the CDK CLI, one at a time in dependency order
     topics     the SSM parameter `telemetry topics` writes after a reconcile that left nothing to
-               change; the Kafka work itself needs a host inside the VPC (an operator step)
+               change; the Kafka work runs on a simulator fleet host over Run Command, as the
+               topic administrator role (MFA: deploy's --mfa-serial)
     bootstrap  a create-cluster command ended Success on a seed (Run Command's history)
     flink      the Flink application is RUNNING; a READY one is started
     smoke      never "done": a short simulator fleet run through the platform must pass
@@ -134,6 +135,8 @@ class Stacks:
 class Topics:
     config: Any
     session: Any
+    mfa_serial: str | None = None
+    read_code: Callable[[str], str] | None = None  # the MFA code; the terminal by default
     name: str = "topics"
 
     def done(self) -> str:
@@ -148,11 +151,23 @@ class Topics:
         return f"telemetry topics reconciled them at {value}"
 
     def run(self) -> None:
-        raise OperationFailed(
-            f"the topics are made from a host that reaches the brokers: on a host in the VPC with the MSK "
-            f"client security group and this checkout, run telemetry topics --env {self.config.name} "
-            "(README, 'Kafka topics')"
-        )
+        import argparse
+
+        from scripts.manage_topics import declared_environment, reconcile_on_fleet, record_reconciled
+
+        if not self.mfa_serial:
+            raise OperationFailed(
+                "the topics are reconciled as the topic administrator role, which requires MFA: run "
+                f"telemetry deploy --env {self.config.name} --mfa-serial ARN (your MFA device)"
+            )
+        environment = declared_environment(self.config.name)
+        args = argparse.Namespace(mfa_serial=self.mfa_serial, dry_run=False, timeout=30.0)
+        if reconcile_on_fleet(environment, args, self.session, read_code=self.read_code) != 0:
+            raise OperationFailed(
+                "a topic differs from cdk.json in a way Kafka cannot change in place (above): fix the "
+                "declaration or the topic, then run again"
+            )
+        record_reconciled(environment, ssm=self.session.client("ssm"))
 
 
 @dataclass
@@ -267,11 +282,14 @@ def _smoke_run_id() -> str:
     return "smoke-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
 
 
-def journey(config: Any, session: Any, stacks: Sequence[Any], *, runner: Runner, say: Say) -> list[Step]:
+def journey(
+    config: Any, session: Any, stacks: Sequence[Any], *, runner: Runner, say: Say, mfa_serial: str | None = None,
+    read_code: Callable[[str], str] | None = None,
+) -> list[Step]:  # fmt: skip
     return [
         Preflight(config, session, say),
         Stacks(config, session, stacks, runner, say),
-        Topics(config, session),
+        Topics(config, session, mfa_serial, read_code),
         Bootstrap(config, session, say),
         Flink(config, session, stacks, say),
         Smoke(config, session, say),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from aws_cdk import RemovalPolicy, Tags
+from aws_cdk import RemovalPolicy, Stack, Tags
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -19,22 +19,44 @@ from stacks.naming import FLEET_TAG
 
 REPO = Path(__file__).resolve().parent.parent.parent
 SIMULATOR_PACKAGE = REPO / "simulator"
-RUN_DOCUMENT = REPO / "stacks" / "documents" / "run_simulator.yaml"
+DOCUMENTS = REPO / "stacks" / "documents"
+RUN_DOCUMENT = DOCUMENTS / "run_simulator.yaml"
+TOPICS_DOCUMENT = DOCUMENTS / "manage_topics.yaml"
+INSTALL_SCRIPT = DOCUMENTS / "install_simulator.sh"
+INSTALL_MARKER = "# {install the simulator package}"
 
 
-def render_run_document(defaults: dict[str, str]) -> dict:
-    """The Run Command document with the stack's values as parameter defaults."""
-    document = yaml.safe_load(RUN_DOCUMENT.read_text())
+def render_document(path: Path, defaults: dict[str, str]) -> dict:
+    """A Run Command document of the fleet with the stack's values as parameter defaults and the
+    shared install of the simulator package in place of its marker line."""
+    document = yaml.safe_load(path.read_text())
     parameters = document["parameters"]
     unknown = set(defaults) - set(parameters)
     if unknown:
-        raise ValueError(f"{RUN_DOCUMENT.name} has no parameters {sorted(unknown)}")
+        raise ValueError(f"{path.name} has no parameters {sorted(unknown)}")
     for name, value in defaults.items():
         parameters[name]["default"] = value
     unrendered = [name for name, spec in parameters.items() if spec.get("default") == "rendered"]
     if unrendered:
-        raise ValueError(f"{RUN_DOCUMENT.name}: no value given for {unrendered}")
+        raise ValueError(f"{path.name}: no value given for {unrendered}")
+    for step in document["mainSteps"]:
+        step["inputs"]["runCommand"] = [_with_install(script, path) for script in step["inputs"]["runCommand"]]
     return document
+
+
+def _with_install(script: str, path: Path) -> str:
+    lines = script.split("\n")
+    marked = [i for i, line in enumerate(lines) if line.strip() == INSTALL_MARKER]
+    if len(marked) != 1:
+        raise ValueError(f"{path.name}: the script needs the line {INSTALL_MARKER!r} once")
+    indent = lines[marked[0]][: -len(lines[marked[0]].lstrip())]
+    install = [indent + line if line else line for line in INSTALL_SCRIPT.read_text().rstrip("\n").split("\n")]
+    return "\n".join(lines[: marked[0]] + install + lines[marked[0] + 1 :])
+
+
+def render_run_document(defaults: dict[str, str]) -> dict:
+    """The simulator's Run Command document with the stack's values as parameter defaults."""
+    return render_document(RUN_DOCUMENT, defaults)
 
 
 class SimulatorFleet(Construct):
@@ -182,3 +204,45 @@ class SimulatorFleet(Construct):
                 thing_prefix=thing_prefix,
             ),
         )
+
+    def add_topics_document(
+        self,
+        *,
+        document_name: str,
+        bootstrap_parameter: ssm.IStringParameter,
+        token_parameter_name: str,
+        region: str,
+    ) -> ssm.CfnDocument:
+        """The document `telemetry topics` sends to one host. The host may read the token
+        parameter, which exists only while such a command runs; it may not write or delete it."""
+        bootstrap_parameter.grant_read(self.role)
+        stack = Stack.of(self)
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["ssm:GetParameter"],
+                resources=[
+                    stack.format_arn(
+                        service="ssm",
+                        resource="parameter",
+                        resource_name=token_parameter_name.lstrip("/"),
+                    )
+                ],
+            )
+        )
+        return ssm.CfnDocument(
+            self,
+            "TopicsDocument",
+            name=document_name,
+            document_type="Command",
+            update_method="NewVersion",
+            content=render_document(
+                TOPICS_DOCUMENT,
+                {
+                    "tokenParameter": token_parameter_name,
+                    "bootstrapParameter": bootstrap_parameter.parameter_name,
+                    "simulatorPackage": self.package.s3_object_url,
+                    "region": region,
+                },
+            ),
+        )
+

@@ -139,7 +139,12 @@ def test_unreachable_cluster_is_one_line():
          "--security-protocol SASL_PLAINTEXT needs $SIMULATOR_SASL_PASSWORD"),
         (["--security-protocol", "PLAINTEXT", "--assume-role", "--bootstrap-servers", "127.0.0.1:1"],
          "--assume-role goes with --security-protocol SASL_SSL (MSK IAM), and only"),
-        (["--mfa-serial", "arn:aws:iam::111111111111:mfa/ops"], "--mfa-serial goes with --assume-role"),
+        (["--here", "--mfa-serial", "arn:aws:iam::111111111111:mfa/ops"],
+         "--mfa-serial goes with --assume-role (or with the default run on a fleet host)"),
+        ([], "on a fleet host the work runs as the topic administrator role, which requires MFA: pass "
+             "--mfa-serial ARN (or --here on a host in the VPC)"),
+        (["--assume-role", "--mfa-serial", "arn:aws:iam::111111111111:mfa/ops"],
+         "--assume-role goes with --here: on a fleet host the topic administrator role is always used"),
     ],
 )
 def test_bad_flag_combinations_are_one_line(flags, line):

@@ -95,11 +95,12 @@ def test_a_failed_stack_stops_the_run_and_the_next_run_goes_on_from_it(account, 
 
     cdk.failing.clear()
     lines.clear()
-    with pytest.raises(OperationFailed, match="topics: the topics are made from a host that reaches the brokers"):
+    with pytest.raises(OperationFailed, match="topics: the topics are reconciled as the topic administrator role, "
+                       "which requires MFA: run telemetry deploy --env dev --mfa-serial ARN"):
         run_journey(journey(CONFIG, session, stacks, runner=cdk, say=lines.append), lines.append)
 
     # The second run deployed only what the first left, in dependency order, then stopped at the
-    # step that needs an operator inside the VPC.
+    # step that needs the operator's MFA.
     assert cdk.deployed == [s.name for s in stacks]
     assert lines[0] == "[1/6] preflight: running" and lines[1] == "[1/6] preflight: done"
     assert f"  {stacks[0].name}: CREATE_COMPLETE" in lines and f"  {third}: deploying" in lines
@@ -133,6 +134,28 @@ def test_the_topics_step_is_done_once_telemetry_topics_recorded_a_reconcile(acco
     assert step.done() == ""
     record_reconciled(declared_environment("dev"), now=lambda: "2026-11-24T20:00:00+00:00")
     assert step.done() == "telemetry topics reconciled them at 2026-11-24T20:00:00+00:00"
+
+
+def test_the_topics_step_reconciles_on_a_fleet_host_and_records_it(account):
+    """moto answers the Run Command as succeeded (it runs nothing); what the host does is tested in
+    tests/scripts/test_topics_on_fleet.py. Here: the step finds a fleet host, sends the fleet's
+    document, deletes the token parameter and records the reconcile, which makes it done."""
+    ec2 = account.client("ec2")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, TagSpecifications=[{
+        "ResourceType": "instance", "Tags": [{"Key": "telemetry:fleet", "Value": "telemetry-dev-simulator"}]}])
+    step = Topics(CONFIG, account, "arn:aws:iam::111111111111:mfa/ops", read_code=lambda serial: "123456")
+    step.run()
+    assert step.done().startswith("telemetry topics reconciled them at ")
+    (command,) = account.client("ssm").list_commands()["Commands"]
+    assert command["DocumentName"] == "telemetry-dev-manage-topics"
+    with pytest.raises(account.client("ssm").exceptions.ParameterNotFound):
+        account.client("ssm").get_parameter(Name="/telemetry-dev/msk/topics-token")
+
+
+def test_the_topics_step_without_mfa_says_how_to_give_it(account):
+    with pytest.raises(OperationFailed, match="--mfa-serial ARN"):
+        Topics(CONFIG, account).run()
 
 
 def test_the_bootstrap_step_is_done_once_the_create_cluster_command_succeeded(account, stacks):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 
 import pytest
 
 from stacks.constructs.simulator_fleet import render_run_document
+from tests.conftest import REPO
 
 HOSTS = {"dev": 1, "staging": 2, "prod": 3}
 
@@ -77,12 +79,19 @@ def test_results_bucket_is_private_encrypted_tls_only_logged_and_expiring(synthe
     assert policies.count('"aws:SecureTransport": "false"') == 2  # results and access-log buckets
 
 
-def run_document(synthesized, env="dev") -> dict:
+def fleet_document(synthesized, name: str, env="dev") -> dict:
     template = synthesized(env).template("simulator_fleet")
-    (document,) = template.find_resources("AWS::SSM::Document").values()
-    assert document["Properties"]["Name"] == f"telemetry-{env}-run-simulator"
+    documents = template.find_resources("AWS::SSM::Document").values()
+    assert sorted(d["Properties"]["Name"] for d in documents) == [
+        f"telemetry-{env}-manage-topics", f"telemetry-{env}-run-simulator"
+    ]
+    (document,) = [d for d in documents if d["Properties"]["Name"] == f"telemetry-{env}-{name}"]
     assert document["Properties"]["DocumentType"] == "Command"
     return document["Properties"]["Content"]
+
+
+def run_document(synthesized, env="dev") -> dict:
+    return fleet_document(synthesized, "run-simulator", env)
 
 
 def test_run_document_defaults_are_rendered(synthesized):
@@ -145,3 +154,53 @@ def test_dashboard_shows_simulator_metrics(synthesized):
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for metric in ("ThroughputMsgsPerSec", "E2eLatencyP99Ms", "LostMessages"):
         assert metric in body
+
+
+def test_topics_document_runs_the_hosts_reconcile_with_flags_it_accepts(synthesized, tmp_path):
+    """The script of the document `telemetry topics` sends, substituted as SSM would with what the
+    workstation sends: valid bash, and its python line parses with the host program's own parser."""
+    from scripts.manage_topics import Declaration, declared_environment
+    from simulator.topic_admin import parse_args
+
+    content = fleet_document(synthesized, "manage-topics")
+    params = content["parameters"]
+    assert "rendered" not in json.dumps(content)
+    assert params["tokenParameter"]["default"] == "/telemetry-dev/msk/topics-token"
+    environment = declared_environment("prod")
+    sample = {
+        "declaration": Declaration(environment.topics, environment.acls).text(), "dryRun": "true",
+        "timeoutSeconds": "30", "tokenParameter": "/telemetry-dev/msk/topics-token",
+        "bootstrapParameter": "/telemetry-dev/msk/bootstrap-brokers-iam",
+        "simulatorPackage": "s3://assets-bucket/abc.zip", "region": "eu-west-1",
+    }  # fmt: skip
+    assert set(sample) == set(params)
+    (step,) = content["mainSteps"]
+    script = "\n".join(step["inputs"]["runCommand"])
+    for name, value in sample.items():
+        assert re.fullmatch(params[name]["allowedPattern"], value), name
+        script = script.replace("{{ " + name + " }}", value)
+    assert "{{" not in script
+    path = tmp_path / "topics.sh"
+    path.write_text(script)
+    result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    # The token is read from the parameter into the environment, never passed on a command line.
+    assert "--with-decryption" in script and "export MSK_IAM_TOKEN" in script
+    assert "/opt/telemetry-simulator/" in script  # the shared install, rendered in
+    command = script[script.index("python -m simulator.topic_admin") :].replace("\\\n", " ")
+    words = shlex.split(command.replace('"$brokers"', "b-1:9098").replace('"${dry_run[@]}"', "--dry-run"))
+    args = parse_args(words[3:])
+    assert Declaration.from_text(args.declaration) == Declaration(environment.topics, environment.acls)
+    assert (args.region, args.timeout, args.dry_run, args.security_protocol) == ("eu-west-1", 30.0, True, "SASL_SSL")
+
+
+def test_both_documents_install_the_simulator_the_same_way(synthesized):
+    scripts = [
+        "\n".join(fleet_document(synthesized, name)["mainSteps"][0]["inputs"]["runCommand"])
+        for name in ("run-simulator", "manage-topics")
+    ]
+    install = [line.strip() for line in (REPO / "stacks" / "documents" / "install_simulator.sh").read_text().splitlines()]
+    for script in scripts:
+        lines = [line.strip() for line in script.splitlines()]
+        start = lines.index(install[0])
+        assert lines[start : start + len(install)] == install

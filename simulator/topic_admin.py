@@ -1,0 +1,514 @@
+"""The Kafka side of topic administration: compare the declared topics and SCRAM users' ACLs with
+the cluster and change the cluster to match. It ships with the simulator because it runs where the
+brokers are reachable: on a simulator fleet host, started by the Run Command document
+`<prefix>-manage-topics` that `telemetry topics` sends, or in-process by scripts/manage_topics.py
+on a host inside the VPC.
+
+On a fleet host (`python -m simulator.topic_admin`) it is given everything it needs:
+- the declaration, as base64 JSON from the operator's workstation (`declaration_text`), so the host
+  needs neither cdk.json nor the blueprint's configuration code;
+- an MSK IAM token in $MSK_IAM_TOKEN, signed on the workstation as the topic administrator role
+  (which requires MFA, so no host can assume it). The token is a presigned, 15-minute
+  `kafka-cluster:Connect` request (aws-msk-iam-sasl-signer-python, `__construct_auth_token`);
+  the host presents it over SASL/OAUTHBEARER and cannot renew it, which bounds the run.
+
+Exit codes: 0 topics and ACLs match the declaration (or would, with --dry-run); 1 a topic
+difference Kafka cannot reconcile remains; 2 bad input, a refused request or an unreachable
+cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from urllib.parse import parse_qs, urlparse
+
+from simulator.authorization import missing_permission
+from simulator.errors import SimulatorError
+from simulator.kafka_config import SASL_PASSWORD_ENV, connection_settings
+
+TOKEN_ENV = "MSK_IAM_TOKEN"
+
+class TopicError(SimulatorError):
+    """A problem worded for the operator: one line, no traceback."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication_factor: int
+    retention_ms: int
+
+
+@dataclass(frozen=True)
+class ExistingTopic:
+    name: str
+    partitions: int
+    replication_factor: int
+    retention_ms: int | None
+
+
+@dataclass(frozen=True)
+class TopicChange:
+    topic: TopicSpec
+    action: str  # create | add-partitions | set-retention | unchanged | cannot-reconcile
+    detail: str
+
+    @property
+    def writes(self) -> bool:
+        return self.action in ("create", "add-partitions", "set-retention")
+
+
+@dataclass(frozen=True, order=True)
+class AclSpec:
+    """One Kafka ACL. The declared ones are ALLOW from any host on a literal resource name; the
+    other fields matter for what is found on the cluster, which may be anything."""
+
+    principal: str  # User:<name>
+    resource: str  # topic | group | cluster | transactional_id
+    name: str
+    operation: str  # Kafka's operation name: WRITE, READ, DESCRIBE, ...
+    permission: str = "ALLOW"
+    pattern: str = "LITERAL"
+    host: str = "*"
+
+    def __str__(self) -> str:
+        text = f"{self.principal}: {self.permission.lower()} {self.operation} on {self.resource} {self.name}"
+        if self.pattern != "LITERAL":
+            text += f" ({self.pattern.lower()})"
+        return text if self.host == "*" else f"{text} from {self.host}"
+
+
+@dataclass(frozen=True)
+class AclChange:
+    acl: AclSpec
+    action: str  # create | remove | unchanged
+
+    @property
+    def writes(self) -> bool:
+        return self.action != "unchanged"
+
+
+def plan_acls(declared: Iterable[AclSpec], existing: Iterable[AclSpec]) -> list[AclChange]:
+    """Declared ACLs missing from `existing` are created; ACLs of the declared principals that are
+    not declared (any other operation, resource, pattern, host or a DENY) are removed."""
+    declared, existing = set(declared), set(existing)
+    return [
+        AclChange(acl, "unchanged" if acl in existing else "create") for acl in sorted(declared)
+    ] + [AclChange(acl, "remove") for acl in sorted(existing - declared)]
+
+
+def plan(specs: Iterable[TopicSpec], existing: Mapping[str, ExistingTopic]) -> list[TopicChange]:
+    changes = []
+    for spec in specs:
+        current = existing.get(spec.name)
+        if current is None:
+            changes.append(
+                TopicChange(
+                    spec, "create", f"{spec.partitions} partitions, RF {spec.replication_factor}"
+                )
+            )
+            continue
+        if current.replication_factor != spec.replication_factor:
+            changes.append(
+                TopicChange(
+                    spec,
+                    "cannot-reconcile",
+                    f"replication factor is {current.replication_factor}, declared {spec.replication_factor} "
+                    "(needs a partition reassignment)",
+                )
+            )
+        if current.partitions > spec.partitions:
+            changes.append(
+                TopicChange(
+                    spec,
+                    "cannot-reconcile",
+                    f"has {current.partitions} partitions, declared {spec.partitions} (Kafka cannot remove partitions)",
+                )
+            )
+        elif current.partitions < spec.partitions:
+            changes.append(
+                TopicChange(
+                    spec, "add-partitions", f"{current.partitions} -> {spec.partitions} partitions"
+                )
+            )
+        if current.retention_ms != spec.retention_ms:
+            changes.append(
+                TopicChange(
+                    spec,
+                    "set-retention",
+                    f"retention.ms {current.retention_ms} -> {spec.retention_ms}",
+                )
+            )
+        if not any(c.topic is spec for c in changes):
+            changes.append(
+                TopicChange(
+                    spec,
+                    "unchanged",
+                    f"{current.partitions} partitions, RF {current.replication_factor}",
+                )
+            )
+    return changes
+
+
+def admin_client(settings: dict):
+    """An AdminClient, or one line saying why there is none. With MSK IAM the client fetches its
+    first token while it is built, so missing credentials show here (as "OAuth token not set")."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        return AdminClient({**settings, "log_level": 0})
+    except KafkaException as error:
+        raise TopicError(f"cannot connect to the brokers: {error.args[0].str()}") from None
+
+
+class KafkaTopics:
+    """The AdminClient calls this tool makes, behind one small class."""
+
+    def __init__(self, settings: dict, timeout_s: float) -> None:
+        # librdkafka would print every failed connection attempt; this tool reports one line.
+        self._admin = admin_client(settings)
+        self._timeout = timeout_s
+
+    def describe(self, names: Sequence[str]) -> dict[str, ExistingTopic]:
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import ConfigResource, ResourceType
+
+        partitions_of = {}
+        for name in names:
+            # One topic per Metadata request: Kafka silently leaves out of an all-topics answer
+            # what the caller may not describe, but names it with an error when asked for it.
+            try:
+                topic = self._admin.list_topics(topic=name, timeout=self._timeout).topics[name]
+            except KafkaException as error:
+                raise TopicError(f"cannot reach the cluster: {error.args[0].str()}") from None
+            if topic.error is None:
+                partitions_of[name] = topic.partitions
+            elif topic.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise TopicError(
+                    f"describe {name} failed: {missing_permission(topic.error, 'describe', topic=name)}"
+                )
+        present = list(partitions_of)
+        retention = {}
+        if present:
+            resources = [ConfigResource(ResourceType.TOPIC, n) for n in present]
+            for resource, future in self._admin.describe_configs(
+                resources, request_timeout=self._timeout
+            ).items():
+                try:
+                    entry = future.result().get("retention.ms")
+                except KafkaException as error:
+                    reason = missing_permission(error.args[0], "describe-configs", topic=resource.name)
+                    raise TopicError(f"describe configuration of {resource.name} failed: {reason}") from None
+                retention[resource.name] = (
+                    int(entry.value) if entry and entry.value is not None else None
+                )
+        topics = {}
+        for name in present:
+            partitions = partitions_of[name]
+            replicas = {len(p.replicas) for p in partitions.values()}
+            topics[name] = ExistingTopic(
+                name, len(partitions), max(replicas, default=0), retention[name]
+            )
+        return topics
+
+    def apply(self, change: TopicChange) -> None:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import (
+            AlterConfigOpType,
+            ConfigEntry,
+            ConfigResource,
+            NewPartitions,
+            NewTopic,
+            ResourceType,
+        )
+
+        spec = change.topic
+        if change.action == "create":
+            futures = self._admin.create_topics(
+                [
+                    NewTopic(
+                        spec.name,
+                        spec.partitions,
+                        spec.replication_factor,
+                        config={"retention.ms": str(spec.retention_ms)},
+                    )
+                ],
+                request_timeout=self._timeout,
+            )
+        elif change.action == "add-partitions":
+            futures = self._admin.create_partitions(
+                [NewPartitions(spec.name, spec.partitions)], request_timeout=self._timeout
+            )
+        elif change.action == "set-retention":
+            entry = ConfigEntry(
+                "retention.ms", str(spec.retention_ms), incremental_operation=AlterConfigOpType.SET
+            )
+            futures = self._admin.incremental_alter_configs(
+                [ConfigResource(ResourceType.TOPIC, spec.name, incremental_configs=[entry])],
+                request_timeout=self._timeout,
+            )
+        else:
+            return
+        for future in futures.values():
+            try:
+                future.result()
+            except KafkaException as error:
+                reason = missing_permission(error.args[0], change.action, topic=spec.name)
+                raise TopicError(f"{change.action} {spec.name} failed: {reason}") from None
+
+
+class NoAuthorizer(Exception):
+    """The cluster enforces no ACLs (a local broker without an authorizer)."""
+
+
+class KafkaAcls:
+    """DescribeAcls, CreateAcls and DeleteAcls for a set of principals, behind one small class."""
+
+    def __init__(self, admin_settings: dict, timeout_s: float) -> None:
+        self._admin = admin_client(admin_settings)
+        self._timeout = timeout_s
+
+    def describe(self, principals: Iterable[str]) -> list[AclSpec]:
+        """Every ACL of `principals`, whatever its permission, pattern type and host.
+
+        An empty answer is ambiguous: librdkafka drops DescribeAcls' error code, so a refused
+        request (no DESCRIBE on the cluster) and a broker without an authorizer both come back as
+        an empty list, no error (seen here with confluent-kafka 2.16.1, where Kafka's own
+        AclCommand gets ClusterAuthorizationException from the same broker). confirm() is what
+        tells those apart from "no ACLs"."""
+        from confluent_kafka import KafkaException
+
+        found = []
+        for principal in sorted(set(principals)):
+            try:
+                bindings = self._admin.describe_acls(
+                    everything_of(principal), request_timeout=self._timeout
+                ).result()
+            except KafkaException as error:
+                reason = missing_permission(error.args[0], "describe-acls")
+                raise TopicError(f"describe ACLs of {principal} failed: {reason}") from None
+            found += [_acl_spec(binding) for binding in bindings]
+        return found
+
+    def apply(self, change: AclChange) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+
+        try:
+            if change.action == "create":
+                futures = self._admin.create_acls([_acl_binding(change.acl)], request_timeout=self._timeout)
+            elif change.action == "remove":
+                match = _acl_binding(change.acl, as_filter=True)
+                futures = self._admin.delete_acls([match], request_timeout=self._timeout)
+            else:
+                return
+            for future in futures.values():
+                future.result()
+        except KafkaException as error:
+            if error.args[0].code() == KafkaError.SECURITY_DISABLED:
+                raise NoAuthorizer from None
+            reason = missing_permission(error.args[0], f"{change.action}-acl")
+            raise TopicError(f"{change.action} ACL {change.acl} failed: {reason}") from None
+
+    def confirm(self, declared: Sequence[AclSpec], settle_s: float) -> None:
+        """Waits until the cluster lists exactly the declared ACLs of their principals. A broker
+        serves ACL changes from its metadata a moment after the controller accepted them; a
+        listing that never shows them means DescribeAcls is refused (see describe())."""
+        deadline = time.monotonic() + settle_s
+        while sorted(self.describe(acl.principal for acl in declared)) != sorted(set(declared)):
+            if time.monotonic() > deadline:
+                raise TopicError(
+                    f"the cluster does not list exactly the declared ACLs after {settle_s:g} s; "
+                    "DescribeAcls may be refused: the identity needs kafka-cluster:DescribeCluster "
+                    "on the cluster"
+                )
+            time.sleep(0.2)
+
+
+def everything_of(principal: str):
+    """The AclBindingFilter that matches every ACL of `principal`."""
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    return AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, principal, None,
+        AclOperation.ANY, AclPermissionType.ANY,
+    )  # fmt: skip
+
+
+def _acl_spec(binding) -> AclSpec:
+    return AclSpec(
+        binding.principal, binding.restype.name.lower(), binding.name, binding.operation.name,
+        binding.permission_type.name, binding.resource_pattern_type.name, binding.host,
+    )  # fmt: skip
+
+
+def _acl_binding(acl: AclSpec, *, as_filter: bool = False):
+    """The AclBinding of `acl`, or the AclBindingFilter that matches it alone (DeleteAcls)."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    return (AclBindingFilter if as_filter else AclBinding)(
+        ResourceType[acl.resource.upper()], acl.name, ResourcePatternType[acl.pattern], acl.principal,
+        acl.host, AclOperation[acl.operation], AclPermissionType[acl.permission],
+    )  # fmt: skip
+
+
+def reconcile_acls(
+    kafka: KafkaAcls, declared: Sequence[AclSpec], *, dry_run: bool, out=sys.stdout, settle_s: float = 15.0
+) -> None:
+    if not declared:
+        return
+    changes = plan_acls(declared, kafka.describe(acl.principal for acl in declared))
+    for change in changes:
+        verb = f"would {change.action}" if dry_run and change.writes else change.action
+        if change.writes and not dry_run:
+            try:
+                kafka.apply(change)
+            except NoAuthorizer:
+                print(f"acl {change.acl}: skipped: the cluster enforces no ACLs", file=out, flush=True)
+                return
+        print(f"acl {change.acl}: {verb}", file=out, flush=True)
+    if not dry_run:
+        kafka.confirm(declared, settle_s)
+
+
+def reconcile(
+    kafka: KafkaTopics, specs: Sequence[TopicSpec], *, dry_run: bool, out=sys.stdout
+) -> int:
+    changes = plan(specs, kafka.describe([s.name for s in specs]))
+    for change in changes:
+        verb = f"would {change.action}" if dry_run and change.writes else change.action
+        print(f"{change.topic.name}: {verb}: {change.detail}", file=out, flush=True)
+        if change.writes and not dry_run:
+            kafka.apply(change)
+    unreconciled = [c for c in changes if c.action == "cannot-reconcile"]
+    return 1 if unreconciled else 0
+
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What one environment declares: its topics and exactly what its SCRAM users may do."""
+
+    topics: list[TopicSpec]
+    acls: list[AclSpec]
+
+    def text(self) -> str:
+        """The declaration as one Run Command parameter: base64 of compact JSON."""
+        body = {"topics": [asdict(t) for t in self.topics], "acls": [asdict(a) for a in self.acls]}
+        return base64.b64encode(json.dumps(body, separators=(",", ":")).encode()).decode()
+
+    @classmethod
+    def from_text(cls, text: str) -> Declaration:
+        try:
+            body = json.loads(base64.b64decode(text, validate=True))
+            return cls([TopicSpec(**t) for t in body["topics"]], [AclSpec(**a) for a in body["acls"]])
+        except (binascii.Error, ValueError, KeyError, TypeError) as error:
+            raise TopicError(f"the declaration is not base64 JSON of topics and acls: {error}") from None
+
+
+def token_expiry_s(token: str) -> float:
+    """When an MSK IAM token stops working, in epoch seconds: it is a base64url presigned URL whose
+    X-Amz-Date and X-Amz-Expires say so (SigV4 query signing)."""
+    try:
+        url = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        query = parse_qs(urlparse(url).query)
+        signed = time.strptime(query["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ")
+        return time.mktime(signed) - time.timezone + int(query["X-Amz-Expires"][0])
+    except (binascii.Error, UnicodeDecodeError, KeyError, ValueError) as error:
+        raise TopicError(f"${TOKEN_ENV} is not an MSK IAM token ({type(error).__name__}: {error})") from None
+
+
+def given_token_callback(token: str):
+    """librdkafka's OAUTHBEARER callback handing out the one token the host was given. It cannot
+    sign a new one: when librdkafka asks again after expiry, the connection fails, and so does
+    the run, which is the bound the operator's MFA session sets."""
+    expiry = token_expiry_s(token)
+    if expiry <= time.time():
+        raise TopicError(f"${TOKEN_ENV} expired {time.time() - expiry:.0f} s ago: run telemetry topics again")
+
+    def oauth_cb(_oauth_config: str) -> tuple[str, float]:
+        return token, expiry
+
+    return oauth_cb
+
+
+def _positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
+    return seconds
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m simulator.topic_admin",
+        description="Reconcile the given declaration on the cluster (run on a fleet host by telemetry topics).",
+    )
+    parser.add_argument("--declaration", required=True, help="base64 JSON of topics and acls")
+    parser.add_argument("--bootstrap-servers", required=True, help="HOST:PORT list")
+    parser.add_argument("--region", required=True, help="the cluster's region")
+    parser.add_argument(
+        "--security-protocol", choices=("SASL_SSL", "SASL_PLAINTEXT", "PLAINTEXT"), default="SASL_SSL",
+        help=f"SASL_SSL: MSK IAM with the token in ${TOKEN_ENV} (default); the others for a local broker, "
+        f"SASL_PLAINTEXT as --sasl-username with the password in ${SASL_PASSWORD_ENV}",
+    )  # fmt: skip
+    parser.add_argument("--sasl-username", metavar="NAME")
+    parser.add_argument("--timeout", type=_positive_seconds, default=30.0, help="seconds per admin request")
+    parser.add_argument("--dry-run", action="store_true", help="show what would change, change nothing")
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, out=sys.stdout) -> int:
+    declaration = Declaration.from_text(args.declaration)
+    settings = connection_settings(
+        args.bootstrap_servers,
+        security_protocol=args.security_protocol,
+        region=args.region,
+        client_id="manage-topics",
+        sasl_username=args.sasl_username,
+    )
+    if args.security_protocol == "SASL_SSL":
+        token = os.environ.get(TOKEN_ENV)
+        if not token:
+            raise TopicError(f"${TOKEN_ENV} is empty: the topic administrator's MSK IAM token is needed")
+        settings["oauth_cb"] = given_token_callback(token)
+    status = reconcile(KafkaTopics(settings, args.timeout), declaration.topics, dry_run=args.dry_run, out=out)
+    reconcile_acls(KafkaAcls(settings, args.timeout), declaration.acls, dry_run=args.dry_run, out=out)
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return run(parse_args(argv))
+    except TopicError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,12 @@
+package='{{ simulatorPackage }}'
+# One install per simulator version, kept for later runs and shared by the fleet's documents.
+home="/opt/telemetry-simulator/$(printf '%s' "$package" | sha256sum | cut -c1-16)"
+if [ ! -f "$home/.installed" ]; then
+  dnf install -y -q python3.11 unzip
+  rm -rf "$home" && mkdir -p "$home"
+  aws s3 cp --only-show-errors "$package" "$home/simulator.zip"
+  unzip -q "$home/simulator.zip" -d "$home/simulator"
+  python3.11 -m venv "$home/venv"
+  "$home/venv/bin/pip" install --quiet -r "$home/simulator/requirements.txt"
+  touch "$home/.installed"
+fi

@@ -1,0 +1,321 @@
+"""`telemetry topics` from the workstation: the reconcile runs on a fleet host over Run Command.
+
+Three parts, each tested as it ships:
+- the host program, `python -m simulator.topic_admin`, run from a copy of the simulator package
+  alone (what the fleet's package holds) against the real SASL broker that enforces ACLs;
+- the token it is given: signed by the real aws-msk-iam-sasl-signer with the assumed role's keys;
+- the workstation's calls (EC2, STS, SSM) through botocore's Stubber, which checks each request
+  against the service's API model, and the order that keeps the token's life short.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import os
+import shutil
+import subprocess
+import sys
+import time
+from urllib.parse import parse_qs, urlparse
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+
+from scripts.manage_topics import (
+    AclSpec,
+    Declaration,
+    TopicError,
+    TopicSpec,
+    declared_environment,
+    reconcile_on_fleet,
+)
+from simulator import topic_admin
+from simulator.kafka_config import SASL_PASSWORD_ENV
+from tests.conftest import REPO
+from tests.kafka_fixtures import SUPER_USER
+
+HOUR_MS = 3_600_000
+MFA = "arn:aws:iam::111111111111:mfa/ops"
+ASSUMED = {
+    "AccessKeyId": "ASIAASSUMEDTOPICADMN",
+    "SecretAccessKey": "assumed-secret",
+    "SessionToken": "assumed-session-token",
+    "Expiration": "2026-11-24T12:15:00Z",
+}
+
+
+def test_declaration_travels_as_one_parameter_and_comes_back_whole():
+    environment = declared_environment("prod")
+    text = Declaration(environment.topics, environment.acls).text()
+    assert Declaration.from_text(text) == Declaration(environment.topics, environment.acls)
+    with pytest.raises(TopicError, match="not base64 JSON"):
+        Declaration.from_text("not base64!")
+
+
+@pytest.fixture
+def host_package(tmp_path):
+    """What a fleet host unpacks: the simulator folder and nothing else of the checkout."""
+    shutil.copytree(REPO / "simulator", tmp_path / "simulator", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def run_on_host(host_package, *args, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "simulator.topic_admin", *args],
+        cwd=host_package, capture_output=True, text=True, timeout=180,
+        env={"PATH": os.environ["PATH"], **(env or {})},
+    )  # fmt: skip
+
+
+@pytest.mark.integration
+def test_host_program_reconciles_topics_and_acls_from_the_simulator_package_alone(host_package, secured_kafka):
+    topic = "fleet-topics-check"
+    declaration = Declaration(
+        [TopicSpec(topic, 3, 1, 24 * HOUR_MS)], [AclSpec("User:identity-20", "topic", topic, "WRITE")]
+    ).text()
+    flags = [
+        "--declaration", declaration, "--bootstrap-servers", secured_kafka.bootstrap_servers, "--region", "eu-west-1",
+        "--security-protocol", "SASL_PLAINTEXT", "--sasl-username", SUPER_USER,
+    ]  # fmt: skip
+    env = {SASL_PASSWORD_ENV: secured_kafka.passwords[SUPER_USER]}
+    try:
+        first = run_on_host(host_package, *flags, env=env)
+        assert first.returncode == 0, first.stderr
+        assert first.stdout.splitlines() == [
+            f"{topic}: create: 3 partitions, RF 1",
+            f"acl User:identity-20: allow WRITE on topic {topic}: create",
+        ]
+        again = run_on_host(host_package, *flags, env=env)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.splitlines() == [
+            f"{topic}: unchanged: 3 partitions, RF 1",
+            f"acl User:identity-20: allow WRITE on topic {topic}: unchanged",
+        ]
+    finally:
+        secured_kafka.remove_acls_of("User:identity-20")
+        secured_kafka.reset_topic(topic)
+
+
+def test_host_program_without_its_token_is_one_line(host_package):
+    declaration = Declaration([TopicSpec("t", 1, 1, HOUR_MS)], []).text()
+    result = run_on_host(
+        host_package, "--declaration", declaration, "--bootstrap-servers", "127.0.0.1:1", "--region", "eu-west-1"
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: $MSK_IAM_TOKEN is empty: the topic administrator's MSK IAM token is needed"
+
+
+def signed_token(region="eu-west-1") -> tuple[str, float]:
+    """A token as the workstation makes it: the real signer, with the assumed role's keys."""
+    from botocore.credentials import Credentials
+
+    from scripts.manage_topics import msk_iam_token
+
+    return msk_iam_token(region, Credentials(ASSUMED["AccessKeyId"], ASSUMED["SecretAccessKey"], ASSUMED["SessionToken"]))
+
+
+def test_the_host_reads_the_signers_expiry_from_the_token(monkeypatch):
+    token, expiry = signed_token()
+    assert topic_admin.token_expiry_s(token) == pytest.approx(expiry, abs=1)
+    assert expiry - time.time() == pytest.approx(900, abs=5)  # the signer's fixed 15 minutes
+    callback = topic_admin.given_token_callback(token)
+    assert callback("") == (token, topic_admin.token_expiry_s(token))
+    monkeypatch.setattr(topic_admin.time, "time", lambda: expiry + 60)
+    with pytest.raises(TopicError, match="expired 60 s ago"):
+        topic_admin.given_token_callback(token)
+    with pytest.raises(TopicError, match="not an MSK IAM token"):
+        topic_admin.token_expiry_s("bm90IGEgdXJs")
+
+
+class Stubbed:
+    """A boto3 session whose EC2, STS and SSM clients answer through Stubbers, in call order."""
+
+    def __init__(self):
+        session = boto3.Session(
+            aws_access_key_id="AKIAOPERATOR", aws_secret_access_key="operator", region_name="eu-west-1"
+        )
+        self.session = session
+        self.clients = {name: session.client(name) for name in ("ec2", "sts", "ssm")}
+        self.stubbers = {name: Stubber(client) for name, client in self.clients.items()}
+
+    def client(self, name):
+        return self.clients[name]
+
+    def get_partition_for_region(self, region):
+        return self.session.get_partition_for_region(region)
+
+    def __enter__(self):
+        for stubber in self.stubbers.values():
+            stubber.activate()
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            for stubber in self.stubbers.values():
+                stubber.assert_no_pending_responses()
+
+
+ENVIRONMENT = declared_environment("dev")
+COMMAND_ID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+HOSTS = ["i-0bbbbbbbbbbbbbbbb", "i-0aaaaaaaaaaaaaaaa"]
+
+
+def expect_host_and_token(stubbed: Stubbed) -> None:
+    stubbed.stubbers["ec2"].add_response(
+        "describe_instances",
+        {"Reservations": [{"Instances": [{"InstanceId": i} for i in HOSTS]}]},
+        {"Filters": [{"Name": "tag:telemetry:fleet", "Values": ["telemetry-dev-simulator"]},
+                     {"Name": "instance-state-name", "Values": ["running"]}]},
+    )  # fmt: skip
+    stubbed.stubbers["sts"].add_response(
+        "assume_role",
+        {"Credentials": ASSUMED},
+        {"RoleArn": "arn:aws:iam::111111111111:role/telemetry-dev-msk-topic-admin", "RoleSessionName": ANY,
+         "DurationSeconds": 900, "SerialNumber": MFA, "TokenCode": "123456"},
+    )  # fmt: skip
+    stubbed.stubbers["ssm"].add_response(
+        "put_parameter",
+        {"Version": 1},
+        {"Name": "/telemetry-dev/msk/topics-token", "Value": ANY, "Type": "SecureString", "Overwrite": True,
+         "Description": ANY},
+    )  # fmt: skip
+
+
+def expect_command(stubbed: Stubbed, *, dry_run="false") -> None:
+    stubbed.stubbers["ssm"].add_response(
+        "send_command",
+        {"Command": {"CommandId": COMMAND_ID}},
+        {"DocumentName": "telemetry-dev-manage-topics", "InstanceIds": ["i-0aaaaaaaaaaaaaaaa"],
+         "Parameters": {"declaration": [Declaration(ENVIRONMENT.topics, ENVIRONMENT.acls).text()],
+                        "dryRun": [dry_run], "timeoutSeconds": ["30"]},
+         "TimeoutSeconds": 120, "Comment": ANY},
+    )  # fmt: skip
+
+
+def expect_invocations(stubbed: Stubbed, *answers: dict) -> None:
+    ssm = stubbed.stubbers["ssm"]
+    ssm.add_client_error("get_command_invocation", "InvocationDoesNotExist", "not yet", 400)
+    for answer in answers:
+        ssm.add_response(
+            "get_command_invocation",
+            {"CommandId": COMMAND_ID, "InstanceId": "i-0aaaaaaaaaaaaaaaa", **answer},
+            {"CommandId": COMMAND_ID, "InstanceId": "i-0aaaaaaaaaaaaaaaa"},
+        )
+
+
+def expect_token_deleted(stubbed: Stubbed) -> None:
+    stubbed.stubbers["ssm"].add_response("delete_parameter", {}, {"Name": "/telemetry-dev/msk/topics-token"})
+
+
+def arguments(**overrides) -> argparse.Namespace:
+    values = {"mfa_serial": MFA, "dry_run": False, "timeout": 30.0, **overrides}
+    return argparse.Namespace(**values)
+
+
+def on_fleet(stubbed, **overrides) -> tuple[int, str]:
+    out = io.StringIO()
+    status = reconcile_on_fleet(
+        ENVIRONMENT, arguments(**overrides), stubbed, read_code=lambda serial: "123456", poll_s=0, out=out,
+        sleep=lambda s: None,
+    )  # fmt: skip
+    return status, out.getvalue()
+
+
+def test_reconcile_runs_on_the_first_host_and_prints_its_output_as_it_grows():
+    out_1 = "telemetry: create: 12 partitions, RF 3\n"
+    out_2 = out_1 + "acl User:iot-device-gateway: allow WRITE on topic telemetry: create\n"
+    with Stubbed() as stubbed:
+        expect_host_and_token(stubbed)
+        expect_command(stubbed)
+        expect_invocations(
+            stubbed,
+            {"Status": "InProgress", "StandardOutputContent": out_1},
+            {"Status": "Success", "ResponseCode": 0, "StandardOutputContent": out_2},
+        )
+        expect_token_deleted(stubbed)
+        status, printed = on_fleet(stubbed)
+    assert status == 0
+    assert printed == f"reconciling on fleet host i-0aaaaaaaaaaaaaaaa (Run Command {COMMAND_ID})\n" + out_2
+
+
+def test_the_token_left_for_the_host_is_the_assumed_roles_and_short_lived():
+    with Stubbed() as stubbed:
+        expect_host_and_token(stubbed)
+        expect_command(stubbed, dry_run="true")
+        expect_invocations(stubbed, {"Status": "Success", "ResponseCode": 0, "StandardOutputContent": ""})
+        expect_token_deleted(stubbed)
+        sent = []
+        stubbed.clients["ssm"].meta.events.register(
+            "provide-client-params.ssm.PutParameter", lambda params, **_: sent.append(params["Value"])
+        )
+        on_fleet(stubbed, dry_run=True)
+    (token,) = sent
+    url = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    query = parse_qs(urlparse(url).query)
+    assert query["Action"] == ["kafka-cluster:Connect"]
+    assert query["X-Amz-Credential"][0].startswith(ASSUMED["AccessKeyId"] + "/")  # not the operator's keys
+    assert query["X-Amz-Security-Token"] == [ASSUMED["SessionToken"]]
+    assert query["X-Amz-Expires"] == ["900"]
+
+
+def test_a_difference_kafka_cannot_reconcile_exits_1_and_the_token_is_deleted():
+    with Stubbed() as stubbed:
+        expect_host_and_token(stubbed)
+        expect_command(stubbed)
+        expect_invocations(
+            stubbed,
+            {"Status": "Failed", "ResponseCode": 1,
+             "StandardOutputContent": "telemetry: cannot-reconcile: has 24 partitions, declared 12\n"},
+        )  # fmt: skip
+        expect_token_deleted(stubbed)
+        status, printed = on_fleet(stubbed)
+    assert status == 1
+    assert printed.endswith("telemetry: cannot-reconcile: has 24 partitions, declared 12\n")
+
+
+def test_a_failed_host_run_is_one_line_from_its_stderr():
+    with Stubbed() as stubbed:
+        expect_host_and_token(stubbed)
+        expect_command(stubbed)
+        expect_invocations(
+            stubbed,
+            {"Status": "Failed", "ResponseCode": 2, "StandardOutputContent": "",
+             "StandardErrorContent": "some noise\nerror: cannot reach the cluster: timed out\n"},
+        )  # fmt: skip
+        expect_token_deleted(stubbed)
+        with pytest.raises(TopicError) as raised:
+            on_fleet(stubbed)
+    assert str(raised.value) == (
+        "the reconcile on i-0aaaaaaaaaaaaaaaa ended Failed (exit 2): error: cannot reach the cluster: timed out"
+    )
+
+
+def test_a_refused_send_still_deletes_the_token():
+    with Stubbed() as stubbed:
+        expect_host_and_token(stubbed)
+        stubbed.stubbers["ssm"].add_client_error("send_command", "InvalidDocument", "no such document", 400)
+        expect_token_deleted(stubbed)
+        with pytest.raises(Exception, match="InvalidDocument"):
+            on_fleet(stubbed)
+
+
+def test_a_refused_role_sends_nothing():
+    with Stubbed() as stubbed:
+        stubbed.stubbers["ec2"].add_response(
+            "describe_instances", {"Reservations": [{"Instances": [{"InstanceId": HOSTS[0]}]}]}
+        )
+        stubbed.stubbers["sts"].add_client_error(
+            "assume_role", "AccessDenied", "MultiFactorAuthentication failed with invalid MFA one time pass code."
+        )
+        with pytest.raises(TopicError, match="cannot assume .*telemetry-dev-msk-topic-admin: AccessDenied"):
+            on_fleet(stubbed)
+
+
+def test_no_running_fleet_host_is_one_line_naming_the_way_out():
+    with Stubbed() as stubbed:
+        stubbed.stubbers["ec2"].add_response("describe_instances", {"Reservations": []})
+        with pytest.raises(TopicError, match="no running host in simulator fleet telemetry-dev-simulator: deploy"):
+            on_fleet(stubbed)
