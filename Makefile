@@ -18,7 +18,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 CDK := $(BIN)/cdk
 CDK_FLAGS := -c env=$(ENV)
 
-.PHONY: help venv synth test test-fast lint deploy diff destroy topics bench demo clean flink-test bench-sink bench-membership mosquitto
+.PHONY: help venv synth test test-fast lint deploy diff destroy topics cost bench demo clean flink-test bench-sink bench-membership mosquitto
 
 help:
 	@echo "make synth   [ENV=dev]   synthesize every stack of ENV into cdk.out/ (offline); installs .venv/bin/telemetry"
@@ -28,7 +28,8 @@ help:
 	@echo "make diff    [ENV=dev]   cdk diff against the account of ENV"
 	@echo "make deploy  [ENV=dev]   cdk deploy --all for ENV"
 	@echo "make destroy [ENV=dev]   cdk destroy --all for ENV"
-	@echo "make topics  [ENV=dev]   create or update ENV's Kafka topics (telemetry topics; inside the VPC)"
+	@echo "make topics  [ENV=dev]   create or update ENV's Kafka topics (telemetry topics; MFA=arn of your device)"
+	@echo "make cost    [ENV=dev]   what ENV costs a month (telemetry cost, offline; COST_ARGS=\"--rate 5000\")"
 	@echo "make bench               every benchmark of the simulator and the sink, local brokers"
 	@echo "make demo                local Kafka + simulator at 5,000 msg/s for 30 s"
 	@echo "make flink-test          the Flink sink's tests (mvn verify; part of make test)"
@@ -77,7 +78,10 @@ destroy: $(STAMP)
 	$(CDK) destroy $(CDK_FLAGS) --all
 
 topics: $(STAMP)
-	$(BIN)/telemetry topics --env $(ENV)
+	$(BIN)/telemetry topics --env $(ENV) $(if $(MFA),--mfa-serial $(MFA))
+
+cost: $(STAMP)
+	$(BIN)/telemetry cost --env $(ENV) $(COST_ARGS)
 
 # Local Kafka (single KRaft node on 127.0.0.1) for the demo; the tests and the benchmark start
 # brokers of their own.

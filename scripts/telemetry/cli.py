@@ -76,8 +76,9 @@ COMMANDS = (
             "scripts.provision_devices", mode="export"),
     Command(("simulate",), "run the simulator fleet over SSM Run Command and print the merged report",
             WORKSTATION, "scripts.run_simulation", dry_run_offline=True),
-    Command(("cost",), "what the environment costs per month, per message and per device", OFFLINE,
-            "scripts.telemetry.cost"),
+    Command(("cost",), "what the environment costs per month, per message and per device", OFFLINE
+            + " --live refreshes the prices from the AWS Price List API and needs credentials.",
+            "scripts.telemetry.cost", json=True),
 )
 GROUPS = {
     "cluster": "the Service Fabric cluster: bootstrap, status, scale, drain",

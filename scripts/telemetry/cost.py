@@ -1,18 +1,178 @@
-"""`telemetry cost`: not built yet (issue #23 prices the synthesized templates)."""
+"""`telemetry cost`: what an environment costs a month, per million messages and per device, priced
+from its synthesized templates (scripts/telemetry/estimate.py) with the region's price table
+(scripts/telemetry/prices/), offline. --live refreshes the prices from the AWS Price List Query API
+first, which needs credentials.
+"""
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+from collections import Counter, defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from scripts.telemetry.errors import UsageError
 
+REPO = Path(__file__).resolve().parent.parent.parent
+DEVICES_PER_HOST = 1000  # the simulator's --devices default, per fleet host
+MESSAGE_BYTES = 512  # the simulator's --message-bytes default
+MAX_MESSAGE_BYTES = 1_048_576  # Kafka's default message.max.bytes; AWS IoT Core takes up to 128 KB
+
+
+def _plain(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,}"
+
+
+def _number(kind: Callable[[str], float], what: str, low: float, high: float | None = None):
+    def parse(value: str) -> float:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
+        if number < low or (high is not None and number > high):
+            bound = f"from {_plain(low)} to {_plain(high)}" if high is not None else f"{_plain(low)} or more"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return number
+
+    return parse
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.add_argument("--rate", type=_number(float, "a number of messages per second", 0), default=0.0,
+                        metavar="MSG_PER_S", help="messages per second, the whole fleet (default 0: the idle floor)")
+    parser.add_argument("--devices", type=_number(int, "a whole number of devices", 0), metavar="N",
+                        help="devices connected all month (default: the simulator fleet's, "
+                        f"{DEVICES_PER_HOST} per host)")
+    parser.add_argument("--message-bytes", type=_number(int, "a whole number of bytes", 1, MAX_MESSAGE_BYTES),
+                        default=MESSAGE_BYTES, metavar="B", help=f"bytes per message (default {MESSAGE_BYTES}, the simulator's)")
+    parser.add_argument("--transport", choices=("kafka", "mqtt", "basic-ingest"), default="kafka",
+                        help="how messages enter: produced to MSK directly (default), MQTT through AWS IoT Core, "
+                        "or IoT Basic Ingest")
+    parser.add_argument("--live", action="store_true",
+                        help="refresh the prices from the AWS Price List Query API first (needs credentials)")
+    parser.add_argument("--plot", type=Path, metavar="PATH.png", help="also draw the fixed and usage split per stack")
+    parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out",
+                        help="synthesized templates (default cdk.out; synthesized here if they lack the environment)")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    if args.plot is not None and args.plot.suffix.lower() != ".png":
+        raise UsageError(f"--plot writes a PNG: give a path ending in .png, not {args.plot}")
 
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
-    raise UsageError("telemetry cost is not built yet; until it is, the README's 'Device rates, quotas and cost' "
-                     "section prices the device path")
+    from scripts.telemetry import estimate as pricing_model
+    from scripts.telemetry import prices
+    from scripts.telemetry.deploy import synthesized_stacks
+    from stacks.config import load_environment, read_environments
+
+    config = load_environment(read_environments(), args.env)
+    table = prices.load(config.region)
+    today = datetime.date.today()
+    if args.live:
+        table = prices.refresh(table, session_factory(prices.PRICE_LIST_REGION).client("pricing"), today)
+    stacks = synthesized_stacks(args.cdk_out, config)
+    devices = args.devices if args.devices is not None else DEVICES_PER_HOST * config.simulator_fleet.host_count
+    scenario = pricing_model.Scenario(args.rate, devices, args.message_bytes, args.transport)
+    result = pricing_model.estimate(config, stacks, table, scenario)
+    paths = pricing_model.paths(config, stacks, table, scenario)
+    warning = table.staleness_warning(today)
+    if args.format == "json":
+        body = result.as_dict(paths)
+        body["prices"] = {"as_of": table.as_of.isoformat(), "refreshed": table.refreshed, "kept": table.kept}
+        print(json.dumps(body, indent=2))
+    else:
+        print(describe(result, paths, table, warning))
+    if warning and args.format == "json":
+        import sys
+
+        print(warning, file=sys.stderr)
+    if args.plot:
+        draw(result, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.2f}"
+
+
+def describe(result: Any, paths: dict[str, float], table: Any, warning: str | None) -> str:
+    scenario = result.scenario
+    out = [
+        f"{result.environment} in {result.region}: prices as of {table.as_of} (On-Demand, USD, a 730-hour month)",
+        f"scenario: {scenario.rate:,.0f} msg/s, {scenario.devices:,} devices, {scenario.message_bytes:,}-byte messages, "
+        f"transport {scenario.transport}",
+    ]
+    if warning:
+        out.append(warning)
+    if table.refreshed or table.kept:
+        out.append(f"--live: {len(table.refreshed)} prices refreshed from the Price List API, {len(table.kept)} kept "
+                   "from the table (--format json lists them)")
+    by_stack: dict[str, list[Any]] = defaultdict(list)
+    for line in result.lines:
+        by_stack[line.stack].append(line)
+    free: dict[str, Counter] = defaultdict(Counter)
+    for item in result.no_charge:
+        free[item.stack][item.type.split("::", 1)[-1]] += 1
+    for stack in list(dict.fromkeys([*by_stack, *free])):
+        lines = by_stack.get(stack, [])
+        out += ["", f"{stack}: {_usd(sum(line.monthly_usd for line in lines))} a month"]
+        resource = None
+        for line in lines:
+            if (line.logical_id, line.type) != resource:
+                resource = (line.logical_id, line.type)
+                out.append(f"  {line.logical_id} ({line.type})")
+            mark = "*" if line.usage else " "
+            out.append(f"   {mark} {line.item}: {line.quantity:,.3f} {line.unit} x ${line.unit_usd:,.6g} = "
+                       f"{_usd(line.monthly_usd)}")
+        if free.get(stack):
+            counted = ", ".join(f"{kind} {count}" for kind, count in sorted(free[stack].items()))
+            out.append(f"  no charge: {sum(free[stack].values())} resources ({counted})")
+    out += [
+        "",
+        f"monthly total: {_usd(result.monthly_usd)} = fixed floor {_usd(result.floor_usd)} + usage "
+        f"{_usd(result.usage_usd)} (usage lines are marked *)",
+    ]
+    if result.per_million_messages_usd is not None:
+        out.append(f"per million messages: {_usd(result.per_million_messages_usd)}")
+    if result.per_device_year_usd is not None:
+        out.append(f"per device per year: {_usd(result.per_device_year_usd)} ({scenario.devices:,} devices)")
+    out.append("the same rate over each ingestion path: " + ", ".join(
+        f"{name.replace('_', ' ')} {_usd(total)}" for name, total in paths.items()))
+    if result.athena_per_query_gb:
+        out.append(f"Athena: a query over one day of messages scans {result.athena_per_query_gb:,.1f} GB: "
+                   f"{_usd(result.athena_per_query_usd)} a query (not in the total)")
+    for note in result.notes:
+        out.append(f"note: {note}")
+    if result.unpriced:
+        out.append("unpriced: " + ", ".join(f"{u.stack}/{u.logical_id} ({u.type})" for u in result.unpriced))
+    out.append("assumptions (the templates cannot say): see scripts/telemetry/estimate.py ASSUMPTIONS, or --format json")
+    return "\n".join(out)
+
+
+def draw(result: Any, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stacks = list(dict.fromkeys(line.stack for line in result.lines))
+    fixed = [sum(line.monthly_usd for line in result.lines if line.stack == s and not line.usage) for s in stacks]
+    usage = [sum(line.monthly_usd for line in result.lines if line.stack == s and line.usage) for s in stacks]
+    figure, axes = plt.subplots(figsize=(10, 5))
+    labels = [s.split("-")[-1] for s in stacks]
+    axes.barh(labels, fixed, label="fixed floor")
+    axes.barh(labels, usage, left=fixed, label="usage")
+    axes.set_xlabel("USD a month")
+    scenario = result.scenario
+    axes.set_title(f"{result.environment}: ${result.monthly_usd:,.0f} a month at {scenario.rate:,.0f} msg/s "
+                   f"({scenario.transport})")
+    axes.legend()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

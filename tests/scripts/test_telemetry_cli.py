@@ -55,7 +55,9 @@ BAD_INPUT = [
      "goes past device"),
     (["simulate", "--env", "dev", "--rate", "-5", "--duration", "10"], 2, "must be at least 0"),
     (["simulate", "--env", "dev", "--rate", "100"], 2, "required: --duration"),
-    (["cost", "--env", "dev"], 2, "not built yet"),
+    (["cost", "--env", "dev", "--rate", "-1"], 2, "argument --rate: must be 0 or more, got -1"),
+    (["cost", "--env", "dev", "--transport", "udp"], 2, "argument --transport: invalid choice: 'udp'"),
+    (["cost", "--env", "dev", "--live"], 2, "Unable to locate credentials"),
     # no AWS credentials anywhere: one line saying how to give them
     (["preflight", "--env", "dev"], 2, "Unable to locate credentials"),
     (["cluster", "status", "--env", "dev"], 2, "Unable to locate credentials"),

@@ -1,0 +1,273 @@
+"""`telemetry cost`: the estimator's arithmetic against hand-worked cases, every synthesized resource
+of every environment accounted for, the price table's sources, --live through Stubber (which
+checks each GetProducts request against the Price List API's model), and the command as typed."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from scripts.telemetry import cli, prices
+from scripts.telemetry.deploy import Stack, in_dependency_order, read_cloud_assembly
+from scripts.telemetry.estimate import (
+    HOURS_PER_MONTH,
+    SECONDS_PER_MONTH,
+    Scenario,
+    estimate,
+    iot_messaging_usd,
+    metered_messages,
+    paths,
+)
+from stacks.config import load_environment
+from tests.conftest import cdk_context
+
+ENVIRONMENTS = ("dev", "staging", "prod")
+IDLE = Scenario(0, 0, 512, "kafka")
+
+
+def config_of(name: str):
+    return load_environment(cdk_context()["environments"], name)
+
+
+@pytest.fixture(scope="module")
+def environment_stacks(synthesized):
+    def get(name: str) -> list[Stack]:
+        return in_dependency_order(read_cloud_assembly(synthesized(name).outdir, config_of(name).stack_prefix))
+
+    return get
+
+
+def flat_table(**overrides: float) -> prices.PriceTable:
+    """The real table's keys, every price $1 unless overridden: hand arithmetic stays simple."""
+    real = prices.load("eu-west-1")
+    table = {key: {**price, "usd": overrides.get(key, 1.0)} for key, price in real.prices.items()}
+    table["iot.messaging"]["tiers"] = real.prices["iot.messaging"]["tiers"]
+    return prices.PriceTable("eu-west-1", real.as_of, table)
+
+
+def stack_usd(result, stack_name="Telemetry-dev-Fake") -> float:
+    """The fake stack's own lines (every estimate also prices the two certificate secrets)."""
+    return sum(line.monthly_usd for line in result.lines if line.stack == stack_name)
+
+
+def fake_stack(resources: dict, name="Telemetry-dev-Fake", parameters=None) -> Stack:
+    return Stack(name, (), {"Resources": resources, "Parameters": parameters or {}})
+
+
+# -- every resource accounted for ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_every_synthesized_resource_is_priced_or_free_with_a_reason(name, environment_stacks):
+    stacks = environment_stacks(name)
+    result = estimate(config_of(name), stacks, prices.load("eu-west-1"), Scenario(73_800, 3000, 512, "mqtt"))
+    assert result.unpriced == [], "a resource type without a price: add it to scripts/telemetry/estimate.py"
+    accounted = {(line.stack, line.logical_id) for line in result.lines} | {
+        (item.stack, item.logical_id) for item in result.no_charge
+    }
+    every = {(stack.name, logical_id) for stack in stacks for logical_id in stack.template["Resources"]}
+    assert every <= accounted
+    assert all(item.reason for item in result.no_charge)
+    for line in result.lines:
+        assert line.source.startswith("https://") and "(" in line.source, line  # the page, and the date read
+
+
+def test_an_unknown_resource_type_is_reported_unpriced():
+    stack = fake_stack({"Thing": {"Type": "AWS::Timestream::Database", "Properties": {}}})
+    result = estimate(config_of("dev"), [stack], flat_table(), IDLE)
+    assert [(u.logical_id, u.type) for u in result.unpriced] == [("Thing", "AWS::Timestream::Database")]
+
+
+# -- hand-worked arithmetic --------------------------------------------------------------------
+
+
+def test_msk_broker_hours_are_brokers_times_the_hours_of_the_month(environment_stacks):
+    for name in ENVIRONMENTS:
+        config = config_of(name)
+        result = estimate(config, environment_stacks(name), flat_table(), IDLE)
+        (hours,) = [line for line in result.lines if line.type == "AWS::MSK::Cluster" and line.unit == "broker-hour"]
+        assert hours.quantity == config.msk.broker_count * 730 == config.msk.broker_count * HOURS_PER_MONTH
+        assert hours.monthly_usd == hours.quantity * 1.0
+
+
+def test_a_windows_instance_is_priced_with_its_licence_and_its_volumes():
+    parameters = {"Image": {"Type": "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>",
+                            "Default": "/aws/service/ami-windows-latest/Windows_Server-2022-English-Full-Base"}}
+    template = {"LaunchTemplateData": {
+        "InstanceType": "m6i.xlarge", "ImageId": {"Ref": "Image"},
+        "BlockDeviceMappings": [{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 100, "VolumeType": "gp3"}},
+                                {"DeviceName": "xvdb", "Ebs": {"VolumeSize": 128, "VolumeType": "gp3"}}]}}
+    stack = fake_stack({
+        "Template": {"Type": "AWS::EC2::LaunchTemplate", "Properties": template},
+        "Seed": {"Type": "AWS::EC2::Instance", "Properties": {"LaunchTemplate": {"LaunchTemplateId": {"Ref": "Template"}}}},
+    }, parameters=parameters)  # fmt: skip
+    table = flat_table(**{"ec2.m6i.xlarge.windows": 0.398, "ebs.gp3.storage": 0.088})
+    result = estimate(config_of("dev"), [stack], table, IDLE)
+    by_item = {line.item: line.monthly_usd for line in result.lines}
+    assert by_item["m6i.xlarge Windows (licence included)"] == pytest.approx(730 * 0.398)  # $290.54
+    assert by_item["EBS gp3 /dev/sda1 100 GB x 1 instance"] == pytest.approx(8.80)
+    assert by_item["EBS gp3 xvdb 128 GB x 1 instance"] == pytest.approx(11.264)
+
+
+def test_an_internet_facing_nlb_pays_for_one_public_address_per_zone():
+    stack = fake_stack({"Nlb": {"Type": "AWS::ElasticLoadBalancingV2::LoadBalancer", "Properties": {
+        "Type": "network", "Scheme": "internet-facing", "Subnets": ["a", "b", "c"]}}})
+    table = flat_table(**{"nlb.hours": 0.0252, "ipv4.public": 0.005})
+    result = estimate(config_of("dev"), [stack], table, IDLE)
+    assert stack_usd(result) == pytest.approx(730 * 0.0252 + 3 * 730 * 0.005)  # $18.40 + $10.95
+
+
+def test_flink_pays_one_orchestration_kpu_and_50_gb_per_kpu():
+    stack = fake_stack({"App": {"Type": "AWS::KinesisAnalyticsV2::Application", "Properties": {
+        "ApplicationConfiguration": {"FlinkApplicationConfiguration": {
+            "ParallelismConfiguration": {"Parallelism": 4, "ParallelismPerKPU": 2}}}}}})
+    table = flat_table(**{"flink.kpu": 0.11, "flink.storage": 0.10, "flink.backup": 0.0})
+    result = estimate(config_of("dev"), [stack], table, IDLE)
+    # 2 KPUs plus the orchestration KPU for 730 h, and 100 GB of running storage.
+    assert stack_usd(result) == pytest.approx(3 * 730 * 0.11 + 100 * 0.10)  # $240.90 + $10
+
+
+def test_client_traffic_between_zones_follows_the_rate():
+    stack = fake_stack({"Kafka": {"Type": "AWS::MSK::Cluster", "Properties": {
+        "NumberOfBrokerNodes": 3, "BrokerNodeGroupInfo": {
+            "InstanceType": "kafka.m7g.large", "StorageInfo": {"EBSStorageInfo": {"VolumeSize": 100}}}}}})
+    scenario = Scenario(1000, 10, 1024, "kafka")
+    result = estimate(config_of("dev"), [stack], flat_table(**{"transfer.inter_az": 0.01}), scenario)
+    (crossing,) = [line for line in result.lines if line.usage]
+    gb = 1000 * 1024 * SECONDS_PER_MONTH / 2**30  # 2,506 GB a month
+    assert crossing.quantity == pytest.approx(gb * 2 / 3 * 4, rel=1e-6)
+    assert crossing.monthly_usd == pytest.approx(66.84, abs=0.01)
+
+
+def test_iot_core_messaging_tiers():
+    table = prices.load("eu-west-1")
+    assert [(upper, usd) for upper, usd in table.tiers("iot.messaging")] == [(1000, 1.0), (5000, 0.8), (None, 0.7)]
+    assert iot_messaging_usd(table, 500) == pytest.approx(500.0)
+    assert iot_messaging_usd(table, 1000) == pytest.approx(1000.0)
+    assert iot_messaging_usd(table, 3000) == pytest.approx(1000 + 2000 * 0.8)
+    assert iot_messaging_usd(table, 6000) == pytest.approx(1000 + 4000 * 0.8 + 1000 * 0.7)
+
+
+@pytest.mark.parametrize(("size", "steps"), [(1, 1), (512, 1), (5120, 1), (5121, 2), (6144, 2), (131_072, 26)])
+def test_iot_core_meters_messages_in_5_kb_steps(size, steps):
+    assert metered_messages(Scenario(1, 1, size, "mqtt")) == SECONDS_PER_MONTH * steps
+
+
+def test_the_three_ingestion_paths_differ_by_the_iot_charges(environment_stacks):
+    stacks = environment_stacks("dev")
+    config = config_of("dev")
+    scenario = Scenario(5000, 1000, 512, "kafka")
+    table = prices.load("eu-west-1")
+    totals = paths(config, stacks, table, scenario)
+    messages_m = 5000 * SECONDS_PER_MONTH / 1e6  # 13,140 million a month
+    rules_and_actions = messages_m * (0.15 + 0.15)
+    connectivity = 1000 * 730 * 60 / 1e6 * 0.08
+    assert totals["basic_ingest"] - totals["kafka"] == pytest.approx(rules_and_actions + connectivity, abs=0.05)
+    messaging = 1000 * 1.0 + 4000 * 0.8 + (messages_m - 5000) * 0.7
+    assert totals["mqtt"] - totals["basic_ingest"] == pytest.approx(messaging, abs=0.05)
+
+
+def test_per_million_messages_and_per_device_year(environment_stacks):
+    result = estimate(config_of("dev"), environment_stacks("dev"), prices.load("eu-west-1"), Scenario(5000, 2000, 512, "kafka"))
+    assert result.per_million_messages_usd == pytest.approx(result.monthly_usd / (5000 * SECONDS_PER_MONTH / 1e6))
+    assert result.per_device_year_usd == pytest.approx(result.monthly_usd * 12 / 2000)
+    assert math.isclose(result.floor_usd + result.usage_usd, result.monthly_usd)
+    idle = estimate(config_of("dev"), environment_stacks("dev"), prices.load("eu-west-1"), IDLE)
+    assert idle.floor_usd == pytest.approx(result.floor_usd)  # the floor does not move with the rate
+
+
+# -- the price table -----------------------------------------------------------------------------
+
+
+def test_every_price_names_its_page_and_the_day_it_was_read():
+    table = prices.load("eu-west-1")
+    for key, price in table.prices.items():
+        assert price["source"].startswith("https://aws.amazon.com/"), key
+        datetime.date.fromisoformat(price["read"])
+        assert ("usd" in price) != ("tiers" in price), key
+
+
+def test_a_table_older_than_90_days_warns():
+    table = prices.load("eu-west-1")
+    assert table.staleness_warning(table.as_of + datetime.timedelta(days=90)) is None
+    warning = table.staleness_warning(table.as_of + datetime.timedelta(days=91))
+    assert warning.startswith("warning: the eu-west-1 price table is 91 days old")
+
+
+def test_a_region_without_a_table_is_one_line():
+    with pytest.raises(Exception, match="no price table for region ap-south-2; tables exist for eu-west-1"):
+        prices.load("ap-south-2")
+
+
+def product(usd: str, begin: str = "0") -> str:
+    return json.dumps({"product": {"sku": "SKU"}, "terms": {"OnDemand": {"SKU.JRTCKXETXF": {"priceDimensions": {
+        "SKU.JRTCKXETXF.6YS6EN2CT7": {"unit": "Hrs", "beginRange": begin, "pricePerUnit": {"USD": usd}}}}}}})
+
+
+def test_live_refresh_asks_the_price_list_for_each_query_and_keeps_what_it_cannot_match():
+    table = prices.load("eu-west-1")
+    table.prices = {key: table.prices[key] for key in ("nat.hours", "msk.storage", "iot.messaging")}
+    pricing = boto3.client("pricing", region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="b")
+    stubber = Stubber(pricing)
+
+    def expect(key: str, answer: list[str]) -> None:
+        query = table.prices[key]["query"]
+        filters = [{"Type": "TERM_MATCH", "Field": "regionCode", "Value": "eu-west-1"}] + [
+            {"Type": "TERM_MATCH", "Field": name, "Value": value} for name, value in sorted(query["filters"].items())]
+        stubber.add_response("get_products", {"PriceList": answer, "FormatVersion": "aws_v1"},
+                             {"ServiceCode": query["service"], "Filters": filters, "FormatVersion": "aws_v1",
+                              "MaxResults": 100})
+
+    expect("msk.storage", [product("0.1140000000")])
+    expect("nat.hours", [product("0.05"), product("0.05")])
+    with stubber:
+        live = prices.refresh(table, pricing, datetime.date(2026, 12, 1))
+    assert live.usd("msk.storage") == 0.114 and live.refreshed == ["msk.storage"]
+    assert live.usd("nat.hours") == table.usd("nat.hours")
+    assert live.kept == ["iot.messaging: refreshed by hand (no Price List query)",
+                         "nat.hours: the Price List answered 2 products, not one"]
+    assert "Price List API, 2026-12-01" in live.source("msk.storage")
+    assert live.as_of == datetime.date(2026, 12, 1)
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+
+def test_json_output_has_the_documented_keys(capsys):
+    assert cli.main(["cost", "--env", "dev", "--rate", "5000", "--format", "json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    for key in ("environment", "region", "monthly_usd", "lines", "no_charge", "unpriced", "per_million_messages_usd",
+                "per_device_year_usd", "paths"):
+        assert key in body, key
+    assert set(body["paths"]) == {"kafka", "mqtt", "basic_ingest"}
+    assert body["unpriced"] == []
+    assert set(body["lines"][0]) >= {"stack", "logical_id", "type", "item", "quantity", "unit", "unit_usd",
+                                     "monthly_usd", "source"}
+    assert set(body["no_charge"][0]) == {"stack", "logical_id", "type", "reason"}
+    assert body["monthly_usd"] == pytest.approx(sum(line["monthly_usd"] for line in body["lines"]), abs=0.01)
+
+
+def test_the_plot_is_drawn(tmp_path, capsys):
+    path = tmp_path / "cost.png"
+    assert cli.main(["cost", "--env", "dev", "--rate", "5000", "--plot", str(path)]) == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["--rate", "-5"], "argument --rate: must be 0 or more, got -5"),
+    (["--rate", "fast"], "argument --rate: 'fast' is not a number of messages per second"),
+    (["--transport", "carrier-pigeon"], "argument --transport: invalid choice: 'carrier-pigeon'"),
+    (["--message-bytes", "0"], "argument --message-bytes: must be from 1 to 1,048,576, got 0"),
+    (["--devices", "1.5"], "argument --devices: '1.5' is not a whole number of devices"),
+    (["--plot", "cost.svg"], "--plot writes a PNG"),
+])  # fmt: skip
+def test_bad_scenario_values_are_one_line_and_exit_2(argv, fragment, capsys):
+    assert cli.main(["cost", "--env", "dev", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0] and err[0].startswith("telemetry"), err
+    assert "Traceback" not in err[0]
