@@ -141,6 +141,19 @@ class Mosquitto:
         connection.connect().result(10)
         return connection
 
+    def restart(self, down_s: float = 1.0) -> None:
+        """Stops the broker, keeps it down for down_s, and starts it again on the same ports with
+        the same configuration (a broker restart as the devices see it); returns once it takes TLS."""
+        self.stop()
+        time.sleep(down_s)
+        folder = self.log.parent
+        self.process = subprocess.Popen(
+            [_binary(), "-c", str(folder / "mosquitto.conf")],
+            stdout=subprocess.DEVNULL,
+            stderr=open(folder / "mosquitto.stderr", "wb"),  # noqa: SIM115 - the child owns it
+        )
+        _wait_for_tls(self, folder)
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -218,11 +231,7 @@ def start_mosquitto(
     folder: Path, pki: Pki, *, plaintext: bool = False, debug: bool = True
 ) -> Mosquitto:
     """Starts mosquitto with its config, ACL and log in folder; returns once it takes TLS."""
-    binary = shutil.which("mosquitto") or (
-        "/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None
-    )
-    if binary is None:
-        raise LocalMosquittoError("mosquitto is not installed: apt-get install mosquitto")
+    binary = _binary()
     folder.mkdir(parents=True, exist_ok=True)
     tls_port = free_port()
     plaintext_port = free_port() if plaintext else None
@@ -235,13 +244,26 @@ def start_mosquitto(
         stderr=open(folder / "mosquitto.stderr", "wb"),  # noqa: SIM115 - the child owns it
     )
     broker = Mosquitto(process, tls_port, plaintext_port, pki, log)
+    _wait_for_tls(broker, folder)
+    return broker
+
+
+def _binary() -> str:
+    binary = shutil.which("mosquitto") or (
+        "/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None
+    )
+    if binary is None:
+        raise LocalMosquittoError("mosquitto is not installed: apt-get install mosquitto")
+    return binary
+
+
+def _wait_for_tls(broker: Mosquitto, folder: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while not _tls_ready(tls_port, pki):
-        if process.poll() is not None or time.monotonic() > deadline:
+    while not _tls_ready(broker.tls_port, broker.pki):
+        if broker.process.poll() is not None or time.monotonic() > deadline:
             broker.stop()
             reason = (folder / "mosquitto.stderr").read_text(errors="replace").strip()
             raise LocalMosquittoError(
-                f"mosquitto did not start on 127.0.0.1:{tls_port}: {reason[-300:] or 'no output'}"
+                f"mosquitto did not start on 127.0.0.1:{broker.tls_port}: {reason[-300:] or 'no output'}"
             )
         time.sleep(0.05)
-    return broker

@@ -57,6 +57,9 @@ UNFINISHED = {"Pending", "InProgress", "Delayed", "Cancelling"}
 SETUP_ALLOWANCE_S = 600
 
 
+CONNECT_QUOTA_SHARE = 0.5  # of the account's AWS IoT CONNECT quota, split over a run's hosts
+
+
 class RunError(ToolError):
     """A problem worded for the operator: one line, no traceback."""
 
@@ -78,6 +81,7 @@ class RunPlan:
     transport: str = "kafka"
     rule_name: str = ""  # the device gateway's topic rule (mqtt runs)
     topic_partitions: int = 0  # partitions of the simulator's topic (cdk.json msk.topics)
+    connect_quota: int = 500  # the account's AWS IoT CONNECTs/s (cdk.json device_gateway.connect_quota_per_s)
     # SLO thresholds given to the run (--slo-*), over the hosts' own for the fleet's verdict.
     slo_overrides: Mapping[str, float] = field(default_factory=dict)
 
@@ -88,6 +92,7 @@ class RunPlan:
         first_device: int = 1,
         mqtt_endpoint: str = "none",
         share: str = "1/1",
+        hosts: int = 1,
     ) -> dict[str, list[str]]:
         values = {
             "runId": self.run_id,
@@ -101,8 +106,14 @@ class RunPlan:
             "firstDevice": first_device,
             "mqttEndpoint": mqtt_endpoint,
             "share": share,
+            "connectRate": self.connect_rate(hosts),
         }
         return {name: [str(value)] for name, value in values.items()}
+
+    def connect_rate(self, hosts: int) -> int:
+        """CONNECTs/s per host over MQTT: the hosts share CONNECT_QUOTA_SHARE of the account's
+        quota, so the run stays under the gateway's quota alarm and leaves room for real devices."""
+        return max(1, int(self.connect_quota * CONNECT_QUOTA_SHARE / hosts))
 
     def first_device(self, host_index: int) -> int:
         """Devices are things 1, 2, ...; over MQTT each host is its own devices (a thing connects
@@ -376,7 +387,7 @@ def run_fleet(
         same = [
             o.instance_id for o in outcomes if (o.rate, o.first_device, o.share) == (rate, first, share)
         ]
-        parameters = plan.parameters(rate, first_device=first, mqtt_endpoint=endpoint, share=share)
+        parameters = plan.parameters(rate, first_device=first, mqtt_endpoint=endpoint, share=share, hosts=wanted)
         command = fleet.send(plan.document, same, parameters, int(timeout_s))
         commands.update(dict.fromkeys(same, command))
     say(f"sent run {plan.run_id} to {wanted} host(s): {', '.join(o.instance_id for o in outcomes)}")
@@ -447,6 +458,20 @@ def describe_plan(plan: RunPlan, hosts: int) -> str:
     return "\n".join(lines)
 
 
+def print_fleet_plan(config: EnvironmentConfig, args: argparse.Namespace) -> int:
+    """--plan: the fleet and its quotas, offline; a broken quota is the one error line."""
+    from scripts.fleet_plan import describe, plan_fleet
+
+    devices = args.fleet_devices or args.devices * config.simulator_fleet.host_count
+    fleet = plan_fleet(devices=devices, rate=args.rate, message_bytes=args.message_bytes, transport=args.transport,
+                       config=config, hosts=args.hosts)
+    print(describe(fleet))
+    refusal = fleet.refusal_line()
+    if refusal:
+        raise RunError(refusal)
+    return 0
+
+
 def make_plan(config: EnvironmentConfig, args: argparse.Namespace) -> RunPlan:
     return RunPlan(
         environment=config.name,
@@ -466,6 +491,7 @@ def make_plan(config: EnvironmentConfig, args: argparse.Namespace) -> RunPlan:
         topic_partitions=next(
             t.partitions for t in config.msk.topics if t.name == config.simulator_fleet.topic
         ),
+        connect_quota=config.device_gateway.connect_quota_per_s,
         slo_overrides=given_thresholds(args),
     )
 
@@ -496,7 +522,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rate", required=True, type=_at_least(0), help="total msg/s over all hosts (0 = max)"
     )
-    parser.add_argument("--duration", required=True, type=_at_least(1), help="measured seconds")
+    parser.add_argument("--duration", type=_at_least(1), help="measured seconds (required, except with --plan)")
     parser.add_argument(
         "--hosts", type=_at_least(1), help="use this many hosts (default: every running host)"
     )
@@ -539,6 +565,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="print the plan; send nothing, call no AWS API"
     )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="offline: the fleet --fleet-devices devices at --rate need (hosts, devices per host, the "
+        "connect phase) and every AWS quota the run touches; exit 2 when one would be broken",
+    )
+    parser.add_argument(
+        "--fleet-devices", type=_at_least(1), metavar="N",
+        help="with --plan: devices over the whole fleet (default: --devices per host x the fleet's hosts)",
+    )
     add_slo_flags(parser, None)
 
 
@@ -563,6 +599,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace, session_factory: Callable[[str], object] | None = None) -> int:
     """The fleet run; a problem is raised as RunError or ConfigError, worded for the operator."""
     config = load_environment(read_environments(), args.env)
+    if args.plan:
+        return print_fleet_plan(config, args)
+    if args.duration is None:
+        raise RunError("the following arguments are required: --duration")
     plan = make_plan(config, args)
     if args.dry_run:
         print(describe_plan(plan, args.hosts or config.simulator_fleet.host_count))

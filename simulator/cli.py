@@ -21,6 +21,7 @@ from simulator.flags import (
     KAFKA_PROCESS_RATE,
     LOW_RATE_LINGER_MS,
     LOW_RATE_PER_PROCESS,
+    MQTT_CONNECTS_PER_PROCESS,
     MQTT_PROCESS_RATE,
     build_parser,
     thresholds_from,
@@ -114,6 +115,10 @@ def mqtt_settings(args) -> MqttSettings | None:
         )
     if args.mqtt_ca is not None and not args.mqtt_ca.is_file():
         raise SimulatorError(f"--mqtt-ca {args.mqtt_ca}: no such file")
+    if not args.connect_rate > 0:
+        raise SimulatorError(f"--connect-rate must be more than 0 connects per second, got {args.connect_rate:g}")
+    if args.connect_attempts < 1:
+        raise SimulatorError(f"--connect-attempts must be 1 or more, got {args.connect_attempts}")
     things = device_certificates.thing_names(args.device_certificates, args.devices)
     return MqttSettings(
         host=endpoint.group(1),
@@ -122,17 +127,23 @@ def mqtt_settings(args) -> MqttSettings | None:
         things=things,
         ca=None if args.mqtt_ca is None else str(args.mqtt_ca.resolve()),
         plaintext=args.mqtt_plaintext,
+        connect_rate=args.connect_rate,
+        connect_attempts=args.connect_attempts,
     )
 
 
-def default_processes(rate: float, transport: str) -> int:
+def default_processes(rate: float, transport: str, connect_rate: float = 0.0) -> int:
     """As few producer processes as the rate needs, at most one per core; one per core with
-    --rate 0 (as fast as possible)."""
+    --rate 0 (as fast as possible). Over MQTT also as many as the connects need: each CONNECT
+    builds the device's TLS context first, about 10 ms of CPU (MQTT_CONNECTS_PER_PROCESS)."""
     cores = os.cpu_count() or 1
     if rate <= 0:
         return cores
     per_process = MQTT_PROCESS_RATE if transport == "mqtt" else KAFKA_PROCESS_RATE
-    return max(1, min(cores, math.ceil(rate / per_process)))
+    needed = math.ceil(rate / per_process)
+    if transport == "mqtt":
+        needed = max(needed, math.ceil(connect_rate / MQTT_CONNECTS_PER_PROCESS))
+    return max(1, min(cores, needed))
 
 
 def default_linger_ms(rate: float, processes: int) -> float:
@@ -160,7 +171,8 @@ def run_config(args) -> RunConfig:
     """Validates the run flags; every problem is one SimulatorError line."""
     _kafka_flags(args)
     if args.processes is None:
-        args.processes = min(default_processes(args.rate, args.transport), max(args.devices, 1))
+        connects = args.connect_rate if args.transport == "mqtt" else 0.0
+        args.processes = min(default_processes(args.rate, args.transport, connects), max(args.devices, 1))
     host_share = share(args.share, args.transport)
     if args.linger_ms is None:
         args.linger_ms = default_linger_ms(args.rate, max(args.processes, 1))

@@ -26,6 +26,8 @@ class MqttSettings:
     things: tuple[str, ...]  # the run's thing names: device d is things[d]
     ca: str | None  # server CA bundle; None = the system trust store (Amazon Root CA 1)
     plaintext: bool = False  # local brokers only: no TLS, no client certificate
+    connect_rate: float = 100.0  # CONNECTs per second this host starts (all its processes)
+    connect_attempts: int = 6  # per device, before the run gives up on it
 
     @property
     def endpoint(self) -> str:

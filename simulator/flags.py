@@ -14,12 +14,19 @@ EXIT_PASS, EXIT_SLO_FAILED, EXIT_ERROR = 0, 1, 2
 # measures it): the default --processes follows the rate from these.
 KAFKA_PROCESS_RATE = 100_000
 MQTT_PROCESS_RATE = 5_000
+# CONNECTs one MQTT producer process starts per second: each builds its device's TLS context
+# first, 10-23 ms of CPU (awscrt ClientTlsContext with a CA file / the system trust store).
+MQTT_CONNECTS_PER_PROCESS = 80
 # The default linger follows the rate too (measured on the local broker, 2 cores, e2e p99):
 # at 5,000 msg/s linger 1 ms gave 7.4 ms where 0 gave 12-28 ms and 5 gave 8.5 ms; at 73,800 msg/s
 # linger 5 gave 13.9 ms where 1 gave 124 ms and 0 gave 280 ms (one request per few messages).
 LOW_RATE_PER_PROCESS = 10_000
 LOW_RATE_LINGER_MS = 1.0
 HIGH_RATE_LINGER_MS = 5.0
+# MQTT connects: a fifth of AWS IoT Core's default 500 CONNECTs/s per account per host, so five
+# hosts fit the default quota (telemetry simulate splits the quota over the fleet's hosts).
+DEFAULT_CONNECT_RATE = 100.0
+DEFAULT_CONNECT_ATTEMPTS = 6
 EPILOG = (
     "exit codes: 0 the SLO passed; 1 the run completed but the SLO failed; 2 bad input, "
     "an unreachable broker, a missing topic or another error (one line on stderr, "
@@ -270,6 +277,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="CA bundle for the broker's certificate (default: the system trust store, which "
         "holds Amazon Root CA 1)",
+    )
+    mqtt.add_argument(
+        "--connect-rate",
+        type=float,
+        default=DEFAULT_CONNECT_RATE,
+        metavar="CONNECTS_PER_S",
+        help=f"CONNECTs this host starts per second (default {DEFAULT_CONNECT_RATE:g}: a share of AWS IoT's "
+        "default 500 per account); a refused or timed-out connect is retried with backoff and full jitter, "
+        "never sooner than 1 s after the same device's last",
+    )
+    mqtt.add_argument(
+        "--connect-attempts",
+        type=int,
+        default=DEFAULT_CONNECT_ATTEMPTS,
+        metavar="N",
+        help=f"CONNECTs per device before the run gives up on it (default {DEFAULT_CONNECT_ATTEMPTS})",
     )
     mqtt.add_argument(
         "--mqtt-plaintext",

@@ -24,9 +24,13 @@ from simulator.consumer import HostConsumer
 from simulator.errors import SimulatorError
 from simulator.histograms import LatencyRecorder, summary_ms
 from simulator.payload import MessageLayout
-from simulator.producer import ProducerResult, run_producer_process
+from simulator.producer_process import run_producer_process
+from simulator.sending import ProducerResult
 from simulator.schedule import NS_PER_S, SendSchedule
 
+# A producer process that has neither said "ready" nor connected another device for this long
+# has stalled. The connect phase itself has no fixed limit: at --connect-rate it takes as long
+# as the devices need (15,000 devices at 100 connects/s: 150 s).
 READY_TIMEOUT_S = 60.0
 START_DELAY_NS = 300_000_000  # time for every process to receive the start time
 TICK_S = 0.1
@@ -90,6 +94,7 @@ class _ProducerFleet:
             self.processes.append(process)
             self.pipes.append(parent_end)
         self.progress = [(0, 0, 0, 0)] * config.processes
+        self.connecting = [(0, 0)] * config.processes  # (connected, devices) per MQTT process
         self.results: dict[int, ProducerResult] = {}
 
     def receive(self, timeout: float) -> list[tuple[int, str, object]]:
@@ -110,6 +115,8 @@ class _ProducerFleet:
                 raise SimulatorError(str(payload))
             if kind == "progress":
                 self.progress[index] = payload
+            elif kind == "connecting":
+                self.connecting[index] = payload
             elif kind == "done":
                 self.results[index] = payload
                 outcome = payload.outcome
@@ -117,12 +124,29 @@ class _ProducerFleet:
             messages.append((index, kind, payload))
         return messages
 
-    def wait_ready(self) -> None:
-        ready, deadline = set(), time.monotonic() + READY_TIMEOUT_S
+    def wait_ready(self, progress_out=None, interval_s: float = 5.0) -> None:
+        """Waits until every process is ready; fails when none made progress for READY_TIMEOUT_S.
+        While MQTT devices connect, a line every interval_s says how many have."""
+        ready, connected = set(), 0
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        started, next_line = time.monotonic(), time.monotonic() + interval_s
         while len(ready) < len(self.pipes):
-            if time.monotonic() > deadline:
-                raise SimulatorError(f"producers not ready within {READY_TIMEOUT_S:g} s")
+            now = time.monotonic()
+            if now > deadline:
+                raise SimulatorError(
+                    f"producers not ready: no progress for {READY_TIMEOUT_S:g} s "
+                    f"({len(ready)} of {len(self.pipes)} ready, {connected:,} devices connected)"
+                )
             ready.update(index for index, kind, _ in self.receive(TICK_S) if kind == "ready")
+            now_connected = sum(c for c, _ in self.connecting)
+            if now_connected > connected or len(ready) == len(self.pipes):
+                deadline = time.monotonic() + READY_TIMEOUT_S
+            connected = now_connected
+            if progress_out is not None and now >= next_line and any(d for _, d in self.connecting):
+                devices = sum(d for _, d in self.connecting)
+                print(f"[connecting {now - started:5.1f}s] {connected:,} of {devices:,} devices connected",
+                      file=progress_out, flush=True)
+                next_line = now + interval_s
 
     def start(self, start_ns: int | None) -> None:
         for pipe in self.pipes:
@@ -202,7 +226,32 @@ def own_partitions(config: RunConfig, partition_count: int) -> tuple[int, ...]:
     return partitions
 
 
+# Descriptors a host needs besides one per device connection: the processes' pipes, librdkafka
+# and the consumer's sockets, log and certificate files.
+DESCRIPTOR_MARGIN = 256
+
+
+def raise_descriptor_limit(config: RunConfig) -> None:
+    """Every device connection is a socket: raise this process's soft open-file limit to the hard
+    one (the producer processes inherit it), and say in one line when even that is too few."""
+    import resource
+
+    if config.mqtt is None:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    largest = -(-config.devices // config.processes) + DESCRIPTOR_MARGIN
+    if hard != resource.RLIM_INFINITY and largest > hard:
+        raise SimulatorError(
+            f"--devices {config.devices} over {config.processes} process(es) needs {largest:,} open files in one "
+            f"process; this host allows {hard:,} (ulimit -Hn): raise the hard limit, add --processes, or "
+            "spread the devices over more hosts"
+        )
+
+
 def _run_host(config: RunConfig, progress_out) -> HostRun:
+    raise_descriptor_limit(config)
     if config.transport == "kafka":
         partitions = own_partitions(config, check_broker(config))
         config = dataclasses.replace(config, partitions=partitions)
@@ -218,7 +267,7 @@ def _run_host(config: RunConfig, progress_out) -> HostRun:
         consumer.assign_from_end()
     fleet = _ProducerFleet(config)
     try:
-        fleet.wait_ready()
+        fleet.wait_ready(progress_out, config.progress_interval_s)
         start_ns = time.time_ns() + START_DELAY_NS
         measure_start_ns = start_ns + round(config.warmup_s * NS_PER_S)
         if consumer:

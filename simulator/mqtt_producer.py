@@ -25,6 +25,9 @@ import array
 import collections
 import concurrent.futures
 import functools
+import math
+import os
+import random
 import time
 from pathlib import Path
 
@@ -36,15 +39,38 @@ from awsiot import mqtt_connection_builder
 from simulator import histograms
 from simulator.accounting import DeliveryOutcome, devices_of_process
 from simulator.config import RunConfig
+from simulator.connecting import ConnectPacer, ConnectsExhausted, ConnectStats
+from simulator.connecting import summary as connect_summary
 from simulator.device_certificates import certificate_files, telemetry_topic
 from simulator.errors import SimulatorError
 from simulator.payload import READINGS_VARIANTS, TelemetryTemplate, process_producer_id
-from simulator.producer import SEND_TICK_NS, ProducerResult, Progress
+from simulator.sending import SEND_TICK_NS, ProducerResult, Progress
 from simulator.schedule import NS_PER_S, SendSchedule
 
 QOS = crt_mqtt.QoS.AT_LEAST_ONCE
 KEEP_ALIVE_S = 60  # AWS IoT accepts 30-1200 s
 DISCONNECT_TIMEOUT_S = 5.0
+CONNECT_TICK_S = 0.002
+RECONNECT_MAX_S = 60  # the CRT's default longest wait between reconnect attempts
+
+
+def _rss_bytes() -> int:
+    """This process's resident memory (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+# Failures no retry can mend: a name that does not resolve, a handshake whose certificates do not
+# verify. Everything else (refused, reset, timed out, closed without CONNACK, as AWS IoT does to a
+# throttled CONNECT) is retried with backoff.
+PERMANENT_CONNECT_ERRORS = ("AWS_IO_DNS_", "AWS_IO_TLS_ERROR_NEGOTIATION_FAILURE")
+
+
+def _permanent(error: BaseException) -> bool:
+    return isinstance(error, AwsCrtError) and error.name.startswith(PERMANENT_CONNECT_ERRORS)
 
 
 def _reason(error: BaseException) -> str:
@@ -75,18 +101,36 @@ class MqttProducerProcess:
         # (message index, perf_counter_ns at completion, exception or None), from CRT threads.
         self.completions: collections.deque = collections.deque()
         self.progress = Progress(conn, self.acks, self.failures)
-        self.connections = [self._connection(thing) for thing in self.things]
+        self.connections: list[crt_mqtt.Connection | None] = [None] * len(self.things)
+        self.connect_stats = ConnectStats()
+        self.rss_before = self.rss_growth = 0
+        self.rng = random.Random()
+        per_process_rate = config.mqtt.connect_rate / config.processes
+        self.reconnect_spread_s = max(1, math.ceil(len(self.things) / per_process_rate))
+        self.lifecycle: collections.deque = collections.deque()  # "interrupted" / "resumed", from CRT threads
         self.sent = 0
         self.published_at = array.array("q")
         self.settled = bytearray()
 
-    def _connection(self, thing: str) -> crt_mqtt.Connection:
-        mqtt = self.mqtt
+    def _connection(self, device: int) -> crt_mqtt.Connection:
+        """A device's connection. A connection lost mid-run is reopened by the CRT, which waits
+        reconnect_min_timeout_secs and doubles the wait after each failed attempt up to the max
+        (awscrt.mqtt.Connection's documentation). Each device draws its first wait at random over
+        as many seconds as this process's devices take at its share of --connect-rate, so a
+        broker's restart is followed by reconnects spread at about that pace, not a storm."""
+        mqtt, thing = self.mqtt, self.things[device]
+        first_wait = self.rng.randint(1, self.reconnect_spread_s)
+        reconnect = {
+            "reconnect_min_timeout_secs": first_wait,
+            "reconnect_max_timeout_secs": max(RECONNECT_MAX_S, 2 * self.reconnect_spread_s),
+            "on_connection_interrupted": self._on_interrupted,
+            "on_connection_resumed": self._on_resumed,
+        }
         if mqtt.plaintext:
             client = crt_mqtt.Client(crt_io.ClientBootstrap.get_or_create_static_default(), None)
             return crt_mqtt.Connection(
                 client, mqtt.host, mqtt.port, thing, clean_session=True,
-                keep_alive_secs=KEEP_ALIVE_S,
+                keep_alive_secs=KEEP_ALIVE_S, **reconnect,
             )  # fmt: skip
         cert, key = certificate_files(Path(mqtt.certificates), thing)
         return mqtt_connection_builder.mtls_from_path(
@@ -98,24 +142,75 @@ class MqttProducerProcess:
             client_id=thing,
             clean_session=True,
             keep_alive_secs=KEEP_ALIVE_S,
+            **reconnect,
         )
 
+    def _on_interrupted(self, connection, error, **_kwargs) -> None:
+        """On a CRT thread: a connection was lost; the CRT reopens it."""
+        self.lifecycle.append("interrupted")
+
+    def _on_resumed(self, connection, return_code, session_present, **_kwargs) -> None:
+        self.lifecycle.append("resumed")
+
     def connect(self) -> None:
-        """Every device's connection, opened at once; the first failure is one line."""
-        timeout = self.config.connect_timeout_s
-        pending = [(thing, c.connect()) for thing, c in zip(self.things, self.connections)]
-        deadline = time.monotonic() + timeout
-        for thing, future in pending:
-            try:
-                future.result(max(0.0, deadline - time.monotonic()))
-            except concurrent.futures.TimeoutError:
-                raise SimulatorError(
-                    f"device {thing} not connected to MQTT {self.mqtt.endpoint} within {timeout:g} s"
-                ) from None
-            except Exception as error:  # noqa: BLE001 - the CRT's reason, as one line
-                raise SimulatorError(
-                    f"device {thing} cannot connect to MQTT {self.mqtt.endpoint}: {_reason(error)}"
-                ) from None
+        """Every device's connection, opened at this process's share of --connect-rate with
+        backoff (simulator/connecting.py); a device out of attempts is one line. Each
+        connection is built just before its first CONNECT, so building them (TLS contexts,
+        about 6 ms of CPU each) is spread over the connect phase instead of preceding it."""
+        mqtt, stats = self.mqtt, self.connect_stats
+        rate = mqtt.connect_rate / self.config.processes
+        pacer = ConnectPacer(len(self.things), rate=rate, attempts=mqtt.connect_attempts, now=time.monotonic())
+        watchdog = self.config.connect_timeout_s * 3  # the CRT's own socket and TLS timeouts come first
+        in_flight: dict[int, tuple[concurrent.futures.Future, float]] = {}
+        connected, self.rss_before = 0, _rss_bytes()
+        next_report = 0.0
+        while connected < len(self.things):
+            now = time.monotonic()
+            for device in pacer.due(now):
+                if self.connections[device] is None:
+                    self.connections[device] = self._connection(device)
+                in_flight[device] = (self.connections[device].connect(), now)
+                stats.attempts.append(time.time())
+            for device, (future, started) in list(in_flight.items()):
+                if future.done():
+                    del in_flight[device]
+                    error = future.exception()
+                    if error is None:
+                        connected += 1
+                        stats.connacks.append(time.time())
+                        continue
+                    reason = _reason(error)
+                    if _permanent(error):
+                        raise SimulatorError(
+                            f"device {self.things[device]} cannot connect to MQTT {mqtt.endpoint}: {reason}"
+                        ) from None
+                elif now - started > watchdog:
+                    del in_flight[device]
+                    reason = f"no CONNACK within {watchdog:g} s"
+                else:
+                    continue
+                stats.failures += 1
+                self._abandon(device)
+                try:
+                    pacer.failed(device, now, reason)
+                except ConnectsExhausted as exhausted:
+                    raise SimulatorError(
+                        f"device {self.things[device]} cannot connect to MQTT {mqtt.endpoint}: {exhausted}"
+                    ) from None
+            if now >= next_report:
+                self.conn.send(("connecting", (connected, len(self.things))))
+                next_report = now + 1.0
+            time.sleep(CONNECT_TICK_S)
+        self.conn.send(("connecting", (connected, len(self.things))))
+        self.rss_growth = max(0, _rss_bytes() - self.rss_before)
+
+    def _abandon(self, device: int) -> None:
+        """Drops a connection whose CONNECT failed; the next attempt builds a fresh one."""
+        connection, self.connections[device] = self.connections[device], None
+        try:
+            connection.disconnect()
+        except Exception:  # noqa: BLE001 - it never opened
+            pass
 
     def _on_done(self, index: int, future) -> None:
         """On a CRT event-loop thread: hand the outcome to the send loop."""
@@ -158,6 +253,8 @@ class MqttProducerProcess:
             self._disconnect()
         first_measured = schedule.first_measured
         self.publish_delays.flush()
+        self.connect_stats.interruptions = self.lifecycle.count("interrupted")
+        self.connect_stats.reconnects = self.lifecycle.count("resumed")
         return ProducerResult(
             process_index=self.process_index,
             producer_id=self.producer_id,
@@ -172,6 +269,7 @@ class MqttProducerProcess:
             publish_delay_histogram=histograms.encode(self.publish_delays.histogram),
             ack_clamped=self.acks.clamped,
             cpu_s=round(time.process_time(), 3),
+            connections=connect_summary(self.connect_stats, len(self.things), self.rss_growth),
         )
 
     def _send_on_schedule(self, schedule: SendSchedule) -> None:
@@ -232,6 +330,8 @@ class MqttProducerProcess:
     def _disconnect(self) -> None:
         futures = []
         for connection in self.connections:
+            if connection is None:
+                continue
             try:
                 futures.append(connection.disconnect())
             except Exception:  # noqa: BLE001 - a connection that never opened

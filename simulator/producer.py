@@ -1,16 +1,13 @@
-"""One producer process: sends its share of the host's messages and reports what was acked.
+"""One Kafka producer process: sends its share of the host's messages and reports what was acked.
 
-Runs in a child process (multiprocessing "spawn"): it builds its own confluent-kafka producer,
-says "ready", waits for the common start time, sends on schedule (or flat out with --rate 0),
-and sends back a ProducerResult. Talks to the parent over a Pipe: ("ready"), ("progress", ...),
-("done", result) or ("error", one line).
+Runs in a child process (multiprocessing "spawn", entered at simulator/producer_process.py): it
+builds its own confluent-kafka producer, sends on schedule (or flat out with --rate 0) from the
+common start time, and returns a ProducerResult.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import signal
 import time
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -19,7 +16,6 @@ from simulator import histograms, kafka_config
 from simulator.authorization import missing_permission
 from simulator.accounting import DeliveryOutcome, devices_of_process
 from simulator.config import RunConfig
-from simulator.errors import SimulatorError
 from simulator.payload import (
     READINGS_VARIANTS,
     MessageLayout,
@@ -27,56 +23,12 @@ from simulator.payload import (
     process_producer_id,
 )
 from simulator.schedule import NS_PER_S, SendSchedule
+from simulator.sending import SEND_TICK_NS, ProducerResult, Progress
 
-PROGRESS_EVERY_NS = NS_PER_S
-FLUSH_EVERY_NS = NS_PER_S // 10
-# The loop wakes when the next message is due, but at most once per SEND_TICK_NS: a wake-up costs
-# 15-25 us of CPU on a virtual machine, so at 5,000 msg/s and above it sends what is due every
-# 200 us. What that adds is measured: the publish delay runs from each message's intended time.
-SEND_TICK_NS = 200_000
 # Waits of at least this long poll librdkafka for delivery reports (its timeout has whole
 # milliseconds); the last stretch is one precise sleep. See _wait_until.
 POLL_WAIT_MIN_NS = 1_500_000
 FLAT_OUT_BURST = 256  # messages per burst with --rate 0; all stamped before the burst
-@dataclasses.dataclass(frozen=True)
-class ProducerResult:
-    process_index: int
-    producer_id: str
-    outcome: DeliveryOutcome
-    measured_acked: int  # acked messages of the measured period
-    period_end_ns: int  # when this process finished its measured sends
-    ack_histogram: str | None  # encoded, microseconds: produce call to delivery report; None
-    # with --rate 0, where only failures are reported (see ProducerProcess.acked)
-    publish_delay_histogram: str | None  # encoded, microseconds; None with --rate 0
-    ack_clamped: int
-    cpu_s: float  # CPU time of the process (Python and librdkafka threads)
-
-
-class Progress:
-    """Records pending ack latencies every FLUSH_EVERY_NS (small batches: no long stall) and
-    sends a progress tuple to the parent every PROGRESS_EVERY_NS. acked() counts the acks so
-    far (by default those the recorder observed)."""
-
-    def __init__(self, conn, acks: histograms.LatencyRecorder, failures: list, acked=None):
-        self.conn, self.acks, self.failures = conn, acks, failures
-        self.acked = acked or (lambda: acks.observed)
-        self.next_flush_ns = self.next_progress_ns = 0
-        self.lag_max_ns = 0
-
-    def maybe_send(self, now_ns: int, sent: int, lag_ns: int) -> bool:
-        """True when it flushed the recorders (the caller flushes its own alongside)."""
-        self.lag_max_ns = max(self.lag_max_ns, lag_ns)
-        if now_ns < self.next_flush_ns:
-            return False
-        self.acks.flush()
-        self.next_flush_ns = now_ns + FLUSH_EVERY_NS
-        if now_ns >= self.next_progress_ns:
-            self.conn.send(
-                ("progress", (sent, self.acked(), len(self.failures), self.lag_max_ns))
-            )
-            self.lag_max_ns = 0
-            self.next_progress_ns = now_ns + PROGRESS_EVERY_NS
-        return True
 
 
 def _produce_all(producer: Producer, topic: str, messages: list[dict], partition: int) -> None:
@@ -349,41 +301,20 @@ class ProducerProcess:
         return (i if first_measured is None else first_measured), measure_end, window_acked
 
 
-def run_producer_process(config: RunConfig, process_index: int, conn) -> None:
-    """Entry point of a producer child process."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
-    process = None
-    try:
-        if config.transport == "mqtt":
-            from simulator.mqtt_producer import MqttProducerProcess  # Kafka runs never load awscrt
-
-            process = MqttProducerProcess(config, process_index, conn)
-        else:
-            process = ProducerProcess(config, process_index, conn)
-        process.connect()
-        conn.send(("ready", None))
-        start_ns = conn.recv()
-        if start_ns is None:
-            return
-        conn.send(("done", process.run(start_ns)))
-    except KafkaException as error:
-        cause = error.args[0]
-        if cause.code() == KafkaError._FATAL and process is not None:
-            # "Local: Fatal error" says nothing; the error librdkafka stopped on says why. poll()
-            # serves error_cb with it, or raises it, once its event is queued, which can be a
-            # moment after produce() failed (seen in CI): poll for up to a second.
-            deadline = time.monotonic() + 1.0
-            while process.fatal_error is None and time.monotonic() < deadline:
-                try:
-                    process.producer.poll(0.05)
-                except KafkaException as fatal:
-                    process.fatal_error = fatal.args[0]
-            cause = process.fatal_error or cause
-        reason = missing_permission(cause, "produce", topic=config.topic)
-        conn.send(("error", f"producer {process_index}: {reason}"))
-    except SimulatorError as error:
-        conn.send(("error", f"producer {process_index}: {error}"))
-    except Exception as error:  # noqa: BLE001 - anything else still reaches the operator as one line
-        conn.send(("error", f"producer {process_index}: {type(error).__name__}: {error}"))
-    finally:
-        conn.close()
+def explain_failure(error: BaseException, process: ProducerProcess | None, config: RunConfig) -> str | None:
+    """One line for a Kafka failure of a producer process, or None when it is not Kafka's."""
+    if not isinstance(error, KafkaException):
+        return None
+    cause = error.args[0]
+    if cause.code() == KafkaError._FATAL and process is not None:
+        # "Local: Fatal error" says nothing; the error librdkafka stopped on says why. poll()
+        # serves error_cb with it, or raises it, once its event is queued, which can be a
+        # moment after produce() failed (seen in CI): poll for up to a second.
+        deadline = time.monotonic() + 1.0
+        while process.fatal_error is None and time.monotonic() < deadline:
+            try:
+                process.producer.poll(0.05)
+            except KafkaException as fatal:
+                process.fatal_error = fatal.args[0]
+        cause = process.fatal_error or cause
+    return missing_permission(cause, "produce", topic=config.topic)

@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from simulator import __version__, histograms, slo
+from simulator import __version__, connecting, histograms, slo
 from simulator.config import SloThresholds
 from simulator.errors import SimulatorError
 from simulator.schedule import NS_PER_S
@@ -88,6 +88,9 @@ def host_report(run: HostRun) -> dict:
         },
         "config": config.to_report(),
     }
+    connections = connecting.merge([r.connections for r in run.results])
+    if connections is not None:
+        report["connections"] = connections
     if not config.consume:  # nothing was read back: received, lost and friends are unknown
         report.update({name: None for name in ("received", "lost", "duplicates", "out_of_order")})
     report["slo"] = slo.evaluate(report, config.slo)
@@ -159,6 +162,9 @@ def merge_reports(reports: list[dict], thresholds: SloThresholds | None = None) 
         },
         "config": config,
     }
+    connections = connecting.merge([r.get("connections") for r in reports])
+    if connections is not None:
+        merged["connections"] = connections
     merged["slo"] = slo.evaluate(merged, thresholds or slo.thresholds_of(reports[0]))
     return merged
 
@@ -226,6 +232,16 @@ def format_summary(report: dict) -> str:
         "  end-to-end: intended send time to read back; ack: produce call to delivery report; "
         "publish delay: intended send time to produce call (the simulator's own share)"
     )
+    connections = report.get("connections")
+    if connections:
+        rss = connections["rss_bytes_per_connection"]
+        lines.append(
+            f"connections {connections['connected']:,} of {connections['devices']:,} devices in "
+            f"{_number(connections['connect_s'], 1)} s (at most {connections['connects_per_s_max']:,} CONNECTs "
+            f"in a second), {connections['connect_failures']:,} connects retried, "
+            f"{connections['interruptions']:,} lost mid-run and {connections['reconnects']:,} reopened"
+            + (f", {rss / 1024:,.1f} KiB each" if rss is not None else "")
+        )
     if report["consumer"]["drained"] is False:
         lines.append(
             "warning: the consumer did not reach the end of the topic within "

@@ -8,7 +8,7 @@ from simulator.accounting import DeliveryOutcome, SequenceLedger, devices_of_pro
 from simulator.config import RunConfig, SloThresholds
 from simulator.errors import SimulatorError
 from simulator.host_run import HostRun
-from simulator.producer import ProducerResult
+from simulator.sending import ProducerResult
 from simulator.report import format_summary, host_report, merge_reports, read_report
 from simulator.schedule import NS_PER_S
 

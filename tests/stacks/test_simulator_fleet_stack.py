@@ -120,7 +120,7 @@ def test_run_document_script_is_valid_bash_once_substituted(synthesized, tmp_pat
         "simulatorPackage": "s3://assets-bucket/abc.zip", "region": "eu-west-1",
         "transport": "mqtt", "firstDevice": "1001", "mqttEndpoint": "a1b2c3-ats.iot.eu-west-1.amazonaws.com",
         "devicesPath": "/telemetry-dev/devices", "thingPrefix": "telemetry-dev-device-",
-        "share": "2/3",
+        "share": "2/3", "connectRate": "125",
     }
     assert set(sample) == set(content["parameters"])
     for name, value in sample.items():
@@ -139,6 +139,7 @@ def test_run_document_script_is_valid_bash_once_substituted(synthesized, tmp_pat
     assert "python -m simulator.device_credentials" in script
     assert "--first '1001' --count '1000'" in script
     assert "--transport mqtt --mqtt-endpoint 'a1b2c3-ats.iot.eu-west-1.amazonaws.com'" in script
+    assert "--connect-rate '125'" in script  # this host's share of the account's CONNECT quota
 
 
 def test_render_refuses_unknown_or_missing_values():

@@ -1,0 +1,59 @@
+"""`telemetry simulate --plan`: the fleet a population needs and the quotas it touches, offline."""
+
+from __future__ import annotations
+
+import pytest
+
+from scripts.fleet_plan import MAX_DEVICES_PER_HOST, plan_fleet
+from scripts.telemetry import cli
+from stacks.config import load_environment
+from tests.conftest import cdk_context
+
+PROD = load_environment(cdk_context()["environments"], "prod")
+
+
+def test_a_million_devices_every_15_seconds_breaks_three_account_quotas():
+    plan = plan_fleet(devices=1_000_000, rate=1_000_000 / 15, message_bytes=512, transport="mqtt", config=PROD)
+    assert plan.hosts == -(-1_000_000 // MAX_DEVICES_PER_HOST)
+    assert plan.connect_phase_s == pytest.approx(1_000_000 / 500)  # the default 500 CONNECTs/s
+    broken = {check.name for check in plan.checks if not check.ok}
+    assert broken == {
+        "Maximum concurrent client connections per account",
+        "Inbound publish requests per second per account",
+        "Rule executions per second per account",
+    }
+    line = plan.refusal_line()
+    assert line.startswith("the run would break AWS IoT Core 'Maximum concurrent client connections per account'")
+    assert "cdk.json device_gateway.publish_quota_per_s" in line and "Service Quotas console" in line
+
+
+def test_a_population_within_the_quotas_is_planned():
+    plan = plan_fleet(devices=100_000, rate=5_000, message_bytes=512, transport="mqtt", config=PROD)
+    assert plan.refusal_line() is None
+    assert (plan.hosts, plan.devices_per_host) == (7, 14_286)
+    assert plan.connect_phase_s == pytest.approx(200)
+    assert plan.seconds_between_messages == pytest.approx(20)
+
+
+def test_a_device_over_the_per_connection_limit_cannot_be_raised():
+    plan = plan_fleet(devices=10, rate=2_000, message_bytes=512, transport="mqtt", config=PROD)
+    (line,) = [c.refusal() for c in plan.checks if not c.ok]
+    assert line == ("AWS IoT Core 'Publish requests per second per connection' (needs 200, quota 100, "
+                    "not adjustable: spread the load)")
+
+
+def test_the_kafka_transport_checks_msk_connection_limits():
+    plan = plan_fleet(devices=3000, rate=73_800, message_bytes=512, transport="kafka", config=PROD)
+    assert plan.refusal_line() is None
+    assert {c.service for c in plan.checks} == {"Amazon MSK"}
+
+
+def test_the_command_prints_the_plan_and_refuses_in_one_line(capsys):
+    argv = ["simulate", "--env", "prod", "--plan", "--transport", "mqtt", "--fleet-devices", "1000000", "--rate", "66667"]
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert "connect phase: 2,000 s at 500 CONNECTs/s" in out and "OVER AWS IoT Core" in out
+    (line,) = err.strip().splitlines()
+    assert line.startswith("telemetry: error: the run would break AWS IoT Core")
+    assert cli.main(["simulate", "--env", "prod", "--plan", "--transport", "mqtt", "--fleet-devices", "100000",
+                     "--rate", "5000"]) == 0

@@ -1,0 +1,96 @@
+"""simulator/connecting.py: the pace, the backoff and the report's `connections`, on a clock the
+test moves (no broker; the runs against mosquitto are in test_simulator_populations.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from simulator.connecting import (
+    BACKOFF_CAP_S,
+    ConnectPacer,
+    ConnectsExhausted,
+    ConnectStats,
+    merge,
+    summary,
+)
+
+
+def starts(pacer: ConnectPacer, until: float, since: float = 0.0) -> list[tuple[float, int]]:
+    """(time, device) of every CONNECT the pacer starts while the clock moves from `since` to
+    `until` in whole milliseconds."""
+    started = []
+    for ms in range(round(since * 1000), round(until * 1000) + 1):
+        now = ms / 1000
+        started += [(now, device) for device in pacer.due(now)]
+    return started
+
+
+def most_in_a_second(times: list[float]) -> int:
+    return max(sum(1 for other in times if start <= other < start + 1.0) for start in times)
+
+
+def test_connects_start_at_the_rate_never_in_a_burst():
+    pacer = ConnectPacer(1000, rate=100, attempts=3, now=0.0)
+    started = starts(pacer, 2.0)
+    assert len(started) == 201  # t = 0, 0.01, ..., 2.0
+    assert most_in_a_second([t for t, _ in started]) <= 101
+    assert [d for _, d in started] == list(range(201))  # in device order
+
+
+def test_an_idle_moment_buys_no_burst():
+    pacer = ConnectPacer(10, rate=10, attempts=3, now=0.0)
+    assert pacer.due(0.0) == [0]
+    assert pacer.due(5.0) == [1, 2]  # one slot of credit, not fifty
+    assert pacer.due(5.05) == []
+
+
+def test_a_failed_device_waits_with_full_jitter_and_at_least_a_second():
+    rng = random.Random(7)
+    pacer = ConnectPacer(3, rate=1000, attempts=6, now=0.0, rng=rng)
+    assert pacer.due(0.0) == [0]
+    delays = []
+    now = 0.0
+    for attempt in range(1, 6):
+        delay = pacer.failed(0, now, "AWS_IO_SOCKET_TIMEOUT")
+        cap = min(BACKOFF_CAP_S, 2 ** (attempt - 1))
+        assert 1.0 - 1e-9 <= delay <= max(1.0, cap) + 1e-9  # jittered under the cap, never under 1 s
+        delays.append(delay)
+        now += delay
+        due = pacer.due(now)
+        assert 0 in due  # retries go first
+    with pytest.raises(ConnectsExhausted, match="gave up after 6 attempts: AWS_IO_SOCKET_TIMEOUT"):
+        pacer.failed(0, now, "AWS_IO_SOCKET_TIMEOUT")
+    assert len(set(delays)) > 1  # jitter: not one fixed schedule
+
+
+def test_retries_share_the_pace_with_first_attempts():
+    pacer = ConnectPacer(100, rate=10, attempts=5, now=0.0, rng=random.Random(1))
+    started = starts(pacer, 0.35)
+    assert [d for _, d in started] == [0, 1, 2, 3]
+    pacer.failed(0, 0.35, "refused")
+    later = starts(pacer, 10.0, since=0.351)
+    assert most_in_a_second([t for t, _ in later]) <= 11  # still 10 a second with the retry
+    assert 0 in [d for _, d in later]
+
+
+def test_a_lost_connection_is_reopened_at_the_pace():
+    pacer = ConnectPacer(2, rate=10, attempts=2, now=0.0)
+    assert starts(pacer, 0.2)[:2] == [(0.0, 0), (0.1, 1)]
+    pacer.lost(1, 0.5)  # within a second of its CONNECT: not before 1.1
+    assert pacer.due(1.0) == []
+    assert pacer.due(1.1) == [1]
+
+
+def test_connections_merge_into_the_reports_object():
+    one = ConnectStats(attempts=[100.1, 100.5, 100.9, 101.2], connacks=[100.2, 100.6, 101.0, 101.3], failures=1)
+    two = ConnectStats(attempts=[100.3, 101.4], connacks=[100.4, 101.9], reconnects=2, interruptions=2)
+    merged = merge([summary(one, 3, 3 * 70_000), summary(two, 2, 2 * 70_000), None])
+    assert merged["devices"] == 5 and merged["connected"] == 6 - 0  # connacks counted per CONNACK
+    assert merged["connect_s"] == pytest.approx(1.7)
+    assert merged["connects_per_s_max"] == 4  # second 100 holds four starts over both processes
+    assert merged["connect_failures"] == 1 and merged["reconnects"] == 2 and merged["interruptions"] == 2
+    assert merged["rss_bytes_per_connection"] == 58_333
+    assert merge([merged]) == merged  # a host's object merges into a fleet's unchanged
+    assert merge([None]) is None
