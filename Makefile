@@ -93,6 +93,7 @@ bench: $(STAMP) mosquitto bench-sink
 	$(BIN)/python devtools/bench_simulator.py --report bench-results/simulator.json \
 		--sink-report bench-results/sink.json
 	$(BIN)/python devtools/bench_mqtt.py --report bench-results/mqtt.json
+	$(BIN)/python devtools/bench_population.py --report bench-results/population.json
 
 bench-membership: $(STAMP)
 	$(BIN)/python -m tests.bench_membership --report bench-results/membership.json

@@ -105,7 +105,7 @@ class ConnectPacer:
         return min(candidates) if candidates else None
 
 
-def summary(stats: ConnectStats, devices: int, rss_growth_bytes: float) -> dict:
+def summary(stats: ConnectStats, devices: int, rss_growth_bytes: float, connect_cpu_s: float = 0.0) -> dict:
     """One process's connections as the host run merges them (wall-clock seconds, so processes
     and hosts merge: every clock of a fleet runs on NTP)."""
     per_second: dict[str, int] = {}
@@ -122,6 +122,7 @@ def summary(stats: ConnectStats, devices: int, rss_growth_bytes: float) -> dict:
         "reconnects": stats.reconnects,
         "interruptions": stats.interruptions,
         "rss_growth_bytes": rss_growth_bytes,
+        "connect_cpu_s": round(connect_cpu_s, 3),
     }
 
 
@@ -156,4 +157,5 @@ def merge(parts: list[dict]) -> dict | None:
         "first_connack": min(firsts) if firsts else None,
         "last_connack": max(lasts) if lasts else None,
         "rss_growth_bytes": growth,
+        "connect_cpu_s": round(sum(p.get("connect_cpu_s", 0.0) for p in parts), 3),  # CPU the connect phase took
     }

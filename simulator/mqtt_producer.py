@@ -104,6 +104,7 @@ class MqttProducerProcess:
         self.connections: list[crt_mqtt.Connection | None] = [None] * len(self.things)
         self.connect_stats = ConnectStats()
         self.rss_before = self.rss_growth = 0
+        self.connect_cpu_s = 0.0
         self.rng = random.Random()
         per_process_rate = config.mqtt.connect_rate / config.processes
         self.reconnect_spread_s = max(1, math.ceil(len(self.things) / per_process_rate))
@@ -203,6 +204,7 @@ class MqttProducerProcess:
             time.sleep(CONNECT_TICK_S)
         self.conn.send(("connecting", (connected, len(self.things))))
         self.rss_growth = max(0, _rss_bytes() - self.rss_before)
+        self.connect_cpu_s = time.process_time()
 
     def _abandon(self, device: int) -> None:
         """Drops a connection whose CONNECT failed; the next attempt builds a fresh one."""
@@ -269,7 +271,7 @@ class MqttProducerProcess:
             publish_delay_histogram=histograms.encode(self.publish_delays.histogram),
             ack_clamped=self.acks.clamped,
             cpu_s=round(time.process_time(), 3),
-            connections=connect_summary(self.connect_stats, len(self.things), self.rss_growth),
+            connections=connect_summary(self.connect_stats, len(self.things), self.rss_growth, self.connect_cpu_s),
         )
 
     def _send_on_schedule(self, schedule: SendSchedule) -> None:
