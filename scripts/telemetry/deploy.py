@@ -96,7 +96,7 @@ def synthesized_stacks(cdk_out: Path, config: Any) -> list[Stack]:
     """The environment's stacks in deployment order, from cdk.out or a synthesis made now."""
     stacks = read_cloud_assembly(cdk_out, config.stack_prefix)
     if not stacks:
-        print(f"cdk.out has no stacks of {config.name}: synthesizing them (a few seconds)...", flush=True)
+        print(f"cdk.out has no stacks of {config.name}: synthesizing them (a few seconds)...", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix=f"telemetry-{config.name}-") as outdir:
             synthesize(config, Path(outdir))
             stacks = read_cloud_assembly(Path(outdir), config.stack_prefix)

@@ -373,8 +373,8 @@ class Pricer:
         if needed > brokers * volume_gb * 0.85:
             self.estimate.notes.append(
                 f"topic {topic.name} would hold {needed:,.0f} GB ({topic.retention_hours} h at RF "
-                f"{topic.replication_factor}) on {brokers * volume_gb:,.0f} GB of broker storage: raise "
-                "msk.ebs_volume_gib or lower the retention"
+                f"{topic.replication_factor}, before producer compression) on {brokers * volume_gb:,.0f} GB of "
+                "broker storage: raise msk.ebs_volume_gib or lower the retention"
             )
 
     def nat_gateway(self, stack: Any, logical_id: str, resource: dict) -> None:

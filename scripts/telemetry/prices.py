@@ -27,6 +27,7 @@ class PriceTable:
     region: str
     as_of: datetime.date
     prices: dict[str, dict[str, Any]]
+    checked: bool = True  # the table's prices were read from their pages on the day named
     refreshed: list[str] = field(default_factory=list)  # keys --live replaced
     kept: list[str] = field(default_factory=list)  # keys --live could not refresh, with why
 
@@ -55,6 +56,11 @@ class PriceTable:
         return (today - self.as_of).days
 
     def staleness_warning(self, today: datetime.date) -> str | None:
+        if not self.checked and not self.refreshed:
+            return (
+                f"warning: the {self.region} price table was not checked against its pages (see its "
+                "checked_note); run with --live to price from the AWS Price List"
+            )
         age = self.age_days(today)
         if age <= STALE_AFTER_DAYS:
             return None
@@ -76,14 +82,15 @@ def load(region: str) -> PriceTable:
             f"(add scripts/telemetry/prices/{region}.json, or run with --live)"
         )
     body = json.loads(path.read_text())
-    return PriceTable(body["region"], datetime.date.fromisoformat(body["as_of"]), body["prices"])
+    return PriceTable(body["region"], datetime.date.fromisoformat(body["as_of"]), body["prices"],
+                      checked=body.get("checked", True))
 
 
 def refresh(table: PriceTable, pricing: Any, today: datetime.date) -> PriceTable:
     """Each price that names a Price List query is replaced by what the API answers, when it answers
     exactly one product with one USD price; otherwise the table's price is kept and the reason noted."""
     prices = {key: dict(price) for key, price in table.prices.items()}
-    live = PriceTable(table.region, today, prices)
+    live = PriceTable(table.region, today, prices, checked=table.checked)
     for key, price in sorted(prices.items()):
         query = price.get("query")
         if not query:

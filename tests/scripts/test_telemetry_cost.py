@@ -194,9 +194,18 @@ def test_every_price_names_its_page_and_the_day_it_was_read():
 
 def test_a_table_older_than_90_days_warns():
     table = prices.load("eu-west-1")
+    table.checked = True
     assert table.staleness_warning(table.as_of + datetime.timedelta(days=90)) is None
     warning = table.staleness_warning(table.as_of + datetime.timedelta(days=91))
     assert warning.startswith("warning: the eu-west-1 price table is 91 days old")
+
+
+def test_a_table_not_checked_against_its_pages_says_so_until_live_prices_replace_it():
+    table = prices.load("eu-west-1")
+    assert table.checked is False  # see the table's checked_note
+    assert "not checked against its pages" in table.staleness_warning(table.as_of)
+    table.refreshed = ["nat.hours"]
+    assert table.staleness_warning(table.as_of) is None
 
 
 def test_a_region_without_a_table_is_one_line():
