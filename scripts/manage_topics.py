@@ -61,6 +61,7 @@ from simulator.topic_admin import (  # noqa: E402, F401  (the Kafka side, re-exp
     plan_acls,
     reconcile,
     reconcile_acls,
+    reconcile_declaration,
 )
 
 MS_PER_HOUR = 3_600_000
@@ -469,10 +470,8 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], object] | Non
     if args.assume_role:
         credentials = assume_topic_admin(environment, args.mfa_serial)
         settings["oauth_cb"] = msk_iam_token_callback(environment.region, credentials)
-    status = reconcile(
-        KafkaTopics(settings, args.timeout), environment.topics, dry_run=args.dry_run
-    )
-    reconcile_acls(KafkaAcls(settings, args.timeout), environment.acls, dry_run=args.dry_run)
+    declaration = Declaration(environment.topics, environment.acls)
+    status = reconcile_declaration(settings, declaration, timeout_s=args.timeout, dry_run=args.dry_run)
     if status == 0 and not args.dry_run and args.security_protocol == "SASL_SSL":  # MSK, not a local broker
         record_reconciled(environment)
     return status

@@ -497,8 +497,14 @@ def run(args: argparse.Namespace, out=sys.stdout) -> int:
         if not token:
             raise TopicError(f"${TOKEN_ENV} is empty: the topic administrator's MSK IAM token is needed")
         settings["oauth_cb"] = given_token_callback(token)
-    status = reconcile(KafkaTopics(settings, args.timeout), declaration.topics, dry_run=args.dry_run, out=out)
-    reconcile_acls(KafkaAcls(settings, args.timeout), declaration.acls, dry_run=args.dry_run, out=out)
+    return reconcile_declaration(settings, declaration, timeout_s=args.timeout, dry_run=args.dry_run, out=out)
+
+
+def reconcile_declaration(settings: dict, declaration: Declaration, *, timeout_s: float, dry_run: bool,
+                          out=sys.stdout) -> int:  # fmt: skip
+    """Topics, then ACLs, on the cluster `settings` reach; 1 when a topic difference remains."""
+    status = reconcile(KafkaTopics(settings, timeout_s), declaration.topics, dry_run=dry_run, out=out)
+    reconcile_acls(KafkaAcls(settings, timeout_s), declaration.acls, dry_run=dry_run, out=out)
     return status
 
 
