@@ -55,8 +55,11 @@ synth: $(STAMP)
 lint: synth
 	$(BIN)/cfn-lint cdk.out/Telemetry-$(ENV)-*.template.json
 
+# Two workers, each taking whole files (module fixtures, brokers and syntheses stay per file/worker).
+TEST_WORKERS ?= 2
+
 test: $(STAMP) flink-test mosquitto
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The MQTT tests and benchmark run a real mosquitto broker (Debian's package). Installed here when
 # it is missing and we are root (CI); otherwise one line says how.
@@ -66,7 +69,7 @@ mosquitto:
 	  { echo "make: the MQTT tests need mosquitto: sudo apt-get install mosquitto" >&2; exit 1; }
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not integration"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not integration"
 
 diff: $(STAMP)
 	$(CDK) diff $(CDK_FLAGS) --all

@@ -205,3 +205,76 @@ def test_both_documents_install_the_simulator_the_same_way(synthesized):
         lines = [line.strip() for line in script.splitlines()]
         start = lines.index(install[0])
         assert lines[start : start + len(install)] == install
+
+
+def fleet_role_policy(synthesized, env: str) -> str:
+    """The fleet hosts' instance role's identity policy as IAM receives it: the synthesized
+    statements with their intrinsics resolved for the environment's account and region."""
+    from stacks.config import load_environment, read_environments
+    from tests.msk_authorization import resolve, role_policy_statements
+
+    config = load_environment(read_environments(), env)
+    template = synthesized(env).stacks["simulator_fleet"]
+    (role,) = [
+        logical_id for logical_id, r in template["Resources"].items()
+        if r["Type"] == "AWS::IAM::Role" and "ec2.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])
+    ]  # fmt: skip
+    pseudo = {"AWS::Partition": "aws", "AWS::Region": config.region, "AWS::AccountId": config.account, "AWS::URLSuffix": "amazonaws.com"}
+    elsewhere = Elsewhere()
+    statements = [
+        resolve(s, pseudo=pseudo, imports=elsewhere, attributes=elsewhere)
+        for s in role_policy_statements(template, role)
+        # the Kafka, S3 and CloudWatch statements cannot concern SSM (and name the brokers by
+        # pieces of an imported ARN); any statement that might is kept
+        if any(a.startswith("ssm:") or "*" in a for a in as_list(s.get("Action", "*")))
+    ]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
+
+
+def as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+class Elsewhere(dict):
+    """Another stack's export or a resource's attribute, as a name no ARN matches: the statements
+    about the bucket, the brokers and the package only need not to be wildcards here."""
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __contains__(self, name) -> bool:
+        return True
+
+    def __getitem__(self, name: str) -> str:
+        return f"elsewhere:{name}"
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_hosts_may_read_the_token_parameter_the_workstation_writes_and_nothing_near_it(synthesized, env):
+    """Evaluated by moto's IAM policy evaluator (moto/iam/access_control.py, IAMPolicy and
+    IAMPolicyStatement.is_action_permitted: Deny first, then Allow, `*` globs in Action and
+    Resource), with the ARN of the very name `telemetry topics` writes, not read back from our
+    policy. SecureString with the AWS managed key aws/ssm needs no kms:Decrypt in the role: that
+    key's policy admits every principal of the account through SSM ("AWS managed keys",
+    https://docs.aws.amazon.com/kms/latest/developerguide/concepts.html#aws-managed-cmk). The
+    evaluator matches actions case-sensitively and knows no `?` wildcard; neither appears here."""
+    from moto.iam.access_control import IAMPolicy, PermissionResult
+
+    from scripts.manage_topics import declared_environment
+
+    environment = declared_environment(env)
+    policy = IAMPolicy(fleet_role_policy(synthesized, env))
+    arn = f"arn:aws:ssm:{environment.region}:{environment.account}:parameter"
+
+    def permitted(action: str, name: str) -> bool:
+        return policy.is_action_permitted(action, f"{arn}{name}") == PermissionResult.PERMITTED
+
+    assert environment.token_parameter == f"/telemetry-{env}/msk/topics-token"
+    assert permitted("ssm:GetParameter", environment.token_parameter)
+    assert not permitted("ssm:PutParameter", environment.token_parameter)
+    assert not permitted("ssm:DeleteParameter", environment.token_parameter)
+    other = "prod" if env == "dev" else "dev"
+    for name in (f"/telemetry-{other}/msk/topics-token", f"{environment.token_parameter}-old", "/telemetry-certificates"):
+        assert not permitted("ssm:GetParameter", name), name
+    # The document the workstation sends reads that same parameter by default.
+    assert fleet_document(synthesized, "manage-topics", env)["parameters"]["tokenParameter"]["default"] == environment.token_parameter
