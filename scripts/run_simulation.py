@@ -589,11 +589,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from scripts.telemetry.errors import worded
+
     try:
         return run(parse_args(argv))
     except (ConfigError, RunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except (BotoCoreError, ClientError) as error:
+        code, message = worded(error)
+        print(f"error: {message}", file=sys.stderr)
+        return code
 
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], object] | None = None) -> int:
@@ -608,25 +616,22 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], object] | Non
         print(describe_plan(plan, args.hosts or config.simulator_fleet.host_count))
         print("dry run: nothing sent")
         return 0
-    from botocore.exceptions import BotoCoreError, ClientError
-
+    # AWS errors go up as botocore raised them: telemetry (and main) word them, so missing
+    # credentials say how to give them and a failed call exits 1, as in every other command.
     timeout = args.timeout or args.warmup + args.duration + SETUP_ALLOWANCE_S
-    try:
-        fleet = Fleet((session_factory or aws_session)(config.region))
-        report = run_fleet(
-            plan,
-            fleet,
-            hosts=args.hosts,
-            poll_interval_s=args.poll_interval,
-            timeout_s=timeout,
-            metrics_delay_s=args.metrics_delay,
-        )
-        fleet.publish(
-            plan.log_group,
-            embedded_metrics(report, plan.environment, now_ms=int(time.time() * 1000)),
-        )
-    except (BotoCoreError, ClientError) as error:
-        raise RunError(f"AWS call failed: {error}") from None
+    fleet = Fleet((session_factory or aws_session)(config.region))
+    report = run_fleet(
+        plan,
+        fleet,
+        hosts=args.hosts,
+        poll_interval_s=args.poll_interval,
+        timeout_s=timeout,
+        metrics_delay_s=args.metrics_delay,
+    )
+    fleet.publish(
+        plan.log_group,
+        embedded_metrics(report, plan.environment, now_ms=int(time.time() * 1000)),
+    )
 
     report_path = args.report or REPO / "reports" / f"{plan.run_id}.json"
     plot_path = args.plot or report_path.with_suffix(".png")

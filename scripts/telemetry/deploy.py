@@ -69,14 +69,18 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     config = load_environment(read_environments(), args.env)
     if args.format == "json" and not args.dry_run:
         raise UsageError("telemetry deploy reports its progress as text; --format json goes with --dry-run")
-    stacks = synthesized_stacks(args.cdk_out, config)
     if not args.dry_run:
+        from botocore.exceptions import NoCredentialsError
+
         from scripts.telemetry.journey import journey, run_command, run_journey
 
         session = session_factory(config.region)
+        if session.get_credentials() is None:  # before a synthesis the run could not use
+            raise NoCredentialsError()
+        stacks = synthesized_stacks(args.cdk_out, config)
         steps = journey(config, session, stacks, runner=run_command, say=_say, mfa_serial=args.mfa_serial)
         return run_journey(steps, _say)
-    steps = plan(config, stacks)
+    steps = plan(config, synthesized_stacks(args.cdk_out, config))
     if args.format == "json":
         print(json.dumps({"environment": config.name, "account": config.account, "region": config.region,
                           "steps": [asdict(step) for step in steps]}, indent=2))

@@ -65,7 +65,7 @@ BAD_INPUT = [
     (["cluster", "drain", "--env", "dev", "--node", "scale-0"], 2, "Unable to locate credentials"),
     (["devices", "provision", "--env", "dev", "--count", "5"], 2, "Unable to locate credentials"),
     (["devices", "delete", "--env", "dev"], 2, "Unable to locate credentials"),
-    (["simulate", "--env", "dev", "--rate", "100", "--duration", "10"], 2, "Unable to locate credentials"),
+    (["simulate", "--env", "dev", "--rate", "100", "--duration", "10"], 2, "Unable to locate credentials: this command calls AWS"),
     (["topics", "--env", "dev", "--mfa-serial", "arn:aws:iam::1:mfa/me"], 2, "no AWS credentials"),
     (["deploy", "--env", "dev"], 2, "Unable to locate credentials"),
     (["preflight", "--env", "dev", "--profile", "nobody"], 2, "The config profile (nobody) could not be found"),
