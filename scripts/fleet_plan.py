@@ -1,7 +1,7 @@
 """The fleet a simulator run needs, and every quota it touches: `telemetry simulate --plan`.
 
 Given the devices and the message rate, it says how many hosts, devices per host, how long the
-connect phase takes at the account's CONNECT quota, and checks each quota the run meets. A plan
+connect phase takes at the run's share of the account's CONNECT quota, and checks each quota the run meets. A plan
 that breaks one is refused in one line naming the quota and how to raise it.
 
 The quotas, with their sources:
@@ -38,6 +38,9 @@ MSK_IAM_NEW_CONNECTIONS_PER_BROKER_S = 100
 MAX_DEVICES_PER_HOST = 15_000
 CONNECTS_PER_S_PER_CORE = 80
 MQTT_RATE_PER_PROCESS = 5_000
+# The share of the account's CONNECT quota a simulator run takes, split over its hosts: the run
+# stays under the device gateway's quota alarm and leaves the rest to real devices.
+CONNECT_QUOTA_SHARE = 0.5
 KAFKA_RATE_PER_PROCESS = 100_000
 
 
@@ -71,6 +74,7 @@ class FleetPlan:
     devices_per_host: int
     cores_per_host: int
     connect_rate: float  # CONNECTs per second over the fleet
+    connect_quota: float  # the account's CONNECTs per second
     connect_phase_s: float
     seconds_between_messages: float  # per device
     checks: list[QuotaCheck]
@@ -85,6 +89,11 @@ class FleetPlan:
             return None
         return ("the run would break " + "; ".join(self.refusals) + ": raise adjustable quotas in the Service "
                 "Quotas console, then put the new values in cdk.json where named")
+
+
+def host_connect_rate(connect_quota: float, hosts: int) -> int:
+    """CONNECTs/s per host of a fleet run (the run document's connectRate, simulator --connect-rate)."""
+    return max(1, int(connect_quota * CONNECT_QUOTA_SHARE / hosts))
 
 
 def plan_fleet(
@@ -105,8 +114,10 @@ def plan_fleet(
     connect_rate = 0.0
     connect_phase = 0.0
     if mqtt:
-        connect_rate = min(gateway.connect_quota_per_s, hosts * cores_per_host * CONNECTS_PER_S_PER_CORE)
-        connect_phase = devices / connect_rate
+        per_host_connects = min(host_connect_rate(gateway.connect_quota_per_s, hosts),
+                                cores_per_host * CONNECTS_PER_S_PER_CORE)
+        connect_rate = float(per_host_connects * hosts)
+        connect_phase = per_host / per_host_connects
         per_connection = rate / max(1, devices)
         checks += [
             QuotaCheck("Maximum concurrent client connections per account", "AWS IoT Core",
@@ -135,7 +146,7 @@ def plan_fleet(
     return FleetPlan(
         devices=devices, rate=rate, message_bytes=message_bytes, transport=transport, hosts=hosts,
         devices_per_host=per_host, cores_per_host=cores_per_host, connect_rate=connect_rate,
-        connect_phase_s=connect_phase, seconds_between_messages=devices / rate if rate else math.inf,
+        connect_quota=gateway.connect_quota_per_s, connect_phase_s=connect_phase, seconds_between_messages=devices / rate if rate else math.inf,
         checks=checks,
     )  # fmt: skip
 
@@ -150,8 +161,8 @@ def describe(plan: FleetPlan) -> str:
     if plan.transport == "mqtt":
         per_host = plan.connect_rate / plan.hosts
         lines.append(
-            f"connect phase: {plan.connect_phase_s:,.0f} s at {plan.connect_rate:,.0f} CONNECTs/s "
-            f"({per_host:,.0f} per host: simulator --connect-rate {per_host:.0f})"
+            f"connect phase: {plan.connect_phase_s:,.0f} s at {plan.connect_rate:,.0f} CONNECTs/s, {per_host:,.0f} per "
+            f"host (a fleet run takes {CONNECT_QUOTA_SHARE:.0%} of the account's {plan.connect_quota:,.0f} CONNECTs/s)"
         )
     lines.append("quotas:")
     for check in plan.checks:

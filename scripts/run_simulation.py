@@ -57,7 +57,6 @@ UNFINISHED = {"Pending", "InProgress", "Delayed", "Cancelling"}
 SETUP_ALLOWANCE_S = 600
 
 
-CONNECT_QUOTA_SHARE = 0.5  # of the account's AWS IoT CONNECT quota, split over a run's hosts
 
 
 class RunError(ToolError):
@@ -111,9 +110,10 @@ class RunPlan:
         return {name: [str(value)] for name, value in values.items()}
 
     def connect_rate(self, hosts: int) -> int:
-        """CONNECTs/s per host over MQTT: the hosts share CONNECT_QUOTA_SHARE of the account's
-        quota, so the run stays under the gateway's quota alarm and leaves room for real devices."""
-        return max(1, int(self.connect_quota * CONNECT_QUOTA_SHARE / hosts))
+        """CONNECTs/s per host over MQTT, as the fleet plan counts them."""
+        from scripts.fleet_plan import host_connect_rate
+
+        return host_connect_rate(self.connect_quota, hosts)
 
     def first_device(self, host_index: int) -> int:
         """Devices are things 1, 2, ...; over MQTT each host is its own devices (a thing connects
