@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from simulator.connecting import PER_CLIENT_ID_INTERVAL_S
+
 IOT_CONCURRENT_CONNECTIONS = 500_000
 IOT_CONNECTS_PER_CLIENT_ID_S = 1
 IOT_PUBLISHES_PER_CONNECTION_S = 100
@@ -124,6 +126,10 @@ def plan_fleet(
                        IOT_CONCURRENT_CONNECTIONS, devices, "connections", True),
             QuotaCheck("Connect requests per second per account", "AWS IoT Core", gateway.connect_quota_per_s,
                        connect_rate, "CONNECTs/s", True, "device_gateway.connect_quota_per_s"),
+            # The simulator's pacer never starts a client id's CONNECT within 1 s of its last
+            # (simulator/connecting.py PER_CLIENT_ID_INTERVAL_S), so a run needs at most one.
+            QuotaCheck("Connect requests per second per client ID", "AWS IoT Core", IOT_CONNECTS_PER_CLIENT_ID_S,
+                       1 / PER_CLIENT_ID_INTERVAL_S, "CONNECTs/s for one client id", False),
             QuotaCheck("Inbound publish requests per second per account", "AWS IoT Core", gateway.publish_quota_per_s,
                        rate, "publishes/s", True, "device_gateway.publish_quota_per_s"),
             QuotaCheck("Publish requests per second per connection", "AWS IoT Core", IOT_PUBLISHES_PER_CONNECTION_S,
@@ -160,9 +166,15 @@ def describe(plan: FleetPlan) -> str:
     ]
     if plan.transport == "mqtt":
         per_host = plan.connect_rate / plan.hosts
+        share = host_connect_rate(plan.connect_quota, plan.hosts)
+        why = (
+            f"a fleet run takes {CONNECT_QUOTA_SHARE:.0%} of the account's {plan.connect_quota:,.0f} CONNECTs/s"
+            if per_host >= share
+            else f"what {plan.cores_per_host} cores open; the run's share of the quota is {share:,} per host"
+        )
         lines.append(
-            f"connect phase: {plan.connect_phase_s:,.0f} s at {plan.connect_rate:,.0f} CONNECTs/s, {per_host:,.0f} per "
-            f"host (a fleet run takes {CONNECT_QUOTA_SHARE:.0%} of the account's {plan.connect_quota:,.0f} CONNECTs/s)"
+            f"connect phase: {plan.connect_phase_s:,.0f} s at {plan.connect_rate:,.0f} CONNECTs/s, "
+            f"{per_host:,.0f} per host ({why})"
         )
     lines.append("quotas:")
     for check in plan.checks:

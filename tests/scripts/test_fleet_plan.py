@@ -37,6 +37,8 @@ def test_a_population_within_the_quotas_is_planned():
     assert plan.connect_rate == 7 * 35  # 250 CONNECTs/s over 7 hosts, whole per host
     assert plan.connect_phase_s == pytest.approx(14_286 / 35)
     assert plan.seconds_between_messages == pytest.approx(20)
+    (per_client_id,) = [c for c in plan.checks if c.name == "Connect requests per second per client ID"]
+    assert (per_client_id.needed, per_client_id.limit, per_client_id.adjustable) == (1, 1, False)
 
 
 def test_a_device_over_the_per_connection_limit_cannot_be_raised():
