@@ -30,6 +30,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from devtools import local_kafka, local_mosquitto  # noqa: E402
+from devtools.figures import write_figures  # noqa: E402
+
 DEFAULT_OUTPUT = REPO_ROOT / "bench-results" / "mqtt.json"
 PUBLISHES_PER_DEVICE_S = 100  # AWS IoT's per-connection quota, which the CLI enforces
 
@@ -162,9 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_mqtt: {error}", file=sys.stderr)
         return 2
     print_table(results)
-    args.report.parent.mkdir(parents=True, exist_ok=True)
-    args.report.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nfigures: {args.report}")
+    write_figures(results, args.report)
     return 0
 
 

@@ -28,6 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from devtools import local_mosquitto  # noqa: E402
+from devtools.figures import write_figures  # noqa: E402
 
 DEFAULT_OUTPUT = REPO_ROOT / "bench-results" / "population.json"
 
@@ -97,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = run_bench(args)
     print_table(results)
-    args.report.parent.mkdir(parents=True, exist_ok=True)
-    args.report.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nfigures: {args.report}")
+    write_figures(results, args.report)
     return 0
 
 

@@ -35,6 +35,7 @@ import local_kafka
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+from devtools.figures import write_figures  # noqa: E402 (after REPO_ROOT joined sys.path)
 from simulator.payload import TelemetryTemplate  # after REPO_ROOT joined sys.path
 
 DEFAULT_OUTPUT = REPO_ROOT / "bench-results" / "simulator.json"
@@ -551,9 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_simulator: {error}", file=sys.stderr)
         return 2
     print_table(results)
-    args.report.parent.mkdir(parents=True, exist_ok=True)
-    args.report.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nfigures: {args.report}")
+    write_figures(results, args.report)
     return 0
 
 
