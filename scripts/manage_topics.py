@@ -197,6 +197,7 @@ def msk_iam_token_callback(region: str, credentials):
 COMMAND_START_TIMEOUT_S = 120
 COMMAND_STEP_TIMEOUT_S = 900
 TOKEN_SESSION_S = 900  # STS's shortest role session: the token cannot outlive it
+PROGRESS_EVERY_S = 15.0  # a line while the host works, at least this often
 
 
 def fleet_host(ec2, fleet: str) -> str:
@@ -219,7 +220,7 @@ def reconcile_on_fleet(
     environment: Environment, args: argparse.Namespace, session, *, read_code=None,
     poll_s: float = 2.0, clock=None, sleep=None, out=sys.stdout,
 ) -> int:  # fmt: skip
-    """The reconcile, run on a fleet host through Run Command, its output printed here.
+    """The reconcile, run on a fleet host through Run Command, its output printed here when it ends.
 
     The topic administrator's token reaches the host through a SecureString parameter that exists
     only while the command runs; it is deleted whatever happens."""
@@ -263,24 +264,31 @@ def reconcile_on_fleet(
 
 
 def _follow(ssm, command_id: str, host: str, *, poll_s: float, clock, sleep, out) -> dict:
-    """Polls the invocation until it ends, printing its output as it grows."""
-    deadline = clock() + COMMAND_START_TIMEOUT_S + COMMAND_STEP_TIMEOUT_S
-    shown = 0
+    """Polls the invocation until it ends, saying so while it waits, then prints its output.
+
+    GetCommandInvocation gives no output while a command runs: StandardOutputContent is "the
+    first 24,000 characters written by the plugin to stdout. If the command hasn't finished
+    running, if ExecutionStatus is neither Succeeded nor Failed, then this string is empty" (SSM
+    API Reference, GetCommandInvocation). A reconcile writes a few lines."""
+    started = clock()
+    deadline = started + COMMAND_START_TIMEOUT_S + COMMAND_STEP_TIMEOUT_S
+    said, said_at = "", started
     while True:
         try:
             result = ssm.get_command_invocation(CommandId=command_id, InstanceId=host)
         except ssm.exceptions.InvocationDoesNotExist:
             result = {"Status": "Pending"}  # SSM takes a moment to register a new invocation
-        output = result.get("StandardOutputContent") or ""
-        if len(output) > shown:
-            print(output[shown:], end="", file=out, flush=True)
-            shown = len(output)
-        if result["Status"] not in ("Pending", "InProgress", "Delayed", "Cancelling"):
-            if shown and not output.endswith("\n"):
-                print(file=out)
+        status = result["Status"]
+        if status not in ("Pending", "InProgress", "Delayed", "Cancelling"):
+            output = result.get("StandardOutputContent") or ""
+            print(output, end="" if output.endswith("\n") or not output else "\n", file=out, flush=True)
             return result
-        if clock() > deadline:
-            raise TopicError(f"Run Command {command_id} on {host} has not ended after {deadline:.0f} s")
+        now = clock()
+        if now > deadline:
+            raise TopicError(f"Run Command {command_id} on {host} has not ended after {now - started:.0f} s")
+        if status != said or now - said_at >= PROGRESS_EVERY_S:
+            print(f"  {host}: {status}, {now - started:.0f} s", file=out, flush=True)
+            said, said_at = status, now
         sleep(poll_s)
 
 

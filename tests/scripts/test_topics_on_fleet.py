@@ -216,29 +216,46 @@ def arguments(**overrides) -> argparse.Namespace:
 
 
 def on_fleet(stubbed, **overrides) -> tuple[int, str]:
-    out = io.StringIO()
+    out, now = io.StringIO(), [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
     status = reconcile_on_fleet(
-        ENVIRONMENT, arguments(**overrides), stubbed, read_code=lambda serial: "123456", poll_s=0, out=out,
-        sleep=lambda s: None,
+        ENVIRONMENT, arguments(**overrides), stubbed, read_code=lambda serial: "123456", poll_s=10, out=out,
+        clock=lambda: now[0], sleep=sleep,
     )  # fmt: skip
     return status, out.getvalue()
 
 
-def test_reconcile_runs_on_the_first_host_and_prints_its_output_as_it_grows():
-    out_1 = "telemetry: create: 12 partitions, RF 3\n"
-    out_2 = out_1 + "acl User:iot-device-gateway: allow WRITE on topic telemetry: create\n"
+def test_reconcile_runs_on_the_first_host_says_it_waits_then_prints_its_output():
+    """While the command runs, GetCommandInvocation's StandardOutputContent is empty ("If the
+    command hasn't finished running ... this string is empty", SSM API Reference): the output comes
+    once, at the end, and until then the operator sees the host's status every 15 s or so."""
+    output = (
+        "telemetry: create: 12 partitions, RF 3\n"
+        "acl User:iot-device-gateway: allow WRITE on topic telemetry: create\n"
+    )
     with Stubbed() as stubbed:
         expect_host_and_token(stubbed)
         expect_command(stubbed)
         expect_invocations(
             stubbed,
-            {"Status": "InProgress", "StandardOutputContent": out_1},
-            {"Status": "Success", "ResponseCode": 0, "StandardOutputContent": out_2},
+            {"Status": "InProgress", "StandardOutputContent": ""},
+            {"Status": "InProgress", "StandardOutputContent": ""},
+            {"Status": "InProgress", "StandardOutputContent": ""},
+            {"Status": "Success", "ResponseCode": 0, "StandardOutputContent": output},
         )
         expect_token_deleted(stubbed)
         status, printed = on_fleet(stubbed)
     assert status == 0
-    assert printed == f"reconciling on fleet host i-0aaaaaaaaaaaaaaaa (Run Command {COMMAND_ID})\n" + out_2
+    assert printed == (
+        f"reconciling on fleet host i-0aaaaaaaaaaaaaaaa (Run Command {COMMAND_ID})\n"
+        "  i-0aaaaaaaaaaaaaaaa: Pending, 0 s\n"
+        "  i-0aaaaaaaaaaaaaaaa: InProgress, 10 s\n"
+        "  i-0aaaaaaaaaaaaaaaa: InProgress, 30 s\n"  # at 20 s, 10 s after the last line was too soon
+        + output
+    )
 
 
 def test_the_token_left_for_the_host_is_the_assumed_roles_and_short_lived():
