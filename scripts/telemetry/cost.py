@@ -53,12 +53,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "or IoT Basic Ingest")
     parser.add_argument("--live", action="store_true",
                         help="refresh the prices from the AWS Price List Query API first (needs credentials)")
+    parser.add_argument("--save-prices", action="store_true",
+                        help="with --live: write the refreshed prices into the region's price table "
+                        "(scripts/telemetry/prices/REGION.json), marked checked, for the next offline run")
     parser.add_argument("--plot", type=Path, metavar="PATH.png", help="also draw the fixed and usage split per stack")
     parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out",
                         help="synthesized templates (default cdk.out; synthesized here if they lack the environment)")
 
 
 def check_arguments(args: argparse.Namespace) -> None:
+    if args.save_prices and not args.live:
+        raise UsageError("--save-prices goes with --live: it writes the prices the AWS Price List answered")
     if args.plot is not None and args.plot.suffix.lower() != ".png":
         raise UsageError(f"--plot writes a PNG: give a path ending in .png, not {args.plot}")
 
@@ -74,6 +79,11 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     today = datetime.date.today()
     if args.live:
         table = prices.refresh(table, session_factory(prices.PRICE_LIST_REGION).client("pricing"), today)
+        if args.save_prices:
+            import sys
+
+            saved = prices.save(table)
+            print(f"wrote {len(table.refreshed)} refreshed prices into {saved}", file=sys.stderr)
     stacks = synthesized_stacks(args.cdk_out, config)
     devices = args.devices if args.devices is not None else DEVICES_PER_HOST * config.simulator_fleet.host_count
     scenario = pricing_model.Scenario(args.rate, devices, args.message_bytes, args.transport)

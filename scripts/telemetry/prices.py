@@ -27,7 +27,7 @@ class PriceTable:
     region: str
     as_of: datetime.date
     prices: dict[str, dict[str, Any]]
-    checked: bool = True  # the table's prices were read from their pages on the day named
+    checked: bool = True  # the table's prices were read from their pages (a price's own "checked" wins)
     refreshed: list[str] = field(default_factory=list)  # keys --live replaced
     kept: list[str] = field(default_factory=list)  # keys --live could not refresh, with why
 
@@ -55,11 +55,23 @@ class PriceTable:
     def age_days(self, today: datetime.date) -> int:
         return (today - self.as_of).days
 
+    def unchecked(self) -> list[str]:
+        """Prices neither read from their pages nor from the Price List (here or by a saved --live)."""
+        return sorted(
+            key for key, price in self.prices.items()
+            if not price.get("checked", self.checked) and key not in self.refreshed
+        )  # fmt: skip
+
     def staleness_warning(self, today: datetime.date) -> str | None:
-        if not self.checked and not self.refreshed:
+        unchecked = self.unchecked()
+        if unchecked:
+            what = (
+                "the prices " + ", ".join(unchecked) if len(unchecked) <= 5
+                else f"{len(unchecked)} of the {len(self.prices)} prices"
+            )  # fmt: skip
             return (
-                f"warning: the {self.region} price table was not checked against its pages (see its "
-                "checked_note); run with --live to price from the AWS Price List"
+                f"warning: {what} in the {self.region} price table were not checked against their pages (see its "
+                "checked_note); --live --save-prices takes what the AWS Price List has, the rest are read by hand"
             )
         age = self.age_days(today)
         if age <= STALE_AFTER_DAYS:
@@ -72,6 +84,19 @@ class PriceTable:
 
 def supported_regions() -> list[str]:
     return sorted(path.stem for path in TABLES.glob("*.json"))
+
+
+def save(table: PriceTable, path: Path | None = None) -> Path:
+    """Writes what --live refreshed into the region's table file: each refreshed price with its
+    new value, the day it was read and checked; the table's date becomes that day."""
+    path = path or TABLES / f"{table.region}.json"
+    body = json.loads(path.read_text())
+    for key in table.refreshed:
+        body["prices"][key].update(usd=table.prices[key]["usd"], read=table.as_of.isoformat(), checked=True)
+    if table.refreshed:
+        body["as_of"] = table.as_of.isoformat()
+    path.write_text(json.dumps(body, indent=1) + "\n")
+    return path
 
 
 def load(region: str) -> PriceTable:

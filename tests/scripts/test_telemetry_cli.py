@@ -58,6 +58,7 @@ BAD_INPUT = [
     (["cost", "--env", "dev", "--rate", "-1"], 2, "argument --rate: must be 0 or more, got -1"),
     (["cost", "--env", "dev", "--transport", "udp"], 2, "argument --transport: invalid choice: 'udp'"),
     (["cost", "--env", "dev", "--live"], 2, "Unable to locate credentials"),
+    (["cost", "--env", "dev", "--save-prices"], 2, "--save-prices goes with --live"),
     # no AWS credentials anywhere: one line saying how to give them
     (["preflight", "--env", "dev"], 2, "Unable to locate credentials"),
     (["cluster", "status", "--env", "dev"], 2, "Unable to locate credentials"),

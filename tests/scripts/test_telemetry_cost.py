@@ -203,8 +203,12 @@ def test_a_table_older_than_90_days_warns():
 def test_a_table_not_checked_against_its_pages_says_so_until_live_prices_replace_it():
     table = prices.load("eu-west-1")
     assert table.checked is False  # see the table's checked_note
-    assert "not checked against its pages" in table.staleness_warning(table.as_of)
-    table.refreshed = ["nat.hours"]
+    assert f"{len(table.prices)} of the {len(table.prices)} prices in the eu-west-1 price table were not checked" in (
+        table.staleness_warning(table.as_of))
+    table.refreshed = sorted(set(table.prices) - {"iot.messaging", "sns.email"})
+    assert "the prices iot.messaging, sns.email in the eu-west-1 price table were not checked" in (
+        table.staleness_warning(table.as_of))
+    table.refreshed = sorted(table.prices)
     assert table.staleness_warning(table.as_of) is None
 
 
@@ -242,6 +246,24 @@ def test_live_refresh_asks_the_price_list_for_each_query_and_keeps_what_it_canno
                          "nat.hours: the Price List answered 2 products, not one"]
     assert "Price List API, 2026-12-01" in live.source("msk.storage")
     assert live.as_of == datetime.date(2026, 12, 1)
+
+
+def test_saved_live_prices_are_checked_in_the_table_and_the_rest_stay_as_they_were(tmp_path):
+    copy = tmp_path / "eu-west-1.json"
+    copy.write_text((prices.TABLES / "eu-west-1.json").read_text())
+    table = prices.load("eu-west-1")
+    table.prices["msk.storage"] = {**table.prices["msk.storage"], "usd": 0.114}
+    table.as_of, table.refreshed = datetime.date(2026, 12, 1), ["msk.storage"]
+    prices.save(table, copy)
+    body = json.loads(copy.read_text())
+    before = json.loads((prices.TABLES / "eu-west-1.json").read_text())
+    assert body["as_of"] == "2026-12-01"
+    assert body["prices"]["msk.storage"] == {
+        **before["prices"]["msk.storage"], "usd": 0.114, "read": "2026-12-01", "checked": True}
+    assert {k: v for k, v in body["prices"].items() if k != "msk.storage"} == {
+        k: v for k, v in before["prices"].items() if k != "msk.storage"}
+    saved = prices.PriceTable("eu-west-1", datetime.date(2026, 12, 1), body["prices"], checked=body["checked"])
+    assert "msk.storage" not in saved.unchecked() and len(saved.unchecked()) == len(saved.prices) - 1
 
 
 # -- the command ----------------------------------------------------------------------------------
