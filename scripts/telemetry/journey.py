@@ -12,7 +12,8 @@ The steps and how each knows it is done:
                topic administrator role (MFA: deploy's --mfa-serial)
     bootstrap  a create-cluster command ended Success on a seed (Run Command's history)
     flink      the Flink application is RUNNING; a READY one is started
-    smoke      never "done": a short simulator fleet run through the platform must pass
+    smoke      never "done": a short simulator fleet run through the platform must lose
+               nothing, and every seed node must be Up at the cluster's gateway
 """
 
 from __future__ import annotations
@@ -274,6 +275,43 @@ class Smoke:
             failed = [c["name"] for c in report["slo"]["checks"] if not c["passed"]]
             raise OperationFailed(f"the smoke run failed {', '.join(failed)}: {rate:,.0f} msg/s, {lost} lost")
         self.say(f"  smoke run: {rate:,.0f} msg/s through the platform, nothing lost")
+        self.say(f"  cluster: {seeds_up(self.config, self.session)}")
+
+
+def seeds_up(config: Any, session: Any) -> str:
+    """Every seed node Up, as the cluster's HTTP gateway lists them (reached as `telemetry cluster
+    status` does: the stack's endpoint, the admin certificate, the gateway pinned to the cluster
+    certificate); what it found, or OperationFailed naming the seeds that are not."""
+    import argparse
+
+    from sf_rest import FabricError
+
+    from scripts.cluster_inventory import deployed_outputs, gateway_client, service_fabric_stack_name
+
+    outputs = deployed_outputs(session.client("cloudformation"), service_fabric_stack_name(config))
+    defaults = argparse.Namespace(endpoint=None, client_cert=None, client_key=None, ca_bundle=None,
+                                  server_thumbprint=None, insecure=False)
+    client, cleanup = gateway_client(defaults, outputs, lambda: session.client("secretsmanager"))
+    try:
+        with client:
+            nodes = client.get_node_info_list(status_filter="all")
+    except FabricError as error:
+        raise OperationFailed(
+            f"cannot list the cluster's nodes at {outputs.get('HttpGatewayEndpoint')}: {error} (this machine must "
+            "be in service_fabric.management_cidrs)"
+        ) from None
+    finally:
+        cleanup()
+    expected = config.service_fabric.seed_node_count
+    seeds = sorted((node.name, node.status) for node in nodes if node.is_seed_node)
+    not_up = [f"{name} {status}" for name, status in seeds if status != "Up"]
+    if not_up or len(seeds) != expected:
+        raise OperationFailed(
+            f"{len(seeds) - len(not_up)} of {expected} seed nodes are Up"
+            + (f" ({', '.join(not_up)})" if not_up else f" ({len(seeds)} listed)")
+            + ": see telemetry cluster status"
+        )
+    return f"{expected} of {expected} seed nodes Up"
 
 
 def _smoke_run_id() -> str:

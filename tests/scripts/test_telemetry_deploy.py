@@ -229,3 +229,43 @@ def test_steps_already_done_are_skipped_and_said(capsys):
     with pytest.raises(OperationFailed, match=r"^flink: Flink application x is STARTING.*\(run telemetry deploy again"):
         run_journey([Done(), Failing()], lines.append)
     assert lines == ["[1/2] deploy: already done (all 8 stacks deployed)", "[2/2] flink: running"]
+
+
+@pytest.fixture
+def gateway(moto_session, sf_pki, sf_emulator):
+    """The deployed ServiceFabric stack's outputs naming the HTTPS gateway emulator, and the two
+    certificate secrets in moto, as `telemetry cluster status` finds them."""
+    from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
+    from tests.scripts.test_cluster_status import secret
+
+    secrets = moto_session.client("secretsmanager")
+    secrets.create_secret(Name="telemetry-dev/service-fabric/cluster-certificate", SecretString=secret(sf_pki.server))
+    secrets.create_secret(Name="telemetry-dev/service-fabric/admin-certificate", SecretString=secret(sf_pki.client))
+    outputs = outputs_list({
+        "HttpGatewayEndpoint": sf_emulator.endpoint,
+        "ClusterCertificateSecret": "telemetry-dev/service-fabric/cluster-certificate",
+        "AdminCertificateSecret": "telemetry-dev/service-fabric/admin-certificate",
+    })  # fmt: skip
+    return StubbedStackSession(moto_session, "Telemetry-dev-ServiceFabric", outputs)
+
+
+def test_the_smoke_check_finds_every_seed_up_at_the_gateway(gateway):
+    from scripts.telemetry.journey import seeds_up
+
+    assert seeds_up(CONFIG, gateway) == "3 of 3 seed nodes Up"
+
+
+def test_a_seed_down_fails_the_smoke_check_naming_it(gateway, sf_cluster):
+    from scripts.telemetry.journey import seeds_up
+
+    sf_cluster.stop_host("seed-1")
+    with pytest.raises(OperationFailed, match=r"^2 of 3 seed nodes are Up \(seed-1 Down\): see telemetry cluster status$"):
+        seeds_up(CONFIG, gateway)
+
+
+def test_a_gateway_out_of_reach_fails_the_smoke_check_saying_from_where_it_is_reached(gateway, sf_emulator):
+    from scripts.telemetry.journey import seeds_up
+
+    sf_emulator.stop()
+    with pytest.raises(OperationFailed, match="cannot list the cluster's nodes at https://.*management_cidrs"):
+        seeds_up(CONFIG, gateway)
