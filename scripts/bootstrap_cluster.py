@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import datetime
 import json
 import sys
 import time
@@ -45,6 +46,7 @@ from stacks.config import EnvironmentConfig, ServiceFabricConfig, load_environme
 from stacks.naming import (  # noqa: E402
     SCALING_NODE_TYPE,
     SEED_NODE_TYPE,
+    cluster_created_parameter_name,
     gateway_thumbprint_parameter_name,
     service_fabric_cluster_name,
 )
@@ -169,6 +171,17 @@ class Bootstrap:
             Description="SHA-1 thumbprint of the Service Fabric cluster certificate (HTTP gateway identity)",
         )
 
+    def record_created(self, parameter: str, command_id: str, stack_id: str) -> None:
+        """Tells `telemetry deploy` the cluster of this ServiceFabric stack exists (Run Command's
+        own history of the create command is not kept forever). The stack's id names which
+        stack: one deleted and deployed again has a new id and a cluster still to create."""
+        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        self.ssm.put_parameter(
+            Name=parameter, Value=f"{stamp} command {command_id} stack {stack_id}", Type="String", Overwrite=True,
+            Description="When telemetry cluster bootstrap created the Service Fabric cluster",
+        )  # fmt: skip
+        print(f"recorded in {parameter}")
+
     def send_create(self, document: str, instance_id: str, cluster_config: dict, timeout_s: int) -> str:
         encoded = base64.b64encode(json.dumps(cluster_config).encode()).decode()
         response = self.ssm.send_command(
@@ -273,6 +286,7 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
         print(f"error: cluster creation {status}: {detail}", file=sys.stderr)
         return 1
     print(f"cluster {cluster_config['name']} created with {len(seeds)} seed nodes")
+    aws.record_created(cluster_created_parameter_name(config), command_id, outputs.stack_id)
     return 0
 
 

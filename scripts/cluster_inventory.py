@@ -14,6 +14,7 @@ instance's primary private address; a seed's is fixed by the stack (the `Seeds` 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -60,6 +61,8 @@ class ClusterOutputs:
     stack_name: str
     source: str  # where they were read, for messages
     values: dict[str, str]
+    stack_id: str = ""  # the deployed stack's id: a stack deleted and deployed again has a new one
+    created: datetime.datetime | None = None  # when the deployed stack was created
 
     def get(self, key: str) -> str:
         value = self.values.get(key)
@@ -89,7 +92,7 @@ def deployed_outputs(cloudformation, stack_name: str) -> ClusterOutputs:
             raise ToolError(f"stack {stack_name} is not deployed in this account and region; run make deploy") from None
         raise
     values = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
-    return ClusterOutputs(stack_name, f"stack {stack_name}", values)
+    return ClusterOutputs(stack_name, f"stack {stack_name}", values, stack.get("StackId", ""), stack.get("CreationTime"))
 
 
 def synthesized_outputs(cdk_out: Path, stack_name: str) -> ClusterOutputs:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import hashlib
 import os
 import re
 import sys
@@ -414,14 +415,15 @@ def usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def reconciled_parameter_name(config) -> str:
-    from stacks.naming import topics_reconciled_parameter_name
-
-    return topics_reconciled_parameter_name(config)
+def brokers_fingerprint(brokers: str) -> str:
+    """Which MSK cluster a record is for: its bootstrap brokers' names carry a part unique to each
+    cluster, so a cluster deleted and created again has other ones."""
+    return "sha256:" + hashlib.sha256(brokers.encode()).hexdigest()[:16]
 
 
 def record_reconciled(environment: Environment, now: Callable[[], str] | None = None, ssm=None) -> None:
-    """Tell `telemetry deploy` the topics step is done: the time, in an SSM parameter. With the
+    """Tell `telemetry deploy` the topics step is done for this cluster: the time and the
+    fingerprint of the brokers in the bootstrap parameter, in an SSM parameter. With the
     operator's own credentials; a refusal is a note, not a failure of the reconcile."""
     import datetime
 
@@ -429,15 +431,16 @@ def record_reconciled(environment: Environment, now: Callable[[], str] | None = 
     from botocore.exceptions import BotoCoreError, ClientError
 
     stamp = (now or (lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")))()
+    ssm = ssm or boto3.client("ssm", region_name=environment.region)
     try:
-        (ssm or boto3.client("ssm", region_name=environment.region)).put_parameter(
-            Name=environment.reconciled_parameter, Value=stamp, Type="String", Overwrite=True
-        )
+        brokers = ssm.get_parameter(Name=environment.bootstrap_parameter)["Parameter"]["Value"]
+        value = f"{stamp} brokers {brokers_fingerprint(brokers)}"
+        ssm.put_parameter(Name=environment.reconciled_parameter, Value=value, Type="String", Overwrite=True)
     except (BotoCoreError, ClientError) as error:
         print(f"note: could not record the reconcile in {environment.reconciled_parameter} ({error}); "
               "telemetry deploy will ask for this step again")
         return
-    print(f"recorded in {environment.reconciled_parameter}: {stamp}")
+    print(f"recorded in {environment.reconciled_parameter}: {value}")
 
 
 def require_credentials(region: str) -> None:

@@ -15,8 +15,8 @@ def bootstrap_parameter_name(config: EnvironmentConfig) -> str:
 
 
 def topics_reconciled_parameter_name(config: EnvironmentConfig) -> str:
-    """Written by `telemetry topics` when the declared topics and ACLs match; `telemetry deploy`
-    reads it to know its topics step is done."""
+    """Written by `telemetry topics` when the declared topics and ACLs match, with a fingerprint of
+    the cluster's brokers; `telemetry deploy` reads it to know its topics step is done."""
     return f"/{config.resource_prefix}/msk/topics-reconciled"
 
 
@@ -64,6 +64,12 @@ NODE_PREPARATION_STATUS_FILE = r"C:\ServiceFabric\prepare-node.status.json"
 def gateway_thumbprint_parameter_name(config: EnvironmentConfig) -> str:
     """Written by scripts/bootstrap_cluster.py; the node lifecycle functions pin the gateway by it."""
     return f"/{config.resource_prefix}/service-fabric/gateway-thumbprint"
+
+
+def cluster_created_parameter_name(config: EnvironmentConfig) -> str:
+    """Written by `telemetry cluster bootstrap` once the create-cluster command has succeeded, with
+    the ServiceFabric stack's id; `telemetry deploy` reads it to know its bootstrap step is done."""
+    return f"/{config.resource_prefix}/service-fabric/cluster-created"
 
 
 def runtime_package_path(config: EnvironmentConfig) -> str:

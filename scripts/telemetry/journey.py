@@ -8,9 +8,12 @@ The steps and how each knows it is done:
     deploy     every stack of the environment is in a complete CloudFormation state; a missing
                stack is deployed with the CDK CLI, one at a time in dependency order
     topics     the SSM parameter `telemetry topics` writes after a reconcile that left nothing to
-               change; the Kafka work runs on a simulator fleet host over Run Command, as the
-               topic administrator role (MFA: deploy's --mfa-serial)
-    bootstrap  a create-cluster command ended Success on a seed (Run Command's history)
+               change, for the cluster whose brokers are published now; the Kafka work runs on a
+               simulator fleet host over Run Command, as the topic administrator role (MFA:
+               deploy's --mfa-serial)
+    bootstrap  the SSM parameter `telemetry cluster bootstrap` writes once the create-cluster
+               command has succeeded, for the ServiceFabric stack deployed now (or that
+               command's Success since the stack was created, in Run Command's history)
     flink      the Flink application is RUNNING; a READY one is started
     smoke      never "done": a short simulator fleet run through the platform must lose
                nothing, and every seed node must be Up at the cluster's gateway
@@ -141,15 +144,21 @@ class Topics:
     name: str = "topics"
 
     def done(self) -> str:
-        from scripts.manage_topics import reconciled_parameter_name
+        """The record `telemetry topics` leaves after a reconcile with nothing left to change, for
+        the cluster whose brokers are in the bootstrap parameter now (not one deleted since)."""
+        from scripts.manage_topics import brokers_fingerprint
+        from stacks.naming import bootstrap_parameter_name, topics_reconciled_parameter_name
 
         ssm = self.session.client("ssm")
-        parameter = reconciled_parameter_name(self.config)
         try:
-            value = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
+            record = ssm.get_parameter(Name=topics_reconciled_parameter_name(self.config))["Parameter"]["Value"]
+            brokers = ssm.get_parameter(Name=bootstrap_parameter_name(self.config))["Parameter"]["Value"]
         except ssm.exceptions.ParameterNotFound:
             return ""
-        return f"telemetry topics reconciled them at {value}"
+        stamp, _, fingerprint = record.partition(" brokers ")
+        if fingerprint != brokers_fingerprint(brokers):
+            return ""
+        return f"telemetry topics reconciled them at {stamp}"
 
     def run(self) -> None:
         import argparse
@@ -178,18 +187,27 @@ class Bootstrap:
     say: Say
     name: str = "bootstrap"
 
-    def _document(self) -> str:
+    def done(self) -> str:
+        """The record `telemetry cluster bootstrap` leaves for this very stack, or else a Success
+        of its create-cluster document requested since the stack was created, while Run Command
+        still keeps it (a limited time; the console lists 30 days, no API page says)."""
         from scripts.cluster_inventory import deployed_outputs, service_fabric_stack_name
+        from stacks.naming import cluster_created_parameter_name
 
         outputs = deployed_outputs(self.session.client("cloudformation"), service_fabric_stack_name(self.config))
-        return outputs.get("CreateClusterDocumentName")
-
-    def done(self) -> str:
-        document = self._document()
         ssm = self.session.client("ssm")
+        parameter = cluster_created_parameter_name(self.config)
+        try:
+            record = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
+        except ssm.exceptions.ParameterNotFound:
+            record = ""
+        if record and record.endswith(f" stack {outputs.stack_id}"):
+            return f"{parameter}: {record}"
+        document = outputs.get("CreateClusterDocumentName")
         for page in ssm.get_paginator("list_commands").paginate():
             for command in page["Commands"]:
-                if command["DocumentName"] == document and command["Status"] == "Success":
+                if (command["DocumentName"] == document and command["Status"] == "Success"
+                        and (outputs.created is None or command["RequestedDateTime"] >= outputs.created)):
                     return f"{document} succeeded, command {command['CommandId']}"
         return ""
 

@@ -10,6 +10,10 @@ def outputs_list(values: dict[str, str]) -> list[dict]:
     return [{"OutputKey": k, "OutputValue": v} for k, v in values.items()]
 
 
+def stack_id(stack: str) -> str:
+    return f"arn:aws:cloudformation:eu-west-1:111111111111:stack/{stack}/0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d"
+
+
 class StubbedStackSession:
     """moto for EC2, Secrets Manager and SSM; DescribeStacks answered by a Stubber."""
 
@@ -25,7 +29,7 @@ class StubbedStackSession:
         else:
             self.stubber.add_response(
                 "describe_stacks",
-                {"Stacks": [{"StackName": stack, "CreationTime": "2026-11-23T00:00:00Z",
+                {"Stacks": [{"StackName": stack, "StackId": stack_id(stack), "CreationTime": "2026-11-23T00:00:00Z",
                              "StackStatus": "CREATE_COMPLETE", "Outputs": outputs}]},
                 {"StackName": stack},
             )

@@ -16,7 +16,7 @@ from scripts import bootstrap_cluster
 from scripts.cluster_inventory import thumbprint
 from stacks.constructs.node_scripts import render_create_cluster_document
 from tests.conftest import REPO
-from tests.scripts.stack_outputs import StubbedStackSession
+from tests.scripts.stack_outputs import StubbedStackSession, stack_id
 from tests.sf_emulator.certs import make_pki
 
 REGION = "eu-west-1"
@@ -202,6 +202,20 @@ def test_creates_the_cluster_on_seed_0_from_the_stack_outputs(aws, pki, tmp_path
     assert parameter["Parameter"]["Value"] == pki.server.sha1_thumbprint
     out = capsys.readouterr().out
     assert "create cluster on" in out and "created with 5 seed nodes" in out
+    # telemetry deploy's bootstrap step is done for as long as this parameter exists.
+    created = session.client("ssm").get_parameter(Name="/telemetry-prod/service-fabric/cluster-created")
+    commands = session.client("ssm").list_commands()["Commands"]
+    assert created["Parameter"]["Value"].endswith(f" command {commands[0]['CommandId']} stack {stack_id(STACK)}")
+
+
+def test_a_failed_create_records_nothing_for_telemetry_deploy(aws, tmp_path, monkeypatch, capsys):
+    session, _seeds = aws
+    monkeypatch.setattr(bootstrap_cluster.Bootstrap, "invocation", lambda self, command, instance: ("Failed", "", "boom"))
+    assert run(["--env", "prod", "--output", str(tmp_path / "c.json"), "--poll-interval", "0"], session) == 1
+    ssm = session.client("ssm")
+    with pytest.raises(ssm.exceptions.ParameterNotFound):
+        ssm.get_parameter(Name="/telemetry-prod/service-fabric/cluster-created")
+    assert capsys.readouterr().err.strip() == "error: cluster creation Failed: boom"
 
 
 def refused(session, capsys, argv=("--env", "prod")) -> str:

@@ -127,13 +127,22 @@ def test_a_stack_rolled_back_is_named_with_what_to_do(account, stacks):
         step.run()
 
 
-def test_the_topics_step_is_done_once_telemetry_topics_recorded_a_reconcile(account):
+BROKERS = "b-1.telemetrydev.a1b2c3.c2.kafka.eu-west-1.amazonaws.com:9098,b-2.telemetrydev.a1b2c3.c2.kafka.eu-west-1.amazonaws.com:9098"
+
+
+def test_the_topics_step_is_done_once_telemetry_topics_recorded_a_reconcile_for_this_cluster(account):
     from scripts.manage_topics import declared_environment, record_reconciled
 
+    ssm = account.client("ssm")
+    ssm.put_parameter(Name="/telemetry-dev/msk/bootstrap-brokers-iam", Type="String", Value=BROKERS)
     step = Topics(CONFIG, account)
     assert step.done() == ""
-    record_reconciled(declared_environment("dev"), now=lambda: "2026-11-24T20:00:00+00:00")
+    record_reconciled(declared_environment("dev"), now=lambda: "2026-11-24T20:00:00+00:00", ssm=ssm)
     assert step.done() == "telemetry topics reconciled them at 2026-11-24T20:00:00+00:00"
+    # The MSK stack deleted and deployed again: a new cluster, other broker names, no topics yet.
+    ssm.put_parameter(Name="/telemetry-dev/msk/bootstrap-brokers-iam", Type="String", Overwrite=True,
+                      Value=BROKERS.replace("a1b2c3", "d4e5f6"))
+    assert step.done() == ""
 
 
 def test_the_topics_step_reconciles_on_a_fleet_host_and_records_it(account):
@@ -144,6 +153,7 @@ def test_the_topics_step_reconciles_on_a_fleet_host_and_records_it(account):
     image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, TagSpecifications=[{
         "ResourceType": "instance", "Tags": [{"Key": "telemetry:fleet", "Value": "telemetry-dev-simulator"}]}])
+    account.client("ssm").put_parameter(Name="/telemetry-dev/msk/bootstrap-brokers-iam", Type="String", Value=BROKERS)
     step = Topics(CONFIG, account, "arn:aws:iam::111111111111:mfa/ops", read_code=lambda serial: "123456")
     step.run()
     assert step.done().startswith("telemetry topics reconciled them at ")
@@ -170,6 +180,24 @@ def test_the_bootstrap_step_is_done_once_the_create_cluster_command_succeeded(ac
     assert step.done() == ""
     command = ssm.send_command(InstanceIds=["i-0123456789abcdef0"], DocumentName=document)["Command"]["CommandId"]
     assert step.done() == f"{document} succeeded, command {command}"
+
+
+def test_the_bootstrap_step_is_done_by_the_record_bootstrap_left_for_this_very_stack(account, stacks):
+    """Run Command's history of the create command does not last (the console lists 30 days):
+    the parameter `telemetry cluster bootstrap` writes does. It names the stack it was written for,
+    so a ServiceFabric stack deleted and deployed again has its cluster created again."""
+    cdk = CdkCli(account, stacks)
+    fabric = next(s for s in stacks if s.name.endswith("-ServiceFabric"))
+    cdk([".venv/bin/cdk", "deploy", fabric.name, "-c", f"env={CONFIG.name}", "--exclusively"])
+    cloudformation, ssm = account.client("cloudformation"), account.client("ssm")
+    (deployed,) = cloudformation.describe_stacks(StackName=fabric.name)["Stacks"]
+    step, parameter = Bootstrap(CONFIG, account, print), "/telemetry-dev/service-fabric/cluster-created"
+    record = f"2026-11-25T10:00:00+00:00 command 0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0 stack {deployed['StackId']}"
+    ssm.put_parameter(Name=parameter, Type="String", Value=record)
+    assert step.done() == f"{parameter}: {record}"
+    cloudformation.delete_stack(StackName=fabric.name)
+    cdk([".venv/bin/cdk", "deploy", fabric.name, "-c", f"env={CONFIG.name}", "--exclusively"])
+    assert step.done() == ""  # the record is for the stack deleted
 
 
 class FlinkSession:
