@@ -3,6 +3,8 @@ response checked against the real API model), every other client being the sessi
 
 from __future__ import annotations
 
+import json
+
 from botocore.stub import Stubber
 
 
@@ -37,3 +39,21 @@ class StubbedStackSession:
 
     def client(self, name, **kwargs):
         return self.cloudformation if name == "cloudformation" else self.session.client(name, **kwargs)
+
+
+def certificate_secret(issued) -> str:
+    """A certificate secret as the README says to create it (the nodes read the PFX keys)."""
+    return json.dumps({"certificate": issued.cert_pem, "private_key": issued.key_pem, "pfx": "cGZ4", "pfx_password": "pw"})
+
+
+def dev_gateway(session, pki, endpoint: str) -> list[dict]:
+    """dev's two certificate secrets in `session` (moto), and the ServiceFabric stack outputs that
+    name them and the gateway at `endpoint`."""
+    secrets = session.client("secretsmanager")
+    secrets.create_secret(Name="telemetry-dev/service-fabric/cluster-certificate", SecretString=certificate_secret(pki.server))
+    secrets.create_secret(Name="telemetry-dev/service-fabric/admin-certificate", SecretString=certificate_secret(pki.client))
+    return outputs_list({
+        "HttpGatewayEndpoint": endpoint,
+        "ClusterCertificateSecret": "telemetry-dev/service-fabric/cluster-certificate",
+        "AdminCertificateSecret": "telemetry-dev/service-fabric/admin-certificate",
+    })  # fmt: skip

@@ -11,15 +11,11 @@ import pytest
 
 from scripts import cluster_status
 from tests.conftest import REPO
-from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
+from tests.scripts.stack_outputs import StubbedStackSession, dev_gateway
 
 REGION = "eu-west-1"
 CLUSTER = "telemetry-dev-sf"
 STACK = "Telemetry-dev-ServiceFabric"
-
-
-def secret(issued) -> str:
-    return json.dumps({"certificate": issued.cert_pem, "private_key": issued.key_pem, "pfx": "cGZ4", "pfx_password": "pw"})
 
 
 @pytest.fixture
@@ -48,15 +44,7 @@ def aws(moto_session, sf_pki, sf_emulator):
     ids["scale-0"] = instance(nodes_subnet, "ScalingNodeType", "scale-0", "10.0.2.10")
     ids["scale-1"] = instance(nodes_subnet, "ScalingNodeType", "scale-1", "10.0.2.11")
     ids["never-joined"] = instance(nodes_subnet, "ScalingNodeType", ip="10.0.2.20")
-    sm = session.client("secretsmanager")
-    sm.create_secret(Name="telemetry-dev/service-fabric/cluster-certificate", SecretString=secret(sf_pki.server))
-    sm.create_secret(Name="telemetry-dev/service-fabric/admin-certificate", SecretString=secret(sf_pki.client))
-    outputs = outputs_list({
-        "HttpGatewayEndpoint": sf_emulator.endpoint,
-        "ClusterCertificateSecret": "telemetry-dev/service-fabric/cluster-certificate",
-        "AdminCertificateSecret": "telemetry-dev/service-fabric/admin-certificate",
-    })
-    yield session, ids, outputs
+    yield session, ids, dev_gateway(session, sf_pki, sf_emulator.endpoint)
 
 
 def run(argv, aws) -> int:

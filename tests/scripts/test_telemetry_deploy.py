@@ -263,17 +263,9 @@ def test_steps_already_done_are_skipped_and_said(capsys):
 def gateway(moto_session, sf_pki, sf_emulator):
     """The deployed ServiceFabric stack's outputs naming the HTTPS gateway emulator, and the two
     certificate secrets in moto, as `telemetry cluster status` finds them."""
-    from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
-    from tests.scripts.test_cluster_status import secret
+    from tests.scripts.stack_outputs import StubbedStackSession, dev_gateway
 
-    secrets = moto_session.client("secretsmanager")
-    secrets.create_secret(Name="telemetry-dev/service-fabric/cluster-certificate", SecretString=secret(sf_pki.server))
-    secrets.create_secret(Name="telemetry-dev/service-fabric/admin-certificate", SecretString=secret(sf_pki.client))
-    outputs = outputs_list({
-        "HttpGatewayEndpoint": sf_emulator.endpoint,
-        "ClusterCertificateSecret": "telemetry-dev/service-fabric/cluster-certificate",
-        "AdminCertificateSecret": "telemetry-dev/service-fabric/admin-certificate",
-    })  # fmt: skip
+    outputs = dev_gateway(moto_session, sf_pki, sf_emulator.endpoint)
     return StubbedStackSession(moto_session, "Telemetry-dev-ServiceFabric", outputs)
 
 
