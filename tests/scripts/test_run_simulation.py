@@ -60,10 +60,15 @@ def host_report(
 
 @pytest.fixture
 def aws(moto_session):
-    session = moto_session
+    yield deployed_fleet(moto_session)
+
+
+def deployed_fleet(session, hosts: int = 3):
+    """dev's simulator fleet as deployed: `hosts` running hosts (and another fleet's two), the run
+    document, the results bucket and the runs' log group."""
     ec2 = session.client("ec2")
     image = ec2.describe_images()["Images"][0]["ImageId"]
-    for fleet, count in ((FLEET, 3), ("someone-else", 2)):
+    for fleet, count in ((FLEET, hosts), ("someone-else", 2)):
         ec2.run_instances(
             ImageId=image, MinCount=count, MaxCount=count, InstanceType="c7i.large",
             TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "telemetry:fleet", "Value": fleet}]}],
@@ -78,7 +83,7 @@ def aws(moto_session):
     )
     session.client("s3").create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
     session.client("logs").create_log_group(logGroupName=LOG_GROUP)
-    yield session
+    return session
 
 
 def sent_commands(session) -> list[dict]:

@@ -289,3 +289,26 @@ def test_a_gateway_out_of_reach_fails_the_smoke_check_saying_from_where_it_is_re
     sf_emulator.stop()
     with pytest.raises(OperationFailed, match="cannot list the cluster's nodes at https://.*management_cidrs"):
         seeds_up(CONFIG, gateway)
+
+
+@pytest.mark.parametrize("lost", [0, 5])
+def test_the_smoke_step_runs_the_fleet_then_checks_the_seeds(gateway, monkeypatch, lost):
+    """The whole step: the fleet run over moto's Run Command (each host's report in S3 as the
+    simulator writes one) judged by the smoke thresholds, then the seeds at the gateway emulator."""
+    from scripts.run_simulation import Fleet
+    from scripts.telemetry import journey
+    from tests.scripts.test_run_simulation import deployed_fleet, host_report, upload
+
+    deployed_fleet(gateway.session, hosts=1)
+    monkeypatch.setattr(journey, "_smoke_run_id", lambda: "smoke-test")
+    (host,) = Fleet(gateway.session).running_hosts("telemetry-dev-simulator")
+    latencies = list(range(2_000, 12_000))  # 10,000 messages in the report's 10 s: 1,000 msg/s
+    upload(gateway.session, "smoke-test", host, host_report(host, latencies, run_id="smoke-test", rate=1000, lost=lost))
+    said: list[str] = []
+    step = journey.Smoke(CONFIG, gateway, said.append)
+    if lost:
+        with pytest.raises(OperationFailed, match=r"^the smoke run failed .*: 1,000 msg/s, 5 lost$"):
+            step.run()
+        return
+    step.run()
+    assert said[-2:] == ["  smoke run: 1,000 msg/s through the platform, nothing lost", "  cluster: 3 of 3 seed nodes Up"]
