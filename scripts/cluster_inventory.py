@@ -34,6 +34,11 @@ SERVICE_FABRIC_STACK_PART = "ServiceFabric"
 CERTIFICATE_KEYS = ("certificate", "private_key", "pfx", "pfx_password")
 
 
+# Run Command invocation statuses that may still change (SSM API Reference, CommandInvocation
+# Status); any other is where the command ended.
+RUN_COMMAND_UNFINISHED = frozenset({"Pending", "InProgress", "Delayed", "Cancelling"})
+
+
 class ToolError(Exception):
     """A problem worded for the operator: one line, no traceback."""
 

@@ -1,8 +1,8 @@
 """The fleet a simulator run needs, and every quota it touches: `telemetry simulate --plan`.
 
 Given the devices and the message rate, it says how many hosts, devices per host, how long the
-connect phase takes at the run's share of the account's CONNECT quota, and checks each quota the run meets. A plan
-that breaks one is refused in one line naming the quota and how to raise it.
+connect phase takes at the run's share of the account's CONNECT quota, and checks each quota the
+run meets. A plan that breaks one is refused in one line naming the quota and how to raise it.
 
 The quotas, with their sources:
 - AWS IoT Core (AWS General Reference, "AWS IoT Core endpoints and quotas", message broker
@@ -40,10 +40,10 @@ MSK_IAM_NEW_CONNECTIONS_PER_BROKER_S = 100
 MAX_DEVICES_PER_HOST = 15_000
 CONNECTS_PER_S_PER_CORE = 80
 MQTT_RATE_PER_PROCESS = 5_000
+KAFKA_RATE_PER_PROCESS = 100_000
 # The share of the account's CONNECT quota a simulator run takes, split over its hosts: the run
 # stays under the device gateway's quota alarm and leaves the rest to real devices.
 CONNECT_QUOTA_SHARE = 0.5
-KAFKA_RATE_PER_PROCESS = 100_000
 
 
 @dataclass(frozen=True)
@@ -152,8 +152,8 @@ def plan_fleet(
     return FleetPlan(
         devices=devices, rate=rate, message_bytes=message_bytes, transport=transport, hosts=hosts,
         devices_per_host=per_host, cores_per_host=cores_per_host, connect_rate=connect_rate,
-        connect_quota=gateway.connect_quota_per_s, connect_phase_s=connect_phase, seconds_between_messages=devices / rate if rate else math.inf,
-        checks=checks,
+        connect_quota=gateway.connect_quota_per_s, connect_phase_s=connect_phase,
+        seconds_between_messages=devices / rate if rate else math.inf, checks=checks,
     )  # fmt: skip
 
 

@@ -43,6 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from scripts.cluster_inventory import RUN_COMMAND_UNFINISHED  # noqa: E402
 from simulator.kafka_config import SASL_PASSWORD_ENV, connection_settings  # noqa: E402
 from simulator.topic_admin import (  # noqa: E402, F401  (the Kafka side, re-exported for callers)
     AclChange,
@@ -280,7 +281,7 @@ def _follow(ssm, command_id: str, host: str, *, poll_s: float, clock, sleep, out
         except ssm.exceptions.InvocationDoesNotExist:
             result = {"Status": "Pending"}  # SSM takes a moment to register a new invocation
         status = result["Status"]
-        if status not in ("Pending", "InProgress", "Delayed", "Cancelling"):
+        if status not in RUN_COMMAND_UNFINISHED:
             output = result.get("StandardOutputContent") or ""
             print(output, end="" if output.endswith("\n") or not output else "\n", file=out, flush=True)
             return result

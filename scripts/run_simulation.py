@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from scripts.cluster_inventory import ToolError, aws_session  # noqa: E402
+from scripts.cluster_inventory import RUN_COMMAND_UNFINISHED, ToolError, aws_session  # noqa: E402
 from simulator.errors import SimulatorError  # noqa: E402
 from simulator.flags import add_slo_flags, given_thresholds  # noqa: E402
 from simulator.slo import thresholds_of  # noqa: E402
@@ -52,11 +52,8 @@ from stacks.naming import (  # noqa: E402
 )
 
 RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9-]{0,63}"  # the Run Command document's allowedPattern
-UNFINISHED = {"Pending", "InProgress", "Delayed", "Cancelling"}
 # Installing the simulator on a fresh host takes a minute or two; allow for it beyond the run.
 SETUP_ALLOWANCE_S = 600
-
-
 
 
 class RunError(ToolError):
@@ -395,11 +392,11 @@ def run_fleet(
     started = clock()
     while True:
         for outcome in outcomes:
-            if outcome.status in UNFINISHED:
+            if outcome.status in RUN_COMMAND_UNFINISHED:
                 outcome.status, outcome.detail = fleet.invocation(
                     commands[outcome.instance_id], outcome.instance_id
                 )
-        running = [o for o in outcomes if o.status in UNFINISHED]
+        running = [o for o in outcomes if o.status in RUN_COMMAND_UNFINISHED]
         elapsed = clock() - started
         counts = ", ".join(
             f"{s} {sum(o.status == s for o in outcomes)}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -80,8 +81,6 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     if args.live:
         table = prices.refresh(table, session_factory(prices.PRICE_LIST_REGION).client("pricing"), today)
         if args.save_prices:
-            import sys
-
             saved = prices.save(table)
             print(f"wrote {len(table.refreshed)} refreshed prices into {saved}", file=sys.stderr)
     stacks = synthesized_stacks(args.cdk_out, config)
@@ -97,8 +96,6 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     else:
         print(describe(result, paths, table, warning))
     if warning and args.format == "json":
-        import sys
-
         print(warning, file=sys.stderr)
     if args.plot:
         draw(result, args.plot)

@@ -201,7 +201,7 @@ class Bootstrap:
             record = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
         except ssm.exceptions.ParameterNotFound:
             record = ""
-        if record and record.endswith(f" stack {outputs.stack_id}"):
+        if record.endswith(f" stack {outputs.stack_id}"):
             return f"{parameter}: {record}"
         document = outputs.get("CreateClusterDocumentName")
         for page in ssm.get_paginator("list_commands").paginate():
@@ -304,11 +304,17 @@ def seeds_up(config: Any, session: Any) -> str:
 
     from sf_rest import FabricError
 
-    from scripts.cluster_inventory import deployed_outputs, gateway_client, service_fabric_stack_name
+    from scripts.cluster_inventory import (
+        add_gateway_arguments,
+        deployed_outputs,
+        gateway_client,
+        service_fabric_stack_name,
+    )
 
     outputs = deployed_outputs(session.client("cloudformation"), service_fabric_stack_name(config))
-    defaults = argparse.Namespace(endpoint=None, client_cert=None, client_key=None, ca_bundle=None,
-                                  server_thumbprint=None, insecure=False)
+    gateway_flags = argparse.ArgumentParser(add_help=False)
+    add_gateway_arguments(gateway_flags)
+    defaults = gateway_flags.parse_args([])  # every default: from the stack outputs and secrets
     client, cleanup = gateway_client(defaults, outputs, lambda: session.client("secretsmanager"))
     try:
         with client:
