@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from stacks.lifecycle_timing import LifecycleTiming
+
 SUPPORTED_AZ_COUNT = 3
 SEED_NODE_COUNTS = (3, 5, 7, 9)  # Bronze, Silver, Gold, Platinum reliability
 MSK_KAFKA_VERSIONS = (
@@ -543,17 +545,8 @@ class EnvironmentConfig(_Section):
                 f"device_gateway.topic: '{self.device_gateway.topic}' is not declared in msk.topics "
                 f"({', '.join(topics)})"
             )
-        lifecycle, heartbeat = self.node_lifecycle, self.service_fabric.lifecycle_heartbeat_seconds
-        for key, seconds in (
-            ("poll_interval_seconds", lifecycle.poll_interval_seconds),
-            ("lock_retry_seconds", lifecycle.lock_retry_seconds),
-        ):
-            if seconds * 2 > heartbeat:
-                raise ValueError(
-                    f"node_lifecycle.{key}: {seconds} s leaves too little of the lifecycle hook's "
-                    f"{heartbeat} s heartbeat timeout (service_fabric.lifecycle_heartbeat_seconds); "
-                    f"use at most {heartbeat // 2} s"
-                )
+        for problem in self.lifecycle_timing.problems():
+            raise ValueError(problem)
         if self.production:
             for cidr in self.service_fabric.management_cidrs:
                 if ipaddress.ip_network(cidr).prefixlen == 0:
@@ -563,6 +556,20 @@ class EnvironmentConfig(_Section):
                         "office egress ranges"
                     )
         return self
+
+    @property
+    def lifecycle_timing(self) -> LifecycleTiming:
+        """The node lifecycle's heartbeats, holds and history, from the hooks' heartbeat timeout
+        and the node_lifecycle pacing (stacks/lifecycle_timing.py)."""
+        lifecycle = self.node_lifecycle
+        return LifecycleTiming(
+            heartbeat_timeout_seconds=self.service_fabric.lifecycle_heartbeat_seconds,
+            poll_interval_seconds=lifecycle.poll_interval_seconds,
+            lock_retry_seconds=lifecycle.lock_retry_seconds,
+            drain_timeout_seconds=lifecycle.drain_timeout_minutes * 60,
+            join_timeout_seconds=lifecycle.join_timeout_minutes * 60,
+            operator_hold_seconds=lifecycle.operator_hold_minutes * 60,
+        )
 
     @property
     def stack_prefix(self) -> str:

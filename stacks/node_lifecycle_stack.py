@@ -25,6 +25,7 @@ from stacks.constructs.alarm_topic import AlarmTopic
 from stacks.constructs.lifecycle_functions import LifecycleFunction, function_code
 from stacks.constructs.lifecycle_monitoring import LifecycleMonitoring
 from stacks.constructs.lifecycle_workflows import Pacing, ScaleInWorkflow, ScaleOutWorkflow
+from stacks.constructs.undelivered_events import UndeliveredEventsQueue
 from stacks.constructs.membership_lock_table import MembershipLockTable
 from stacks.constructs.node_scripts import render_add_node_document
 from stacks.constructs.zombie_reaper import ZombieReaper
@@ -146,17 +147,22 @@ class NodeLifecycleStack(cdk.Stack):
         self._grant_run_command(scale_out, config, add_node.ref, "run AddNode.ps1")
         self._grant_node_tagging(scale_out, config)
 
-        hold_seconds = min(settings.lifecycle_heartbeat_seconds // 2, 300)
-
-        def pacing(longest_minutes: int) -> Pacing:
-            # The execution outlives the steps' own deadline, so a stalled step fails through
-            # the alarm path rather than by the execution timing out.
-            return Pacing(
-                poll_interval=cdk.Duration.seconds(lifecycle.poll_interval_seconds),
-                lock_retry=cdk.Duration.seconds(lifecycle.lock_retry_seconds),
-                hold_interval=cdk.Duration.seconds(hold_seconds),
-                timeout=cdk.Duration.minutes(longest_minutes + 30),
-            )
+        timing = config.lifecycle_timing
+        pacing = Pacing(
+            poll_interval=cdk.Duration.seconds(lifecycle.poll_interval_seconds),
+            lock_retry=cdk.Duration.seconds(lifecycle.lock_retry_seconds),
+            hold_interval=cdk.Duration.seconds(timing.hold_interval_seconds),
+            # No execution outlives the lifecycle action it serves; the steps' own deadlines and
+            # the hold end it well before (validated in stacks/config.py).
+            timeout=cdk.Duration.seconds(timing.global_timeout_seconds),
+            event_age=cdk.Duration.seconds(timing.event_age_seconds),
+        )
+        self.undelivered_events = UndeliveredEventsQueue(
+            self,
+            "UndeliveredLifecycleEvents",
+            queue_name=f"{config.resource_prefix}-sf-undelivered-lifecycle-events",
+            alarm_topic=alarms.topic,
+        )
 
         state_machine_names = {
             "ScaleIn": node_lifecycle_state_machine_name(config, "scale-in"),
@@ -168,6 +174,8 @@ class NodeLifecycleStack(cdk.Stack):
             group_name=group_name,
             log_retention_days=lifecycle.log_retention_days,
             removal_policy=removal,
+            pacing=pacing,
+            undelivered_events=self.undelivered_events.queue,
         )
         self.scale_in = ScaleInWorkflow(
             self,
@@ -175,7 +183,6 @@ class NodeLifecycleStack(cdk.Stack):
             function=scale_in.function,
             state_machine_name=state_machine_names["ScaleIn"],
             hook_name=TERMINATE_HOOK_NAME,
-            pacing=pacing(lifecycle.drain_timeout_minutes + lifecycle.operator_hold_minutes),
             **workflow_options,
         )
         self.scale_out = ScaleOutWorkflow(
@@ -184,13 +191,14 @@ class NodeLifecycleStack(cdk.Stack):
             function=scale_out.function,
             state_machine_name=state_machine_names["ScaleOut"],
             hook_name=LAUNCH_HOOK_NAME,
-            pacing=pacing(lifecycle.join_timeout_minutes),
             **workflow_options,
         )
         # Their failure paths publish the worded alarm; the SnsPublish task grants only sns:Publish,
         # not the use of the topic's key that publishing to an encrypted topic needs.
         for workflow in (self.scale_in, self.scale_out):
             alarms.grant_publish(workflow.state_machine)
+        self.undelivered_events.watch(self.scale_in.rule, "ScaleIn")
+        self.undelivered_events.watch(self.scale_out.rule, "ScaleOut")
         self.reaper = ZombieReaper(self, "ZombieReaper", function=reaper.function,
                                    interval_minutes=lifecycle.reaper_interval_minutes)
         LifecycleMonitoring(

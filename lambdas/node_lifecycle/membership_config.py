@@ -199,8 +199,8 @@ def poll_configuration_upgrade(
     Raises when it can no longer get there: that manifest upgrade rolled back, or the start
     was answered (the orchestration has ended) or the grace period passed with no upgrade to
     show for it (refused, or aborted without a word)."""
-    status = client.get_cluster_configuration_upgrade_status()
     heartbeat = record_heartbeat(lifecycle, hook)
+    status = client.get_cluster_configuration_upgrade_status()
     target, kind = str(change["target_version"]), str(change.get("kind") or "")
     state, version = status.upgrade_state, status.config_version
     manifest_moved = status.progress_status > int(change.get("manifest_before") or 0)
@@ -238,8 +238,8 @@ def poll_running_upgrade(
     hook: LifecycleHook | None = None,
 ) -> WaitStatus:
     """One look at someone else's upgrade: done once none runs."""
-    status = client.get_cluster_configuration_upgrade_status()
     heartbeat = record_heartbeat(lifecycle, hook)
+    status = client.get_cluster_configuration_upgrade_status()
     detail = f"{status.upgrade_state} at version {status.config_version}"
     return WaitStatus(not status.is_running, status.upgrade_state, detail, heartbeat)
 

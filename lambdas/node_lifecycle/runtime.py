@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from botocore.config import Config
 from sf_rest import (
     ClientCertificate,
     FabricError,
@@ -30,6 +31,11 @@ from .settings import Settings, SettingsError
 
 # The gateway answers these when its machine is gone or not listening: try the next seed.
 UNREACHABLE = frozenset({CONNECT_FAILED, CONNECTION_LOST})
+# Auto Scaling's client for heartbeats and completions gives up within 3 x (3 s connect + 7 s
+# read) plus standard mode's backoff (at most 1 s, then 2 s: botocore.retries.standard), 36 s
+# in all, so a heartbeat that lands does so inside the 60 s stacks/lifecycle_timing.py allows it
+# (HEARTBEAT_LANDING_SECONDS) with a cold start; one that does not is retried by the state machine.
+HEARTBEAT_CLIENT = Config(connect_timeout=3, read_timeout=7, retries={"mode": "standard", "max_attempts": 3})
 
 
 @dataclass
@@ -69,8 +75,8 @@ class Runtime:
         """The adapters over one boto3 session. `clock` and `sleep` are the one time source of
         the steps, the lock and the REST client's backoff (tests run them on virtual time)."""
 
-        def client(name: str) -> Any:
-            return session.client(name, region_name=settings.region)
+        def client(name: str, config: Config | None = None) -> Any:
+            return session.client(name, region_name=settings.region, config=config)
 
         secrets, ssm = client("secretsmanager"), client("ssm")
         retry = replace(DEFAULT_RETRY, sleep=sleep, clock=clock)
@@ -83,7 +89,7 @@ class Runtime:
             connect=lambda: connect_gateway(settings, secrets, ssm, make_client=make_client),
             instances=Ec2InstanceDirectory(client("ec2")),
             host=SsmFabricHost(ssm, add_node_document=settings.add_node_document),
-            lifecycle=AutoScalingLifecycleHooks(client("autoscaling")),
+            lifecycle=AutoScalingLifecycleHooks(client("autoscaling", HEARTBEAT_CLIENT)),
             lock=DynamoDbMembershipLock(client("dynamodb"), settings.lock_table, clock=clock),
             clock=clock,
         )

@@ -130,9 +130,9 @@ def poll_deactivation(
     hook: LifecycleHook | None = None,
 ) -> WaitStatus:
     """One look: done once the node is Disabled with its deactivation Completed (or gone)."""
+    heartbeat = record_heartbeat(lifecycle, hook)
     node = client.get_node_info(node_name)
     stage = node_stage(node)
-    heartbeat = record_heartbeat(lifecycle, hook)
     require_not_reactivated(node, stage)
     return WaitStatus(
         done=stage >= NodeStage.DEACTIVATED,
@@ -178,9 +178,9 @@ def poll_node_down(
     With the stop command's id, a command that failed ends the wait loudly instead of
     letting it run into the state machine's timeout.
     """
+    heartbeat = record_heartbeat(lifecycle, hook)
     node = client.get_node_info(node_name)
     stage = node_stage(node)
-    heartbeat = record_heartbeat(lifecycle, hook)
     require_not_reactivated(node, stage)
     status = node.status if node else "Absent"
     if stage >= NodeStage.DOWN:

@@ -140,8 +140,8 @@ def poll_node_up(
     hook: LifecycleHook | None = None,
 ) -> WaitStatus:
     """One look: done once the node is Up; a failed AddNode command ends the wait loudly."""
-    node = client.get_node_info(plan.node_name)
     heartbeat = record_heartbeat(lifecycle, hook)
+    node = client.get_node_info(plan.node_name)
     if node is not None and node.status == NodeStatus.UP:
         return WaitStatus(True, node.status, describe(node), heartbeat)
     detail = describe(node)

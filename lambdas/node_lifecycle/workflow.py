@@ -60,7 +60,8 @@ SCALE_OUT = "scale-out"
 
 
 def begin(runtime: Runtime, state: State, *, flow: str) -> dict[str, Any]:
-    """From the EventBridge event to the execution's state."""
+    """From the EventBridge event to the execution's state, and a first heartbeat: EventBridge
+    may have retried the start for most of the hook's heartbeat timeout."""
     event, execution = state.get("event") or {}, str(state.get("execution") or "")
     try:
         hook = LifecycleHook.from_event_detail(event["detail"])
@@ -70,21 +71,23 @@ def begin(runtime: Runtime, state: State, *, flow: str) -> dict[str, Any]:
         "hook": hook.to_dict(),
         "owner": f"{flow}:{hook.instance_id}:{execution}",
         "started_at": runtime.clock(),
+        "heartbeat": _try_keep_alive(runtime, hook),
     }
 
 
 def acquire_lock(runtime: Runtime, state: State) -> dict[str, Any]:
     """Take the membership lock, or say who holds it (the state machine waits and retries,
     keeping the lifecycle action alive meanwhile)."""
-    grant = runtime.lock.acquire(state["owner"], ttl_seconds=runtime.settings.lock_ttl_seconds)
-    if grant.acquired:
-        return grant.to_dict()
-    _check_deadline(runtime, state, f"the membership lock (held by {grant.holder})")
     _keep_alive(runtime, state)
+    grant = runtime.lock.acquire(state["owner"], ttl_seconds=runtime.settings.lock_ttl_seconds)
+    if not grant.acquired:
+        _check_deadline(runtime, state, f"the membership lock (held by {grant.holder})")
     return grant.to_dict()
 
 
 def release_lock(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Give the lock up before a seed node's hold (heartbeat first: the alarm and the hold follow)."""
+    _try_keep_alive(runtime, _hook_or_none(state))
     return runtime.lock.release(state["owner"]).to_dict()
 
 
@@ -101,13 +104,40 @@ def poll_upgrade(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def _hook(state: State) -> LifecycleHook:
-    return LifecycleHook(**state["hook"])
+    hook = _hook_or_none(state)
+    if hook is None:
+        raise LifecycleError("the execution's state names no lifecycle action")
+    return hook
+
+
+def _hook_or_none(state: State) -> LifecycleHook | None:
+    """The action begin read, or, on a failure path that begin never answered (throttled, or
+    the function broken), the one the execution's input names: the state is then the event."""
+    if state.get("hook"):
+        return LifecycleHook(**state["hook"])
+    try:
+        return LifecycleHook.from_event_detail(state["detail"])
+    except (KeyError, TypeError):
+        return None
 
 
 def _keep_alive(runtime: Runtime, state: State) -> None:
-    """Restart the hook's heartbeat timer before a step that does not wait: a step retried
-    through an outage must not let the instance go meanwhile."""
+    """Restart the hook's heartbeat timer, first thing in every step that works on the action:
+    a step retried through an outage must not let the instance go meanwhile. A failure leaves
+    the step (a throttle is retried with it; a refusal ends in the failure path)."""
     runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
+
+
+def _try_keep_alive(runtime: Runtime, hook: LifecycleHook | None) -> bool | None:
+    """A heartbeat in a step that must not fail (the first step, the failure path): whether it
+    was recorded (None: no action to keep, or the call failed; the next step tries again)."""
+    if hook is None:
+        return None
+    try:
+        return runtime.lifecycle.record_lifecycle_action_heartbeat(hook)
+    except Exception as err:  # noqa: BLE001 - the step's own work must go on
+        print(json.dumps({"heartbeat_failed": f"{type(err).__name__}: {err}"}))
+        return None
 
 
 def _release_for_failure(runtime: Runtime, state: State) -> str:
@@ -151,6 +181,7 @@ def alarm_undelivered(runtime: Runtime, state: State) -> dict[str, Any]:
     """The alarm topic refused the alarm after every retry: count it (the AlarmsUndelivered
     alarm watches the count) and print the alarm into the function's log, then the execution
     goes on, holding the instance where it would have."""
+    _try_keep_alive(runtime, _hook_or_none(state))
     runtime.record_metric("AlarmsUndelivered", 1, "Count")
     failure = state.get("failure") or {}
     print(json.dumps({"undelivered_alarm": {"subject": failure.get("subject"), "message": failure.get("message"),
@@ -177,13 +208,46 @@ def check_seed(runtime: Runtime, state: State) -> dict[str, Any]:
 def hold_instance(runtime: Runtime, state: State) -> dict[str, Any]:
     """Keep the instance from terminating while an operator acts, up to the configured hold:
     a refused seed node's, or one whose drain failed (its removal upgrade needs the machine
-    running). `done` once the hold is over or the action is no longer pending (an operator
-    completed it); the action then times out or is gone."""
-    since = (state.get("failure") or {}).get("hold_from") or state.get("started_at") or runtime.clock()
-    held = max(runtime.clock() - float(since), 0.0)
+    running). Whether the hold is over is decided before the heartbeat, so a heartbeat that
+    keeps failing cannot stretch it. `done` once the hold is over or the action is no longer
+    pending (an operator completed it); the action then times out or is gone. A heartbeat that
+    fails leaves the step: the state machine tries again at its next turn, or, when Auto Scaling
+    refused it for good (PermanentError), ends the hold with an alarm."""
+    held = max(runtime.clock() - _hold_start(runtime, state), 0.0)
+    if held >= runtime.settings.operator_hold_seconds:
+        return {"done": True, "held_seconds": round(held), "heartbeat": None}
     heartbeat = runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
-    done = held >= runtime.settings.operator_hold_seconds or not heartbeat
-    return {"done": done, "held_seconds": round(held), "heartbeat": heartbeat}
+    return {"done": not heartbeat, "held_seconds": round(held), "heartbeat": heartbeat}
+
+
+def _hold_start(runtime: Runtime, state: State) -> float:
+    """When the hold began: the failure step's clock, the fallback alarm's state-entered time
+    (ISO 8601, from the execution's context object), or, for a seed node, the execution's start."""
+    failure = state.get("failure") or {}
+    if failure.get("hold_from"):
+        return float(failure["hold_from"])
+    if failure.get("hold_from_time"):
+        return datetime.fromisoformat(str(failure["hold_from_time"]).replace("Z", "+00:00")).timestamp()
+    return float(state.get("started_at") or runtime.clock())
+
+
+def hold_lost(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Auto Scaling refused a hold's heartbeat for good (not a throttle): the instance goes
+    when its heartbeat timeout passes. Word the alarm that says so; needs no gateway."""
+    runtime.record_metric("HoldsLost", 1, "Count")
+    hook = _hook_or_none(state)
+    instance_id = hook.instance_id if hook else "(unknown instance)"
+    node = (state.get("node") or {}).get("node_name") or "(unresolved)"
+    refusal = _failure({"error": state.get("hold_error")})
+    return {
+        "subject": f"Service Fabric hold lost: {node} on {instance_id}"[:100],
+        "message": (
+            f"Instance {instance_id} (node {node}) was held for an operator, but Auto Scaling refused its "
+            f"lifecycle heartbeat: {refusal}. The hold has ended; the instance terminates once the hook's "
+            "heartbeat timeout passes. If the node is still in the cluster, finish its drain now with "
+            f"telemetry cluster drain --node {node} while the machine runs (README: failure modes)."
+        ),
+    }
 
 
 def deactivate(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -255,9 +319,11 @@ def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
     neither the gateway nor a well-formed event, and fails on nothing it calls. The lifecycle
     action is not completed: the state machine holds the instance with heartbeats so an
     operator can finish the drain with scripts/drain_node.py before the instance goes."""
+    found = _hook_or_none(state)
+    _try_keep_alive(runtime, found)
     lock_note = _release_for_failure(runtime, state)
     runtime.record_metric("DrainsFailed", 1, "Count")
-    hook = state.get("hook") or {}
+    hook = found.to_dict() if found else {}
     instance_id = hook.get("instance_id") or "(unknown instance)"
     node = (state.get("node") or {}).get("node_name") or "(unresolved)"
     hold_minutes = runtime.settings.operator_hold_seconds // 60
@@ -344,7 +410,8 @@ def clean_up_join(runtime: Runtime, state: State) -> dict[str, Any]:
     """The first step after any failure: give the lock up, then tag and deactivate a node the
     join half-added, as far as the cluster answers. Reports, never raises, what it could not do."""
     lock_note = _release_for_failure(runtime, state)
-    hook = state.get("hook") or {}
+    found = _hook_or_none(state)
+    hook = found.to_dict() if found else {}
     if not hook:
         return {"lock_released": not lock_note, "deactivated": False, "node_name": "", "detail": lock_note}
     name = (state.get("plan") or {}).get("node_name", "")
@@ -355,8 +422,9 @@ def clean_up_join(runtime: Runtime, state: State) -> dict[str, Any]:
 def abandon_launch(runtime: Runtime, state: State) -> dict[str, Any]:
     """ABANDON the launch (Auto Scaling then replaces the instance), count the failure and word
     the alarm. Needs no gateway: the lifecycle result never waits on the cluster."""
-    hook = state.get("hook") or {}
-    completion = complete_lifecycle_action(runtime.lifecycle, _hook(state), ABANDON).to_dict() if hook else {}
+    found = _hook_or_none(state)
+    hook = found.to_dict() if found else {}
+    completion = complete_lifecycle_action(runtime.lifecycle, found, ABANDON).to_dict() if found else {}
     runtime.record_metric("JoinsFailed", 1, "Count")
     cleanup = state.get("cleanup") or {}
     instance_id = hook.get("instance_id") or "(unknown instance)"
@@ -410,6 +478,7 @@ SCALE_IN_STEPS: dict[str, Step] = {
     "resolve_node": resolve,
     "refuse_seed_node": check_seed,
     "hold_instance": hold_instance,
+    "hold_lost": hold_lost,
     "deactivate_node": deactivate,
     "poll_deactivation": wait_disabled,
     "start_configuration_removal": remove_from_configuration,

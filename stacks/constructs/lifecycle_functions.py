@@ -23,6 +23,7 @@ from constructs import Construct
 
 from stacks.compliance import acknowledge, managed_policy_finding
 from stacks.constructs.log_group import log_group
+from stacks.lifecycle_timing import FUNCTION_TIMEOUT_SECONDS
 
 LAMBDAS = Path(__file__).resolve().parent.parent.parent / "lambdas"
 PACKAGES = ("sf_rest", "node_lifecycle")
@@ -83,7 +84,7 @@ class LifecycleFunction(Construct):
         security_groups: Sequence[ec2.ISecurityGroup],
         log_retention_days: int,
         removal_policy: cdk.RemovalPolicy,
-        timeout: cdk.Duration = cdk.Duration.minutes(2),
+        timeout: cdk.Duration = cdk.Duration.seconds(FUNCTION_TIMEOUT_SECONDS),
     ) -> None:
         super().__init__(scope, construct_id)
         logs = log_group(

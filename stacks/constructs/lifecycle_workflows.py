@@ -11,7 +11,11 @@ path needs neither the gateway nor a well-formed event: it words the alarm (a fa
 even that fails), publishes it (retried; if it still cannot be published, it is counted as
 undelivered and the path goes on), and decides the lifecycle action: scale-out ABANDONs the
 launch, scale-in holds the instance with heartbeats for an operator, since a terminate hook lets
-the instance go on CONTINUE and ABANDON alike.
+the instance go on CONTINUE and ABANDON alike. A hold whose heartbeat Auto Scaling refuses for
+good ends at once, with an alarm saying the instance is about to go.
+
+Every retry, the hold's cadence and the execution's timeout come from stacks/lifecycle_timing.py,
+which the configuration is validated against.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
@@ -31,23 +36,29 @@ from constructs import Construct
 from stacks.compliance import acknowledge, attribute_ref, wildcard_resource_finding
 from stacks.constructs.log_group import log_group
 
-# What is worth another try: the functions' TransientError (the gateway or AWS not answering,
-# throttling, 5xx), and a function that ran out of time, which Lambda reports as
-# Sandbox.Timedout and Step Functions' documentation as Lambda.Unknown. Every step is idempotent.
-TRANSIENT_ERRORS = ["TransientError", "Sandbox.Timedout", "Lambda.Unknown"]
+from stacks.lifecycle_timing import (
+    ALARM_PUBLISH_TIMEOUT_SECONDS,
+    ALARM_RETRY,
+    EVENT_RETRIES_MAX,
+    INVOKE_RETRY,
+    STEP_RETRY,
+    Retrier,
+)
+
 ALL_ERRORS = [sfn.Errors.ALL]
+PERMANENT_ERROR = "PermanentError"  # lambdas/node_lifecycle/step_errors.py
 WAITING = ("wait_for_upgrade", "wait_for_instance")
 
 
-def _retry(task: sfn.TaskStateBase, errors: list[str], *, first_interval_seconds: int) -> None:
-    """Up to 4 more tries, the interval doubling to at most a minute, jittered so that
-    executions retrying the same outage do not come back together."""
+def _retry(task: sfn.TaskStateBase, retrier: Retrier) -> None:
+    """One Retry entry as stacks/lifecycle_timing.py declares it, jittered so that executions
+    retrying the same outage do not come back together."""
     task.add_retry(
-        errors=errors,
-        interval=cdk.Duration.seconds(first_interval_seconds),
-        max_attempts=4,
-        backoff_rate=2,
-        max_delay=cdk.Duration.seconds(60),
+        errors=list(retrier.errors),
+        interval=cdk.Duration.seconds(retrier.interval_seconds),
+        max_attempts=retrier.max_attempts,
+        backoff_rate=retrier.backoff_rate,
+        max_delay=cdk.Duration.seconds(retrier.max_delay_seconds),
         jitter_strategy=sfn.JitterType.FULL,
     )
 
@@ -56,8 +67,9 @@ def _retry(task: sfn.TaskStateBase, errors: list[str], *, first_interval_seconds
 class Pacing:
     poll_interval: cdk.Duration
     lock_retry: cdk.Duration
-    hold_interval: cdk.Duration  # between heartbeats while a seed node is held
-    timeout: cdk.Duration  # the whole execution
+    hold_interval: cdk.Duration  # between heartbeats while an instance is held
+    timeout: cdk.Duration  # the whole execution: the hook's global timeout
+    event_age: cdk.Duration  # how long EventBridge tries to start an execution
 
 
 class _Steps:
@@ -68,7 +80,10 @@ class _Steps:
         self.catchers: list[sfn.TaskStateBase] = []
 
     def invoke(self, label: str, step: str, result_path: str, *, transient: bool = True) -> tasks.LambdaInvoke:
-        """One Lambda step; retried on transient errors when it makes calls that can have them."""
+        """One Lambda step. Every one rides out Lambda's throttling and its transient service
+        errors (CDK's retry_on_service_exceptions covers neither throttling nor a function in a
+        VPC that is not ready); one that makes calls that can fail transiently is also run again
+        after a TransientError or a timeout."""
         invoke = tasks.LambdaInvoke(
             self.scope,
             label,
@@ -76,10 +91,11 @@ class _Steps:
             payload=sfn.TaskInput.from_object({"step": step, "state": sfn.JsonPath.object_at("$")}),
             payload_response_only=True,
             result_path=result_path,
-            retry_on_service_exceptions=True,
+            retry_on_service_exceptions=False,
         )
+        _retry(invoke, INVOKE_RETRY)
         if transient:
-            _retry(invoke, TRANSIENT_ERRORS, first_interval_seconds=10)
+            _retry(invoke, STEP_RETRY)
         return invoke
 
     def task(self, label: str, step: str, key: str) -> tasks.LambdaInvoke:
@@ -123,7 +139,8 @@ class _Steps:
         return acquire.next(held)
 
     def begin(self) -> tasks.LambdaInvoke:
-        """The event to the execution's state; a malformed event goes to the failure path."""
+        """The event to the execution's state, with a first heartbeat; a malformed event goes to
+        the failure path, which also reads the event itself when this step never answered."""
         begin = tasks.LambdaInvoke(
             self.scope,
             "Read the lifecycle action",
@@ -135,9 +152,11 @@ class _Steps:
                 }
             ),
             payload_response_only=True,
-            retry_on_service_exceptions=True,
+            retry_on_service_exceptions=False,
         )
-        self.catchers.append(begin)  # it makes no call that could be transient: no Retry
+        _retry(begin, INVOKE_RETRY)
+        _retry(begin, STEP_RETRY)
+        self.catchers.append(begin)
         return begin
 
     def alarm(self, label: str, topic: sns.ITopic, subject: str, message: sfn.TaskInput, then: sfn.IChainable) -> sfn.IChainable:
@@ -145,36 +164,42 @@ class _Steps:
         integrations, and a retry costs only time); if it still fails, count the alarm as
         undelivered and go on to `then` all the same."""
         publish = tasks.SnsPublish(
-            self.scope, label, topic=topic, subject=subject, message=message, result_path=sfn.JsonPath.DISCARD
-        )
-        _retry(publish, ALL_ERRORS, first_interval_seconds=5)
+            self.scope, label, topic=topic, subject=subject, message=message, result_path=sfn.JsonPath.DISCARD,
+            task_timeout=sfn.Timeout.duration(cdk.Duration.seconds(ALARM_PUBLISH_TIMEOUT_SECONDS)),
+        )  # fmt: skip
+        _retry(publish, ALARM_RETRY)
         count = self.invoke(f"{label}: count it undelivered", "alarm_undelivered", "$.alarm_undelivered", transient=False)
         count.add_catch(then, errors=ALL_ERRORS, result_path="$.alarm_count_error")
         publish.add_catch(count, errors=ALL_ERRORS, result_path="$.alarm_error")
         count.next(then)
         return publish.next(then)
 
-    def hold(self, label: str, key: str, then: sfn.IChainable) -> sfn.IChainable:
-        """Heartbeat the lifecycle action every hold interval until the hold is done; a
-        heartbeat that fails does not end the hold, the next one is tried."""
-        held = self.invoke(label, "hold_instance", f"$.{key}")
+    def hold(self, label: str, key: str, then: sfn.IChainable, lost: sfn.IChainable) -> sfn.IChainable:
+        """Heartbeat the lifecycle action every hold interval until the hold is done. A heartbeat
+        that fails for now is tried again at the next turn (the interval leaves room for two such
+        failures in a row); one Auto Scaling refuses for good ends the hold on `lost`."""
+        held = self.invoke(label, "hold_instance", f"$.{key}", transient=False)
         loop, wait = self._until_done(label, held, key, self.pacing.hold_interval, then)
+        held.add_catch(lost, errors=[PERMANENT_ERROR], result_path="$.hold_error")
         held.add_catch(wait, errors=ALL_ERRORS, result_path=f"$.{key}_error")
         return loop
 
-    def worded_alarm(self, label: str, step: str, fallback_subject: str, *, transient: bool) -> tuple[tasks.LambdaInvoke, sfn.Pass]:
-        """The step that words the failure's alarm into $.failure, and the fixed text it falls
-        back to if that step fails (the Lambda itself broken)."""
+    def worded_alarm(
+        self, label: str, step: str, fallback_subject: str, *, transient: bool, fallback_label: str = "Word a fallback alarm"
+    ) -> tuple[tasks.LambdaInvoke, sfn.Pass]:
+        """The step that words the alarm into $.failure, and the fixed text it falls back to if
+        that step fails (the Lambda itself broken); the fallback dates the hold it starts."""
         word = self.invoke(label, step, "$.failure", transient=transient)
         fallback = sfn.Pass(
             self.scope,
-            "Word a fallback alarm",
+            fallback_label,
             parameters={
                 "subject": fallback_subject,
                 "message": sfn.JsonPath.format(
-                    "Execution {} failed, and so did its failure step; the execution history says why.",
+                    "Execution {} failed, and so did its alarm's wording step; the execution history says why.",
                     sfn.JsonPath.string_at("$$.Execution.Id"),
                 ),
+                "hold_from_time": sfn.JsonPath.string_at("$$.State.EnteredTime"),
             },
             result_path="$.failure",
         )
@@ -204,6 +229,7 @@ class _Workflow(Construct):
         group_name: str,
         hook_name: str,
         pacing: Pacing,
+        undelivered_events: sqs.IQueue,
         log_retention_days: int,
         removal_policy: cdk.RemovalPolicy,
     ) -> None:
@@ -230,7 +256,17 @@ class _Workflow(Construct):
                 detail_type=[self.detail_type],
                 detail={"AutoScalingGroupName": [group_name], "LifecycleHookName": [hook_name]},
             ),
-            targets=[targets.SfnStateMachine(self.state_machine)],
+            # EventBridge retries a StartExecution that fails for a reason that passes, for as
+            # long as a started execution could still save the action (its first heartbeat lands
+            # before the hook times out), then leaves the event in the queue; the queue alarms.
+            targets=[
+                targets.SfnStateMachine(
+                    self.state_machine,
+                    retry_attempts=EVENT_RETRIES_MAX,
+                    max_event_age=pacing.event_age,
+                    dead_letter_queue=undelivered_events,
+                )
+            ],
         )
         self.state_machine.node.add_dependency(group)
         policy = self.state_machine.role.node.try_find_child("DefaultPolicy")
@@ -302,6 +338,7 @@ class ScaleInWorkflow(_Workflow):
             "Hold the seed node's instance",
             "hold",
             sfn.Fail(self, "Seed node refused", error="SeedNodeRefused", cause="a seed node's instance was to be terminated"),
+            self._hold_lost(steps, alarm_topic),
         )
         seed_alarm = steps.alarm(
             "Alarm: seed node refused",
@@ -329,14 +366,44 @@ class ScaleInWorkflow(_Workflow):
         member.when(sfn.Condition.boolean_equals("$.node.is_member", False), finish).otherwise(check_seed)
         return steps.task("Resolve the node", "resolve_node", "node").next(member)
 
+    def _drain_failed(self) -> sfn.Fail:
+        if not hasattr(self, "_failed"):
+            self._failed = sfn.Fail(self, "Drain failed", error="DrainFailed", cause="see the alarm message")
+        return self._failed
+
+    def _hold_lost(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
+        """Auto Scaling refused a hold's heartbeat for good: the instance goes once its heartbeat
+        timeout passes, so say so at once, and fail (one path for both holds)."""
+        if not hasattr(self, "_lost"):
+            word, fallback = steps.worded_alarm(
+                "Word the lost hold's alarm", "hold_lost", "Service Fabric hold lost: an instance is about to go",
+                transient=False, fallback_label="Word a fallback hold-lost alarm",
+            )  # fmt: skip
+            alarm = steps.alarm(
+                "Alarm: hold lost",
+                alarm_topic,
+                subject=sfn.JsonPath.string_at("$.failure.subject"),
+                message=sfn.TaskInput.from_json_path_at("$.failure.message"),
+                then=self._drain_failed(),
+            )
+            fallback.next(alarm)
+            self._lost = word.next(alarm)
+        return self._lost
+
     def _failure_path(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
         """Release the lock and word the alarm, publish it, then hold the instance with
         heartbeats for an operator (the removal upgrade needs the machine running) before the
-        execution fails. An event that named no instance has nothing to hold."""
-        failed = sfn.Fail(self, "Drain failed", error="DrainFailed", cause="see the alarm message")
-        held = steps.hold("Hold the instance for an operator", "failure_hold", failed)
+        execution fails. The instance comes from the event itself when no step read it; an
+        event that named none has nothing to hold."""
+        failed = self._drain_failed()
+        held = steps.hold("Hold the instance for an operator", "failure_hold", failed, self._hold_lost(steps, alarm_topic))
         instance = sfn.Choice(self, "Instance to hold?")
-        instance.when(sfn.Condition.is_present("$.hook.instance_id"), held).otherwise(failed)
+        instance.when(
+            sfn.Condition.or_(
+                sfn.Condition.is_present("$.hook.instance_id"), sfn.Condition.is_present("$.detail.EC2InstanceId")
+            ),
+            held,
+        ).otherwise(failed)
         word, fallback = steps.worded_alarm(
             "Release the lock and word the alarm", "fail", "Service Fabric drain failed", transient=False
         )

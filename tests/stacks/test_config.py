@@ -286,3 +286,76 @@ def test_a_consistent_runtime_release_is_accepted(environments):
     )
     settings = load_environment(environments, "dev").service_fabric
     assert (settings.runtime_version, settings.runtime_cab_url) == ("11.8.121.1", cab)
+
+
+# -- the node lifecycle inside AWS's limits (stacks/lifecycle_timing.py) -------------------
+
+
+def test_a_heartbeat_timeout_that_cannot_outlast_two_failed_heartbeats_is_refused(environments):
+    environments["dev"]["service_fabric"]["lifecycle_heartbeat_seconds"] = 600  # dev's value until 2026-11
+    assert refused(environments, "dev") == (
+        "environment 'dev': service_fabric.lifecycle_heartbeat_seconds: 600 s cannot outlast two failed heartbeat "
+        "attempts in a row: each attempt can take 251 s (the functions' 120 s timeout, 51 s of Lambda throttling "
+        "retries and 80 s of the alarm's publish with its retries), so use at least 813 s"
+    )
+    environments["dev"]["service_fabric"]["lifecycle_heartbeat_seconds"] = 813
+    assert load_environment(environments, "dev").lifecycle_timing.heartbeat_gap_seconds <= 813
+
+
+def test_a_slow_poll_that_leaves_no_room_for_two_failed_heartbeats_is_refused(environments):
+    environments["staging"]["node_lifecycle"]["poll_interval_seconds"] = 300
+    message = refused(environments, "staging")
+    assert "each attempt can take 471 s" in message and "300 s of node_lifecycle.poll_interval_seconds" in message
+    assert message.endswith("so use at least 1473 s")
+
+
+def test_a_hold_that_outlives_the_hooks_global_timeout_is_refused(environments):
+    # prod as shipped until 2026-11: a 900 s heartbeat caps every action at 25 h.
+    environments["prod"]["service_fabric"]["lifecycle_heartbeat_seconds"] = 900
+    message = refused(environments, "prod")
+    assert message.startswith(
+        "environment 'prod': node_lifecycle.operator_hold_minutes: a drain failing at its 180-minute deadline and "
+        "then held 1440 minutes can end 27.6 h after its lifecycle action began, past the hook's global timeout of "
+        "25.0 h (100 x service_fabric.lifecycle_heartbeat_seconds, at most 48 h)"
+    )
+    longest = int(message.split("hold at most ")[1].split()[0])
+    environments["prod"]["node_lifecycle"]["operator_hold_minutes"] = longest
+    assert load_environment(environments, "prod").lifecycle_timing.drain_span_seconds <= 25 * 3600
+    environments["prod"]["node_lifecycle"]["operator_hold_minutes"] = longest + 1
+    refused(environments, "prod")
+
+
+def test_a_loop_that_could_pass_the_history_limit_is_refused(environments):
+    dev = environments["dev"]["node_lifecycle"]
+    dev.update(poll_interval_seconds=5, lock_retry_seconds=5, drain_timeout_minutes=1200, lock_ttl_seconds=86_400)
+    assert refused(environments, "dev") == (
+        "environment 'dev': node_lifecycle.poll_interval_seconds: a 1200-minute drain looping every 5 s and held 120 "
+        "minutes writes about 130,495 history events, past the 12,500 an execution is kept under (half of Step "
+        "Functions' hard limit of 25,000, the rest left for retries); loop less often or shorten the drain"
+    )
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_each_shipped_environment_fits_its_lifecycle_in_aws_limits(environments, name):
+    timing = load_environment(environments, name).lifecycle_timing
+    heartbeat = timing.heartbeat_timeout_seconds
+    assert timing.heartbeat_gap_seconds <= heartbeat
+    assert timing.drain_span_seconds <= min(48 * 3600, 100 * heartbeat)
+    assert max(timing.drain_history_events, timing.join_history_events) <= 25_000 // 2
+
+
+def test_the_timing_model_adds_up_as_derived_by_hand():
+    """dev's numbers, worked on paper from the constants and AWS's limits."""
+    from stacks.lifecycle_timing import LifecycleTiming
+
+    timing = LifecycleTiming(heartbeat_timeout_seconds=900, poll_interval_seconds=15, lock_retry_seconds=30,
+                             drain_timeout_seconds=3600, join_timeout_seconds=2700, operator_hold_seconds=7200)  # fmt: skip
+    # Invoke retries 1+2+4+8+16+20 = 51 s; a run 120 s; hold wait (900-60)/3 - 171 = 109 s.
+    assert timing.hold_interval_seconds == 109
+    assert timing.alarm_span_seconds == 5 * 10 + (2 + 4 + 8 + 16)
+    assert timing.attempt_seconds == 120 + 51 + 109 and timing.heartbeat_gap_seconds == 900
+    assert timing.global_timeout_seconds == 90_000 and timing.event_age_seconds == 900 - 51 - 60
+    # 789 delivery + 3600 drain + (5*120 + 130 + 51) task + (2*171 + 80 + 51) to the hold + 7200 + 280
+    assert timing.drain_span_seconds == 789 + 3600 + 781 + 473 + 7200 + 280
+    # 240 polls and 66.05 hold turns, 9 events each, and 300 for the straight path
+    assert timing.drain_history_events == 2160 + 595 + 300

@@ -11,11 +11,19 @@ import pytest
 import tree_sitter_powershell
 import yaml
 from tree_sitter import Language, Parser
-from node_lifecycle.step_errors import TransientError
 from node_lifecycle.workflow import SCALE_IN_STEPS, SCALE_OUT_STEPS
 
+from stacks.config import load_environment
 from stacks.constructs.node_scripts import render_add_node_document
-from tests.conftest import cdk_context
+from stacks.lifecycle_timing import (
+    ALARM_PUBLISH_TIMEOUT_SECONDS,
+    ALARM_RETRY,
+    HEARTBEAT_LANDING_SECONDS,
+    INVOKE_RETRY,
+    STEP_RETRY,
+    Retrier,
+)
+from tests.conftest import ENVIRONMENTS, cdk_context
 
 
 def resources(template, kind: str) -> dict[str, dict]:
@@ -80,39 +88,110 @@ def test_every_step_the_state_machines_invoke_exists_in_the_lambda(dev):
     assert set(invoked_steps(found["scale-out"])) == set(SCALE_OUT_STEPS)
 
 
-LAMBDA_SERVICE_ERRORS = {
-    "Lambda.ClientExecutionTimeoutException", "Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
-}  # fmt: skip
-TRANSIENT = {TransientError.__name__, "Sandbox.Timedout", "Lambda.Unknown"}
-# Steps that make no call that could fail transiently (or catch what they call): never retried.
-NOT_RETRIED = {"begin", "fail", "clean_up", "alarm_undelivered"}
+@pytest.fixture(scope="module", params=ENVIRONMENTS)
+def each(request, synthesized):
+    """(environment name, its node lifecycle template, its validated timing), for every environment."""
+    name = request.param
+    config = load_environment(cdk_context()["environments"], name)
+    return name, synthesized(name).template("node_lifecycle"), config.lifecycle_timing
+
+
+def retrier(entry: dict) -> Retrier:
+    return Retrier(tuple(entry["ErrorEquals"]), entry["IntervalSeconds"], entry["MaxAttempts"], entry["MaxDelaySeconds"],
+                   entry["BackoffRate"])  # fmt: skip
+
+
+# Steps that make no call that could fail for now (or catch what they call), and the hold, whose
+# own failure is caught into its next turn: only Lambda's invoke errors are retried in place.
+INVOKE_ONLY = {"fail", "clean_up", "alarm_undelivered", "hold_instance", "hold_lost"}
 FAILURE_PATH = {"scale-in": "Release the lock and word the alarm", "scale-out": "Release the lock and clean up the join"}
 
 
-def test_every_task_is_caught_and_only_what_can_be_transient_is_retried(dev):
-    """The executions (tests/lambdas/node_lifecycle/test_state_machines_executed.py) prove the
-    paths; this pins the shape: Step Functions matches error names exactly, so every name
-    retried must be one the functions or Lambda raise, and no Task may go uncaught."""
-    for flow, asl in machines(dev).items():
+def test_every_lambda_task_rides_out_throttling_and_what_can_be_transient_is_retried(each):
+    """Step Functions reports a throttled invoke as Lambda.TooManyRequestsException and matches
+    error names exactly; every Lambda Task of every environment retries it, with Lambda's other
+    invoke errors that pass, in the one entry stacks/lifecycle_timing.py declares. The executions
+    (tests/lambdas/node_lifecycle/test_state_machines_executed.py) prove the paths."""
+    name, template, _ = each
+    for flow, asl in machines(template).items():
         states = asl["States"]
-        # The failure path and the seed hold catch into themselves: both must go on holding.
+        # The failure path and the holds catch into themselves: both must go on holding.
         own_catches = reachable(states, FAILURE_PATH[flow])
         if flow == "scale-in":
             own_catches |= reachable(states, "Release the lock while holding")
-        for name, state in states.items():
+        for label, state in states.items():
             if state["Type"] != "Task":
                 continue
-            assert state.get("Catch"), f"{flow}: {name} is not caught"
-            retried = {e for r in state.get("Retry", []) for e in r["ErrorEquals"]}
+            assert state.get("Catch"), f"{name} {flow}: {label} is not caught"
             step = (state.get("Parameters") or {}).get("step")
-            if step is None:  # SnsPublish: retried on anything, then counted undelivered
-                assert state["Resource"].endswith(":states:::sns:publish") and retried == {"States.ALL"}
+            if step is None:  # SnsPublish: retried on anything, each try bounded, then counted undelivered
+                assert state["Resource"].endswith(":states:::sns:publish")
+                assert [retrier(r) for r in state["Retry"]] == [ALARM_RETRY]
+                assert state["TimeoutSeconds"] == ALARM_PUBLISH_TIMEOUT_SECONDS
                 assert states[state["Catch"][0]["Next"]]["Parameters"]["step"] == "alarm_undelivered"
                 continue
-            expected = LAMBDA_SERVICE_ERRORS | (set() if step in NOT_RETRIED else TRANSIENT)
-            assert retried == expected, (flow, name)
-            if name not in own_catches:
-                assert state["Catch"][0]["Next"] == FAILURE_PATH[flow], (flow, name)
+            expected = [INVOKE_RETRY] if step in INVOKE_ONLY else [INVOKE_RETRY, STEP_RETRY]
+            assert [retrier(r) for r in state["Retry"]] == expected, (name, flow, label)
+            assert all(r["JitterStrategy"] == "FULL" for r in state["Retry"])
+            assert "Lambda.TooManyRequestsException" in state["Retry"][0]["ErrorEquals"]
+            if label not in own_catches:
+                assert state["Catch"][0]["Next"] == FAILURE_PATH[flow], (name, flow, label)
+
+
+def test_holds_turn_at_the_cadence_that_survives_two_failed_heartbeats_and_end_on_a_refusal(each):
+    name, template, timing = each
+    heartbeat = timing.heartbeat_timeout_seconds
+    states = machines(template)["scale-in"]["States"]
+    for hold in ("Hold the instance for an operator", "Hold the seed node's instance"):
+        assert states[f"{hold}: wait"]["Seconds"] == timing.hold_interval_seconds
+        # A refusal ends the hold with its own alarm; anything else is tried again next turn.
+        catches = [(c["ErrorEquals"], c["Next"]) for c in states[hold]["Catch"]]
+        assert catches == [(["PermanentError"], "Word the lost hold's alarm"), (["States.ALL"], f"{hold}: wait")]
+    assert reachable(states, "Word the lost hold's alarm") >= {"Alarm: hold lost", "Drain failed"}
+    # Three attempts, each a function run, its throttle retries and the longest wait, and the
+    # third's landing fit in the heartbeat timeout.
+    longest_wait = max(timing.hold_interval_seconds, STEP_RETRY.max_delay_seconds, timing.alarm_span_seconds,
+                       timing.poll_interval_seconds, timing.lock_retry_seconds)  # fmt: skip
+    function = next(iter(resources(template, "AWS::Lambda::Function").values()))["Properties"]
+    attempt = function["Timeout"] + INVOKE_RETRY.span_seconds + longest_wait
+    assert 3 * attempt + HEARTBEAT_LANDING_SECONDS <= heartbeat, name
+
+
+def test_no_execution_outlives_its_lifecycle_action(each, synthesized):
+    """The hook's global timeout is min(48 h, 100 x its heartbeat timeout): a failed drain's
+    deadline plus its hold fit in it, and no execution runs longer."""
+    name, template, timing = each
+    group = next(iter(synthesized(name).template("service_fabric").find_resources("AWS::AutoScaling::AutoScalingGroup").values()))
+    for hook in group["Properties"]["LifecycleHookSpecificationList"]:
+        assert hook["HeartbeatTimeout"] == timing.heartbeat_timeout_seconds
+    global_timeout = min(48 * 3600, 100 * timing.heartbeat_timeout_seconds)
+    for asl in machines(template).values():
+        assert asl["TimeoutSeconds"] == global_timeout
+    assert timing.drain_span_seconds <= global_timeout and timing.join_span_seconds <= global_timeout
+    assert timing.drain_history_events <= 12_500
+
+
+def test_lifecycle_events_are_retried_then_kept_in_an_encrypted_queue_that_alarms(each):
+    name, template, timing = each
+    (queue_id, queue), = resources(template, "AWS::SQS::Queue").items()
+    assert queue["Properties"]["SqsManagedSseEnabled"] is True
+    assert queue["Properties"]["MessageRetentionPeriod"] == 14 * 24 * 3600
+    rules = [r for r in resources(template, "AWS::Events::Rule").values() if "EventPattern" in r["Properties"]]
+    assert len(rules) == 2
+    for rule in rules:
+        (target,) = rule["Properties"]["Targets"]
+        assert target["RetryPolicy"] == {"MaximumEventAgeInSeconds": timing.event_age_seconds, "MaximumRetryAttempts": 185}
+        assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [queue_id, "Arn"]}}
+        # Started at its latest, an execution's first heartbeat (after its invoke retries) still lands in time.
+        assert timing.event_age_seconds + INVOKE_RETRY.span_seconds + HEARTBEAT_LANDING_SECONDS <= timing.heartbeat_timeout_seconds
+    policy = json.dumps(next(iter(resources(template, "AWS::SQS::QueuePolicy").values()))["Properties"])
+    assert policy.count('"Service": "events.amazonaws.com"') == 2 and "aws:SourceArn" in policy
+    alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
+    depth = [a for a in alarms if a.get("MetricName") == "ApproximateNumberOfMessagesVisible"]
+    assert len(depth) == 1 and depth[0]["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id, "QueueName"]}}]
+    assert depth[0]["Threshold"] == 1 and depth[0]["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    lost = [a for a in alarms if a.get("MetricName") == "InvocationsFailedToBeSentToDlq"]
+    assert len(lost) == 2
 
 
 def test_the_failure_paths_need_no_gateway_and_end_holding_or_abandoning(dev):
@@ -127,7 +206,11 @@ def test_the_failure_paths_need_no_gateway_and_end_holding_or_abandoning(dev):
     assert scale_in["Alarm the operators: count it undelivered"]["Next"] == "Instance to hold?"
     hold = scale_in["Hold the instance for an operator"]
     assert hold["Parameters"]["step"] == "hold_instance"
-    assert hold["Catch"][0]["Next"] == "Hold the instance for an operator: wait"  # a failed heartbeat does not end it
+    # A heartbeat that fails for now does not end it; one refused for good does, with an alarm.
+    assert [c["Next"] for c in hold["Catch"]] == ["Word the lost hold's alarm", "Hold the instance for an operator: wait"]
+    # The instance to hold comes from the event itself when the first step never answered.
+    (to_hold,) = scale_in["Instance to hold?"]["Choices"]
+    assert [c["Variable"] for c in to_hold["Or"]] == ["$.hook.instance_id", "$.detail.EC2InstanceId"]
     done = scale_in["Hold the instance for an operator: done?"]
     assert done["Choices"][0] == {"Variable": "$.failure_hold.done", "BooleanEquals": True, "Next": "Drain failed"}
 
@@ -180,7 +263,6 @@ def test_a_seed_node_releases_the_lock_alarms_and_is_held(dev):
     assert seed["Variable"] == "$.seed.refused" and seed["Next"] == "Release the lock while holding"
     assert states["Release the lock while holding"]["Next"] == "Alarm: seed node refused"
     assert states["Alarm: seed node refused"]["Next"] == "Hold the seed node's instance"
-    assert states["Hold the seed node's instance: wait"]["Seconds"] == 300  # heartbeat 600 s / 2
 
 
 def test_state_machines_log_everything_and_are_traced(dev):
