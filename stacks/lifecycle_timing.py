@@ -104,7 +104,7 @@ ALARM_PUBLISH_TIMEOUT_SECONDS = 10
 # Every node lifecycle function's timeout: the longest one run (one attempt) can take.
 FUNCTION_TIMEOUT_SECONDS = 120
 # From the start of a run to its heartbeat being recorded: a cold start in the VPC and the call,
-# whose client gives up within 36 s (lambdas/node_lifecycle/runtime.py, HEARTBEAT_CLIENT).
+# whose client gives up within 33 s (lambdas/node_lifecycle/runtime.py, HEARTBEAT_CLIENT).
 HEARTBEAT_LANDING_SECONDS = 60
 
 

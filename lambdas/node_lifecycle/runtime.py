@@ -31,11 +31,13 @@ from .settings import Settings, SettingsError
 
 # The gateway answers these when its machine is gone or not listening: try the next seed.
 UNREACHABLE = frozenset({CONNECT_FAILED, CONNECTION_LOST})
-# Auto Scaling's client for heartbeats and completions gives up within 3 x (3 s connect + 7 s
-# read) plus standard mode's backoff (at most 1 s, then 2 s: botocore.retries.standard), 36 s
-# in all, so a heartbeat that lands does so inside the 60 s stacks/lifecycle_timing.py allows it
-# (HEARTBEAT_LANDING_SECONDS) with a cold start; one that does not is retried by the state machine.
-HEARTBEAT_CLIENT = Config(connect_timeout=3, read_timeout=7, retries={"mode": "standard", "max_attempts": 3})
+# Auto Scaling's client for heartbeats and completions gives up within 3 tries of 3 s connect +
+# 7 s read, with standard mode's jittered backoff between them (at most 1 s, then 2 s:
+# botocore.retries.standard.ExponentialBackoff), 33 s in all, so a heartbeat that lands does so
+# inside the 60 s stacks/lifecycle_timing.py allows it (HEARTBEAT_LANDING_SECONDS) with a cold
+# start; one that does not is tried again by the state machine. (`total_max_attempts` counts the
+# first try; botocore's `max_attempts` would count only the retries.)
+HEARTBEAT_CLIENT = Config(connect_timeout=3, read_timeout=7, retries={"mode": "standard", "total_max_attempts": 3})
 
 
 @dataclass

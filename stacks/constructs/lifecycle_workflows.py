@@ -196,7 +196,7 @@ class _Steps:
             parameters={
                 "subject": fallback_subject,
                 "message": sfn.JsonPath.format(
-                    "Execution {} failed, and so did its alarm's wording step; the execution history says why.",
+                    "Execution {} failed, and so did the step wording its alarm; the execution history says why.",
                     sfn.JsonPath.string_at("$$.Execution.Id"),
                 ),
                 "hold_from_time": sfn.JsonPath.string_at("$$.State.EnteredTime"),

@@ -7,8 +7,8 @@ handler, named by the function's `Handler`, with the function's environment from
 AWS calls go to moto, or to aws_wire.py where moto lacks an operation; the Service Fabric gateway
 is the HTTPS emulator (tests/sf_emulator).
 
-Time is virtual. Wait states, Retry intervals, botocore's backoff, the REST client's backoff and
-the functions' clock all read and advance one VirtualClock, so an execution holding an instance
+Time is virtual. Wait states, Retry intervals (each jittered delay at its longest), botocore's
+backoff, the REST client's backoff and the functions' clock all read and advance one VirtualClock, so an execution holding an instance
 for two hours takes a second, and the lifecycle hook's heartbeat timer, the lock's expiry and the
 steps' deadlines meet the same hours they would on AWS. Nothing in the definition is changed.
 
@@ -30,6 +30,29 @@ How the harness stands in for AWS around the interpreter, each with its source:
   such error in an execution's history fails the test instead.
 - An execution longer than the definition's TimeoutSeconds ends TIMED_OUT on AWS; the
   interpreter measures real time, so the harness reports TIMED_OUT from the virtual clock.
+- A Standard execution fails at 25,000 history events (Step Functions Developer Guide, "Step
+  Functions service quotas"); the interpreter has no such limit, so the harness fails a test
+  whose execution wrote that many.
+- Lambda's own refusals of an invoke (throttling, a VPC function not ready) start no run of the
+  function and reach Step Functions as "Lambda.<code>": "Lambda errors are reported as
+  Lambda.ErrorName ... When Lambda exceeds the maximum number of invocations, the reported error
+  will be Lambda.TooManyRequestsException" (Step Functions Developer Guide, "Handle Lambda
+  service exceptions"). The harness raises them where the interpreter invokes, as the Invoke
+  API's error (code and HTTP status from botocore's Lambda model). For a Task whose Resource is
+  the function's ARN (what the CDK's LambdaInvoke writes with payload_response_only) the
+  interpreter names every such error "Exception"; the harness names it as AWS documents, in a
+  LambdaFunctionStartFailed event (the function never started).
+- EventBridge starts an execution through the rule target's RetryPolicy and DeadLetterConfig
+  (EventBridge User Guide, "Event retry policy and using dead-letter queues"): it retries errors
+  that can pass until MaximumRetryAttempts or MaximumEventAgeInSeconds, sends errors that cannot
+  (no permission, no such target) to the queue without retries, and a queued message is the event
+  with the attributes RULE_ARN, TARGET_ARN, ERROR_CODE, ERROR_MESSAGE, EXHAUSTED_RETRY_CONDITION
+  and RETRY_ATTEMPTS. Which answers it retries: "EventBridge retries responses sent with a 5xx
+  or 429 HTTP status code ... doesn't retry other 4xx HTTP errors" (AWS re:Post Knowledge Center,
+  "Resolve FailedInvocation errors in EventBridge"); throttling is taken as retried too (the DLQ
+  page lists a THROTTLING code), though Step Functions answers it with HTTP 400. Not documented,
+  so chosen here (a risk): the delays between tries ("exponential back off and jitter": here 2^n s
+  up to 5 minutes, no jitter) and which ERROR_CODE of the page's sample list an error becomes.
 """
 
 from __future__ import annotations
@@ -49,17 +72,30 @@ from types import SimpleNamespace
 from typing import Any
 
 import boto3
+import botocore.config
 import botocore.endpoint
+import botocore.session
+from botocore.exceptions import ClientError
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.events.models import EventPattern
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend
-from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.api import HistoryEventType, LambdaFunctionStartFailedEventDetails
+from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent
+from moto.stepfunctions.parser.asl.component.common.retry import jitter_strategy_decl, retrier_decl
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda import StateTaskLambda
+from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 
 from .lifecycle_actions import LifecycleAction, LifecycleActions
 
 UNCATCHABLE = ("States.Runtime", "States.DataLimitExceeded")
+HISTORY_EVENT_LIMIT = 25_000
+# The DLQ's ERROR_CODE for a StartExecution error (from the EventBridge page's sample codes).
+EVENTBRIDGE_ERROR_CODES = {"ThrottlingException": "THROTTLING", "StateMachineDoesNotExist": "NO_RESOURCE",
+                           "AccessDeniedException": "NO_PERMISSIONS"}  # fmt: skip
+LAMBDA_MODEL = botocore.session.get_session().get_service_model("lambda")
 _VALIDATED: set[str] = set()
 
 
@@ -155,6 +191,24 @@ class Invocation:
 
 
 @dataclass
+class InvokeFault:
+    """The next invokes of `step` (any step when None), in order: refused by Lambda with the code
+    given, or run (None); used up once the sequence is."""
+
+    step: str | None
+    sequence: list[str | None]
+
+
+@dataclass
+class Delivery:
+    """What EventBridge did with one event: the execution it started, or the queued message."""
+
+    execution: Execution | None
+    tries: int
+    dead_letter: dict[str, Any] | None  # {"body": event, "attributes": {...}}
+
+
+@dataclass
 class Execution:
     status: str  # SUCCEEDED, FAILED, TIMED_OUT
     error: str | None
@@ -221,9 +275,15 @@ class LifecycleStateMachines:
         self.invocations: list[Invocation] = []
         # step name -> what happens in the world right after that step first returns
         self.after_step: dict[str, Callable[[], None]] = {}
+        self.invoke_faults: list[InvokeFault] = []
+        self.throttle_each_step_once = False  # the first invoke of every step is throttled
+        self._throttled_steps: set[str] = set()
         self._invoke_lock = threading.Lock()
         self._containers: dict[str, Any] = {}
         self._sfn = boto3.client("stepfunctions", region_name=region)
+        # EventBridge's own tries, one call each: no SDK retries between them.
+        self._eventbridge = boto3.client("stepfunctions", region_name=region,
+                                         config=botocore.config.Config(retries={"total_max_attempts": 1}))  # fmt: skip
         self._create_resources(admin_certificate, gateway_thumbprint)
         self.functions = self._functions()
         self.state_machines = self._state_machines()
@@ -252,6 +312,10 @@ class LifecycleStateMachines:
         inbox_arn = sqs.get_queue_attributes(QueueUrl=self._inbox, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         sns.subscribe(TopicArn=self.alarm_topic_arn, Protocol="sqs", Endpoint=inbox_arn)
         self._sqs = sqs
+        for lid, queue in t.resources("node_lifecycle", "AWS::SQS::Queue").items():
+            url = sqs.create_queue(QueueName=queue["Properties"]["QueueName"])["QueueUrl"]
+            t.physical[("node_lifecycle", lid)] = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+            self.dead_letter_queue_url = url
         environment = next(iter(t.resources("node_lifecycle", "AWS::Lambda::Function").values()))["Properties"]["Environment"]["Variables"]
         boto3.client("secretsmanager", region_name=self.region).create_secret(
             Name=environment["SF_ADMIN_CERTIFICATE_SECRET"], SecretString=json.dumps(admin_certificate)
@@ -282,6 +346,7 @@ class LifecycleStateMachines:
             p = resource["Properties"]
             definition = json.loads(self.templates.resolve("node_lifecycle", p["DefinitionString"]))
             arn = f"arn:aws:states:{self.region}:{DEFAULT_ACCOUNT_ID}:stateMachine:{p['StateMachineName']}"
+            self.templates.physical[("node_lifecycle", lid)] = arn
             rule = next(
                 r["Properties"] for r in resources.values()
                 if r["Type"] == "AWS::Events::Rule"
@@ -292,6 +357,9 @@ class LifecycleStateMachines:
             made[p["StateMachineName"]] = {
                 "name": p["StateMachineName"], "arn": arn, "definition": definition,
                 "pattern": rule["EventPattern"], "role": f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/{lid}",
+                "retry_policy": target.get("RetryPolicy") or {},
+                "dead_letter_arn": self.templates.resolve("node_lifecycle", (target.get("DeadLetterConfig") or {}).get("Arn")),
+                "rule_arn": f"arn:aws:events:{self.region}:{DEFAULT_ACCOUNT_ID}:rule/{lid}",
             }  # fmt: skip
         return made
 
@@ -318,8 +386,22 @@ class LifecycleStateMachines:
 
         clock = self.clock
         monkeypatch.setattr(lambda_eval_utils, "_invoke_lambda_function", self._invoke)
+        named_by_interpreter = StateTaskLambda._from_error
+
+        def named_as_aws_does(task: StateTaskLambda, env: Any, ex: Exception) -> FailureEvent:
+            if not isinstance(ex, ClientError):
+                return named_by_interpreter(task, env, ex)
+            error = f"Lambda.{ex.response['Error']['Code']}"
+            details = LambdaFunctionStartFailedEventDetails(error=error, cause=ex.response["Error"].get("Message", ""))
+            return FailureEvent(env=env, error_name=CustomErrorName(error), event_type=HistoryEventType.LambdaFunctionStartFailed,
+                                event_details=EventDetails(lambdaFunctionStartFailedEventDetails=details))  # fmt: skip
+
+        monkeypatch.setattr(StateTaskLambda, "_from_error", named_as_aws_does)
         monkeypatch.setattr(WaitFunction, "_wait_interval", lambda _self, env, wait_seconds: clock.sleep(wait_seconds))
         monkeypatch.setattr(retrier_decl, "time", SimpleNamespace(sleep=clock.sleep))
+        # Full jitter waits a random part of each Retry delay; here always the whole delay, the
+        # longest AWS could wait, so heartbeat gaps and deadlines meet their worst case.
+        monkeypatch.setattr(jitter_strategy_decl, "random", SimpleNamespace(uniform=lambda low, high: high))
         monkeypatch.setattr(botocore.endpoint, "time", SimpleNamespace(sleep=clock.sleep, time=time.time))
         original = Runtime.from_settings.__func__
 
@@ -340,10 +422,40 @@ class LifecycleStateMachines:
 
         monkeypatch.setattr(StepFunctionsParserBackend, "_validate_definition", staticmethod(validate_once))
 
+    def fail_invoke(self, code: str, *, step: str | None = None, times: int = 1, then_run: int = 0) -> InvokeFault:
+        """Lambda refuses `times` invokes (of `step`, or of any step) with its Invoke error `code`;
+        with `then_run`, that many invokes then run before the next `times` refusals, and so on."""
+        LAMBDA_MODEL.shape_for(code)  # an error Lambda's Invoke API really has
+        sequence: list[str | None] = [code] * times
+        if then_run:
+            sequence = ([code] * times + [None]) * then_run
+        fault = InvokeFault(step, sequence)
+        self.invoke_faults.append(fault)
+        return fault
+
+    def _refused(self, step: str) -> str | None:
+        """The Invoke error Lambda answers this invoke with, if any."""
+        if self.throttle_each_step_once and step not in self._throttled_steps:
+            self._throttled_steps.add(step)
+            return "TooManyRequestsException"
+        for fault in self.invoke_faults:
+            if fault.step in (None, step) and fault.sequence:
+                return fault.sequence.pop(0)
+        return None
+
     def _invoke(self, parameters: dict, region: str, state_credentials: Any) -> dict[str, Any]:
         function = self.functions[parameters["FunctionName"]]
         payload = json.loads(parameters["Payload"])
         module_name, _, name = function.handler.rpartition(".")
+        refusal = self._refused(str(payload.get("step", "")))
+        if refusal:
+            shape = LAMBDA_MODEL.shape_for(refusal)
+            self.invocations.append(Invocation(name, str(payload.get("step", "")), f"Lambda.{refusal}", "refused at the invoke"))
+            raise ClientError(
+                {"Error": {"Code": refusal, "Message": f"{refusal} (injected by the test)"},
+                 "ResponseMetadata": {"HTTPStatusCode": shape.metadata["error"]["httpStatusCode"], "RequestId": str(uuid.uuid4())}},
+                "Invoke",
+            )  # fmt: skip
         module = importlib.import_module(module_name)
         request_id = str(uuid.uuid4())
         context = SimpleNamespace(function_name=name, aws_request_id=request_id,
@@ -424,13 +536,17 @@ class LifecycleStateMachines:
     def _run_together(self, runs: list[tuple[dict[str, Any], Any]], real_seconds: float) -> list[Execution]:
         first_invocation = len(self.invocations)
         started = self.clock()
-        arns = []
+        started_runs = []
         for machine, event in runs:
             self._create(machine)
-            arns.append(self._sfn.start_execution(stateMachineArn=machine["arn"], name=str(uuid.uuid4()), input=json.dumps(event))["executionArn"])
+            arn = self._sfn.start_execution(stateMachineArn=machine["arn"], name=str(uuid.uuid4()), input=json.dumps(event))["executionArn"]
+            started_runs.append((machine, arn))
+        return self._wait(started_runs, first_invocation=first_invocation, started=started, real_seconds=real_seconds)
+
+    def _wait(self, runs: list[tuple[dict[str, Any], str]], *, first_invocation: int, started: float, real_seconds: float) -> list[Execution]:
         deadline = time.monotonic() + real_seconds
         executions = []
-        for (machine, _), arn in zip(runs, arns):
+        for machine, arn in runs:
             while (described := self._sfn.describe_execution(executionArn=arn))["status"] == "RUNNING":
                 if time.monotonic() > deadline:
                     self._sfn.stop_execution(executionArn=arn)
@@ -441,7 +557,10 @@ class LifecycleStateMachines:
         return executions
 
     def _finished(self, machine: dict[str, Any], described: dict[str, Any], first_invocation: int, started: float) -> Execution:
-        history = self._sfn.get_execution_history(executionArn=described["executionArn"], maxResults=1000)["events"]
+        history = []
+        for page in self._sfn.get_paginator("get_execution_history").paginate(executionArn=described["executionArn"]):
+            history += page["events"]
+        assert len(history) < HISTORY_EVENT_LIMIT, f"{len(history)} history events: AWS fails the execution at {HISTORY_EVENT_LIMIT:,}"
         execution = Execution(
             status=described["status"],
             error=described.get("error"),
@@ -456,6 +575,67 @@ class LifecycleStateMachines:
         if execution.virtual_seconds > machine["definition"].get("TimeoutSeconds", float("inf")):
             execution.status = "TIMED_OUT"
         return execution
+
+    def deliver(self, action: LifecycleAction, *, real_seconds: float = 60.0) -> Delivery:
+        """The action's event as EventBridge delivers it to the rule's target: StartExecution
+        tried through the target's RetryPolicy (errors injected on the wire, service "sfn"), the
+        event queued in its DeadLetterConfig when the tries run out, the execution run when one
+        started."""
+        machine, event = self._route(action)
+        self._create(machine)
+        policy = machine["retry_policy"]
+        max_age = int(policy.get("MaximumEventAgeInSeconds", 86_400))
+        max_retries = int(policy.get("MaximumRetryAttempts", 185))
+        first = self.clock()
+        first_invocation = len(self.invocations)
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                arn = self._eventbridge.start_execution(stateMachineArn=machine["arn"], name=str(uuid.uuid4()), input=json.dumps(event))["executionArn"]
+            except ClientError as err:
+                code, message = err.response["Error"]["Code"], err.response["Error"].get("Message", "")
+                status = int(err.response["ResponseMetadata"]["HTTPStatusCode"])
+                delay = min(2.0 ** tries, 300.0)
+                if not (status >= 500 or status == 429 or code == "ThrottlingException"):
+                    condition = ""
+                elif tries > max_retries:
+                    condition = "MaximumRetryAttempts"
+                elif self.clock() + delay - first > max_age:
+                    condition = "MaximumEventAgeInSeconds"
+                else:
+                    self.clock.sleep(delay)
+                    continue
+                return Delivery(None, tries, self._dead_letter(machine, event, code, message, condition, tries - 1))
+            break
+        (execution,) = self._wait([(machine, arn)], first_invocation=first_invocation, started=first, real_seconds=real_seconds)
+        return Delivery(execution, tries, None)
+
+    def _dead_letter(self, machine: dict[str, Any], event: Any, code: str, message: str, condition: str, retries: int) -> dict[str, Any]:
+        assert machine["dead_letter_arn"], "the target has no dead-letter queue: EventBridge drops the event"
+        url = self._sqs.get_queue_url(QueueName=machine["dead_letter_arn"].rsplit(":", 1)[1])["QueueUrl"]
+        attributes = {
+            "RULE_ARN": machine["rule_arn"], "TARGET_ARN": machine["arn"],
+            "ERROR_CODE": EVENTBRIDGE_ERROR_CODES.get(code, "ERROR_FROM_TARGET"),
+            "ERROR_MESSAGE": f"{code}: {message}", "RETRY_ATTEMPTS": str(retries),
+            **({"EXHAUSTED_RETRY_CONDITION": condition} if condition else {}),
+        }  # fmt: skip
+        self._sqs.send_message(
+            QueueUrl=url, MessageBody=json.dumps(event),
+            MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()},
+        )  # fmt: skip
+        return {"body": event, "attributes": attributes}
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """What the lifecycle events' dead-letter queue holds, as an operator reads it."""
+        found = []
+        while messages := self._sqs.receive_message(QueueUrl=self.dead_letter_queue_url, MaxNumberOfMessages=10,
+                                                    MessageAttributeNames=["All"]).get("Messages"):  # fmt: skip
+            for message in messages:
+                found.append({"body": json.loads(message["Body"]),
+                              "attributes": {k: v["StringValue"] for k, v in message.get("MessageAttributes", {}).items()}})  # fmt: skip
+                self._sqs.delete_message(QueueUrl=self.dead_letter_queue_url, ReceiptHandle=message["ReceiptHandle"])
+        return found
 
     def alarms(self) -> list[Alarm]:
         """What reached the operators' inbox since the last look."""

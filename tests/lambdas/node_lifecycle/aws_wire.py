@@ -33,7 +33,7 @@ from tests.sf_emulator import EmulatedCluster
 from .lifecycle_actions import LifecycleActions, NoActiveAction
 
 # Wire protocols (botocore/data/<service>/<version>/service-2.json, metadata.protocol).
-JSON_SERVICES = {"dynamodb", "ssm", "secrets-manager"}
+JSON_SERVICES = {"dynamodb", "ssm", "secrets-manager", "sfn"}
 QUERY_NAMESPACES = {
     "auto-scaling": "http://autoscaling.amazonaws.com/doc/2011-01-01/",
     "sns": "http://sns.amazonaws.com/doc/2010-03-31/",
@@ -101,6 +101,7 @@ class AwsFault:
     status: int = 400
     times: int = 1
     seen: int = 0
+    hang_seconds: float = 0.0  # virtual seconds the call takes before the answer (a hung connection)
 
 
 @dataclass
@@ -155,8 +156,10 @@ class AwsWire:
         self.calls: list[tuple[str, str]] = []  # (service, operation) of every AWS call, in order
         self._lock = threading.Lock()
 
-    def fail(self, service: str, operation: str, code: str, *, times: int, message: str = "", status: int = 400) -> AwsFault:
-        fault = AwsFault(service, operation, code, message or f"{code} (injected by the test)", status, times)
+    def fail(self, service: str, operation: str, code: str, *, times: int, message: str = "", status: int = 400,
+             hang_seconds: float = 0.0) -> AwsFault:  # fmt: skip
+        fault = AwsFault(service, operation, code, message or f"{code} (injected by the test)", status, times,
+                         hang_seconds=hang_seconds)  # fmt: skip
         self.faults.append(fault)
         return fault
 
@@ -167,6 +170,8 @@ class AwsWire:
             for fault in self.faults:
                 if (fault.service, fault.operation) == (service, operation) and fault.seen < fault.times:
                     fault.seen += 1
+                    if fault.hang_seconds:
+                        self.lifecycle.clock.sleep(fault.hang_seconds)
                     return error_answer(service, request.url, fault.status, fault.code, fault.message)
         body = request.body.decode() if isinstance(request.body, bytes) else (request.body or "")
         if service == "auto-scaling" and operation in ("CompleteLifecycleAction", "RecordLifecycleActionHeartbeat"):
