@@ -245,7 +245,7 @@ def hold_lost(runtime: Runtime, state: State) -> dict[str, Any]:
             f"Instance {instance_id} (node {node}) was held for an operator, but Auto Scaling refused its "
             f"lifecycle heartbeat: {refusal}. The hold has ended; the instance terminates once the hook's "
             "heartbeat timeout passes. If the node is still in the cluster, finish its drain now with "
-            f"telemetry cluster drain --node {node} while the machine runs (README: failure modes)."
+            f"telemetry cluster drain --env <environment> --node {node} while the machine runs (README: failure modes)."
         ),
     }
 

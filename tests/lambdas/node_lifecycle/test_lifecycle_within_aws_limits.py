@@ -166,7 +166,7 @@ def test_a_heartbeat_refused_for_good_ends_the_hold_with_an_alarm_not_a_timeout(
     drain, lost = world.machines.alarms()
     assert drain.subject == f"Service Fabric drain failed: scale-0 on {action.instance_id}"
     assert lost.subject == f"Service Fabric hold lost: scale-0 on {action.instance_id}"
-    assert "AccessDenied" in lost.message and "telemetry cluster drain --node scale-0" in lost.message
+    assert "AccessDenied" in lost.message and "telemetry cluster drain --env <environment> --node scale-0" in lost.message
     assert "HoldsLost" in world.machines.metrics.names()
 
 
