@@ -9,10 +9,10 @@ an execution writes are computed from the very numbers that are synthesized.
 
 Heartbeats. Every step a state machine runs while it works on an action records a heartbeat
 before anything else (lambdas/node_lifecycle/workflow.py). So between two heartbeat attempts
-there is at most one attempt's span: the rest of a function run (its timeout), the invoke
-retries that start no run (Lambda throttling), and the longest wait before the next step (a Wait
-state, a Retry delay or the alarm's publish). The hook must outlive three such spans (two
-attempts in a row that fail, and a third that lands), plus the time the third takes to land.
+there is at most one attempt's span: the invoke retries that start no run (Lambda throttling),
+the run (its Task's timeout), and the longest wait before the next step (a Wait state, a Retry
+delay or the alarm's publish). The hook must outlive three such spans (two attempts in a row
+that fail, and a third that lands), the time the third takes to land, and a margin.
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ HISTORY_EVENT_LIMIT = 25_000
 # Half of it is left for retries: a retry writes 3 more events (TaskFailed, TaskScheduled,
 # TaskStarted), so a loop would need 3 retries in every iteration, on average, to reach the limit.
 HISTORY_EVENT_BUDGET = HISTORY_EVENT_LIMIT // 2
-# One turn of a wait loop: a Lambda Task (TaskStateEntered, TaskScheduled, TaskStarted,
-# TaskSucceeded, TaskStateExited), a Choice and a Wait (entered, exited). Counted in the executed
-# history (tests/lambdas/node_lifecycle/test_state_machines_executed.py).
+# One turn of a wait loop: a Lambda Task (TaskStateEntered, LambdaFunctionScheduled,
+# LambdaFunctionStarted, LambdaFunctionSucceeded, TaskStateExited for a Task whose Resource is the
+# function's ARN), a Choice and a Wait (entered, exited). Counted in the executed history
+# (tests/lambdas/node_lifecycle/test_lifecycle_within_aws_limits.py).
 EVENTS_PER_LOOP = 9
 # The events of an execution's straight path (no loops), with room for its retries.
 EVENTS_OUTSIDE_LOOPS = 300
@@ -63,9 +64,10 @@ LAMBDA_INVOKE_ERRORS = (
     "Lambda.ResourceConflictException",
 )
 # What a run of our function reports when it may succeed if run again: its TransientError
-# (lambdas/node_lifecycle/step_errors.py), and running out of time, which the Lambda runtime
-# reports as Sandbox.Timedout and Step Functions' page above as Lambda.Unknown.
-STEP_ERRORS = ("TransientError", "Sandbox.Timedout", "Lambda.Unknown")
+# (lambdas/node_lifecycle/step_errors.py), running out of time, which the Lambda runtime reports
+# as Sandbox.Timedout and Step Functions' page above as Lambda.Unknown, and the Task's own
+# TimeoutSeconds passing with no answer (States.Timeout).
+STEP_ERRORS = ("TransientError", "Sandbox.Timedout", "Lambda.Unknown", "States.Timeout")
 
 
 @dataclass(frozen=True)
@@ -99,13 +101,23 @@ INVOKE_RETRY = Retrier(LAMBDA_INVOKE_ERRORS, interval_seconds=1, max_attempts=6,
 STEP_RETRY = Retrier(STEP_ERRORS, interval_seconds=10, max_attempts=4, max_delay_seconds=60)
 # The alarm's publish: any error, each try bounded by its own timeout.
 ALARM_RETRY = Retrier(("States.ALL",), interval_seconds=2, max_attempts=4, max_delay_seconds=16)
-ALARM_PUBLISH_TIMEOUT_SECONDS = 10
+ALARM_PUBLISH_TIMEOUT_SECONDS = 5
 
-# Every node lifecycle function's timeout: the longest one run (one attempt) can take.
+# Every node lifecycle function's timeout. A run can also spend up to 10 s in its Init phase ("The
+# Init phase is limited to 10 seconds", Lambda Developer Guide, "Lambda execution environment
+# lifecycle"), so a Task waits at most both for its answer: its TimeoutSeconds, after which Step
+# Functions stops waiting (States.Timeout) rather than "an execution is stuck waiting for a
+# response that will never come" (Step Functions Developer Guide, "Stuck executions").
 FUNCTION_TIMEOUT_SECONDS = 120
-# From the start of a run to its heartbeat being recorded: a cold start in the VPC and the call,
-# whose client gives up within 33 s (lambdas/node_lifecycle/runtime.py, HEARTBEAT_CLIENT).
+LAMBDA_INIT_SECONDS = 10
+LAMBDA_TASK_TIMEOUT_SECONDS = LAMBDA_INIT_SECONDS + FUNCTION_TIMEOUT_SECONDS
+# A hold's run only records a heartbeat: its Init and a heartbeat call whose client gives up
+# within 33 s (lambdas/node_lifecycle/runtime.py, HEARTBEAT_CLIENT). Its Task stops waiting sooner.
+HOLD_TASK_TIMEOUT_SECONDS = 60
+# From the start of a run to its heartbeat being recorded: the Init phase and that call.
 HEARTBEAT_LANDING_SECONDS = 60
+# What no page bounds: Step Functions' own time between states and to schedule a Task.
+SAFETY_MARGIN_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -128,21 +140,31 @@ class LifecycleTiming:
 
     @property
     def _run_and_throttles(self) -> float:
-        return FUNCTION_TIMEOUT_SECONDS + INVOKE_RETRY.span_seconds
+        """A step's attempt before the next one can start: its invoke retries, then its run."""
+        return INVOKE_RETRY.span_seconds + LAMBDA_TASK_TIMEOUT_SECONDS
+
+    @property
+    def _hold_run_and_throttles(self) -> float:
+        return INVOKE_RETRY.span_seconds + HOLD_TASK_TIMEOUT_SECONDS
+
+    @property
+    def _budget_per_attempt(self) -> float:
+        """What each of the three attempts may take: the heartbeat timeout less the third's
+        landing and the margin, in three."""
+        return (self.heartbeat_timeout_seconds - HEARTBEAT_LANDING_SECONDS - SAFETY_MARGIN_SECONDS) / 3
 
     @property
     def hold_interval_seconds(self) -> int:
         """The Wait between a hold's heartbeats: the longest with which two failed attempts in a
         row and a third that lands still fit in the heartbeat timeout."""
-        return math.floor((self.heartbeat_timeout_seconds - HEARTBEAT_LANDING_SECONDS) / 3 - self._run_and_throttles)
+        return math.floor(self._budget_per_attempt - self._hold_run_and_throttles)
 
     @property
     def waits(self) -> dict[str, float]:
-        """Every wait that can stand between two heartbeat attempts, by what sets it."""
+        """Every wait that can follow a step of the main path before the next one, by what sets it."""
         return {
             "node_lifecycle.poll_interval_seconds": self.poll_interval_seconds,
             "node_lifecycle.lock_retry_seconds": self.lock_retry_seconds,
-            "the hold's wait between heartbeats": self.hold_interval_seconds,
             "the longest Retry delay": STEP_RETRY.max_delay_seconds,
             "the alarm's publish with its retries": self.alarm_span_seconds,
         }
@@ -153,19 +175,21 @@ class LifecycleTiming:
 
     @property
     def attempt_seconds(self) -> float:
-        """The most between the starts of two attempts to record a heartbeat."""
-        return self._run_and_throttles + self.longest_wait[1]
+        """The most between the starts of two attempts to record a heartbeat: a step's attempt
+        and the wait after it, or a hold's attempt and its interval."""
+        main = self._run_and_throttles + self.longest_wait[1]
+        hold = self._hold_run_and_throttles + self.hold_interval_seconds
+        return max(main, hold)
 
     @property
     def heartbeat_gap_seconds(self) -> float:
         """The longest the hook can go without a heartbeat when two attempts in a row fail."""
-        return 3 * self.attempt_seconds + HEARTBEAT_LANDING_SECONDS
+        return 3 * self.attempt_seconds + HEARTBEAT_LANDING_SECONDS + SAFETY_MARGIN_SECONDS
 
     def least_heartbeat_timeout(self) -> int:
-        """The shortest heartbeat timeout the other waits allow (the hold then waits as long as
-        the longest of them)."""
-        others = max(value for key, value in self.waits.items() if key != "the hold's wait between heartbeats")
-        return math.ceil(3 * (self._run_and_throttles + others) + HEARTBEAT_LANDING_SECONDS)
+        """The shortest heartbeat timeout the main path's waits allow."""
+        main = self._run_and_throttles + self.longest_wait[1]
+        return math.ceil(3 * main + HEARTBEAT_LANDING_SECONDS + SAFETY_MARGIN_SECONDS)
 
     # -- the hook's global timeout --------------------------------------------------------
 
@@ -177,7 +201,7 @@ class LifecycleTiming:
     def event_age_seconds(self) -> int:
         """How long EventBridge keeps trying to start an execution: any later and the first
         step's heartbeat (after its invoke retries) could not land before the action times out."""
-        age = self.heartbeat_timeout_seconds - INVOKE_RETRY.span_seconds - HEARTBEAT_LANDING_SECONDS
+        age = self.heartbeat_timeout_seconds - INVOKE_RETRY.span_seconds - HEARTBEAT_LANDING_SECONDS - SAFETY_MARGIN_SECONDS
         return int(min(max(age, EVENT_AGE_MIN_SECONDS), EVENT_AGE_MAX_SECONDS))
 
     @property
@@ -185,7 +209,7 @@ class LifecycleTiming:
         """The most one Task of the main path takes through all its retries: every retried run
         timing out, every retrier used up."""
         runs = STEP_RETRY.max_attempts + 1
-        return runs * FUNCTION_TIMEOUT_SECONDS + STEP_RETRY.span_seconds + INVOKE_RETRY.span_seconds
+        return runs * LAMBDA_TASK_TIMEOUT_SECONDS + STEP_RETRY.span_seconds + INVOKE_RETRY.span_seconds
 
     @property
     def _to_first_hold_seconds(self) -> float:
@@ -196,12 +220,14 @@ class LifecycleTiming:
     @property
     def drain_span_seconds(self) -> float:
         """From the terminate action's start to the end of a failed drain's hold: the event
-        delivered at its latest, the drain failing at its deadline through a step's every retry,
-        the failure path, the hold and the turn of the hold loop that ends it."""
+        delivered at its latest, the first step through its every retry (the deadline counts from
+        its answer), the drain failing at its deadline through the step then under way (every
+        step that starts work checks the deadline first), the failure path, the hold and the turn
+        of the hold loop that ends it."""
         return (
             self.event_age_seconds
+            + 2 * self._task_span_seconds
             + self.drain_timeout_seconds
-            + self._task_span_seconds
             + self._to_first_hold_seconds
             + self.operator_hold_seconds
             + self.attempt_seconds
@@ -212,8 +238,8 @@ class LifecycleTiming:
         """From the launch action's start to its ABANDON when the join fails at its deadline."""
         return (
             self.event_age_seconds
+            + 2 * self._task_span_seconds
             + self.join_timeout_seconds
-            + self._task_span_seconds
             + 2 * self._run_and_throttles
         )
 
@@ -255,9 +281,9 @@ class LifecycleTiming:
             key, wait = self.longest_wait
             found.append(
                 f"service_fabric.lifecycle_heartbeat_seconds: {heartbeat} s cannot outlast two failed heartbeat "
-                f"attempts in a row: each attempt can take {self._run_and_throttles + wait:.0f} s (the functions' "
-                f"{FUNCTION_TIMEOUT_SECONDS} s timeout, {INVOKE_RETRY.span_seconds:.0f} s of Lambda throttling retries "
-                f"and {wait:.0f} s of {key}), so use at least {self.least_heartbeat_timeout()} s"
+                f"attempts in a row: each attempt can take {self._run_and_throttles + wait:.0f} s (a run of up to "
+                f"{LAMBDA_TASK_TIMEOUT_SECONDS} s with its Init, {INVOKE_RETRY.span_seconds:.0f} s of Lambda throttling "
+                f"retries and {wait:.0f} s of {key}), so use at least {self.least_heartbeat_timeout()} s"
             )
         hours = self.global_timeout_seconds / 3600
         cap = (

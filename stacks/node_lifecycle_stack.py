@@ -15,6 +15,8 @@ import aws_cdk as cdk
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
@@ -199,6 +201,19 @@ class NodeLifecycleStack(cdk.Stack):
             alarms.grant_publish(workflow.state_machine)
         self.undelivered_events.watch(self.scale_in.rule, "ScaleIn")
         self.undelivered_events.watch(self.scale_out.rule, "ScaleOut")
+        # A function in a VPC idle for weeks goes Inactive, and the invoke that finds it so fails
+        # for longer than the invoke retries (workflow.keep_warm): one no-op invoke a day each.
+        events.Rule(
+            self,
+            "KeepWarm",
+            description=f"Keeps the {cluster_name} drain and join functions from going Inactive between scaling events",
+            schedule=events.Schedule.rate(cdk.Duration.days(1)),
+            targets=[
+                targets.LambdaFunction(made.function, event=events.RuleTargetInput.from_object({"step": "keep_warm"}),
+                                       retry_attempts=2)  # fmt: skip
+                for made in (scale_in, scale_out)
+            ],
+        )
         self.reaper = ZombieReaper(self, "ZombieReaper", function=reaper.function,
                                    interval_minutes=lifecycle.reaper_interval_minutes)
         LifecycleMonitoring(

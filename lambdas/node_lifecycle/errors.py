@@ -45,3 +45,8 @@ class InstanceNotJoinable(LifecycleError):
 
 class NodeJoinFailed(LifecycleError):
     """AddNode.ps1 ended without success, or the node it added is not Up."""
+
+
+class ActionNoLongerPending(LifecycleError):
+    """A held instance's lifecycle action is gone: completed by someone, or timed out. Its
+    instance terminates; the hold cannot go on."""

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .errors import LifecycleError, WaitTimedOut
+from .errors import ActionNoLongerPending, LifecycleError, WaitTimedOut
 from .interfaces import LifecycleHook
 from .lifecycle import ABANDON, CONTINUE, complete_lifecycle_action
 from .membership_config import (
@@ -54,6 +54,8 @@ Step = Callable[[Runtime, State], dict[str, Any]]
 
 SCALE_IN = "scale-in"
 SCALE_OUT = "scale-out"
+# An SNS subject "must be less than 100 characters long" (SNS API Reference, Publish, Subject).
+SUBJECT_LIMIT = 99
 
 
 # -- shared by both workflows ---------------------------------------------------------
@@ -161,6 +163,19 @@ def _check_deadline(runtime: Runtime, state: State, what: str) -> None:
         )
 
 
+def _start_work(runtime: Runtime, state: State, doing: str) -> None:
+    """First in every step that starts work: the heartbeat, then the deadline, so that a drain
+    or join past its deadline fails at its next step, and the hook's global timeout is never
+    reached by steps run one after another (stacks/lifecycle_timing.py counts one)."""
+    _keep_alive(runtime, state)
+    elapsed = runtime.clock() - float(state["started_at"])
+    if elapsed > runtime.settings.workflow_timeout_seconds:
+        raise WaitTimedOut(
+            f"out of time after {elapsed:.0f} s (limit {runtime.settings.workflow_timeout_seconds} s), "
+            f"before {doing}"
+        )
+
+
 def _failure(state: State) -> str:
     """`{"Error": ..., "Cause": ...}` from a Catch, as one line: the message (led by the original
     exception's type), then the kind the state machine saw."""
@@ -193,7 +208,7 @@ def alarm_undelivered(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def resolve(runtime: Runtime, state: State) -> dict[str, Any]:
-    _keep_alive(runtime, state)
+    _start_work(runtime, state, "resolving the node")
     resolution = resolve_node(runtime.client, runtime.instances, _hook(state).instance_id)
     if resolution.is_member:
         runtime.record_metric("DrainsStarted", 1, "Count")
@@ -201,7 +216,7 @@ def resolve(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def check_seed(runtime: Runtime, state: State) -> dict[str, Any]:
-    _keep_alive(runtime, state)
+    _start_work(runtime, state, "checking for a seed node")
     return refuse_seed_node(runtime.client, state["node"]["node_name"]).to_dict()
 
 
@@ -209,15 +224,19 @@ def hold_instance(runtime: Runtime, state: State) -> dict[str, Any]:
     """Keep the instance from terminating while an operator acts, up to the configured hold:
     a refused seed node's, or one whose drain failed (its removal upgrade needs the machine
     running). Whether the hold is over is decided before the heartbeat, so a heartbeat that
-    keeps failing cannot stretch it. `done` once the hold is over or the action is no longer
-    pending (an operator completed it); the action then times out or is gone. A heartbeat that
-    fails leaves the step: the state machine tries again at its next turn, or, when Auto Scaling
-    refused it for good (PermanentError), ends the hold with an alarm."""
+    keeps failing cannot stretch it; `done` once it is, and the action then times out. A
+    heartbeat that fails leaves the step: the state machine tries again at its next turn, or,
+    when Auto Scaling refused it for good or no longer has the action (PermanentError), ends the
+    hold with an alarm: the instance is about to go."""
     held = max(runtime.clock() - _hold_start(runtime, state), 0.0)
     if held >= runtime.settings.operator_hold_seconds:
         return {"done": True, "held_seconds": round(held), "heartbeat": None}
-    heartbeat = runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
-    return {"done": not heartbeat, "held_seconds": round(held), "heartbeat": heartbeat}
+    if not runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state)):
+        raise ActionNoLongerPending(
+            f"Auto Scaling has no pending lifecycle action for the instance after {held:.0f} s of the hold: "
+            "someone completed it, or it timed out"
+        )
+    return {"done": False, "held_seconds": round(held), "heartbeat": True}
 
 
 def _hold_start(runtime: Runtime, state: State) -> float:
@@ -239,19 +258,28 @@ def hold_lost(runtime: Runtime, state: State) -> dict[str, Any]:
     instance_id = hook.instance_id if hook else "(unknown instance)"
     node = (state.get("node") or {}).get("node_name") or "(unresolved)"
     refusal = _failure({"error": state.get("hold_error")})
+    if (state.get("seed") or {}).get("refused"):
+        then = (
+            f"{node} is a seed node, which is never drained: check the cluster's quorum now with telemetry "
+            "cluster status and follow the SeedNodesDown row of the README's failure modes."
+        )
+    else:
+        then = (
+            "If the node is still in the cluster, finish its drain now, while the machine runs: telemetry "
+            f"cluster drain --env <environment> --node {node} (README: failure modes)."
+        )
     return {
-        "subject": f"Service Fabric hold lost: {node} on {instance_id}"[:100],
+        "subject": f"Service Fabric hold lost: {node} on {instance_id}"[:SUBJECT_LIMIT],
         "message": (
-            f"Instance {instance_id} (node {node}) was held for an operator, but Auto Scaling refused its "
-            f"lifecycle heartbeat: {refusal}. The hold has ended; the instance terminates once the hook's "
-            "heartbeat timeout passes. If the node is still in the cluster, finish its drain now with "
-            f"telemetry cluster drain --env <environment> --node {node} while the machine runs (README: failure modes)."
+            f"Instance {instance_id} (node {node}) was held for an operator, but Auto Scaling no longer takes "
+            f"its lifecycle heartbeat: {refusal}. The hold has ended; the instance terminates once the hook's "
+            f"heartbeat timeout passes, if it has not already. {then}"
         ),
     }
 
 
 def deactivate(runtime: Runtime, state: State) -> dict[str, Any]:
-    _keep_alive(runtime, state)
+    _start_work(runtime, state, "deactivating the node")
     return deactivate_node(runtime.client, state["node"]["node_name"]).to_dict()
 
 
@@ -279,7 +307,7 @@ def check_removed(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def stop_host(runtime: Runtime, state: State) -> dict[str, Any]:
-    _keep_alive(runtime, state)
+    _start_work(runtime, state, "stopping the Fabric host")
     name, instance_id = state["node"]["node_name"], _hook(state).instance_id
     return stop_fabric_host(runtime.client, runtime.host, name, instance_id).to_dict()
 
@@ -299,7 +327,7 @@ def wait_down(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def remove_state(runtime: Runtime, state: State) -> dict[str, Any]:
-    _keep_alive(runtime, state)
+    _start_work(runtime, state, "removing the node state")
     return remove_node_state(runtime.client, state["node"]["node_name"]).to_dict()
 
 
@@ -329,7 +357,7 @@ def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
     hold_minutes = runtime.settings.operator_hold_seconds // 60
     then = (
         f"The instance is held with lifecycle heartbeats for {hold_minutes} minutes: finish the "
-        f"drain meanwhile with scripts/drain_node.py --node {node} (the removal upgrade needs the "
+        f"drain meanwhile with telemetry cluster drain --env <environment> --node {node} (the removal upgrade needs the "
         "machine to answer on port 445), then complete the lifecycle action. A node whose machine "
         "is gone can no longer be removed by upgrade (README: lost machines)."
         if hook
@@ -338,7 +366,7 @@ def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
     return {
         "lock_released": not lock_note,
         "hold_from": runtime.clock(),
-        "subject": f"Service Fabric drain failed: {node} on {instance_id}"[:100],
+        "subject": f"Service Fabric drain failed: {node} on {instance_id}"[:SUBJECT_LIMIT],
         "message": (
             f"Draining node {node} (instance {instance_id}, group {hook.get('group_name', '(unknown)')}) "
             f"failed after {_elapsed(runtime, state):.0f} s: {_failure(state)}. {then} {lock_note}"
@@ -354,7 +382,7 @@ def _plan(state: State) -> NodePlan:
 
 
 def plan(runtime: Runtime, state: State) -> dict[str, Any]:
-    _keep_alive(runtime, state)
+    _start_work(runtime, state, "planning the node")
     runtime.record_metric("JoinsStarted", 1, "Count")
     return plan_node(
         runtime.client,
@@ -385,7 +413,7 @@ def wait_up(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def tag_instance(runtime: Runtime, state: State) -> dict[str, Any]:
-    _keep_alive(runtime, state)
+    _start_work(runtime, state, "tagging the instance")
     return tag_node_instance(runtime.instances, _plan(state))
 
 
@@ -438,7 +466,7 @@ def abandon_launch(runtime: Runtime, state: State) -> dict[str, Any]:
     notes = cleanup.get("detail") or ("the clean-up step itself failed; see the execution" if "cleanup_error" in state else "")
     return {
         **completion,
-        "subject": f"Service Fabric join failed: {instance_id}"[:100],
+        "subject": f"Service Fabric join failed: {instance_id}"[:SUBJECT_LIMIT],
         "message": (
             f"Joining instance {instance_id} (group {hook.get('group_name', '(unknown)')}) failed after "
             f"{_elapsed(runtime, state):.0f} s: {_failure(state)}. {outcome} {notes}"
@@ -471,6 +499,14 @@ def reap_zombies(runtime: Runtime, now: datetime | None = None) -> dict[str, Any
     return decision.to_dict()
 
 
+def keep_warm(runtime: Runtime, state: State) -> dict[str, Any]:
+    """A scheduled no-op: a function in a VPC left idle for weeks goes Inactive, and the invoke
+    that finds it so fails while Lambda rebuilds its network interface (Lambda Developer Guide,
+    "Lambda function states", Inactive), far longer than the state machines' invoke retries. A
+    daily invoke keeps the drain and join functions ready for a scaling event after a quiet month."""
+    return {"warm": True}
+
+
 SCALE_IN_STEPS: dict[str, Step] = {
     "begin": lambda runtime, state: begin(runtime, state, flow=SCALE_IN),
     "acquire_lock": acquire_lock,
@@ -490,6 +526,7 @@ SCALE_IN_STEPS: dict[str, Step] = {
     "finish": finish_scale_in,
     "fail": fail_scale_in,
     "alarm_undelivered": alarm_undelivered,
+    "keep_warm": keep_warm,
 }
 
 SCALE_OUT_STEPS: dict[str, Step] = {
@@ -505,6 +542,7 @@ SCALE_OUT_STEPS: dict[str, Step] = {
     "clean_up": clean_up_join,
     "abandon": abandon_launch,
     "alarm_undelivered": alarm_undelivered,
+    "keep_warm": keep_warm,
 }
 
 

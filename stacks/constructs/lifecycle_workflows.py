@@ -40,7 +40,9 @@ from stacks.lifecycle_timing import (
     ALARM_PUBLISH_TIMEOUT_SECONDS,
     ALARM_RETRY,
     EVENT_RETRIES_MAX,
+    HOLD_TASK_TIMEOUT_SECONDS,
     INVOKE_RETRY,
+    LAMBDA_TASK_TIMEOUT_SECONDS,
     STEP_RETRY,
     Retrier,
 )
@@ -79,11 +81,14 @@ class _Steps:
         self.scope, self.function, self.pacing = scope, function, pacing
         self.catchers: list[sfn.TaskStateBase] = []
 
-    def invoke(self, label: str, step: str, result_path: str, *, transient: bool = True) -> tasks.LambdaInvoke:
+    def invoke(
+        self, label: str, step: str, result_path: str, *, transient: bool = True, timeout_seconds: int = LAMBDA_TASK_TIMEOUT_SECONDS
+    ) -> tasks.LambdaInvoke:
         """One Lambda step. Every one rides out Lambda's throttling and its transient service
         errors (CDK's retry_on_service_exceptions covers neither throttling nor a function in a
-        VPC that is not ready); one that makes calls that can fail transiently is also run again
-        after a TransientError or a timeout."""
+        VPC that is not ready), and stops waiting for an answer after its run's longest; one that
+        makes calls that can fail transiently is also run again after a TransientError or a
+        timeout."""
         invoke = tasks.LambdaInvoke(
             self.scope,
             label,
@@ -92,6 +97,7 @@ class _Steps:
             payload_response_only=True,
             result_path=result_path,
             retry_on_service_exceptions=False,
+            task_timeout=sfn.Timeout.duration(cdk.Duration.seconds(timeout_seconds)),
         )
         _retry(invoke, INVOKE_RETRY)
         if transient:
@@ -153,6 +159,7 @@ class _Steps:
             ),
             payload_response_only=True,
             retry_on_service_exceptions=False,
+            task_timeout=sfn.Timeout.duration(cdk.Duration.seconds(LAMBDA_TASK_TIMEOUT_SECONDS)),
         )
         _retry(begin, INVOKE_RETRY)
         _retry(begin, STEP_RETRY)
@@ -178,14 +185,21 @@ class _Steps:
         """Heartbeat the lifecycle action every hold interval until the hold is done. A heartbeat
         that fails for now is tried again at the next turn (the interval leaves room for two such
         failures in a row); one Auto Scaling refuses for good ends the hold on `lost`."""
-        held = self.invoke(label, "hold_instance", f"$.{key}", transient=False)
+        held = self.invoke(label, "hold_instance", f"$.{key}", transient=False, timeout_seconds=HOLD_TASK_TIMEOUT_SECONDS)
         loop, wait = self._until_done(label, held, key, self.pacing.hold_interval, then)
         held.add_catch(lost, errors=[PERMANENT_ERROR], result_path="$.hold_error")
         held.add_catch(wait, errors=ALL_ERRORS, result_path=f"$.{key}_error")
         return loop
 
     def worded_alarm(
-        self, label: str, step: str, fallback_subject: str, *, transient: bool, fallback_label: str = "Word a fallback alarm"
+        self,
+        label: str,
+        step: str,
+        fallback_subject: str,
+        *,
+        transient: bool,
+        fallback_label: str = "Word a fallback alarm",
+        fallback_message: str = "Execution {} failed, and so did the step wording its alarm; the execution history says why.",
     ) -> tuple[tasks.LambdaInvoke, sfn.Pass]:
         """The step that words the alarm into $.failure, and the fixed text it falls back to if
         that step fails (the Lambda itself broken); the fallback dates the hold it starts."""
@@ -195,10 +209,7 @@ class _Steps:
             fallback_label,
             parameters={
                 "subject": fallback_subject,
-                "message": sfn.JsonPath.format(
-                    "Execution {} failed, and so did the step wording its alarm; the execution history says why.",
-                    sfn.JsonPath.string_at("$$.Execution.Id"),
-                ),
+                "message": sfn.JsonPath.format(fallback_message, sfn.JsonPath.string_at("$$.Execution.Id")),
                 "hold_from_time": sfn.JsonPath.string_at("$$.State.EnteredTime"),
             },
             result_path="$.failure",
@@ -378,6 +389,11 @@ class ScaleInWorkflow(_Workflow):
             word, fallback = steps.worded_alarm(
                 "Word the lost hold's alarm", "hold_lost", "Service Fabric hold lost: an instance is about to go",
                 transient=False, fallback_label="Word a fallback hold-lost alarm",
+                fallback_message=(
+                    "Execution {} held an instance for an operator, but Auto Scaling no longer takes its lifecycle "
+                    "heartbeats, and the step wording this alarm failed too. The instance terminates once the hook's "
+                    "heartbeat timeout passes; the execution history names it and its node."
+                ),
             )  # fmt: skip
             alarm = steps.alarm(
                 "Alarm: hold lost",

@@ -295,18 +295,18 @@ def test_a_heartbeat_timeout_that_cannot_outlast_two_failed_heartbeats_is_refuse
     environments["dev"]["service_fabric"]["lifecycle_heartbeat_seconds"] = 600  # dev's value until 2026-11
     assert refused(environments, "dev") == (
         "environment 'dev': service_fabric.lifecycle_heartbeat_seconds: 600 s cannot outlast two failed heartbeat "
-        "attempts in a row: each attempt can take 251 s (the functions' 120 s timeout, 51 s of Lambda throttling "
-        "retries and 80 s of the alarm's publish with its retries), so use at least 813 s"
+        "attempts in a row: each attempt can take 241 s (a run of up to 130 s with its Init, 51 s of Lambda "
+        "throttling retries and 60 s of the longest Retry delay), so use at least 843 s"
     )
-    environments["dev"]["service_fabric"]["lifecycle_heartbeat_seconds"] = 813
-    assert load_environment(environments, "dev").lifecycle_timing.heartbeat_gap_seconds <= 813
+    environments["dev"]["service_fabric"]["lifecycle_heartbeat_seconds"] = 843
+    assert load_environment(environments, "dev").lifecycle_timing.heartbeat_gap_seconds <= 843
 
 
 def test_a_slow_poll_that_leaves_no_room_for_two_failed_heartbeats_is_refused(environments):
     environments["staging"]["node_lifecycle"]["poll_interval_seconds"] = 300
     message = refused(environments, "staging")
-    assert "each attempt can take 471 s" in message and "300 s of node_lifecycle.poll_interval_seconds" in message
-    assert message.endswith("so use at least 1473 s")
+    assert "each attempt can take 481 s" in message and "300 s of node_lifecycle.poll_interval_seconds" in message
+    assert message.endswith("so use at least 1563 s")
 
 
 def test_a_hold_that_outlives_the_hooks_global_timeout_is_refused(environments):
@@ -315,7 +315,7 @@ def test_a_hold_that_outlives_the_hooks_global_timeout_is_refused(environments):
     message = refused(environments, "prod")
     assert message.startswith(
         "environment 'prod': node_lifecycle.operator_hold_minutes: a drain failing at its 180-minute deadline and "
-        "then held 1440 minutes can end 27.6 h after its lifecycle action began, past the hook's global timeout of "
+        "then held 1440 minutes can end 27.9 h after its lifecycle action began, past the hook's global timeout of "
         "25.0 h (100 x service_fabric.lifecycle_heartbeat_seconds, at most 48 h)"
     )
     longest = int(message.split("hold at most ")[1].split()[0])
@@ -330,7 +330,7 @@ def test_a_loop_that_could_pass_the_history_limit_is_refused(environments):
     dev.update(poll_interval_seconds=5, lock_retry_seconds=5, drain_timeout_minutes=1200, lock_ttl_seconds=86_400)
     assert refused(environments, "dev") == (
         "environment 'dev': node_lifecycle.poll_interval_seconds: a 1200-minute drain looping every 5 s and held 120 "
-        "minutes writes about 130,495 history events, past the 12,500 an execution is kept under (half of Step "
+        "minutes writes about 130,335 history events, past the 12,500 an execution is kept under (half of Step "
         "Functions' hard limit of 25,000, the rest left for retries); loop less often or shorten the drain"
     )
 
@@ -350,12 +350,15 @@ def test_the_timing_model_adds_up_as_derived_by_hand():
 
     timing = LifecycleTiming(heartbeat_timeout_seconds=900, poll_interval_seconds=15, lock_retry_seconds=30,
                              drain_timeout_seconds=3600, join_timeout_seconds=2700, operator_hold_seconds=7200)  # fmt: skip
-    # Invoke retries 1+2+4+8+16+20 = 51 s; a run 120 s; hold wait (900-60)/3 - 171 = 109 s.
-    assert timing.hold_interval_seconds == 109
-    assert timing.alarm_span_seconds == 5 * 10 + (2 + 4 + 8 + 16)
-    assert timing.attempt_seconds == 120 + 51 + 109 and timing.heartbeat_gap_seconds == 900
-    assert timing.global_timeout_seconds == 90_000 and timing.event_age_seconds == 900 - 51 - 60
-    # 789 delivery + 3600 drain + (5*120 + 130 + 51) task + (2*171 + 80 + 51) to the hold + 7200 + 280
-    assert timing.drain_span_seconds == 789 + 3600 + 781 + 473 + 7200 + 280
-    # 240 polls and 66.05 hold turns, 9 events each, and 300 for the straight path
-    assert timing.drain_history_events == 2160 + 595 + 300
+    # Invoke retries 1+2+4+8+16+20 = 51 s; a hold's run 60 s; (900 - 60 landing - 60 margin) / 3 = 260 s
+    # an attempt, so the hold waits 260 - 60 - 51 = 149 s.
+    assert timing.hold_interval_seconds == 149
+    assert timing.alarm_span_seconds == 5 * 5 + (2 + 4 + 8 + 16)
+    # A step's attempt: 51 + 130 (Init and run) + 60 (the longest Retry delay) = 241 s, under the hold's 260.
+    assert timing.attempt_seconds == 260 and timing.heartbeat_gap_seconds == 900
+    assert timing.global_timeout_seconds == 90_000 and timing.event_age_seconds == 900 - 51 - 60 - 60
+    # 729 delivery + 2 x (5*130 + 130 + 51) two Tasks' every retry + 3600 drain
+    # + (2*181 + 55 + 51) to the hold + 7200 hold + 260 the turn that ends it
+    assert timing.drain_span_seconds == 729 + 2 * 831 + 3600 + 468 + 7200 + 260
+    # 240 polls and 48.3 hold turns, 9 events each, and 300 for the straight path
+    assert timing.drain_history_events == 2160 + 435 + 300

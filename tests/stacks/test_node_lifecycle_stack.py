@@ -20,6 +20,7 @@ from stacks.lifecycle_timing import (
     ALARM_RETRY,
     HEARTBEAT_LANDING_SECONDS,
     INVOKE_RETRY,
+    SAFETY_MARGIN_SECONDS,
     STEP_RETRY,
     Retrier,
 )
@@ -84,8 +85,17 @@ def test_lifecycle_actions_of_the_scaling_group_start_the_state_machines(dev):
 
 def test_every_step_the_state_machines_invoke_exists_in_the_lambda(dev):
     found = machines(dev)
-    assert set(invoked_steps(found["scale-in"])) == set(SCALE_IN_STEPS)
-    assert set(invoked_steps(found["scale-out"])) == set(SCALE_OUT_STEPS)
+    assert set(invoked_steps(found["scale-in"])) == set(SCALE_IN_STEPS) - {"keep_warm"}
+    assert set(invoked_steps(found["scale-out"])) == set(SCALE_OUT_STEPS) - {"keep_warm"}
+
+
+def test_the_drain_and_join_functions_are_invoked_daily_so_they_never_go_inactive(dev):
+    (rule,) = [r["Properties"] for r in resources(dev, "AWS::Events::Rule").values()
+               if r["Properties"].get("ScheduleExpression") == "rate(1 day)"]  # fmt: skip
+    functions = {lid for lid, f in resources(dev, "AWS::Lambda::Function").items()
+                 if f["Properties"]["Handler"] in ("node_lifecycle.handlers.scale_in", "node_lifecycle.handlers.scale_out")}  # fmt: skip
+    assert {t["Arn"]["Fn::GetAtt"][0] for t in rule["Targets"]} == functions
+    assert {t["Input"] for t in rule["Targets"]} == {'{"step":"keep_warm"}'}
 
 
 @pytest.fixture(scope="module", params=ENVIRONMENTS)
@@ -148,13 +158,22 @@ def test_holds_turn_at_the_cadence_that_survives_two_failed_heartbeats_and_end_o
         catches = [(c["ErrorEquals"], c["Next"]) for c in states[hold]["Catch"]]
         assert catches == [(["PermanentError"], "Word the lost hold's alarm"), (["States.ALL"], f"{hold}: wait")]
     assert reachable(states, "Word the lost hold's alarm") >= {"Alarm: hold lost", "Drain failed"}
-    # Three attempts, each a function run, its throttle retries and the longest wait, and the
-    # third's landing fit in the heartbeat timeout.
-    longest_wait = max(timing.hold_interval_seconds, STEP_RETRY.max_delay_seconds, timing.alarm_span_seconds,
-                       timing.poll_interval_seconds, timing.lock_retry_seconds)  # fmt: skip
-    function = next(iter(resources(template, "AWS::Lambda::Function").values()))["Properties"]
-    attempt = function["Timeout"] + INVOKE_RETRY.span_seconds + longest_wait
-    assert 3 * attempt + HEARTBEAT_LANDING_SECONDS <= heartbeat, name
+    # Read from the definition, not the model: three attempts (each its invoke retries, its run
+    # bounded by the Task's TimeoutSeconds, and the longest wait after it), the third's landing
+    # and the margin fit in the heartbeat timeout.
+    for asl in machines(template).values():
+        tasks = [t for t in asl["States"].values() if t["Type"] == "Task"]
+        lambdas = [t for t in tasks if "step" in (t.get("Parameters") or {})]
+        holds = [t for t in lambdas if t["Parameters"]["step"] == "hold_instance"]
+        hold_waits = {label for label, t in asl["States"].items() if t["Type"] == "Wait" and label.startswith("Hold ")}
+        waits = [t["Seconds"] for label, t in asl["States"].items() if t["Type"] == "Wait" and label not in hold_waits]
+        waits += [r["MaxDelaySeconds"] for t in lambdas for r in t["Retry"]]
+        waits += [t["TimeoutSeconds"] * (t["Retry"][0]["MaxAttempts"] + 1) + retrier(t["Retry"][0]).span_seconds
+                  for t in tasks if t not in lambdas]  # fmt: skip
+        attempts = [t["TimeoutSeconds"] + retrier(t["Retry"][0]).span_seconds + max(waits) for t in lambdas if t not in holds]
+        attempts += [t["TimeoutSeconds"] + retrier(t["Retry"][0]).span_seconds + timing.hold_interval_seconds for t in holds]
+        assert 3 * max(attempts) + HEARTBEAT_LANDING_SECONDS + SAFETY_MARGIN_SECONDS <= heartbeat, name
+        assert all(t["TimeoutSeconds"] <= 10 + 120 for t in lambdas)  # Init and the function's timeout
 
 
 def test_no_execution_outlives_its_lifecycle_action(each, synthesized):

@@ -28,8 +28,9 @@ How the harness stands in for AWS around the interpreter, each with its source:
 - States.ALL does not catch States.Runtime or States.DataLimitExceeded on AWS (Step Functions
   Developer Guide, "Error names"), while this interpreter's States.ALL matches everything: any
   such error in an execution's history fails the test instead.
-- An execution longer than the definition's TimeoutSeconds ends TIMED_OUT on AWS; the
-  interpreter measures real time, so the harness reports TIMED_OUT from the virtual clock.
+- An execution longer than the definition's TimeoutSeconds ends TIMED_OUT on AWS, and a Task
+  whose answer takes longer than its own TimeoutSeconds fails with States.Timeout; the
+  interpreter measures both in real time, so the harness applies them on the virtual clock.
 - A Standard execution fails at 25,000 history events (Step Functions Developer Guide, "Step
   Functions service quotas"); the interpreter has no such limit, so the harness fails a test
   whose execution wrote that many.
@@ -287,6 +288,12 @@ class LifecycleStateMachines:
         self._create_resources(admin_certificate, gateway_thumbprint)
         self.functions = self._functions()
         self.state_machines = self._state_machines()
+        # step -> its Task's TimeoutSeconds (a step has one in either state machine)
+        self.task_timeouts = {
+            state["Parameters"]["step"]: state["TimeoutSeconds"]
+            for machine in self.state_machines.values() for state in machine["definition"]["States"].values()
+            if state["Type"] == "Task" and "step" in (state.get("Parameters") or {}) and "TimeoutSeconds" in state
+        }  # fmt: skip
         self.hooks = self._hooks()
         self._install(monkeypatch)
 
@@ -422,13 +429,16 @@ class LifecycleStateMachines:
 
         monkeypatch.setattr(StepFunctionsParserBackend, "_validate_definition", staticmethod(validate_once))
 
-    def fail_invoke(self, code: str, *, step: str | None = None, times: int = 1, then_run: int = 0) -> InvokeFault:
+    def fail_invoke(self, code: str, *, step: str | None = None, times: int = 1, then_run: int = 0,
+                    after_runs: int = 0) -> InvokeFault:  # fmt: skip
         """Lambda refuses `times` invokes (of `step`, or of any step) with its Invoke error `code`;
-        with `then_run`, that many invokes then run before the next `times` refusals, and so on."""
+        with `then_run`, one invoke then runs before the next `times` refusals, `then_run` times
+        over; `after_runs` invokes run before any of that."""
         LAMBDA_MODEL.shape_for(code)  # an error Lambda's Invoke API really has
         sequence: list[str | None] = [code] * times
         if then_run:
             sequence = ([code] * times + [None]) * then_run
+        sequence = [None] * after_runs + sequence
         fault = InvokeFault(step, sequence)
         self.invoke_faults.append(fault)
         return fault
@@ -477,12 +487,18 @@ class LifecycleStateMachines:
                 self._containers[function.arn] = module._runtime
             elapsed = self.clock() - started
         self._read_metrics(output.getvalue())
+        step = str(payload.get("step", ""))
+        task_timeout = self.task_timeouts.get(step, float("inf"))
+        if task_timeout < function.timeout_seconds and elapsed > task_timeout:
+            # The Task's TimeoutSeconds passed first: Step Functions stops waiting (States.Timeout),
+            # while the run itself goes on to its end (Step Functions Developer Guide, Task state).
+            self.invocations.append(Invocation(name, step, "States.Timeout", f"no answer within {task_timeout} s"))
+            raise TimeoutError(f"{step}: no answer within the Task's {task_timeout} s")
         if elapsed > function.timeout_seconds:
             error = {
                 "errorType": "Sandbox.Timedout",
                 "errorMessage": f"RequestId: {request_id} Error: Task timed out after {function.timeout_seconds:.2f} seconds",
             }
-        step = str(payload.get("step", ""))
         self.invocations.append(Invocation(name, step, error and error["errorType"], error and error["errorMessage"] or ""))
         if not error and step in self.after_step:
             self.after_step.pop(step)()

@@ -129,25 +129,27 @@ def test_reading_the_lifecycle_action_refused_past_its_retries_still_holds_the_i
 # -- heartbeats during a hold ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("how", ["contention", "hung to the function's timeout"])
+@pytest.mark.parametrize("how", ["contention", "hung to the Task's timeout"])
 def test_a_hold_outlasts_two_heartbeats_failing_in_a_row(world: World, how: str):
-    """At their worst: each of the three hold attempts first throttled through all its invoke
-    retries (every delay at its longest), the first two then failing, the third landing."""
+    """At their worst: after a heartbeat the hold recorded, the next three attempts are each
+    throttled through all their invoke retries (every delay at its longest); the first two then
+    fail, the third lands."""
     action = failed_drain(world)
     if how == "contention":  # the operation's documented error, through the client's 3 tries, twice
         fail = dict(code="ResourceContention", status=500, times=2 * 3)
-    else:  # each try hangs, so each attempt runs past the function's 120 s timeout
-        fail = dict(code="Throttling", times=2 * 3, hang_seconds=41)
-    world.machines.after_step["fail"] = lambda: world.wire.fail("auto-scaling", "RecordLifecycleActionHeartbeat", **fail)
-    world.machines.fail_invoke("TooManyRequestsException", step="hold_instance", times=INVOKE_RETRY.max_attempts, then_run=3)
+    else:  # each try hangs, so each attempt runs past its Task's 60 s timeout
+        fail = dict(code="Throttling", times=2 * 3, hang_seconds=21)
+    world.machines.after_step["hold_instance"] = lambda: world.wire.fail("auto-scaling", "RecordLifecycleActionHeartbeat", **fail)
+    world.machines.fail_invoke("TooManyRequestsException", step="hold_instance", times=INVOKE_RETRY.max_attempts,
+                               then_run=3, after_runs=1)  # fmt: skip
 
     execution = world.machines.run(action)
 
     (alarm,) = world.held(execution, action)
     runs = [i for i in execution.steps("hold_instance") if i.error != THROTTLED]
-    assert [bool(i.error) for i in runs[:3]] == [True, True, False]
+    assert [bool(i.error) for i in runs[:4]] == [False, True, True, False]
     if how != "contention":
-        assert {i.error for i in runs[:2]} == {"Sandbox.Timedout"}
+        assert {i.error for i in runs[1:3]} == {"States.Timeout"}
     assert world.max_heartbeat_gap(action) <= action.heartbeat_timeout
     assert alarm.subject.startswith("Service Fabric drain failed: scale-0")
 
@@ -170,6 +172,22 @@ def test_a_heartbeat_refused_for_good_ends_the_hold_with_an_alarm_not_a_timeout(
     assert "HoldsLost" in world.machines.metrics.names()
 
 
+def test_a_hold_whose_action_is_gone_says_so_instead_of_ending_quietly(world: World):
+    """The action timed out or was completed by someone mid-hold: Auto Scaling answers the
+    heartbeat with ValidationError "No active Lifecycle Action found ..." (lifecycle_actions.py)."""
+    action = failed_drain(world)
+    world.machines.after_step["fail"] = lambda: world.machines.lifecycle.complete(
+        group=action.group, hook=action.hook, token=action.token, instance_id="", result="CONTINUE")
+
+    execution = world.machines.run(action)
+
+    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
+    drain, lost = world.machines.alarms()
+    assert lost.subject == f"Service Fabric hold lost: scale-0 on {action.instance_id}"
+    assert "no pending lifecycle action" in lost.message and "someone completed it, or it timed out" in lost.message
+    assert "HoldsLost" in world.machines.metrics.names()
+
+
 def test_a_seed_hold_whose_heartbeat_is_refused_says_the_seed_is_about_to_go(world: World):
     action = world.machines.begin("terminate", world.instance("seed-1"))
     world.machines.after_step["refuse_seed_node"] = lambda: world.wire.fail(
@@ -182,6 +200,7 @@ def test_a_seed_hold_whose_heartbeat_is_refused_says_the_seed_is_about_to_go(wor
     refused, lost = world.machines.alarms()
     assert refused.subject == "Service Fabric scale-in refused a seed node"
     assert lost.subject == f"Service Fabric hold lost: seed-1 on {action.instance_id}"
+    assert "never drained" in lost.message and "telemetry cluster drain" not in lost.message
     assert world.cluster.node("seed-1").status == "Up"
 
 

@@ -316,7 +316,7 @@ def test_a_gateway_lost_mid_drain_holds_the_instance_with_the_node_disabled(worl
 
     (alarm,) = world.held(execution, action)
     assert execution.retried("poll_deactivation") == 4
-    assert "scripts/drain_node.py --node scale-0" in alarm.message
+    assert "telemetry cluster drain --env <environment> --node scale-0" in alarm.message
     assert world.cluster.node("scale-0").deactivation_intent == "RemoveNode"
     assert "scale-0" in world.cluster.uos_nodes
 
