@@ -569,6 +569,7 @@ class EnvironmentConfig(_Section):
             drain_timeout_seconds=lifecycle.drain_timeout_minutes * 60,
             join_timeout_seconds=lifecycle.join_timeout_minutes * 60,
             operator_hold_seconds=lifecycle.operator_hold_minutes * 60,
+            reaper_interval_seconds=lifecycle.reaper_interval_minutes * 60,
         )
 
     @property

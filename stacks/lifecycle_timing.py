@@ -130,6 +130,7 @@ class LifecycleTiming:
     drain_timeout_seconds: int
     join_timeout_seconds: int
     operator_hold_seconds: int
+    reaper_interval_seconds: int = 300  # the backstop that starts executions for lost events
 
     # -- heartbeats -------------------------------------------------------------------------
 
@@ -284,6 +285,16 @@ class LifecycleTiming:
                 f"attempts in a row: each attempt can take {self._run_and_throttles + wait:.0f} s (a run of up to "
                 f"{LAMBDA_TASK_TIMEOUT_SECONDS} s with its Init, {INVOKE_RETRY.span_seconds:.0f} s of Lambda throttling "
                 f"retries and {wait:.0f} s of {key}), so use at least {self.least_heartbeat_timeout()} s"
+            )
+        # An action whose event was lost waits from its start until the reaper's next run, whose
+        # heartbeat must land before the heartbeat timeout (lambdas/node_lifecycle/orphans.py).
+        backstop = self.reaper_interval_seconds + LAMBDA_TASK_TIMEOUT_SECONDS + HEARTBEAT_LANDING_SECONDS + SAFETY_MARGIN_SECONDS
+        if backstop > heartbeat:
+            longest = (heartbeat - backstop + self.reaper_interval_seconds) // 60
+            found.append(
+                f"node_lifecycle.reaper_interval_minutes: {self.reaper_interval_seconds // 60} minutes between reaper runs "
+                f"can leave a lifecycle action whose event was lost without a heartbeat past the hook's {heartbeat} s "
+                f"heartbeat timeout; run it at most every {max(longest, 0)} minutes"
             )
         hours = self.global_timeout_seconds / 3600
         cap = (

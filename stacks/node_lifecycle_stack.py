@@ -101,6 +101,11 @@ class NodeLifecycleStack(cdk.Stack):
             description=f"Node lifecycle functions of {cluster_name}: HTTPS to AWS APIs",
         )
         egress.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "AWS APIs through endpoints and NAT")
+        state_machine_names = {
+            "ScaleIn": node_lifecycle_state_machine_name(config, "scale-in"),
+            "ScaleOut": node_lifecycle_state_machine_name(config, "scale-out"),
+        }
+        machine_arns = {label: state_machine_arn(config, name) for label, name in state_machine_names.items()}
         environment = {
             "SF_GATEWAY_ENDPOINTS": ",".join(gateway_endpoints),
             "SF_ADMIN_CERTIFICATE_SECRET": settings.admin_certificate_secret,
@@ -113,6 +118,13 @@ class NodeLifecycleStack(cdk.Stack):
             "ZOMBIE_DOWN_SECONDS": str(lifecycle.zombie_down_minutes * 60),
             "METRICS_NAMESPACE": NODE_LIFECYCLE_METRICS_NAMESPACE,
             "CLUSTER_NAME": cluster_name,
+            # The reaper's backstop for lifecycle events that never started an execution.
+            "SCALING_GROUP_NAME": group_name,
+            "LAUNCH_HOOK_NAME": LAUNCH_HOOK_NAME,
+            "TERMINATE_HOOK_NAME": TERMINATE_HOOK_NAME,
+            "SCALE_OUT_STATE_MACHINE_ARN": machine_arns["ScaleOut"],
+            "SCALE_IN_STATE_MACHINE_ARN": machine_arns["ScaleIn"],
+            "LIFECYCLE_GLOBAL_TIMEOUT_SECONDS": str(config.lifecycle_timing.global_timeout_seconds),
         }
         code = function_code()
 
@@ -139,7 +151,7 @@ class NodeLifecycleStack(cdk.Stack):
                             lifecycle.drain_timeout_minutes)
         scale_out = function("ScaleOutFunction", "scale_out", f"Joins launching instances to {cluster_name}",
                              lifecycle.join_timeout_minutes)
-        reaper = function("ReaperFunction", "reaper", f"Counts zombie and Down seed nodes of {cluster_name}",
+        reaper = function("ReaperFunction", "reaper", f"Restarts lost lifecycle actions, counts zombie and Down seed nodes of {cluster_name}",
                           lifecycle.drain_timeout_minutes)
 
         for made in (scale_in, scale_out):
@@ -148,6 +160,7 @@ class NodeLifecycleStack(cdk.Stack):
         self._grant_run_command(scale_in, config, STOP_HOST_DOCUMENT, "stop the Fabric host service")
         self._grant_run_command(scale_out, config, add_node.ref, "run AddNode.ps1")
         self._grant_node_tagging(scale_out, config)
+        self._grant_orphan_restarts(reaper, config, group_name, list(machine_arns.values()))
 
         timing = config.lifecycle_timing
         pacing = Pacing(
@@ -166,10 +179,6 @@ class NodeLifecycleStack(cdk.Stack):
             alarm_topic=alarms.topic,
         )
 
-        state_machine_names = {
-            "ScaleIn": node_lifecycle_state_machine_name(config, "scale-in"),
-            "ScaleOut": node_lifecycle_state_machine_name(config, "scale-out"),
-        }
         workflow_options = dict(
             alarm_topic=alarms.topic,
             group=scaling_group,
@@ -221,7 +230,7 @@ class NodeLifecycleStack(cdk.Stack):
             "Monitoring",
             namespace=NODE_LIFECYCLE_METRICS_NAMESPACE,
             cluster_name=cluster_name,
-            state_machine_arns={label: state_machine_arn(config, name) for label, name in state_machine_names.items()},
+            state_machine_arns=machine_arns,
             reaper_interval_minutes=lifecycle.reaper_interval_minutes,
             alarm_topic=alarms.topic,
             dashboard=dashboard,
@@ -264,10 +273,7 @@ class NodeLifecycleStack(cdk.Stack):
         )
 
     def _grant_lifecycle_actions(self, made: LifecycleFunction, config: EnvironmentConfig, group_name: str) -> None:
-        group_arn = self.format_arn(
-            service="autoscaling", resource="autoScalingGroup",
-            resource_name=f"*:autoScalingGroupName/{group_name}", arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
-        )
+        group_arn = self._group_arn(group_name)
         made.function.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"],
@@ -306,6 +312,46 @@ class NodeLifecycleStack(cdk.Stack):
             f"Run Command may target only instances tagged as nodes of this cluster (condition on "
             f"the {CLUSTER_TAG} tag), to {purpose}; instance ids are not known in advance.",
             finding=wildcard_resource_finding(f"arn:<AWS::Partition>:ec2:{config.region}:{config.account}:instance/*"),
+        )
+
+    def _grant_orphan_restarts(
+        self, made: LifecycleFunction, config: EnvironmentConfig, group_name: str, machine_arns: list[str]
+    ) -> None:
+        """The reaper finds lifecycle actions waiting with no execution and starts one: it reads
+        the group's instances, heartbeats an action (never completes one), lists and reads the two
+        state machines' executions and starts them."""
+        fn = made.function
+        fn.add_to_role_policy(iam.PolicyStatement(actions=["autoscaling:DescribeAutoScalingGroups"], resources=["*"]))
+        fn.add_to_role_policy(
+            iam.PolicyStatement(actions=["autoscaling:RecordLifecycleActionHeartbeat"], resources=[self._group_arn(group_name)])
+        )
+        fn.add_to_role_policy(iam.PolicyStatement(actions=["states:ListExecutions", "states:StartExecution"], resources=machine_arns))
+        executions = [arn.replace(":stateMachine:", ":execution:") + ":*" for arn in machine_arns]
+        fn.add_to_role_policy(iam.PolicyStatement(actions=["states:DescribeExecution"], resources=executions))
+        policy = self._policy(made)
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5",
+            "An Auto Scaling group ARN carries a generated id; the wildcard stands only for that id, "
+            "the group name is fixed, so the reaper may heartbeat only the Service Fabric scaling group's actions.",
+            finding=wildcard_resource_finding(
+                f"arn:<AWS::Partition>:autoscaling:{config.region}:{config.account}:autoScalingGroup:*:autoScalingGroupName/{group_name}"
+            ),
+        )
+        for arn in executions:
+            acknowledge(
+                policy,
+                "AwsSolutions-IAM5",
+                "An execution's ARN ends with its name, unknown in advance; the wildcard covers only the "
+                "executions of this one node lifecycle state machine, which the reaper reads to see which "
+                "instances an execution already serves.",
+                finding=wildcard_resource_finding(arn),
+            )
+
+    def _group_arn(self, group_name: str) -> str:
+        return self.format_arn(
+            service="autoscaling", resource="autoScalingGroup",
+            resource_name=f"*:autoScalingGroupName/{group_name}", arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
         )
 
     def _grant_node_tagging(self, made: LifecycleFunction, config: EnvironmentConfig) -> None:

@@ -18,7 +18,7 @@ from sf_rest import FabricError
 from .runtime import UNREACHABLE, Runtime
 from .settings import Settings
 from .step_errors import as_step_error
-from .workflow import SCALE_IN_STEPS, SCALE_OUT_STEPS, reap_zombies, run_step
+from .workflow import SCALE_IN_STEPS, SCALE_OUT_STEPS, reap, run_step
 
 metrics = Metrics()  # namespace and dimension from the validated settings, on first use
 _runtime: Runtime | None = None
@@ -63,4 +63,4 @@ def scale_out(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 @metrics.log_metrics
 def reaper(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return _run(reap_zombies)
+    return _run(reap)

@@ -101,6 +101,10 @@ class AutoScalingLifecycle(Protocol):
         """Restart the hook's heartbeat timer; False when no such action is pending."""
         ...
 
+    def waiting_instances(self, group_name: str) -> list[Any]:
+        """The group's instances a lifecycle hook holds now (orphans.WaitingInstance)."""
+        ...
+
 
 class InstanceDirectory(Protocol):
     def describe_instance(self, instance_id: str) -> InstanceInfo | None:

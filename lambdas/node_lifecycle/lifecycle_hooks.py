@@ -7,6 +7,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from .interfaces import LifecycleHook
+from .orphans import WAITING_STATES, WaitingInstance
 
 # What Auto Scaling answers once the action is completed, abandoned or timed out:
 # ValidationError "No active Lifecycle Action found with token ..." (or "with instance ID").
@@ -55,3 +56,15 @@ class AutoScalingLifecycleHooks:
                 return False
             raise
         return True
+
+    def waiting_instances(self, group_name: str) -> list[WaitingInstance]:
+        """The group's instances a lifecycle hook holds now (their LifecycleState)."""
+        found = []
+        pages = self._client.get_paginator("describe_auto_scaling_groups").paginate(AutoScalingGroupNames=[group_name])
+        for page in pages:
+            for group in page["AutoScalingGroups"]:
+                for instance in group.get("Instances", []):
+                    transition = WAITING_STATES.get(instance.get("LifecycleState", ""))
+                    if transition:
+                        found.append(WaitingInstance(instance["InstanceId"], transition))
+        return found

@@ -22,11 +22,13 @@ from sf_rest import (
 from sf_rest.errors import CONNECT_FAILED, CONNECTION_LOST
 from sf_rest.gateway import DEFAULT_RETRY, normalise_thumbprint
 
+from .executions import StepFunctionsExecutions
 from .fabric_host import SsmFabricHost
 from .instances import Ec2InstanceDirectory
 from .interfaces import AutoScalingLifecycle, FabricHost, InstanceDirectory, MembershipLock
 from .lifecycle_hooks import AutoScalingLifecycleHooks
 from .membership_lock import DynamoDbMembershipLock
+from .orphans import Executions
 from .settings import Settings, SettingsError
 
 # The gateway answers these when its machine is gone or not listening: try the next seed.
@@ -51,6 +53,7 @@ class Runtime:
     clock: Callable[[], float] = time.time
     # (metric name, value, unit) -> CloudWatch; the handlers emit embedded-metric-format logs.
     record_metric: Callable[[str, float, str], None] = lambda name, value, unit: None
+    executions: Executions | None = None  # the state machines' executions (the reaper's backstop)
     _client: ServiceFabricClient | None = field(default=None, init=False, repr=False)
 
     @property
@@ -94,6 +97,7 @@ class Runtime:
             lifecycle=AutoScalingLifecycleHooks(client("autoscaling", HEARTBEAT_CLIENT)),
             lock=DynamoDbMembershipLock(client("dynamodb"), settings.lock_table, clock=clock),
             clock=clock,
+            executions=StepFunctionsExecutions(client("stepfunctions")),
         )
 
 

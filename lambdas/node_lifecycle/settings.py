@@ -29,6 +29,13 @@ class Settings:
     zombie_down_seconds: int  # how long a node must be Down before the reaper removes it
     metrics_namespace: str
     cluster_name: str  # the metrics' Cluster dimension
+    # The reaper's backstop for lost lifecycle events (orphans.py).
+    scaling_group_name: str = ""
+    launch_hook_name: str = ""
+    terminate_hook_name: str = ""
+    scale_out_state_machine_arn: str = ""
+    scale_in_state_machine_arn: str = ""
+    global_timeout_seconds: int = 0  # a lifecycle action's longest life
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
@@ -67,4 +74,10 @@ class Settings:
             zombie_down_seconds=seconds("ZOMBIE_DOWN_SECONDS", 60),
             metrics_namespace=text("METRICS_NAMESPACE"),
             cluster_name=text("CLUSTER_NAME"),
+            scaling_group_name=text("SCALING_GROUP_NAME"),
+            launch_hook_name=text("LAUNCH_HOOK_NAME"),
+            terminate_hook_name=text("TERMINATE_HOOK_NAME"),
+            scale_out_state_machine_arn=text("SCALE_OUT_STATE_MACHINE_ARN"),
+            scale_in_state_machine_arn=text("SCALE_IN_STATE_MACHINE_ARN"),
+            global_timeout_seconds=seconds("LIFECYCLE_GLOBAL_TIMEOUT_SECONDS", 60),
         )

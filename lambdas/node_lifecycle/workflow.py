@@ -29,6 +29,7 @@ from .membership_config import (
     start_configuration_registration,
     start_configuration_removal,
 )
+from .orphans import Restart, execution_name, hook_for, lifecycle_event, orphans
 from .reaper import decide_reaping, instance_states_by_node
 from .results import NodePlan
 from .runtime import Runtime
@@ -474,7 +475,48 @@ def abandon_launch(runtime: Runtime, state: State) -> dict[str, Any]:
     }
 
 
-# -- the zombie reaper (a scheduled function, not a state machine) -------------------
+# -- the reaper (a scheduled function, not a state machine) --------------------------
+
+
+def restart_orphaned_actions(runtime: Runtime, now: datetime | None = None) -> dict[str, Any]:
+    """Start an execution for every lifecycle action that waits with none working on it (its
+    event lost, or never sent: orphans.py), after a heartbeat that gives it a full heartbeat
+    timeout. Needs no gateway, so it runs first."""
+    settings, executions = runtime.settings, runtime.executions
+    now = now or datetime.now(timezone.utc)
+    since = now - timedelta(seconds=settings.global_timeout_seconds)
+    machines = {"launch": settings.scale_out_state_machine_arn, "terminate": settings.scale_in_state_machine_arn}
+    hooks = {"launch": settings.launch_hook_name, "terminate": settings.terminate_hook_name}
+    waiting = runtime.lifecycle.waiting_instances(settings.scaling_group_name)
+    if not waiting:
+        return {"actions_waiting": 0, "actions_restarted": []}
+    if executions is None:
+        raise LifecycleError("the reaper has no Step Functions client")
+    served = {
+        transition: executions.instances_served(machines[transition], since=since)
+        for transition in sorted({w.transition for w in waiting})
+    }
+    restarted = []
+    for orphan in orphans(waiting, served):
+        hook = hook_for(settings.scaling_group_name, hooks[orphan.transition], orphan.instance_id)
+        heartbeat = _try_keep_alive(runtime, hook)
+        arn = machines[orphan.transition]
+        event = lifecycle_event(
+            group_name=hook.group_name, hook_name=hook.hook_name, instance_id=orphan.instance_id,
+            transition=orphan.transition, account=arn.split(":")[4], region=settings.region, now=now,
+        )  # fmt: skip
+        execution = executions.start(arn, execution_name(orphan.instance_id, now), event)
+        runtime.record_metric("LifecycleActionsRestarted", 1, "Count")
+        restarted.append(Restart(orphan.instance_id, orphan.transition, execution, heartbeat))
+        print(json.dumps({"restarted_lifecycle_action": restarted[-1].to_dict()}))
+    return {"actions_waiting": len(waiting), "actions_restarted": [r.to_dict() for r in restarted]}
+
+
+def reap(runtime: Runtime) -> dict[str, Any]:
+    """The reaper's scheduled run: orphaned lifecycle actions first (no gateway needed), then
+    the zombie count."""
+    return {**restart_orphaned_actions(runtime), **reap_zombies(runtime)}
+
 
 
 def reap_zombies(runtime: Runtime, now: datetime | None = None) -> dict[str, Any]:

@@ -67,6 +67,10 @@ class LifecycleMonitoring(Construct):
         # the dashboard show it.
         alarm("AlarmsUndelivered", f"An alarm of the {cluster_name} node lifecycle could not be published to the "
               "alarm topic; its text is in the scale-in/scale-out function's log", metric("AlarmsUndelivered"))
+        alarm("LifecycleActionsRestarted",
+              f"The reaper found a lifecycle action of {cluster_name}'s scaling group waiting with no execution (its "
+              "event was lost) and started one; see the reaper's log (restarted_lifecycle_action)",
+              metric("LifecycleActionsRestarted"))
         reaper_periods = max(3, -(-15 // reaper_interval_minutes))
         alarm("ZombiesRemain",
               f"Zombie nodes of {cluster_name} were seen in every reaper run for {reaper_periods * 5} minutes: "

@@ -1,4 +1,5 @@
-"""The zombie reaper: a scheduled run of the reaper function (node_lifecycle.handlers.reaper)."""
+"""The reaper: a scheduled run of the reaper function (node_lifecycle.handlers.reaper). It starts an
+execution for a lifecycle action left waiting with none (its event lost), then counts zombies."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ class ZombieReaper(Construct):
         self.schedule = events.Rule(
             self,
             "Schedule",
-            description="Counts Service Fabric nodes whose machines are gone (zombies) for the alarms",
+            description="Starts executions for lifecycle actions whose event was lost; counts Service Fabric nodes "
+            "whose machines are gone (zombies) for the alarms",
             schedule=events.Schedule.rate(cdk.Duration.minutes(interval_minutes)),
             # A failed run is simply followed by the next one: no retries.
             targets=[targets.LambdaFunction(function, retry_attempts=0)],

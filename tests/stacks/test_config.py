@@ -362,3 +362,14 @@ def test_the_timing_model_adds_up_as_derived_by_hand():
     assert timing.drain_span_seconds == 729 + 2 * 831 + 3600 + 468 + 7200 + 260
     # 240 polls and 48.3 hold turns, 9 events each, and 300 for the straight path
     assert timing.drain_history_events == 2160 + 435 + 300
+
+
+def test_a_reaper_too_slow_to_catch_a_lost_lifecycle_event_is_refused(environments):
+    environments["dev"]["node_lifecycle"]["reaper_interval_minutes"] = 15
+    assert refused(environments, "dev") == (
+        "environment 'dev': node_lifecycle.reaper_interval_minutes: 15 minutes between reaper runs can leave a "
+        "lifecycle action whose event was lost without a heartbeat past the hook's 900 s heartbeat timeout; run it "
+        "at most every 10 minutes"
+    )
+    environments["dev"]["node_lifecycle"]["reaper_interval_minutes"] = 10
+    load_environment(environments, "dev")

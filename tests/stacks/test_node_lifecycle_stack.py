@@ -351,9 +351,53 @@ def test_run_command_reaches_only_this_clusters_nodes_and_only_the_needed_docume
         assert document in json.dumps(on_document["Resource"]), handler
     reaper = statements_of(dev, "reaper")
     reaper_actions = {a for s in reaper for a in actions(s)}
-    # Of SSM, the reaper only reads the gateway thumbprint; no Run Command, no hooks, no lock.
-    assert not any(a.startswith(("autoscaling:", "dynamodb:")) for a in reaper_actions)
+    # Of SSM, the reaper only reads the gateway thumbprint; no Run Command, no lock.
+    assert not any(a.startswith("dynamodb:") for a in reaper_actions)
     assert {a for a in reaper_actions if a.startswith("ssm:")} == {"ssm:GetParameter"}
+
+
+def literal(value: Any) -> Any:
+    """A statement's references as the deployed values: the partition, literal joins; any other
+    reference becomes a name no ARN matches."""
+    if isinstance(value, list):
+        return [literal(v) for v in value]
+    if isinstance(value, dict):
+        if "Fn::Join" in value:
+            separator, parts = value["Fn::Join"]
+            return separator.join(str(literal(p)) for p in parts)
+        if value == {"Ref": "AWS::Partition"}:
+            return "aws"
+        if len(value) == 1 and next(iter(value)).startswith(("Ref", "Fn::")):
+            return f"elsewhere:{json.dumps(value)}"
+        return {k: literal(v) for k, v in value.items()}
+    return value
+
+
+def test_the_reaper_may_restart_lost_actions_and_nothing_more(dev):
+    """Evaluated by moto's IAM policy evaluator (moto/iam/access_control.py, IAMPolicy and
+    IAMPolicyStatement.is_action_permitted) with the ARNs the reaper's calls name: it reads the
+    group, heartbeats the scaling group's actions, lists, reads and starts the two lifecycle state
+    machines' executions; it completes no action and starts no other state machine."""
+    from moto.iam.access_control import IAMPolicy, PermissionResult
+
+    policy = IAMPolicy(json.dumps({"Version": "2012-10-17", "Statement": literal(statements_of(dev, "reaper"))}))
+
+    def permitted(action: str, resource: str) -> bool:
+        return policy.is_action_permitted(action, resource) == PermissionResult.PERMITTED
+
+    region, account = "eu-west-1", "111111111111"
+    group = f"arn:aws:autoscaling:{region}:{account}:autoScalingGroup:0f3c-uuid:autoScalingGroupName/telemetry-dev-sf-scaling"
+    machine = f"arn:aws:states:{region}:{account}:stateMachine:telemetry-dev-sf-scale-in"
+    assert permitted("autoscaling:DescribeAutoScalingGroups", "*")
+    assert permitted("autoscaling:RecordLifecycleActionHeartbeat", group)
+    assert not permitted("autoscaling:CompleteLifecycleAction", group)
+    assert not permitted("autoscaling:RecordLifecycleActionHeartbeat", group.replace("telemetry-dev", "telemetry-prod"))
+    for flow in ("scale-in", "scale-out"):
+        arn = machine.replace("scale-in", flow)
+        assert permitted("states:StartExecution", arn) and permitted("states:ListExecutions", arn)
+        assert permitted("states:DescribeExecution", arn.replace(":stateMachine:", ":execution:") + ":reaper-i-0abc")
+    assert not permitted("states:StartExecution", machine.replace("telemetry-dev", "telemetry-prod"))
+    assert not permitted("states:StopExecution", machine.replace(":stateMachine:", ":execution:") + ":x")
 
 
 @pytest.mark.parametrize("handler", ["scale_in", "scale_out", "reaper"])

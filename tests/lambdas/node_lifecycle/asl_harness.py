@@ -340,8 +340,13 @@ class LifecycleStateMachines:
             arn = f"arn:aws:lambda:{self.region}:{DEFAULT_ACCOUNT_ID}:function:{p.get('FunctionName') or lid}"
             self.templates.physical[("node_lifecycle", lid)] = arn
             environment = self.templates.resolve("node_lifecycle", p["Environment"]["Variables"])
-            # The one value changed: the seeds' gateways are the emulator's.
+            # The values changed: the seeds' gateways are the emulator's, and the state machines'
+            # literal ARNs name moto's one account instead of the environment's.
             environment["SF_GATEWAY_ENDPOINTS"] = ",".join(self.gateway_endpoints)
+            for name in ("SCALE_IN_STATE_MACHINE_ARN", "SCALE_OUT_STATE_MACHINE_ARN"):
+                if name in environment:
+                    parts = environment[name].split(":")
+                    environment[name] = ":".join([*parts[:4], DEFAULT_ACCOUNT_ID, *parts[5:]])
             functions[arn] = Function(arn, p["Handler"], environment, int(p.get("Timeout", 3)))
         return functions
 
@@ -652,6 +657,26 @@ class LifecycleStateMachines:
                               "attributes": {k: v["StringValue"] for k, v in message.get("MessageAttributes", {}).items()}})  # fmt: skip
                 self._sqs.delete_message(QueueUrl=self.dead_letter_queue_url, ReceiptHandle=message["ReceiptHandle"])
         return found
+
+    def run_reaper(self, *, real_seconds: float = 60.0) -> tuple[dict[str, Any], list[Execution]]:
+        """One scheduled run of the reaper function (an EventBridge scheduled event as its input),
+        and the executions it started, run to their end."""
+        (function,) = [f for f in self.functions.values() if f.handler.endswith(".reaper")]
+        first_invocation, started = len(self.invocations), self.clock()
+        before = {m["name"]: {e["executionArn"] for e in self._sfn.list_executions(stateMachineArn=m["arn"])["executions"]}
+                  for m in self.state_machines.values() if m.get("created")}  # fmt: skip
+        for machine in self.state_machines.values():
+            self._create(machine)
+        event = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+        answer = self._invoke({"FunctionName": function.arn, "Payload": json.dumps(event)}, self.region, None)
+        assert "FunctionError" not in answer, answer["Payload"]
+        runs = [
+            (machine, execution["executionArn"])
+            for machine in self.state_machines.values()
+            for execution in self._sfn.list_executions(stateMachineArn=machine["arn"])["executions"]
+            if execution["executionArn"] not in before.get(machine["name"], set())
+        ]
+        return answer["Payload"], self._wait(runs, first_invocation=first_invocation, started=started, real_seconds=real_seconds)
 
     def alarms(self) -> list[Alarm]:
         """What reached the operators' inbox since the last look."""

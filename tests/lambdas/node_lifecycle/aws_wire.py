@@ -7,7 +7,8 @@ would against AWS. Requests this module does not claim go on to moto.
 
 What is answered here, each with its source:
 - Auto Scaling `CompleteLifecycleAction` and `RecordLifecycleActionHeartbeat`, which moto 5.2 does
-  not implement (see lifecycle_actions.py for the model of a pending action).
+  not implement (see lifecycle_actions.py for the model of a pending action), and
+  `DescribeAutoScalingGroups`, for the instances those pending actions hold.
 - The machines behind SSM Run Command: moto records `SendCommand` but cannot run PowerShell, so the
   add-node document joins the node to the emulated cluster and the stop script stops its host.
 - Faults: an AWS error answered instead of moto's, `times` times, so that botocore's own retries
@@ -176,6 +177,8 @@ class AwsWire:
         body = request.body.decode() if isinstance(request.body, bytes) else (request.body or "")
         if service == "auto-scaling" and operation in ("CompleteLifecycleAction", "RecordLifecycleActionHeartbeat"):
             return self._lifecycle_action(request.url, operation, {k: v[0] for k, v in parse_qs(body).items()})
+        if service == "auto-scaling" and operation == "DescribeAutoScalingGroups":
+            return self._waiting_instances(request.url, {k: v[0] for k, v in parse_qs(body).items()})
         if service == "ssm" and operation == "SendCommand":
             return self.machines.send_command(request.url, json.loads(body))
         if service == "ssm" and operation == "GetCommandInvocation":
@@ -198,6 +201,30 @@ class AwsWire:
         except NoActiveAction as err:
             return _query_error(url, 400, "ValidationError", str(err), namespace)
         return _query_ok(url, operation, namespace)
+
+    def _waiting_instances(self, url: str, form: dict[str, str]) -> AWSResponse:
+        """DescribeAutoScalingGroups with each instance a lifecycle hook holds, in the
+        LifecycleState the User Guide gives it ("Amazon EC2 Auto Scaling instance lifecycle":
+        Pending:Wait, Terminating:Wait). Only those instances: the group's others (InService)
+        are not modelled here, and the callers look only for these."""
+        namespace = QUERY_NAMESPACES["auto-scaling"]
+        names = [value for key, value in form.items() if key.startswith("AutoScalingGroupNames.member.")]
+        states = {"launch": "Pending:Wait", "terminate": "Terminating:Wait"}
+        groups = []
+        for name in names:
+            members = "".join(
+                f"<member><InstanceId>{escape(a.instance_id)}</InstanceId><LifecycleState>{states[a.transition]}</LifecycleState>"
+                "<AvailabilityZone>eu-west-1a</AvailabilityZone><HealthStatus>Healthy</HealthStatus>"
+                "<ProtectedFromScaleIn>false</ProtectedFromScaleIn></member>"
+                for a in self.lifecycle.pending(name)
+            )
+            groups.append(f"<member><AutoScalingGroupName>{escape(name)}</AutoScalingGroupName><Instances>{members}</Instances></member>")
+        body = (
+            f'<DescribeAutoScalingGroupsResponse xmlns="{namespace}"><DescribeAutoScalingGroupsResult>'
+            f"<AutoScalingGroups>{''.join(groups)}</AutoScalingGroups></DescribeAutoScalingGroupsResult>"
+            f"<ResponseMetadata><RequestId>{uuid.uuid4()}</RequestId></ResponseMetadata></DescribeAutoScalingGroupsResponse>"
+        )
+        return _answer(url, 200, body, "text/xml")
 
     def count(self, service: str, operation: str) -> int:
         return self.calls.count((service, operation))

@@ -118,6 +118,14 @@ class LifecycleActions:
         with self._lock:
             self._active(group, hook, token, instance_id).heartbeats.append(self.clock())
 
+    def pending(self, group: str) -> list[LifecycleAction]:
+        """The group's actions still pending now."""
+        with self._lock:
+            now = self.clock()
+            for action in self.actions:
+                action.expire(now)
+            return [a for a in self.actions if a.group == group and a.pending]
+
     def settle(self) -> None:
         """Let the clock's present decide actions whose timer ran out."""
         with self._lock:

@@ -280,3 +280,40 @@ def test_an_event_refused_with_a_4xx_goes_to_the_queue_at_once(world: World, cod
     assert delivery.execution is None and delivery.tries == 1
     (letter,) = world.machines.dead_letters()
     assert letter["attributes"]["RETRY_ATTEMPTS"] == "0" and "EXHAUSTED_RETRY_CONDITION" not in letter["attributes"]
+
+
+# -- the reaper's backstop for events lost outright --------------------------------------------
+
+
+@pytest.mark.parametrize("transition", ["terminate", "launch"])
+def test_a_lifecycle_event_never_delivered_is_picked_up_by_the_reaper(world: World, transition: str):
+    """Auto Scaling sends lifecycle events on a best-effort basis (User Guide, event reference), and
+    an EventBridge delivery can fail outright: the reaper's next run finds the instance waiting in
+    its hook with no execution, records a heartbeat and starts one."""
+    instance_id = world.instance("scale-0" if transition == "terminate" else "")
+    action = world.machines.begin(transition, instance_id)
+    world.clock.sleep(timing(world).reaper_interval_seconds)  # no event came; the reaper runs next
+
+    answer, executions = world.machines.run_reaper()
+
+    (execution,) = executions
+    (restart,) = answer["actions_restarted"]
+    assert (restart["instance_id"], restart["heartbeat"]) == (instance_id, True)
+    world.continued(execution, action)
+    assert action.heartbeats[0] - action.started_at <= action.heartbeat_timeout
+    assert "LifecycleActionsRestarted" in world.machines.metrics.names()
+    if transition == "terminate":
+        assert world.removed("scale-0")
+    else:
+        assert world.cluster.node(f"scale-{instance_id}").status == "Up"
+
+
+def test_the_reaper_leaves_alone_an_action_an_execution_already_served(world: World):
+    """A failed drain's hold is over and its action waits to time out: that is meant, not lost."""
+    action = failed_drain(world)
+    world.held(world.machines.run(action), action)
+    assert action.pending
+
+    answer, executions = world.machines.run_reaper()
+
+    assert (answer["actions_waiting"], answer["actions_restarted"], executions) == (1, [], [])

@@ -259,6 +259,12 @@ ENVIRONMENT = {
     "ZOMBIE_DOWN_SECONDS": "600",
     "METRICS_NAMESPACE": "Telemetry/NodeLifecycle",
     "CLUSTER_NAME": "telemetry-test",
+    "SCALING_GROUP_NAME": "telemetry-test-sf-scaling",
+    "LAUNCH_HOOK_NAME": "sf-join-cluster",
+    "TERMINATE_HOOK_NAME": "sf-leave-cluster",
+    "SCALE_OUT_STATE_MACHINE_ARN": "arn:aws:states:eu-west-1:123456789012:stateMachine:telemetry-test-sf-scale-out",
+    "SCALE_IN_STATE_MACHINE_ARN": "arn:aws:states:eu-west-1:123456789012:stateMachine:telemetry-test-sf-scale-in",
+    "LIFECYCLE_GLOBAL_TIMEOUT_SECONDS": "90000",
 }
 
 
