@@ -67,6 +67,9 @@ class LifecycleMonitoring(Construct):
         # the dashboard show it.
         alarm("AlarmsUndelivered", f"An alarm of the {cluster_name} node lifecycle could not be published to the "
               "alarm topic; its text is in the scale-in/scale-out function's log", metric("AlarmsUndelivered"))
+        alarm("HoldLost", f"Auto Scaling stopped taking the heartbeats of an instance of {cluster_name} held for an "
+              "operator: it terminates once the hook's heartbeat timeout passes (see the alarm topic's message)",
+              metric("HoldsLost"))
         alarm("LifecycleActionsRestarted",
               f"The reaper found a lifecycle action of {cluster_name}'s scaling group waiting with no execution (its "
               "event was lost) and started one; see the reaper's log (restarted_lifecycle_action)",

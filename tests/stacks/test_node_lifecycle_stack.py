@@ -443,7 +443,7 @@ def test_failures_stalls_zombies_and_seed_nodes_down_alarm(dev):
 
     metrics = {metric_name(a) for a in alarms}
     assert {"DrainsFailed", "JoinsFailed", "ZombieNodes", "SeedNodesDown", "ExecutionsFailed", "ExecutionsTimedOut",
-            "AlarmsUndelivered"} <= metrics  # fmt: skip
+            "AlarmsUndelivered", "HoldsLost", "LifecycleActionsRestarted"} <= metrics  # fmt: skip
     for alarm in alarms:
         assert alarm["Properties"]["AlarmActions"] and alarm["Properties"]["OKActions"]
 
