@@ -51,6 +51,17 @@ class InstanceInfo:
         return self.tags.get(NODE_NAME_TAG, "")
 
 
+# LifecycleState of an instance held by a lifecycle hook, and the transition it waits in
+# (Amazon EC2 Auto Scaling User Guide, "Amazon EC2 Auto Scaling instance lifecycle").
+WAITING_STATES = {"Pending:Wait": "launch", "Terminating:Wait": "terminate"}
+
+
+@dataclass(frozen=True)
+class WaitingInstance:
+    instance_id: str
+    transition: str  # launch | terminate
+
+
 # get_command_invocation statuses that end a command.
 COMMAND_SUCCEEDED = "Success"
 COMMAND_FAILED = frozenset({"Failed", "Cancelled", "TimedOut", "Cancelling"})
@@ -101,8 +112,8 @@ class AutoScalingLifecycle(Protocol):
         """Restart the hook's heartbeat timer; False when no such action is pending."""
         ...
 
-    def waiting_instances(self, group_name: str) -> list[Any]:
-        """The group's instances a lifecycle hook holds now (orphans.WaitingInstance)."""
+    def waiting_instances(self, group_name: str) -> list[WaitingInstance]:
+        """The group's instances a lifecycle hook holds now."""
         ...
 
 

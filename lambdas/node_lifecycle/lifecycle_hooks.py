@@ -6,8 +6,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .interfaces import LifecycleHook
-from .orphans import WAITING_STATES, WaitingInstance
+from .interfaces import WAITING_STATES, LifecycleHook, WaitingInstance
 
 # What Auto Scaling answers once the action is completed, abandoned or timed out:
 # ValidationError "No active Lifecycle Action found with token ..." (or "with instance ID").

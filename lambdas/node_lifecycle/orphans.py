@@ -23,25 +23,11 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from .interfaces import LifecycleHook
+from .interfaces import WaitingInstance
 
-# LifecycleState of an instance held by a lifecycle hook, and the transition it waits in.
-WAITING_STATES = {"Pending:Wait": "launch", "Terminating:Wait": "terminate"}
 DETAIL_TYPES = {"launch": "EC2 Instance-launch Lifecycle Action", "terminate": "EC2 Instance-terminate Lifecycle Action"}
 TRANSITIONS = {"launch": "autoscaling:EC2_INSTANCE_LAUNCHING", "terminate": "autoscaling:EC2_INSTANCE_TERMINATING"}
 EVENT_SOURCE = "telemetry.node-lifecycle.reaper"
-
-
-@dataclass(frozen=True)
-class WaitingInstance:
-    instance_id: str
-    transition: str  # launch | terminate
-
-
-class WaitingActions(Protocol):
-    def waiting_instances(self, group_name: str) -> list[WaitingInstance]:
-        """The group's instances held by a lifecycle hook right now."""
-        ...
 
 
 class Executions(Protocol):
@@ -105,7 +91,3 @@ def instance_of(execution_input: str) -> str:
         return str(json.loads(execution_input)["detail"]["EC2InstanceId"])
     except (ValueError, KeyError, TypeError):
         return ""
-
-
-def hook_for(group_name: str, hook_name: str, instance_id: str) -> LifecycleHook:
-    return LifecycleHook(group_name=group_name, hook_name=hook_name, instance_id=instance_id)

@@ -29,7 +29,7 @@ from .membership_config import (
     start_configuration_registration,
     start_configuration_removal,
 )
-from .orphans import Restart, execution_name, hook_for, lifecycle_event, orphans
+from .orphans import Restart, execution_name, lifecycle_event, orphans
 from .reaper import decide_reaping, instance_states_by_node
 from .results import NodePlan
 from .runtime import Runtime
@@ -155,9 +155,14 @@ def _release_for_failure(runtime: Runtime, state: State) -> str:
     return ""
 
 
-def _check_deadline(runtime: Runtime, state: State, what: str) -> None:
+def _over_deadline(runtime: Runtime, state: State) -> float | None:
+    """The seconds since the drain or join began, once they are past its deadline."""
     elapsed = runtime.clock() - float(state["started_at"])
-    if elapsed > runtime.settings.workflow_timeout_seconds:
+    return elapsed if elapsed > runtime.settings.workflow_timeout_seconds else None
+
+
+def _check_deadline(runtime: Runtime, state: State, what: str) -> None:
+    if (elapsed := _over_deadline(runtime, state)) is not None:
         raise WaitTimedOut(
             f"gave up after {elapsed:.0f} s waiting for {what} "
             f"(limit {runtime.settings.workflow_timeout_seconds} s)"
@@ -169,8 +174,7 @@ def _start_work(runtime: Runtime, state: State, doing: str) -> None:
     or join past its deadline fails at its next step, and the hook's global timeout is never
     reached by steps run one after another (stacks/lifecycle_timing.py counts one)."""
     _keep_alive(runtime, state)
-    elapsed = runtime.clock() - float(state["started_at"])
-    if elapsed > runtime.settings.workflow_timeout_seconds:
+    if (elapsed := _over_deadline(runtime, state)) is not None:
         raise WaitTimedOut(
             f"out of time after {elapsed:.0f} s (limit {runtime.settings.workflow_timeout_seconds} s), "
             f"before {doing}"
@@ -498,7 +502,7 @@ def restart_orphaned_actions(runtime: Runtime, now: datetime | None = None) -> d
     }
     restarted = []
     for orphan in orphans(waiting, served):
-        hook = hook_for(settings.scaling_group_name, hooks[orphan.transition], orphan.instance_id)
+        hook = LifecycleHook(settings.scaling_group_name, hooks[orphan.transition], orphan.instance_id)
         heartbeat = _try_keep_alive(runtime, hook)
         arn = machines[orphan.transition]
         event = lifecycle_event(
