@@ -84,16 +84,22 @@ class _Steps:
     def invoke(
         self, label: str, step: str, result_path: str, *, transient: bool = True, timeout_seconds: int = LAMBDA_TASK_TIMEOUT_SECONDS
     ) -> tasks.LambdaInvoke:
-        """One Lambda step. Every one rides out Lambda's throttling and its transient service
-        errors (CDK's retry_on_service_exceptions covers neither throttling nor a function in a
-        VPC that is not ready), and stops waiting for an answer after its run's longest; one that
-        makes calls that can fail transiently is also run again after a TransientError or a
-        timeout."""
+        """One Lambda step, given the execution's state."""
+        payload = sfn.TaskInput.from_object({"step": step, "state": sfn.JsonPath.object_at("$")})
+        return self._lambda_task(label, payload, result_path, transient=transient, timeout_seconds=timeout_seconds)
+
+    def _lambda_task(
+        self, label: str, payload: sfn.TaskInput, result_path: str | None, *, transient: bool, timeout_seconds: int
+    ) -> tasks.LambdaInvoke:
+        """Every Lambda Task rides out Lambda's throttling and its transient service errors (CDK's
+        retry_on_service_exceptions covers neither throttling nor a function in a VPC that is not
+        ready), and stops waiting for an answer after its run's longest; one that makes calls that
+        can fail transiently is also run again after a TransientError or a timeout."""
         invoke = tasks.LambdaInvoke(
             self.scope,
             label,
             lambda_function=self.function,
-            payload=sfn.TaskInput.from_object({"step": step, "state": sfn.JsonPath.object_at("$")}),
+            payload=payload,
             payload_response_only=True,
             result_path=result_path,
             retry_on_service_exceptions=False,
@@ -147,22 +153,15 @@ class _Steps:
     def begin(self) -> tasks.LambdaInvoke:
         """The event to the execution's state, with a first heartbeat; a malformed event goes to
         the failure path, which also reads the event itself when this step never answered."""
-        begin = tasks.LambdaInvoke(
-            self.scope,
-            "Read the lifecycle action",
-            lambda_function=self.function,
-            payload=sfn.TaskInput.from_object(
-                {
-                    "step": "begin",
-                    "state": {"event": sfn.JsonPath.object_at("$"), "execution": sfn.JsonPath.string_at("$$.Execution.Name")},
-                }
-            ),
-            payload_response_only=True,
-            retry_on_service_exceptions=False,
-            task_timeout=sfn.Timeout.duration(cdk.Duration.seconds(LAMBDA_TASK_TIMEOUT_SECONDS)),
+        payload = sfn.TaskInput.from_object(
+            {
+                "step": "begin",
+                "state": {"event": sfn.JsonPath.object_at("$"), "execution": sfn.JsonPath.string_at("$$.Execution.Name")},
+            }
         )
-        _retry(begin, INVOKE_RETRY)
-        _retry(begin, STEP_RETRY)
+        begin = self._lambda_task(
+            "Read the lifecycle action", payload, None, transient=True, timeout_seconds=LAMBDA_TASK_TIMEOUT_SECONDS
+        )
         self.catchers.append(begin)
         return begin
 
