@@ -462,10 +462,11 @@ class LifecycleStateMachines:
         function = self.functions[parameters["FunctionName"]]
         payload = json.loads(parameters["Payload"])
         module_name, _, name = function.handler.rpartition(".")
-        refusal = self._refused(str(payload.get("step", "")))
+        step = str(payload.get("step", ""))
+        refusal = self._refused(step)
         if refusal:
             shape = LAMBDA_MODEL.shape_for(refusal)
-            self.invocations.append(Invocation(name, str(payload.get("step", "")), f"Lambda.{refusal}", "refused at the invoke"))
+            self.invocations.append(Invocation(name, step, f"Lambda.{refusal}", "refused at the invoke"))
             raise ClientError(
                 {"Error": {"Code": refusal, "Message": f"{refusal} (injected by the test)"},
                  "ResponseMetadata": {"HTTPStatusCode": shape.metadata["error"]["httpStatusCode"], "RequestId": str(uuid.uuid4())}},
@@ -492,7 +493,6 @@ class LifecycleStateMachines:
                 self._containers[function.arn] = module._runtime
             elapsed = self.clock() - started
         self._read_metrics(output.getvalue())
-        step = str(payload.get("step", ""))
         task_timeout = self.task_timeouts.get(step, float("inf"))
         if task_timeout < function.timeout_seconds and elapsed > task_timeout:
             # The Task's TimeoutSeconds passed first: Step Functions stops waiting (States.Timeout),

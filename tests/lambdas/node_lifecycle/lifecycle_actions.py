@@ -120,10 +120,8 @@ class LifecycleActions:
 
     def pending(self, group: str) -> list[LifecycleAction]:
         """The group's actions still pending now."""
+        self.settle()
         with self._lock:
-            now = self.clock()
-            for action in self.actions:
-                action.expire(now)
             return [a for a in self.actions if a.group == group and a.pending]
 
     def settle(self) -> None:
