@@ -16,13 +16,19 @@ class StepFunctionsExecutions:
         self._client = client
 
     def instances_served(self, state_machine_arn: str, *, since: datetime) -> set[str]:
-        """ListExecutions answers newest first (Step Functions API Reference, ListExecutions),
-        so paging stops at the first execution started before `since`."""
+        """ListExecutions sorts running executions by their startDate (or redriveDate) and the
+        others by their stopDate, newest first (Step Functions API Reference, ListExecutions). So
+        paging stops at the first execution whose sort key is older than `since`, and one that
+        sorts after it but started earlier (a long hold that stopped lately, a redrive) is
+        skipped: it began before any action still waiting could have."""
         served: set[str] = set()
         for page in self._client.get_paginator("list_executions").paginate(stateMachineArn=state_machine_arn):
             for execution in page["executions"]:
-                if execution["startDate"] < since:
+                sorted_by = execution.get("stopDate") or execution.get("redriveDate") or execution["startDate"]
+                if sorted_by < since:
                     return served
+                if execution["startDate"] < since:
+                    continue
                 described = self._client.describe_execution(executionArn=execution["executionArn"])
                 instance = instance_of(described.get("input") or "")
                 if instance:

@@ -493,17 +493,20 @@ def restart_orphaned_actions(runtime: Runtime, now: datetime | None = None) -> d
     hooks = {"launch": settings.launch_hook_name, "terminate": settings.terminate_hook_name}
     waiting = runtime.lifecycle.waiting_instances(settings.scaling_group_name)
     if not waiting:
-        return {"actions_waiting": 0, "actions_restarted": []}
+        return {"actions_waiting": 0, "actions_restarted": [], "actions_gone": []}
     if executions is None:
         raise LifecycleError("the reaper has no Step Functions client")
     served = {
         transition: executions.instances_served(machines[transition], since=since)
         for transition in sorted({w.transition for w in waiting})
     }
-    restarted = []
+    restarted, gone = [], []
     for orphan in orphans(waiting, served):
         hook = LifecycleHook(settings.scaling_group_name, hooks[orphan.transition], orphan.instance_id)
         heartbeat = _try_keep_alive(runtime, hook)
+        if heartbeat is False:  # Auto Scaling has no such action pending any more: nothing to save
+            gone.append(orphan.instance_id)
+            continue
         arn = machines[orphan.transition]
         event = lifecycle_event(
             group_name=hook.group_name, hook_name=hook.hook_name, instance_id=orphan.instance_id,
@@ -513,13 +516,23 @@ def restart_orphaned_actions(runtime: Runtime, now: datetime | None = None) -> d
         runtime.record_metric("LifecycleActionsRestarted", 1, "Count")
         restarted.append(Restart(orphan.instance_id, orphan.transition, execution, heartbeat))
         print(json.dumps({"restarted_lifecycle_action": restarted[-1].to_dict()}))
-    return {"actions_waiting": len(waiting), "actions_restarted": [r.to_dict() for r in restarted]}
+    return {"actions_waiting": len(waiting), "actions_restarted": [r.to_dict() for r in restarted], "actions_gone": gone}
 
 
 def reap(runtime: Runtime) -> dict[str, Any]:
     """The reaper's scheduled run: orphaned lifecycle actions first (no gateway needed), then
-    the zombie count."""
-    return {**restart_orphaned_actions(runtime), **reap_zombies(runtime)}
+    the zombie count; each runs whatever became of the other, and a failure of either fails the
+    run after both (the next run follows on schedule)."""
+    found: dict[str, Any] = {}
+    failures: list[Exception] = []
+    for part in (restart_orphaned_actions, reap_zombies):
+        try:
+            found.update(part(runtime))
+        except Exception as err:  # noqa: BLE001 - the other part must run all the same
+            failures.append(err)
+    if failures:
+        raise failures[0]
+    return found
 
 
 

@@ -21,6 +21,8 @@ class ZombieReaper(Construct):
             description="Starts executions for lifecycle actions whose event was lost; counts Service Fabric nodes "
             "whose machines are gone (zombies) for the alarms",
             schedule=events.Schedule.rate(cdk.Duration.minutes(interval_minutes)),
-            # A failed run is simply followed by the next one: no retries.
+            # EventBridge does not retry its delivery; Lambda still retries a failed asynchronous
+            # run twice (Lambda Developer Guide, "Asynchronous invocation"), and the next
+            # scheduled run follows anyway. Every part of a run is safe to repeat.
             targets=[targets.LambdaFunction(function, retry_attempts=0)],
         )

@@ -244,3 +244,48 @@ def test_the_hook_is_read_from_the_eventbridge_event():
 
     assert LifecycleHook.from_event_detail(detail) == HOOK
     assert HOOK.to_dict()["token"] == TOKEN
+
+
+# -- Step Functions executions (Stubber) ---------------------------------------------------
+
+
+def test_executions_served_follow_the_order_list_executions_really_has():
+    """ListExecutions sorts running executions by startDate and the others by stopDate (Step
+    Functions API Reference): a hold that started before the window and stopped lately sorts
+    above a newer execution. Read in that order, the newer one still counts, the old one does
+    not, and paging stops at the first execution whose sort key is older than the window."""
+    from datetime import datetime, timedelta, timezone
+
+    from node_lifecycle.executions import StepFunctionsExecutions
+
+    client = boto3.client("stepfunctions", region_name="eu-west-1")
+    machine = "arn:aws:states:eu-west-1:123456789012:stateMachine:telemetry-test-sf-scale-in"
+    now = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
+    since = now - timedelta(hours=25)
+
+    def item(name: str, started: datetime, stopped: datetime | None) -> dict:
+        found = {"executionArn": f"{machine.replace(':stateMachine:', ':execution:')}:{name}", "stateMachineArn": machine,
+                 "name": name, "status": "FAILED" if stopped else "RUNNING", "startDate": started}  # fmt: skip
+        return {**found, "stopDate": stopped} if stopped else found
+
+    listed = [
+        item("running", now - timedelta(minutes=3), None),
+        item("old-hold", now - timedelta(hours=26), now - timedelta(minutes=30)),  # started before the window
+        item("recent", now - timedelta(hours=2), now - timedelta(hours=1)),
+        item("ancient", now - timedelta(days=3), now - timedelta(days=2)),  # sorted below the window: stop
+    ]
+    event = '{"detail": {"EC2InstanceId": "%s"}}'
+    with Stubber(client) as stubber:
+        stubber.add_response("list_executions", {"executions": listed, "nextToken": "more"}, {"stateMachineArn": machine})
+        for name, instance in (("running", "i-0aaa"), ("recent", "i-0ccc")):
+            arn = f"{machine.replace(':stateMachine:', ':execution:')}:{name}"
+            stubber.add_response(
+                "describe_execution",
+                {"executionArn": arn, "stateMachineArn": machine, "status": "RUNNING", "startDate": now, "input": event % instance},
+                {"executionArn": arn},
+            )  # fmt: skip
+
+        served = StepFunctionsExecutions(client).instances_served(machine, since=since)
+
+        stubber.assert_no_pending_responses()  # the old hold was not read, the second page never asked for
+    assert served == {"i-0aaa", "i-0ccc"}

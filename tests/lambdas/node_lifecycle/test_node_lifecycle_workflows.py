@@ -356,3 +356,38 @@ def test_the_reaper_handler_publishes_embedded_metrics_for_the_cluster(world, ec
     assert emf["Cluster"] == "telemetry-test" and emf["ZombieNodes"] == [1.0]
     directive = emf["_aws"]["CloudWatchMetrics"][0]
     assert directive["Namespace"] == "Telemetry/NodeLifecycle" and directive["Dimensions"] == [["Cluster"]]
+
+
+def test_the_reaper_starts_nothing_for_an_action_auto_scaling_no_longer_has(world):
+    """Between the reaper's look at the group and its heartbeat the action can end (completed, or
+    timed out): the heartbeat answers 'no active lifecycle action', and there is nothing to save."""
+    from dataclasses import replace
+
+    from node_lifecycle.interfaces import WaitingInstance
+    from node_lifecycle.workflow import restart_orphaned_actions
+
+    class Gone:
+        def waiting_instances(self, group_name):
+            return [WaitingInstance("i-0gone", "terminate")]
+
+        def record_lifecycle_action_heartbeat(self, hook):
+            return False
+
+    class NoExecutions:
+        started: list = []
+
+        def instances_served(self, arn, *, since):
+            return set()
+
+        def start(self, arn, name, event):
+            self.started.append(name)
+            return "arn"
+
+    executions = NoExecutions()
+    runtime = replace(world[0], settings=settings(scaling_group_name="telemetry-test-sf-scaling",
+                      terminate_hook_name="sf-leave-cluster", scale_in_state_machine_arn=ENVIRONMENT["SCALE_IN_STATE_MACHINE_ARN"],
+                      global_timeout_seconds=90_000), lifecycle=Gone(), executions=executions)  # fmt: skip
+
+    answer = restart_orphaned_actions(runtime)
+
+    assert (answer["actions_restarted"], answer["actions_gone"], executions.started) == ([], ["i-0gone"], [])
