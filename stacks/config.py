@@ -431,10 +431,19 @@ class TelemetrySinkConfig(_Section):
     snapshot_retention_days: int = Field(default=30, ge=1, le=365)
     # First day Athena's partition projection enumerates (yyyy-MM-dd); the range ends at NOW.
     projection_start_date: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
+    # A reading stamped before projection_start_date, or more than this far ahead of the time it
+    # reached Kafka, is filed under its ingest hour instead of its device's (and counted): a
+    # partition Athena never enumerates would hide it (README, "Device clocks").
+    max_clock_ahead_seconds: int = Field(default=300, ge=0, le=86_400)
     # Alarm thresholds: records the Kafka source is behind the newest offset of any partition,
     # and malformed records sent to the dead-letter prefix within five minutes.
     consumer_lag_alarm_records: int = Field(ge=1)
     dead_letter_alarm_records: int = Field(default=1, ge=1)
+    # Readings filed by ingest time because of a wrong device clock, within five minutes.
+    clock_alarm_records: int = Field(default=1, ge=1)
+    # Minutes in a row the job may be out of RUNNING before the alarm: a deploy or an autoscaling
+    # restart shorter than this stays quiet (Managed Flink restarts the job from a snapshot).
+    not_running_alarm_minutes: int = Field(default=10, ge=1, le=60)
 
     _retention = field_validator("log_retention_days")(_check_retention)
 

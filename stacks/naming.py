@@ -140,6 +140,9 @@ FLINK_METRICS_NAMESPACE = "AWS/KinesisAnalytics"
 # Counter the Flink job registers under the `kinesisanalytics` metric group for every record it
 # writes to the dead-letter prefix (flink/, ParseTelemetry.DEAD_LETTER_METRIC).
 DEAD_LETTER_METRIC = "DeadLetterRecords"
+# Readings the job filed by ingest time because the device's clock was outside the table's
+# projection (flink/, ParseTelemetry.CLOCK_OUT_OF_RANGE_METRIC).
+CLOCK_OUT_OF_RANGE_METRIC = "ClockOutOfRangeRecords"
 TELEMETRY_PREFIX = "telemetry"
 DEAD_LETTER_PREFIX = "dead-letter"
 ATHENA_RESULTS_PREFIX = "athena-results"

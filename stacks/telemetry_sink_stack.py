@@ -122,6 +122,10 @@ class TelemetrySinkStack(Stack):
                     "output.path": f"s3://{self.bucket.bucket_name}/{TELEMETRY_PREFIX}",
                     "dead.letter.path": f"s3://{self.bucket.bucket_name}/{DEAD_LETTER_PREFIX}",
                     "max.part.size.mb": str(settings.max_part_size_mb),
+                    # Readings whose device clock falls outside the table's projection are filed by
+                    # their ingest time (flink/, DeviceClock).
+                    "earliest.event.date": settings.projection_start_date,
+                    "max.clock.ahead.seconds": str(settings.max_clock_ahead_seconds),
                 },
             },
             log_group_name=telemetry_sink_log_group_name(config),
@@ -170,6 +174,8 @@ class TelemetrySinkStack(Stack):
             runtime=settings.runtime,
             consumer_lag_alarm_records=settings.consumer_lag_alarm_records,
             dead_letter_alarm_records=settings.dead_letter_alarm_records,
+            clock_alarm_records=settings.clock_alarm_records,
+            not_running_alarm_minutes=settings.not_running_alarm_minutes,
             alarm_topic=alarm_topic,
             dashboard=dashboard,
         )

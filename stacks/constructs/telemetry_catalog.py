@@ -30,8 +30,10 @@ TELEMETRY_COLUMNS = (
     ("status", "string"),
     ("kafka_partition", "int"),
     ("kafka_offset", "bigint"),
+    ("ingest_time", "timestamp"),
 )
-# Event time in UTC, as the job's bucket assigner writes it.
+# UTC hour of the event time, or of the ingest time for a reading whose device clock is outside
+# the projection (flink/, DeviceClock), as the job's bucket assigner writes it.
 PARTITION_KEYS = (("dt", "string"), ("hour", "string"))
 
 PARQUET_SERDE = "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"
@@ -94,7 +96,7 @@ class TelemetryCatalog(Construct):
             database_name=database_name,
             table_input=glue.CfnTable.TableInputProperty(
                 name=table_name,
-                description="One row per telemetry message, partitioned by event date and hour (UTC)",
+                description="One row per telemetry message, partitioned by event date and hour (UTC; ingest time for an out-of-range device clock)",
                 table_type="EXTERNAL_TABLE",
                 parameters={
                     "classification": "parquet",

@@ -2,7 +2,14 @@
 
 Metrics name the application by its physical name, so the widgets can live on the monitoring
 stack's dashboard without a reference back to this stack. All are published by the service at
-the application's metrics level APPLICATION, with the single dimension `Application`.
+the application's metrics level APPLICATION, with the single dimension `Application` (Managed
+Service for Apache Flink Developer Guide, "Metrics and dimensions": "The default level is
+Application"; "Use custom metrics": metrics of the `kinesisanalytics` group "are published at the
+Application level by default", namespace AWS/KinesisAnalytics).
+
+The job's own counts (dead letters, out-of-range device clocks) are each one counter in one task
+(flink/, CountedInOneTask): no page says how the service turns several subtasks' counters into
+one series, and a statistic over several cumulative counters does not count what each added.
 """
 
 from __future__ import annotations
@@ -16,11 +23,10 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from stacks.constructs.alarm_topic import notifying_alarm
-from stacks.naming import DEAD_LETTER_METRIC, FLINK_METRICS_NAMESPACE
+from stacks.naming import CLOCK_OUT_OF_RANGE_METRIC, DEAD_LETTER_METRIC, FLINK_METRICS_NAMESPACE
 
 PERIOD = Duration.minutes(1)
 WINDOW = Duration.minutes(5)
-NOT_RUNNING_MINUTES = 3
 
 
 @dataclass(frozen=True)
@@ -70,15 +76,25 @@ def failed_checkpoints_rate(application_name: str) -> cloudwatch.MathExpression:
     )
 
 
-def new_dead_letters(application_name: str) -> cloudwatch.MathExpression:
-    # The job's counter is cumulative since it (re)started: the increase over the window is the
-    # number of records dead-lettered in it (a restart resets it, which reads as negative).
+def increase(application_name: str, counter: str, label: str) -> cloudwatch.MathExpression:
+    """What one of the job's counters added over the window. The counter is cumulative since the
+    job (re)started and lives in one task, so its Maximum is the job's total and the difference
+    between windows is what was added (a restart resets it, which reads as negative: no alarm)."""
+    total = counter.lower()  # an id of its own, so both counts can share a graph
     return cloudwatch.MathExpression(
-        expression="DIFF(deadletters)",
-        using_metrics={"deadletters": application_metric(application_name, DEAD_LETTER_METRIC, "Maximum", period=WINDOW)},
-        label="records dead-lettered per 5 minutes",
+        expression=f"DIFF({total})",
+        using_metrics={total: application_metric(application_name, counter, "Maximum", period=WINDOW)},
+        label=label,
         period=WINDOW,
     )
+
+
+def new_dead_letters(application_name: str) -> cloudwatch.MathExpression:
+    return increase(application_name, DEAD_LETTER_METRIC, "records dead-lettered per 5 minutes")
+
+
+def new_clock_out_of_range(application_name: str) -> cloudwatch.MathExpression:
+    return increase(application_name, CLOCK_OUT_OF_RANGE_METRIC, "readings filed by ingest time per 5 minutes")
 
 
 class TelemetrySinkMonitoring(Construct):
@@ -91,6 +107,8 @@ class TelemetrySinkMonitoring(Construct):
         runtime: str,
         consumer_lag_alarm_records: int,
         dead_letter_alarm_records: int,
+        clock_alarm_records: int,
+        not_running_alarm_minutes: int,
         alarm_topic: sns.ITopic,
         dashboard: cloudwatch.Dashboard,
     ) -> None:
@@ -104,14 +122,18 @@ class TelemetrySinkMonitoring(Construct):
         # The minimum over a minute is 0 if any sample in it found the job out of RUNNING (restarting,
         # failing, cancelling, still starting), so a job in a restart loop cannot hide behind an average.
         running = application_metric(app, health.running, "Minimum", label=f"{health.running} (ms, 0 = not running)")
+        # A deploy (UpdateApplication), an autoscaling step or a recovered failure restarts the job
+        # from its snapshot, minutes without RUNNING that are not an outage: the alarm waits
+        # not_running_alarm_minutes in a row, so restarts shorter than that stay quiet.
         self._alarm(
             "NotRunning",
             running,
             threshold=1,
-            periods=NOT_RUNNING_MINUTES,
+            periods=not_running_alarm_minutes,
             comparison=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-            description=f"The Flink job has not been running for {NOT_RUNNING_MINUTES} minutes (restarting, failing, "
-            "cancelling, or the application is stopped and reports nothing): no telemetry reaches S3",
+            description=f"The Flink job has not been running for {not_running_alarm_minutes} minutes in a row "
+            "(restarting, failing, cancelling, or the application is stopped and reports nothing): no telemetry "
+            "reaches S3. Deploys and autoscaling restarts shorter than that do not fire it",
             # A stopped application publishes no metrics at all: that is an outage too, not an
             # absence of evidence.
             treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
@@ -143,6 +165,16 @@ class TelemetrySinkMonitoring(Construct):
             comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             description=f"At least {dead_letter_alarm_records} malformed records went to the dead-letter prefix "
             "in 5 minutes: a producer is sending messages the sink cannot parse",
+        )
+        self._alarm(
+            "DeviceClocksOutOfRange",
+            new_clock_out_of_range(app),
+            threshold=clock_alarm_records,
+            periods=1,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            description=f"At least {clock_alarm_records} readings in 5 minutes carried a device time before the "
+            "table's first day or too far ahead of their ingest time; they are filed by ingest time (README, "
+            "Device clocks): find the devices with SELECT device_id ... WHERE event_time < ... OR event_time > ingest_time",
         )
 
         dashboard.add_widgets(
@@ -176,9 +208,9 @@ class TelemetrySinkMonitoring(Construct):
                 width=12,
             ),
             cloudwatch.GraphWidget(
-                title="Dead-letter records",
-                left=[new_dead_letters(app)],
-                right=[application_metric(app, DEAD_LETTER_METRIC, "Maximum", label="since start")],
+                title="Dead-letter records and wrong device clocks",
+                left=[new_dead_letters(app), new_clock_out_of_range(app)],
+                right=[application_metric(app, DEAD_LETTER_METRIC, "Maximum", label="dead letters since start")],
                 width=12,
             ),
         )

@@ -77,8 +77,11 @@ def test_property_groups_are_exactly_what_the_job_reads(synthesized):
     parameter = synthesized("prod").stacks["telemetry_sink"]["Parameters"][brokers]
     assert parameter["Type"] == "AWS::SSM::Parameter::Value<String>"
     assert parameter["Default"] == "/telemetry-prod/msk/bootstrap-brokers-iam"
-    assert set(sink) == {"output.path", "dead.letter.path", "max.part.size.mb"}
+    assert set(sink) == {"output.path", "dead.letter.path", "max.part.size.mb", "earliest.event.date", "max.clock.ahead.seconds"}
     assert sink["max.part.size.mb"] == "256"
+    # The job files a reading by its device's time only inside the table's projection.
+    assert sink["earliest.event.date"] == "2025-01-01"
+    assert sink["max.clock.ahead.seconds"] == "300"
     for key, prefix in (("output.path", "/telemetry"), ("dead.letter.path", "/dead-letter")):
         parts = sink[key]["Fn::Join"][1]
         assert parts[0] == "s3://" and parts[-1] == prefix
@@ -183,6 +186,7 @@ def test_glue_table_reads_parquet_with_projected_date_and_hour_partitions(synthe
         ("sent_ns", "bigint"), ("event_time", "timestamp"), ("temperature_c", "double"),
         ("humidity_pct", "double"), ("battery_pct", "double"), ("lat", "double"), ("lon", "double"),
         ("status", "string"), ("kafka_partition", "int"), ("kafka_offset", "bigint"),
+        ("ingest_time", "timestamp"),
     ]  # fmt: skip
     assert [(c["Name"], c["Type"]) for c in table_input["PartitionKeys"]] == [("dt", "string"), ("hour", "string")]
     assert storage["SerdeInfo"]["SerializationLibrary"] == "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"
@@ -275,14 +279,25 @@ def metric_names(alarm: dict) -> set[str]:
     return {m["MetricStat"]["Metric"]["MetricName"] for m in alarm["Metrics"] if "MetricStat" in m}
 
 
-def test_alarms_cover_job_health_checkpoints_lag_and_dead_letters(synthesized):
+def test_alarms_cover_job_health_checkpoints_lag_dead_letters_and_device_clocks(synthesized):
     found = alarms(synthesized, "prod")
     name = "telemetry-prod-telemetry-sink"
-    assert set(found) == {f"{name}-{a}" for a in ("NotRunning", "CheckpointFailures", "ConsumerLag", "DeadLetters")}
+    assert set(found) == {
+        f"{name}-{a}"
+        for a in ("NotRunning", "CheckpointFailures", "ConsumerLag", "DeadLetters", "DeviceClocksOutOfRange")
+    }
     assert metric_names(found[f"{name}-NotRunning"]) == {"runningTime"}  # FLINK-2_2: not the deprecated downtime
     assert metric_names(found[f"{name}-CheckpointFailures"]) == {"numberOfFailedCheckpoints"}
     assert metric_names(found[f"{name}-ConsumerLag"]) == {"records_lag_max"}
     assert metric_names(found[f"{name}-DeadLetters"]) == {"DeadLetterRecords"}
+    assert metric_names(found[f"{name}-DeviceClocksOutOfRange"]) == {"ClockOutOfRangeRecords"}
+    # Each count is one counter in one task of the job (flink/, CountedInOneTask; the Java
+    # integration test checks there is one): its Maximum is the total, DIFF what was added.
+    for counted in ("DeadLetters", "DeviceClocksOutOfRange"):
+        (total,) = [m for m in found[f"{name}-{counted}"]["Metrics"] if "MetricStat" in m]
+        (expression,) = [m for m in found[f"{name}-{counted}"]["Metrics"] if "Expression" in m]
+        assert total["MetricStat"]["Stat"] == "Maximum"
+        assert expression["Expression"] == f"DIFF({total['Id']})"
     assert found[f"{name}-ConsumerLag"]["Threshold"] == 300000
     assert found[f"{name}-DeadLetters"]["Threshold"] == 1
     for alarm in found.values():
@@ -295,14 +310,16 @@ def test_alarms_cover_job_health_checkpoints_lag_and_dead_letters(synthesized):
 
 
 def test_a_stopped_or_restarting_job_alarms_and_idle_rates_do_not(synthesized):
-    """NotRunning fires when the job leaves RUNNING at any moment of 3 minutes in a row, and when
-    the application reports nothing at all (stopped); the rate alarms ignore a silent application."""
+    """NotRunning fires when the job leaves RUNNING at any moment of 10 minutes in a row (so a deploy or
+    an autoscaling restart shorter than that stays quiet), and when the application reports nothing
+    at all (stopped); the rate alarms ignore a silent application."""
     found = alarms(synthesized, "prod")
     not_running = found.pop("telemetry-prod-telemetry-sink-NotRunning")
     (metric,) = not_running["Metrics"]
     assert (metric["MetricStat"]["Stat"], metric["MetricStat"]["Period"]) == ("Minimum", 60)
     assert (not_running["ComparisonOperator"], not_running["Threshold"]) == ("LessThanThreshold", 1)
-    assert not_running["EvaluationPeriods"] == 3
+    assert not_running["EvaluationPeriods"] == 10
+    assert not_running.get("DatapointsToAlarm", 10) == 10  # every minute of the ten, not some of them
     assert not_running["TreatMissingData"] == "breaching"
     assert {a["TreatMissingData"] for a in found.values()} == {"missing"}
 
@@ -321,7 +338,8 @@ def test_job_health_metrics_follow_the_runtime(runtime, running, outages):
     stack = cdk.Stack(cdk.App(), "Sink")
     TelemetrySinkMonitoring(
         stack, "Monitoring", application_name="sink", runtime=runtime, consumer_lag_alarm_records=1,
-        dead_letter_alarm_records=1, alarm_topic=sns.Topic(stack, "Topic"), dashboard=cloudwatch.Dashboard(stack, "Board"),
+        dead_letter_alarm_records=1, clock_alarm_records=1, not_running_alarm_minutes=10,
+        alarm_topic=sns.Topic(stack, "Topic"), dashboard=cloudwatch.Dashboard(stack, "Board"),
     )
     t = Template.from_stack(stack)
     found = {a["Properties"]["AlarmName"]: a["Properties"] for a in t.find_resources("AWS::CloudWatch::Alarm").values()}

@@ -1,22 +1,27 @@
 package telemetry.sink;
 
-import org.apache.flink.api.common.functions.OpenContext;
-import org.apache.flink.metrics.Counter;
 import org.apache.flink.streaming.api.functions.ProcessFunction;
 import org.apache.flink.util.Collector;
 import org.apache.flink.util.OutputTag;
 import telemetry.sink.parse.DeadLetter;
+import telemetry.sink.parse.DeviceClock;
 import telemetry.sink.parse.InvalidTelemetryException;
 import telemetry.sink.parse.KafkaMessage;
 import telemetry.sink.parse.TelemetryParser;
 import telemetry.sink.parse.TelemetryRecord;
 
-/** Parses each message; one that does not parse goes to the dead-letter output and is counted. */
+/**
+ * Parses each message; one that does not parse goes to the dead-letter output. A reading whose
+ * device clock the lake cannot file it by is kept, filed by its ingest time, and its device id goes
+ * to the clock output. The pipeline counts both outputs in one task each ({@link CountedInOneTask}).
+ */
 public class ParseTelemetry extends ProcessFunction<KafkaMessage, TelemetryRecord> {
     private static final long serialVersionUID = 1L;
 
     /** JSON lines describing messages that did not parse. */
     public static final OutputTag<String> DEAD_LETTERS = new OutputTag<>("dead-letters") {};
+    /** The device id of each reading filed by ingest time because its clock was out of range. */
+    public static final OutputTag<String> CLOCK_OUT_OF_RANGE = new OutputTag<>("clock-out-of-range") {};
 
     /**
      * Managed Flink publishes metrics registered under a group named "kinesisanalytics" to
@@ -24,12 +29,12 @@ public class ParseTelemetry extends ProcessFunction<KafkaMessage, TelemetryRecor
      */
     public static final String METRIC_GROUP = "kinesisanalytics";
     public static final String DEAD_LETTER_METRIC = "DeadLetterRecords";
+    public static final String CLOCK_OUT_OF_RANGE_METRIC = "ClockOutOfRangeRecords";
 
-    private transient Counter deadLetters;
+    private final DeviceClock clock;
 
-    @Override
-    public void open(OpenContext openContext) {
-        deadLetters = getRuntimeContext().getMetricGroup().addGroup(METRIC_GROUP).counter(DEAD_LETTER_METRIC);
+    public ParseTelemetry(DeviceClock clock) {
+        this.clock = clock;
     }
 
     @Override
@@ -38,10 +43,12 @@ public class ParseTelemetry extends ProcessFunction<KafkaMessage, TelemetryRecor
         try {
             record = TelemetryParser.parse(message);
         } catch (InvalidTelemetryException e) {
-            deadLetters.inc();
             context.output(DEAD_LETTERS,
                     DeadLetter.toJsonLine(message, e.getMessage(), context.timerService().currentProcessingTime()));
             return;
+        }
+        if (!clock.file(record, context.timerService().currentProcessingTime())) {
+            context.output(CLOCK_OUT_OF_RANGE, record.deviceId);
         }
         out.collect(record);
     }

@@ -10,6 +10,7 @@ import org.apache.flink.core.fs.Path;
 import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.sink.filesystem.OutputFileConfig;
+import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
 import org.apache.flink.streaming.api.functions.sink.filesystem.rollingpolicies.OnCheckpointRollingPolicy;
 import org.apache.kafka.clients.consumer.OffsetResetStrategy;
 import telemetry.sink.config.SinkJobConfig;
@@ -21,8 +22,8 @@ import telemetry.sink.parse.KafkaMessage;
 import telemetry.sink.parse.TelemetryRecord;
 
 /**
- * The job graph: Kafka topic, parse, Parquet files by event hour; dead letters as JSON lines by
- * processing hour. The same graph runs on Managed Flink, locally, in the tests and the benchmark.
+ * The job graph: Kafka topic, parse, Parquet files by event hour (ingest hour for a device clock out
+ * of range, counted); dead letters as JSON lines by processing hour, counted. The same graph runs on Managed Flink, locally, in the tests and the benchmark.
  */
 public final class TelemetryPipeline {
     // Stable operator ids: state in a snapshot is matched to operators by these.
@@ -30,6 +31,9 @@ public final class TelemetryPipeline {
     static final String PARSE_UID = "parse-telemetry";
     static final String TELEMETRY_SINK_UID = "telemetry-parquet-sink";
     static final String DEAD_LETTER_SINK_UID = "dead-letter-sink";
+    static final String DEAD_LETTER_COUNT_UID = "count-dead-letters";
+    static final String CLOCK_COUNT_UID = "count-clock-out-of-range";
+    static final String CLOCK_DISCARD_UID = "clock-out-of-range-counted";
 
     private TelemetryPipeline() {}
 
@@ -52,15 +56,30 @@ public final class TelemetryPipeline {
         SingleOutputStreamOperator<TelemetryRecord> records = env
                 .fromSource(kafkaSource(config, stoppingOffsets), WatermarkStrategy.noWatermarks(), "telemetry topic")
                 .uid(SOURCE_UID)
-                .process(new ParseTelemetry())
+                .process(new ParseTelemetry(config.deviceClock()))
                 .name("parse telemetry")
                 .uid(PARSE_UID);
 
         records.sinkTo(telemetrySink(config)).name("telemetry parquet").uid(TELEMETRY_SINK_UID);
+        // Dead letters are rare: one task counts them all and writes them.
         records.getSideOutput(ParseTelemetry.DEAD_LETTERS)
+                .map(new CountedInOneTask<String>(ParseTelemetry.DEAD_LETTER_METRIC))
+                .setParallelism(1)
+                .name("count dead letters")
+                .uid(DEAD_LETTER_COUNT_UID)
                 .sinkTo(deadLetterSink(config))
+                .setParallelism(1)
                 .name("dead letters")
                 .uid(DEAD_LETTER_SINK_UID);
+        records.getSideOutput(ParseTelemetry.CLOCK_OUT_OF_RANGE)
+                .map(new CountedInOneTask<String>(ParseTelemetry.CLOCK_OUT_OF_RANGE_METRIC))
+                .setParallelism(1)
+                .name("count out-of-range device clocks")
+                .uid(CLOCK_COUNT_UID)
+                .sinkTo(new DiscardingSink<>())
+                .setParallelism(1)
+                .name("counted only")
+                .uid(CLOCK_DISCARD_UID);
     }
 
     static KafkaSource<KafkaMessage> kafkaSource(SinkJobConfig config, OffsetsInitializer stoppingOffsets) {

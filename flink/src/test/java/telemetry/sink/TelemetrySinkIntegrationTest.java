@@ -13,6 +13,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.stream.Collectors;
+import org.apache.flink.configuration.Configuration;
 import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -26,6 +27,7 @@ import org.junit.jupiter.api.io.TempDir;
 import telemetry.sink.config.SinkJobConfig;
 import telemetry.sink.output.HourPartition;
 import telemetry.sink.output.TelemetryParquet;
+import telemetry.sink.testing.JobCounters;
 import telemetry.sink.testing.LocalKafka;
 import telemetry.sink.testing.LocalKafkaExtension;
 import telemetry.sink.testing.SimulatorMessages;
@@ -57,6 +59,15 @@ class TelemetrySinkIntegrationTest {
                 records.add(new ProducerRecord<>(TOPIC, key, messages.render(device % 2, device, seq, sentNs)));
             }
         }
+        // Two devices with wrong clocks: reset to 1970, and a year ahead. Their readings are kept,
+        // filed by the hour Kafka stamped them, and counted.
+        long producedFrom = Instant.now().toEpochMilli();
+        List<Long> wrongClocks = List.of(1_000_000_000L, Instant.now().plus(Duration.ofDays(365)).toEpochMilli() * 1_000_000L);
+        for (int i = 0; i < wrongClocks.size(); i++) {
+            int device = DEVICES + i;
+            records.add(new ProducerRecord<>(TOPIC, messages.deviceId(device).getBytes(StandardCharsets.UTF_8),
+                    messages.render(0, device, 0, wrongClocks.get(i))));
+        }
         int valid = records.size();
         int position = 0;
         for (String value : malformed.keySet()) {
@@ -74,8 +85,12 @@ class TelemetrySinkIntegrationTest {
 
         Path output = dir.resolve("telemetry");
         Path deadLetters = dir.resolve("dead-letters");
-        SinkJobConfig config = TestJobs.config(kafka.bootstrapServers(), TOPIC, output, deadLetters, Map.of());
-        StreamExecutionEnvironment env = TestJobs.localEnvironment(dir.resolve("checkpoints"), 500, null);
+        SinkJobConfig config = TestJobs.config(kafka.bootstrapServers(), TOPIC, output, deadLetters,
+                Map.of("earliest.event.date", "2025-01-01", "max.clock.ahead.seconds", "300"));
+        Configuration metrics = new Configuration();
+        metrics.setString("metrics.reporter.counters.factory.class", JobCounters.Factory.class.getName());
+        JobCounters.reset();
+        StreamExecutionEnvironment env = TestJobs.localEnvironment(dir.resolve("checkpoints"), 500, null, metrics);
         TelemetryPipeline.attach(env, config);
         JobClient job = env.executeAsync("telemetry-sink-it");
         try {
@@ -89,6 +104,7 @@ class TelemetrySinkIntegrationTest {
         } finally {
             TestJobs.cancel(job);
         }
+        long producedTo = Instant.now().toEpochMilli();
 
         List<SinkOutput.Row> rows = SinkOutput.readRows(output);
         System.out.printf("integration: records in %d (%d valid, %d malformed), records out %d, dead letters %d%n",
@@ -96,12 +112,22 @@ class TelemetrySinkIntegrationTest {
         assertThat(rows).hasSize(valid);
         assertThat(rows.stream().map(SinkOutput.Row::key).distinct().count()).isEqualTo(valid);
         for (SinkOutput.Row row : rows) {
-            assertThat(row.partition()).isEqualTo(HourPartition.of(row.sentNs() / 1_000_000L).replace('/', java.io.File.separatorChar));
             assertThat(row.eventTimeMillis()).isEqualTo(row.sentNs() / 1_000_000L);
+            assertThat(row.ingestTimeMillis()).isBetween(producedFrom, producedTo);
+            long filedBy = wrongClocks.contains(row.sentNs()) ? row.ingestTimeMillis() : row.eventTimeMillis();
+            assertThat(row.partition()).isEqualTo(HourPartition.of(filedBy).replace('/', java.io.File.separatorChar));
         }
-        assertThat(rows.stream().map(SinkOutput.Row::partition).collect(Collectors.toSet()))
+        assertThat(rows.stream().filter(r -> wrongClocks.contains(r.sentNs()))).hasSize(2);
+        assertThat(rows.stream().map(SinkOutput.Row::partition).filter(p -> p.startsWith("dt=2025-11-2"))
+                .collect(Collectors.toSet()))
                 .containsExactlyInAnyOrder("dt=2025-11-23/hour=23", "dt=2025-11-24/hour=00",
                         "dt=2025-11-24/hour=04", "dt=2025-11-24/hour=05");
+        // Each count is one counter in one task, whatever the job's parallelism: one CloudWatch series.
+        assertThat(TestJobs.PARALLELISM).isGreaterThan(1);
+        assertThat(JobCounters.named(ParseTelemetry.DEAD_LETTER_METRIC)).singleElement()
+                .satisfies(c -> assertThat(c.getCount()).isEqualTo(malformed.size()));
+        assertThat(JobCounters.named(ParseTelemetry.CLOCK_OUT_OF_RANGE_METRIC)).singleElement()
+                .satisfies(c -> assertThat(c.getCount()).isEqualTo(2));
         assertThat(rows.stream().map(SinkOutput.Row::kafkaPartition).collect(Collectors.toSet()))
                 .containsExactlyInAnyOrder(0, 1, 2);
         SinkOutput.Row first = rows.stream().filter(r -> r.deviceId().equals("it-host-d000001") && r.seq() == 3)

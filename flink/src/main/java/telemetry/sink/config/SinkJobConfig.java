@@ -3,6 +3,8 @@ package telemetry.sink.config;
 import java.io.Serializable;
 import java.net.URI;
 import java.net.URISyntaxException;
+import java.time.LocalDate;
+import java.time.format.DateTimeParseException;
 import java.util.Arrays;
 import java.util.Locale;
 import java.util.Map;
@@ -11,6 +13,7 @@ import java.util.Set;
 import java.util.stream.Collectors;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import telemetry.sink.parse.DeviceClock;
 
 /**
  * Everything the job reads from its runtime properties, validated once at start-up so a bad
@@ -26,13 +29,18 @@ public final class SinkJobConfig implements Serializable {
             Set.of("bootstrap.servers", "topic", "group.id", "security.protocol", "starting.offsets",
                     "sasl.username", "sasl.password");
     static final Set<String> SINK_KEYS =
-            Set.of("output.path", "dead.letter.path", "max.part.size.mb", "checkpoint.interval.ms");
+            Set.of("output.path", "dead.letter.path", "max.part.size.mb", "checkpoint.interval.ms",
+                    "earliest.event.date", "max.clock.ahead.seconds");
     static final Set<String> PATH_SCHEMES = Set.of("s3", "s3a", "file");
 
     public static final int DEFAULT_MAX_PART_SIZE_MB = 128;
     static final int MAX_MAX_PART_SIZE_MB = 4096;
     public static final long DEFAULT_LOCAL_CHECKPOINT_INTERVAL_MS = 10_000;
     static final long MIN_CHECKPOINT_INTERVAL_MS = 100;
+    /** Without a table start date every reading after the epoch is filed by its device time. */
+    public static final LocalDate DEFAULT_EARLIEST_EVENT_DATE = LocalDate.EPOCH;
+    public static final long DEFAULT_MAX_CLOCK_AHEAD_SECONDS = 300;
+    static final long MAX_MAX_CLOCK_AHEAD_SECONDS = 86_400;
 
     public final String bootstrapServers;
     public final String topic;
@@ -47,6 +55,10 @@ public final class SinkJobConfig implements Serializable {
     public final int maxPartSizeMb;
     /** Used only when the job runs locally; Managed Flink configures checkpointing itself. */
     public final long checkpointIntervalMs;
+    /** The first day the telemetry table's partition projection enumerates (UTC). */
+    public final LocalDate earliestEventDate;
+    /** How far a device clock may run ahead of a reading's ingest time and still file it. */
+    public final long maxClockAheadSeconds;
 
     private SinkJobConfig(Map<String, Properties> groups) {
         Properties kafka = group(groups, KAFKA_GROUP);
@@ -98,6 +110,14 @@ public final class SinkJobConfig implements Serializable {
                 1, MAX_MAX_PART_SIZE_MB);
         checkpointIntervalMs = integer(SINK_GROUP, sink, "checkpoint.interval.ms",
                 DEFAULT_LOCAL_CHECKPOINT_INTERVAL_MS, MIN_CHECKPOINT_INTERVAL_MS, Long.MAX_VALUE);
+        earliestEventDate = date(sink, "earliest.event.date", DEFAULT_EARLIEST_EVENT_DATE);
+        maxClockAheadSeconds = integer(SINK_GROUP, sink, "max.clock.ahead.seconds",
+                DEFAULT_MAX_CLOCK_AHEAD_SECONDS, 0, MAX_MAX_CLOCK_AHEAD_SECONDS);
+    }
+
+    /** Which device clocks the job files readings by (the rest by their ingest time). */
+    public DeviceClock deviceClock() {
+        return new DeviceClock(earliestEventDate, maxClockAheadSeconds);
     }
 
     /** Validates the property groups; throws {@link InvalidPropertyException} on the first problem. */
@@ -198,6 +218,18 @@ public final class SinkJobConfig implements Serializable {
         return value.endsWith("/") ? value.substring(0, value.length() - 1) : value;
     }
 
+    private static LocalDate date(Properties sink, String key, LocalDate fallback) {
+        String value = sink.getProperty(key);
+        if (value == null || value.isBlank()) {
+            return fallback;
+        }
+        try {
+            return LocalDate.parse(value.trim());
+        } catch (DateTimeParseException e) {
+            throw invalid(SINK_GROUP, key, value, "a calendar date yyyy-MM-dd (the table's first projected day)");
+        }
+    }
+
     private static boolean nested(String a, String b) {
         return a.equals(b) || a.startsWith(b + "/") || b.startsWith(a + "/");
     }
@@ -242,6 +274,7 @@ public final class SinkJobConfig implements Serializable {
                 + (saslUsername == null ? "" : ", sasl.username=" + saslUsername)
                 + ", starting.offsets=" + startingOffsets.propertyValue
                 + ", output.path=" + outputPath + ", dead.letter.path=" + deadLetterPath
-                + ", max.part.size.mb=" + maxPartSizeMb + ", checkpoint.interval.ms=" + checkpointIntervalMs + "}";
+                + ", max.part.size.mb=" + maxPartSizeMb + ", checkpoint.interval.ms=" + checkpointIntervalMs
+                + ", earliest.event.date=" + earliestEventDate + ", max.clock.ahead.seconds=" + maxClockAheadSeconds + "}";
     }
 }

@@ -5,7 +5,10 @@ import org.apache.flink.streaming.api.functions.sink.filesystem.BucketAssigner;
 import org.apache.flink.streaming.api.functions.sink.filesystem.bucketassigners.SimpleVersionedStringSerializer;
 import telemetry.sink.parse.TelemetryRecord;
 
-/** Puts each record into the UTC hour of its event time (sent_ns), not the hour it arrived. */
+/**
+ * Puts each record into the UTC hour of its partition time: its event time (sent_ns) when the
+ * device's clock is believable, its ingest time otherwise (telemetry.sink.parse.DeviceClock).
+ */
 public class EventHourBucketAssigner implements BucketAssigner<TelemetryRecord, String> {
     private static final long serialVersionUID = 1L;
 
@@ -15,7 +18,7 @@ public class EventHourBucketAssigner implements BucketAssigner<TelemetryRecord, 
 
     @Override
     public String getBucketId(TelemetryRecord record, Context context) {
-        long hourStart = HourPartition.hourStart(record.eventTimeMillis);
+        long hourStart = HourPartition.hourStart(record.partitionTimeMillis);
         if (hourStart != cachedHourStart || cachedPath == null) {
             cachedPath = HourPartition.of(hourStart);
             cachedHourStart = hourStart;

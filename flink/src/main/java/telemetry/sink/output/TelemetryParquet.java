@@ -29,7 +29,8 @@ public final class TelemetryParquet {
     /** Column names in file order; the Glue table declares the same. */
     public static final String[] COLUMNS = {
         "run_id", "producer_id", "device_id", "seq", "sent_ns", "event_time", "temperature_c",
-        "humidity_pct", "battery_pct", "lat", "lon", "status", "kafka_partition", "kafka_offset"
+        "humidity_pct", "battery_pct", "lat", "lon", "status", "kafka_partition", "kafka_offset",
+        "ingest_time"
     };
 
     public static final MessageType SCHEMA =
@@ -50,6 +51,9 @@ public final class TelemetryParquet {
                     .required(BINARY).as(LogicalTypeAnnotation.stringType()).named("status")
                     .required(INT32).named("kafka_partition")
                     .required(INT64).named("kafka_offset")
+                    .required(INT64)
+                    .as(LogicalTypeAnnotation.timestampType(true, TimeUnit.MILLIS))
+                    .named("ingest_time")
                     .named("telemetry");
 
     /** Row groups are buffered in memory per open part file; 32 MiB keeps a subtask's heap small. */
@@ -124,6 +128,7 @@ public final class TelemetryParquet {
             out.addInteger(record.kafkaPartition);
             out.endField(COLUMNS[12], 12);
             int64(13, record.kafkaOffset);
+            int64(14, record.ingestTimeMillis);
             out.endMessage();
         }
 

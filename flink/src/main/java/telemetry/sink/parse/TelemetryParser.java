@@ -14,6 +14,11 @@ import java.io.IOException;
  * every rejection names the field and what was wrong with it, which becomes the dead letter's
  * reason. Unknown fields (such as {@code pad}) are skipped; space padding is ordinary JSON
  * whitespace.
+ *
+ * <p>The device id is the IoT rule's thing-name header when the record has one (the device policy
+ * ties it to the device's certificate), and the payload's {@code device_id} otherwise (the
+ * simulator's Kafka producers, which sign in to MSK with IAM). On the IoT path a payload without
+ * {@code device_id}, or with a different one, is filed under the thing name.
  */
 public final class TelemetryParser {
     private static final JsonFactory JSON =
@@ -46,25 +51,40 @@ public final class TelemetryParser {
 
     private TelemetryParser() {}
 
-    /** Parses one message; the Kafka coordinates are copied into the record. */
+    /**
+     * Parses one message; the Kafka coordinates and timestamp are copied into the record, and the
+     * thing-name header, when present, is its device id.
+     */
     public static TelemetryRecord parse(KafkaMessage message) throws InvalidTelemetryException {
-        TelemetryRecord record = parse(message.value);
+        TelemetryRecord record = parse(message.value, message.thingName);
         record.kafkaPartition = message.partition;
         record.kafkaOffset = message.offset;
+        record.ingestTimeMillis = message.timestamp;
         return record;
     }
 
-    /** Parses a message value; the Kafka coordinates of the result are left at zero. */
+    /** Parses a message value with no thing name; the Kafka fields of the result are left at zero. */
     public static TelemetryRecord parse(byte[] value) throws InvalidTelemetryException {
+        return parse(value, null);
+    }
+
+    private static TelemetryRecord parse(byte[] value, String thingName) throws InvalidTelemetryException {
         if (value == null || isBlank(value)) {
             throw new InvalidTelemetryException("empty value");
+        }
+        if (thingName != null && thingName.isBlank()) {
+            throw new InvalidTelemetryException("header " + KafkaMessage.THING_NAME_HEADER + " is empty");
         }
         TelemetryRecord record = new TelemetryRecord();
         try (JsonParser json = JSON.createParser(value)) {
             if (json.nextToken() != JsonToken.START_OBJECT) {
                 throw new InvalidTelemetryException("not a JSON object");
             }
-            int seen = readTopLevel(json, record);
+            int seen = readTopLevel(json, record, thingName == null);
+            if (thingName != null) {
+                record.deviceId = thingName;
+                seen |= DEVICE_ID;
+            }
             if (json.nextToken() != null) {
                 throw new InvalidTelemetryException("trailing content after the JSON object");
             }
@@ -81,7 +101,7 @@ public final class TelemetryParser {
         return record;
     }
 
-    private static int readTopLevel(JsonParser json, TelemetryRecord record)
+    private static int readTopLevel(JsonParser json, TelemetryRecord record, boolean deviceIdFromPayload)
             throws IOException, InvalidTelemetryException {
         int seen = 0;
         while (json.nextToken() == JsonToken.FIELD_NAME) {
@@ -97,6 +117,10 @@ public final class TelemetryParser {
                     seen |= PRODUCER_ID;
                     break;
                 case "device_id":
+                    if (!deviceIdFromPayload) {
+                        json.skipChildren();  // the thing name decides, whatever the device claims
+                        break;
+                    }
                     record.deviceId = text(json, token, "device_id");
                     seen |= DEVICE_ID;
                     break;

@@ -22,6 +22,17 @@ public class TelemetryRecord {
     public String status;
     public int kafkaPartition;
     public long kafkaOffset;
+    /**
+     * The Kafka record's timestamp in ms since the epoch (the writing client's clock: the IoT rules
+     * engine for device messages), or the time the sink read it when the record has none.
+     */
+    public long ingestTimeMillis;
+
+    /**
+     * Not a column: the time whose UTC hour the record is filed under, {@link #eventTimeMillis} when
+     * the device's clock is believable and {@link #ingestTimeMillis} otherwise (see DeviceClock).
+     */
+    public long partitionTimeMillis;
 
     public TelemetryRecord() {}
 
@@ -44,6 +55,8 @@ public class TelemetryRecord {
                 && Double.compare(lon, that.lon) == 0
                 && kafkaPartition == that.kafkaPartition
                 && kafkaOffset == that.kafkaOffset
+                && ingestTimeMillis == that.ingestTimeMillis
+                && partitionTimeMillis == that.partitionTimeMillis
                 && Objects.equals(runId, that.runId)
                 && Objects.equals(producerId, that.producerId)
                 && Objects.equals(deviceId, that.deviceId)

@@ -27,7 +27,7 @@ class HourPartitionTest {
     }
 
     @Test
-    void theBucketAssignerFollowsEventTimeAcrossHourBoundaries() {
+    void theBucketAssignerFollowsThePartitionTimeAcrossHourBoundaries() {
         EventHourBucketAssigner assigner = new EventHourBucketAssigner();
         long lastMilliOfHour = Instant.parse("2025-11-23T09:59:59.999Z").toEpochMilli();
 
@@ -36,9 +36,9 @@ class HourPartitionTest {
         assertThat(assigner.getBucketId(record(lastMilliOfHour), null)).isEqualTo("dt=2025-11-23/hour=09");
     }
 
-    private static TelemetryRecord record(long eventTimeMillis) {
+    private static TelemetryRecord record(long partitionTimeMillis) {
         TelemetryRecord record = new TelemetryRecord();
-        record.eventTimeMillis = eventTimeMillis;
+        record.partitionTimeMillis = partitionTimeMillis;
         return record;
     }
 }

@@ -53,6 +53,41 @@ class TelemetryParserTest {
     }
 
     @Test
+    void onTheIotPathTheThingNameHeaderIsTheDeviceIdWhateverThePayloadClaims() throws Exception {
+        // The rule's Kafka action sets the header from ${topic(2)}, which the device policy ties
+        // to the certificate; the payload's device_id is the device's own claim.
+        KafkaMessage claimed = new KafkaMessage("t", 0, 1L, 99L, bytes(GOOD), "thing-7");
+        KafkaMessage withoutClaim = new KafkaMessage(
+                "t", 0, 2L, 99L, bytes(GOOD.replace("\"device_id\":\"HOST-d000042\",", "")), "thing-7");
+        KafkaMessage oddClaim = new KafkaMessage(
+                "t", 0, 3L, 99L, bytes(GOOD.replace("\"HOST-d000042\"", "{\"serial\":5}")), "thing-7");
+
+        assertThat(TelemetryParser.parse(claimed).deviceId).isEqualTo("thing-7");
+        assertThat(TelemetryParser.parse(withoutClaim).deviceId).isEqualTo("thing-7");
+        assertThat(TelemetryParser.parse(oddClaim).deviceId).isEqualTo("thing-7");
+        assertThat(TelemetryParser.parse(claimed).ingestTimeMillis).isEqualTo(99L);
+    }
+
+    @Test
+    void aDuplicateDeviceIdIsRejectedWhereverItComesFrom() {
+        // What the old rule (SELECT *, topic(2) AS device_id) could have produced: no document
+        // says which key IoT keeps, so the sink refuses to guess.
+        String twice = GOOD.replace("\"device_id\":\"HOST-d000042\",",
+                "\"device_id\":\"HOST-d000042\",\"device_id\":\"thing-7\",");
+
+        assertThatThrownBy(() -> TelemetryParser.parse(new KafkaMessage("t", 0, 1L, 99L, bytes(twice), "thing-7")))
+                .isInstanceOf(InvalidTelemetryException.class)
+                .hasMessageStartingWith("malformed JSON: Duplicate field 'device_id'");
+    }
+
+    @Test
+    void anEmptyThingNameHeaderIsRejected() {
+        assertThatThrownBy(() -> TelemetryParser.parse(new KafkaMessage("t", 0, 1L, 99L, bytes(GOOD), " ")))
+                .isInstanceOf(InvalidTelemetryException.class)
+                .hasMessage("header iot_thing_name is empty");
+    }
+
+    @Test
     void ignoresUnknownFieldsAndTheirNesting() throws Exception {
         String withExtras = GOOD.replace("\"pad\":\"xxxx\"", "\"pad\":\"xxxx\",\"extra\":{\"a\":[1,{\"b\":2}]}");
 

@@ -29,7 +29,8 @@ public final class SinkOutput {
     /** A committed row with the partition directory it was found in. */
     public record Row(String partition, String producerId, String deviceId, long seq, long sentNs,
                       long eventTimeMillis, double temperatureC, double humidityPct, double batteryPct,
-                      double lat, double lon, String status, String runId, int kafkaPartition, long kafkaOffset) {
+                      double lat, double lon, String status, String runId, int kafkaPartition, long kafkaOffset,
+                      long ingestTimeMillis) {
         public String key() {
             return producerId + "|" + deviceId + "|" + seq;
         }
@@ -80,7 +81,8 @@ public final class SinkOutput {
                             g.getDouble("temperature_c", 0), g.getDouble("humidity_pct", 0),
                             g.getDouble("battery_pct", 0), g.getDouble("lat", 0), g.getDouble("lon", 0),
                             g.getString("status", 0), g.getString("run_id", 0),
-                            g.getInteger("kafka_partition", 0), g.getLong("kafka_offset", 0)));
+                            g.getInteger("kafka_partition", 0), g.getLong("kafka_offset", 0),
+                            g.getLong("ingest_time", 0)));
                 }
             }
         }
