@@ -5,8 +5,8 @@ end-to-end latency and sequence numbers.
 Messages the simulator produced itself are read by slicing their fixed-width fields. Messages of
 an MQTT run reach Kafka through the AWS IoT rule (stacks/constructs/kafka_topic_rule.py): key =
 thing name, header `device_sent_ns` = the payload's sent_ns as a decimal string, value = the
-rule's `SELECT *, topic(2) AS device_id`, JSON that IoT serialized again (key order and spacing
-are its own), so those are parsed as JSON and the device is found by its thing name.
+rule's `SELECT *`, JSON that IoT may have serialized again (key order and spacing are its own), so
+those are parsed as JSON and the device is found by its thing name.
 """
 
 from __future__ import annotations

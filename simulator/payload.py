@@ -21,6 +21,9 @@ import re
 # (stacks/constructs/kafka_topic_rule.py, which takes the name from here): the payload's sent_ns
 # as a decimal string.
 RULE_SENT_NS_HEADER = "device_sent_ns"
+# The header it puts the thing name in (the topic's second level), which the sink takes as the
+# device id (flink/, KafkaMessage.THING_NAME_HEADER).
+RULE_THING_NAME_HEADER = "iot_thing_name"
 SEQ_WIDTH = 10
 SENT_NS_WIDTH = 19
 DEVICE_DIGITS = 6

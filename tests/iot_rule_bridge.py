@@ -1,71 +1,220 @@
-"""A test-only stand-in for the AWS IoT rule that copies device messages into Kafka
-(stacks/constructs/kafka_topic_rule.py), between the tests' mosquitto and Kafka broker.
+"""A test-only stand-in for the AWS IoT rule that copies device messages into Kafka, between the
+tests' mosquitto and Kafka broker. It runs the rule as synthesized (the TopicRule resource of the
+device gateway template: its SQL, the Kafka action's key, headers and acks), and evaluates only
+what AWS documents; anything else stops it with UndocumentedRuleBehaviour, so a test fails
+instead of passing on behaviour we imagined.
 
-What it does, and where each step comes from:
-- Reads `telemetry/+/data` (the rule's topic filter) as the broker's `reader` identity, QoS 1.
-- Value: the rule's SQL `SELECT *, topic(2) AS device_id`: every field of the JSON payload plus
-  device_id = the topic's second level, the thing name (AWS IoT Developer Guide, "SQL functions",
-  topic(Decimal): the topic level counted from 1; "SELECT clause": `*` is the whole payload).
-- Key: `${topic(2)}`, header `device_sent_ns`: `${sent_ns}` (the "Apache Kafka" rule action's
-  `key` and `headers` take substitution templates; "Substitution templates": `${expression}` is
-  replaced by the expression's value, rendered as a string). sent_ns is a 19-digit integer, within
-  the rules engine's Int of at most 34 digits ("Data types"), so it survives as written.
-- acks=1 (the "Apache Kafka" rule action accepts acks "0" or "1"; the construct uses "1").
+What it does, and where each step comes from (AWS IoT Developer Guide):
+- Reads the rule's topic filter as the broker's `reader` identity, QoS 1.
+- Value: the SELECT clause over the JSON payload. `*` is the whole payload; `topic(n) AS alias`
+  adds alias = the topic's n-th level, counted from 1 ("SELECT clause": "SELECT *, 15 as speed"
+  gives the payload plus `speed`; "SQL functions", topic(Decimal)). An alias that is already a key
+  of the payload is refused: no page says which of the two the output keeps.
+- Key and headers: substitution templates ("Apache Kafka" rule action: `key` and the headers take
+  them). "Because an expression in a substitution template is evaluated separately from the
+  SELECT ... statement, you can't reference an alias created using the AS clause. You can only
+  reference information present in the original payload, functions, and operators"
+  ("Substitution templates"): so `${name}` reads the original payload and `${topic(n)}` the
+  topic. Values are rendered as text: strings as they are, integers in decimal.
+- acks from the action's client properties (the action accepts "0" or "1").
+- A message the Kafka action cannot deliver goes to the error action as the message "Error
+  handling (error action)" documents: ruleName, topic, cloudwatchTraceId, clientId,
+  base64OriginalPayload and failures[] (failedAction, failedResource, errorMessage); the bridge
+  hands it to `on_error_action` when given, and keeps it in `error_actions` otherwise.
 
-What no source says, and so is chosen here to keep the simulator honest:
+What no source says, and so is chosen here to keep consumers honest:
 - How IoT serializes the selected JSON again (key order, spacing, number format). The bridge
   writes sorted keys with ", " and ": " separators, so a consumer that sliced fixed-width fields
   of the device's bytes would fail here.
-- Which of two `device_id` keys wins when `*` already holds one; both are the thing name here.
 - Whether the rules engine ever writes a message twice (its retries); the bridge writes once.
+- The client id of the publisher (the error message's clientId): the bridge cannot see it and
+  writes the thing name, which the device policy makes the client id.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import threading
 import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 
 from devtools import local_mosquitto
-from stacks.naming import device_topic_filter
-from simulator.payload import RULE_SENT_NS_HEADER
+
+
+class UndocumentedRuleBehaviour(Exception):
+    """The rule asks for something whose result AWS does not document."""
+
+
+_SQL = re.compile(r"^SELECT (?P<items>.+) FROM '(?P<filter>[^']+)'$")
+_TOPIC_FUNCTION = re.compile(r"^topic\((?P<level>\d+)\)$")
+_ALIASED = re.compile(r"^(?P<expression>.+?) AS (?P<alias>[A-Za-z_][A-Za-z0-9_]*)$")
+_TEMPLATE = re.compile(r"\$\{(?P<expression>[^}]*)\}")
+_PAYLOAD_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _topic_level(topic: str, expression: str) -> str | None:
+    match = _TOPIC_FUNCTION.match(expression.strip())
+    if not match:
+        return None
+    levels = topic.split("/")
+    level = int(match["level"])
+    if not 1 <= level <= len(levels):
+        raise UndocumentedRuleBehaviour(f"topic({level}) of a topic with {len(levels)} levels")
+    return levels[level - 1]
+
+
+@dataclass(frozen=True)
+class KafkaRule:
+    """The rule as the template declares it."""
+
+    name: str
+    sql: str
+    topic_filter: str
+    kafka_topic: str
+    key: str
+    headers: tuple[tuple[str, str], ...]
+    acks: str
+
+    @classmethod
+    def from_template(cls, template: dict) -> KafkaRule:
+        (rule,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::IoT::TopicRule"]
+        payload = rule["Properties"]["TopicRulePayload"]
+        (action,) = payload["Actions"]
+        kafka = action["Kafka"]
+        sql = payload["Sql"]
+        match = _SQL.match(sql)
+        if not match:
+            raise UndocumentedRuleBehaviour(f"the bridge evaluates SELECT ... FROM '<filter>' only, not {sql!r}")
+        return cls(
+            name=rule["Properties"]["RuleName"],
+            sql=sql,
+            topic_filter=match["filter"],
+            kafka_topic=kafka["Topic"],
+            key=kafka["Key"],
+            headers=tuple((h["Key"], h["Value"]) for h in kafka.get("Headers", [])),
+            acks=kafka["ClientProperties"]["acks"],
+        )
+
+    def select(self, topic: str, payload: bytes) -> dict:
+        """The SELECT clause's output for one message."""
+        document = json.loads(payload)
+        if not isinstance(document, dict):
+            raise UndocumentedRuleBehaviour("the bridge selects from JSON object payloads only")
+        output: dict = {}
+        for item in (part.strip() for part in _SQL.match(self.sql)["items"].split(",")):
+            if item == "*":
+                output.update(document)
+                continue
+            aliased = _ALIASED.match(item)
+            value = _topic_level(topic, aliased["expression"]) if aliased else None
+            if value is None:
+                raise UndocumentedRuleBehaviour(f"the bridge evaluates * and topic(n) AS name only, not {item!r}")
+            alias = aliased["alias"]
+            if alias in output or alias in document:
+                raise UndocumentedRuleBehaviour(
+                    f"'{item}' names a key the payload already has: the AWS IoT SQL reference does not say "
+                    "which of the two the output keeps"
+                )
+            output[alias] = value
+        return output
+
+    def substitute(self, template: str, topic: str, payload: bytes) -> str:
+        """A substitution template, evaluated against the original message."""
+        document = json.loads(payload)
+
+        def value(match: re.Match) -> str:
+            expression = match["expression"].strip()
+            level = _topic_level(topic, expression)
+            if level is not None:
+                return level
+            if not _PAYLOAD_PATH.match(expression):
+                raise UndocumentedRuleBehaviour(f"the bridge evaluates ${{topic(n)}} and ${{field}} only, not {expression!r}")
+            found = document
+            for part in expression.split("."):
+                if not isinstance(found, dict) or part not in found:
+                    raise UndocumentedRuleBehaviour(f"${{{expression}}} is not in the payload")
+                found = found[part]
+            if isinstance(found, bool) or not isinstance(found, (str, int)):
+                raise UndocumentedRuleBehaviour(f"${{{expression}}} is a {type(found).__name__}: its text is not documented")
+            return str(found)
+
+        return _TEMPLATE.sub(value, template)
+
+    def error_message(self, topic: str, payload: bytes, error: str) -> dict:
+        """The error action's message for a failed Kafka action ("Error handling (error action)")."""
+        return {
+            "ruleName": self.name,
+            "topic": topic,
+            "cloudwatchTraceId": str(uuid.uuid4()),
+            "clientId": topic.split("/")[1],
+            "base64OriginalPayload": base64.b64encode(payload).decode(),
+            "failures": [{"failedAction": "KafkaAction", "failedResource": self.kafka_topic, "errorMessage": error}],
+        }
 
 
 class IotRuleBridge:
-    def __init__(self, broker: local_mosquitto.Mosquitto, bootstrap_servers: str, kafka_topic: str):
+    def __init__(
+        self,
+        broker: local_mosquitto.Mosquitto,
+        bootstrap_servers: str,
+        rule: KafkaRule,
+        *,
+        kafka_topic: str | None = None,
+        producer_settings: dict | None = None,
+        on_error_action: Callable[[dict], None] | None = None,
+    ):
         from awscrt import mqtt
 
-        self.kafka_topic = kafka_topic
+        self.rule = rule
+        self.kafka_topic = kafka_topic or rule.kafka_topic
         self.producer = Producer(
-            {"bootstrap.servers": bootstrap_servers, "acks": "1", "linger.ms": 1, "log_level": 3}
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "acks": rule.acks,
+                "linger.ms": 1,
+                "log_level": 3,
+                **(producer_settings or {}),
+            }
         )
         self.forwarded = 0
+        self.delivered = 0
         self.errors: list[str] = []
+        self.error_actions: list[dict] = []
+        self._on_error_action = on_error_action or self.error_actions.append
         self._lock = threading.Lock()
         self.connection = broker.reader_connection(f"iot-rule-bridge-{time.monotonic_ns()}")
-        subscribed, _ = self.connection.subscribe(
-            device_topic_filter(), mqtt.QoS.AT_LEAST_ONCE, callback=self._on_message
-        )
+        subscribed, _ = self.connection.subscribe(rule.topic_filter, mqtt.QoS.AT_LEAST_ONCE, callback=self._on_message)
         subscribed.result(10)
 
     def _on_message(self, topic, payload, **_):
         """On an awscrt thread; confluent-kafka's produce() is thread-safe."""
         try:
-            thing = topic.split("/")[1]  # topic(2)
-            selected = {**json.loads(payload), "device_id": thing}  # SELECT *, topic(2) AS device_id
-            value = json.dumps(selected, sort_keys=True).encode()
-            headers = [(RULE_SENT_NS_HEADER, str(selected["sent_ns"]).encode())]
-            with self._lock:
-                self.producer.produce(self.kafka_topic, value, thing.encode(), headers=headers)
-                self.producer.poll(0)
-                self.forwarded += 1
+            value = json.dumps(self.rule.select(topic, payload), sort_keys=True).encode()
+            key = self.rule.substitute(self.rule.key, topic, payload).encode()
+            headers = [(k, self.rule.substitute(v, topic, payload).encode()) for k, v in self.rule.headers]
         except Exception as error:  # noqa: BLE001 - the test reads these
             self.errors.append(f"{type(error).__name__}: {error}")
+            return
+
+        def delivered(err: KafkaError | None, _message) -> None:
+            if err is None:
+                self.delivered += 1
+            else:
+                self._on_error_action(self.rule.error_message(topic, bytes(payload), err.str()))
+
+        with self._lock:
+            self.producer.produce(self.kafka_topic, value, key, headers=headers, on_delivery=delivered)
+            self.producer.poll(0)
+            self.forwarded += 1
 
     def close(self) -> None:
         self.connection.disconnect().result(5)
         with self._lock:
-            self.producer.flush(10)
+            self.producer.flush(30)
             self.producer = None  # gone now, not retrying a broker the session stops later

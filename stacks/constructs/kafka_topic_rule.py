@@ -6,7 +6,12 @@ What the AWS IoT Developer Guide ("Apache Kafka" rule action) requires and this 
 - SASL_SSL with SCRAM-SHA-512 (IAM is not supported), the credentials read at run time with the
   `get_secret()` substitution template under a role allowed `secretsmanager:GetSecretValue` and
   `secretsmanager:DescribeSecret` on the secret;
-- `acks` "0" or "1"; `key` and `headers` take substitution templates.
+- `acks` "0" or "1"; `key` and `headers` take substitution templates, which are evaluated against
+  the original message, not the SELECT output ("Substitution templates").
+The rule selects the payload as the device sent it (`SELECT *`) and adds nothing to it: the thing
+name goes into the Kafka key and the header `iot_thing_name`, never into the JSON, because the SQL
+reference does not say what `SELECT *, topic(2) AS device_id` writes when the payload already has
+a `device_id` (devices send one), and the sink rejects a duplicate key.
 A failed delivery goes to the rule's error action, which keeps the original payload
 (`base64OriginalPayload`) in a log group of its own (AWS IoT Developer Guide, "Error handling").
 """
@@ -22,7 +27,7 @@ from aws_cdk import aws_iot as iot
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from simulator.payload import RULE_SENT_NS_HEADER
+from simulator.payload import RULE_SENT_NS_HEADER, RULE_THING_NAME_HEADER
 from stacks.compliance import acknowledge, wildcard_resource_finding
 from stacks.constructs.log_group import log_group
 from stacks.constructs.scram_user import ScramUser
@@ -30,7 +35,9 @@ from stacks.constructs.scram_user import ScramUser
 # The action's producer: librdkafka-style client properties (AWS IoT Developer Guide, "Apache Kafka").
 SECURITY_PROTOCOL = "SASL_SSL"
 SASL_MECHANISM = "SCRAM-SHA-512"
-# The Kafka action accepts only 0 or 1: a write is acknowledged by the partition leader alone.
+# The Kafka action accepts only 0 or 1: a write is acknowledged by the partition leader alone, so
+# a device message the leader acknowledged and lost before its followers copied it is gone (the
+# simulator's and other IAM clients' acks=all with min.insync.replicas=2 survive that).
 ACKS = "1"
 # The network-interface actions the AWS IoT Developer Guide lists for a VPC destination's role.
 DESTINATION_EC2_ACTIONS = (
@@ -151,9 +158,8 @@ class KafkaTopicRule(Construct):
             topic_rule_payload=iot.CfnTopicRule.TopicRulePayloadProperty(
                 description=f"Device telemetry from {topic_filter} into Kafka topic {kafka_topic}",
                 aws_iot_sql_version="2016-03-23",
-                # The device id is the thing name in the topic, which the device policy ties to the
-                # certificate it connected with, not whatever the payload claims.
-                sql=f"SELECT *, topic(2) AS device_id FROM '{topic_filter}'",
+                # The payload as the device sent it; the thing name travels in the key and a header.
+                sql=f"SELECT * FROM '{topic_filter}'",
                 rule_disabled=False,
                 actions=[
                     iot.CfnTopicRule.ActionProperty(
@@ -163,7 +169,11 @@ class KafkaTopicRule(Construct):
                             # One device's messages stay in one partition, in order.
                             key="${topic(2)}",
                             headers=[
-                                iot.CfnTopicRule.KafkaActionHeaderProperty(key=RULE_SENT_NS_HEADER, value="${sent_ns}")
+                                # The device id the sink files the reading under: the thing name in
+                                # the topic, which the device policy ties to the certificate the
+                                # device connected with, whatever the payload claims.
+                                iot.CfnTopicRule.KafkaActionHeaderProperty(key=RULE_THING_NAME_HEADER, value="${topic(2)}"),
+                                iot.CfnTopicRule.KafkaActionHeaderProperty(key=RULE_SENT_NS_HEADER, value="${sent_ns}"),
                             ],
                             client_properties={
                                 "bootstrap.servers": bootstrap_brokers,

@@ -24,7 +24,7 @@ import pytest
 from devtools import local_mosquitto
 from simulator.accounting import devices_of_process
 from simulator.payload import READINGS_VARIANTS, TelemetryTemplate
-from tests.iot_rule_bridge import IotRuleBridge
+from tests.iot_rule_bridge import IotRuleBridge, KafkaRule
 from tests.mqtt_fixtures import THINGS
 
 pytestmark = pytest.mark.integration
@@ -269,12 +269,14 @@ def test_a_broker_lost_mid_run_keeps_what_was_acknowledged(mqtt_pki, tmp_path):
 
 
 def test_through_the_iot_rule_into_kafka_every_message_is_counted_once(
-    mosquitto_broker, kafka_broker, new_topic, tmp_path
+    mosquitto_broker, kafka_broker, new_topic, tmp_path, synthesized
 ):
-    """The whole path of an MQTT run: devices -> mosquitto -> the IoT rule's stand-in -> Kafka ->
-    the simulator's own consumer, which finds its messages in the rule's re-serialized JSON."""
+    """The whole path of an MQTT run: devices -> mosquitto -> the synthesized IoT rule run by its
+    stand-in -> Kafka -> the simulator's own consumer, which finds its messages in the rule's
+    re-serialized JSON."""
     topic = new_topic()
-    bridge = IotRuleBridge(mosquitto_broker, kafka_broker.bootstrap_servers, topic)
+    rule = KafkaRule.from_template(synthesized("dev").stacks["device_gateway"])
+    bridge = IotRuleBridge(mosquitto_broker, kafka_broker.bootstrap_servers, rule, kafka_topic=topic)
     try:
         result = simulate(
             *mqtt_flags(mosquitto_broker, devices=10, rate=500, duration=2, consume=True,
@@ -285,9 +287,9 @@ def test_through_the_iot_rule_into_kafka_every_message_is_counted_once(
     finally:
         bridge.close()
     assert result.returncode in (0, 1), result.stderr
-    assert bridge.errors == []
+    assert bridge.errors == [] and bridge.error_actions == []
     report = json.loads((tmp_path / "r.json").read_text())
-    assert report["sent"] == report["acked"] == report["received"] == bridge.forwarded == 1500
+    assert report["sent"] == report["acked"] == report["received"] == bridge.forwarded == bridge.delivered == 1500
     assert report["lost"] == 0 and report["duplicates"] == 0 and report["delivery_errors"] == 0
     assert report["e2e_latency_ms"]["count"] == 1000  # the warmup's 500 are not measured
     assert report["consumer"]["drained"] is True

@@ -55,7 +55,8 @@ def actions_of(statement: dict) -> set[str]:
 def test_rule_reads_every_device_topic_and_takes_the_device_id_from_the_topic(synthesized, env):
     payload = rule(synthesized, env)["TopicRulePayload"]
     assert rule(synthesized, env)["RuleName"] == f"telemetry_{env}_device_telemetry"
-    assert payload["Sql"] == "SELECT *, topic(2) AS device_id FROM 'telemetry/+/data'"
+    # The payload as the device sent it: nothing added whose place in the JSON AWS leaves open.
+    assert payload["Sql"] == "SELECT * FROM 'telemetry/+/data'"
     assert payload["AwsIotSqlVersion"] == "2016-03-23"
     assert payload["RuleDisabled"] is False
 
@@ -65,8 +66,11 @@ def test_kafka_action_keys_by_device_carries_the_send_time_and_acks_1(synthesize
     kafka = action["Kafka"]
     assert kafka["Topic"] == "telemetry"
     assert kafka["Key"] == "${topic(2)}"
-    # simulator/payload.py's `sent_ns` field: the device's own send time in nanoseconds.
-    assert kafka["Headers"] == [{"Key": "device_sent_ns", "Value": "${sent_ns}"}]
+    # The thing name (the sink's device id) and simulator/payload.py's `sent_ns` field.
+    assert kafka["Headers"] == [
+        {"Key": "iot_thing_name", "Value": "${topic(2)}"},
+        {"Key": "device_sent_ns", "Value": "${sent_ns}"},
+    ]
     assert "TelemetryRuleDestination" in kafka["DestinationArn"]["Fn::GetAtt"][0]
     props = kafka["ClientProperties"]
     assert props["acks"] == "1"  # the Kafka action accepts only 0 or 1
@@ -318,3 +322,38 @@ def test_fleet_hosts_read_device_credentials_under_their_path_only_and_decrypt_t
     outputs = template["Outputs"]
     assert outputs["DeviceCredentialsKeyArn"]["Value"] == {"Fn::GetAtt": [key_id, "Arn"]}
     assert outputs["DeviceCredentialsPath"]["Value"] == device_credentials_path(config)
+
+
+def test_a_payload_that_carries_device_id_passes_the_rule_unchanged_with_the_thing_name_beside_it(synthesized):
+    """The synthesized rule, evaluated as AWS documents it (tests/iot_rule_bridge.py): the device's
+    own device_id stays as sent, and the thing name travels in the key and a header."""
+    from simulator.payload import TelemetryTemplate
+    from tests.iot_rule_bridge import KafkaRule
+
+    rule_ = KafkaRule.from_template(synthesized("dev").stacks["device_gateway"])
+    template = TelemetryTemplate(run_id="r", producer_id="h", process_index=0, devices=[0], message_bytes=300)
+    payload = template.render(0, 3, 1_764_000_000_000_000_000, 0)
+    topic = "telemetry/thing-0/data"
+
+    assert rule_.select(topic, payload) == json.loads(payload)
+    assert rule_.substitute(rule_.key, topic, payload) == "thing-0"
+    assert {k: rule_.substitute(v, topic, payload) for k, v in rule_.headers} == {
+        "iot_thing_name": "thing-0",
+        "device_sent_ns": "1764000000000000000",
+    }
+
+
+def test_the_rule_stand_in_refuses_an_alias_that_repeats_a_payload_key(synthesized):
+    """The old rule, SELECT *, topic(2) AS device_id, over a payload with device_id: the SQL reference
+    does not say which key the output keeps, so the stand-in refuses to guess (and the sink rejects
+    duplicate keys)."""
+    import dataclasses
+
+    from tests.iot_rule_bridge import KafkaRule, UndocumentedRuleBehaviour
+
+    shipped = KafkaRule.from_template(synthesized("dev").stacks["device_gateway"])
+    old = dataclasses.replace(shipped, sql="SELECT *, topic(2) AS device_id FROM 'telemetry/+/data'")
+    payload = json.dumps({"device_id": "thing-0", "seq": 1}).encode()
+    with pytest.raises(UndocumentedRuleBehaviour, match="'topic\\(2\\) AS device_id' names a key the payload already has"):
+        old.select("telemetry/thing-0/data", payload)
+    assert old.select("telemetry/thing-0/data", json.dumps({"seq": 1}).encode()) == {"seq": 1, "device_id": "thing-0"}

@@ -75,6 +75,11 @@ public final class TelemetryParser {
         if (thingName != null && thingName.isBlank()) {
             throw new InvalidTelemetryException("header " + KafkaMessage.THING_NAME_HEADER + " is empty");
         }
+        if (thingName != null && thingName.contains("${")) {
+            // A rules engine that wrote the template instead of its value: no device is named so.
+            throw new InvalidTelemetryException(
+                    "header " + KafkaMessage.THING_NAME_HEADER + " is an unsubstituted template: " + thingName);
+        }
         TelemetryRecord record = new TelemetryRecord();
         try (JsonParser json = JSON.createParser(value)) {
             if (json.nextToken() != JsonToken.START_OBJECT) {

@@ -81,6 +81,13 @@ class TelemetryParserTest {
     }
 
     @Test
+    void aThingNameHeaderTheRulesEngineDidNotSubstituteIsRejected() {
+        assertThatThrownBy(() -> TelemetryParser.parse(new KafkaMessage("t", 0, 1L, 99L, bytes(GOOD), "${topic(2)}")))
+                .isInstanceOf(InvalidTelemetryException.class)
+                .hasMessage("header iot_thing_name is an unsubstituted template: ${topic(2)}");
+    }
+
+    @Test
     void anEmptyThingNameHeaderIsRejected() {
         assertThatThrownBy(() -> TelemetryParser.parse(new KafkaMessage("t", 0, 1L, 99L, bytes(GOOD), " ")))
                 .isInstanceOf(InvalidTelemetryException.class)
