@@ -41,8 +41,8 @@ from simulator.report import format_summary, merge_reports, write_report  # noqa
 from stacks.config import ConfigError, EnvironmentConfig, load_environment, read_environments  # noqa: E402
 from stacks.naming import (  # noqa: E402
     FLEET_TAG,
-    IOT_ERROR_ACTION_TYPE,
-    IOT_KAFKA_ACTION_TYPE,
+    IOT_ERROR_ACTION_TYPES,
+    IOT_KAFKA_ACTION_TYPES,
     IOT_MQTT_PROTOCOL,
     device_rule_name,
     SIMULATOR_METRICS_NAMESPACE,
@@ -140,15 +140,16 @@ def split_rate(total: int, hosts: int) -> list[int]:
 
 
 # What AWS IoT counted over an MQTT run (namespace AWS/IoT, AWS IoT Developer Guide, "AWS IoT
-# metrics and dimensions"): report key -> (metric, its other dimensions, whether by RuleName).
+# metrics and dimensions"): report key -> (metric, the values of its other dimensions, whether by
+# RuleName); a key sums every listed value (stacks/naming.py: the page lists no ActionType values).
 # Throttled and failed messages never reach MSK; the error action's count repeats the failures.
 IOT_COUNTS = {
-    "publishes_throttled": ("PublishIn.Throttle", {"Protocol": IOT_MQTT_PROTOCOL}, False),
-    "connects_throttled": ("Connect.Throttle", {"Protocol": IOT_MQTT_PROTOCOL}, False),
-    "client_connects_throttled": ("Connect.ClientIDThrottle", {"Protocol": IOT_MQTT_PROTOCOL}, False),
-    "rule_messages_throttled": ("RuleMessageThrottled", {}, True),
-    "kafka_action_failures": ("Failure", {"ActionType": IOT_KAFKA_ACTION_TYPE}, True),
-    "kept_by_error_action": ("ErrorActionSuccess", {"ActionType": IOT_ERROR_ACTION_TYPE}, True),
+    "publishes_throttled": ("PublishIn.Throttle", [{"Protocol": IOT_MQTT_PROTOCOL}], False),
+    "connects_throttled": ("Connect.Throttle", [{"Protocol": IOT_MQTT_PROTOCOL}], False),
+    "client_connects_throttled": ("Connect.ClientIDThrottle", [{"Protocol": IOT_MQTT_PROTOCOL}], False),
+    "rule_messages_throttled": ("RuleMessageThrottled", [{}], True),
+    "kafka_action_failures": ("Failure", [{"ActionType": a} for a in IOT_KAFKA_ACTION_TYPES], True),
+    "kept_by_error_action": ("ErrorActionSuccess", [{"ActionType": a} for a in IOT_ERROR_ACTION_TYPES], True),
 }
 
 
@@ -184,30 +185,31 @@ class Fleet:
         end = end.replace(second=0, microsecond=0) + datetime.timedelta(minutes=1)
         period = int((end - start).total_seconds())
         queries = []
-        for index, (key, (metric, dimensions, by_rule)) in enumerate(IOT_COUNTS.items()):
-            names = {**({"RuleName": rule_name} if by_rule else {}), **dimensions}
-            queries.append(
-                {
-                    "Id": f"q{index}",
-                    "Label": key,
-                    "MetricStat": {
-                        "Metric": {
-                            "Namespace": "AWS/IoT",
-                            "MetricName": metric,
-                            "Dimensions": [{"Name": n, "Value": v} for n, v in names.items()],
+        for key, (metric, variants, by_rule) in IOT_COUNTS.items():
+            for dimensions in variants:
+                names = {**({"RuleName": rule_name} if by_rule else {}), **dimensions}
+                queries.append(
+                    {
+                        "Id": f"q{len(queries)}",
+                        "Label": key,
+                        "MetricStat": {
+                            "Metric": {
+                                "Namespace": "AWS/IoT",
+                                "MetricName": metric,
+                                "Dimensions": [{"Name": n, "Value": v} for n, v in names.items()],
+                            },
+                            "Period": period,
+                            "Stat": "Sum",
                         },
-                        "Period": period,
-                        "Stat": "Sum",
-                    },
-                }
-            )
+                    }
+                )
         answer = self._session.client("cloudwatch").get_metric_data(
             MetricDataQueries=queries, StartTime=start, EndTime=end
         )
-        return {
-            result["Label"]: int(sum(result.get("Values", [])))
-            for result in answer["MetricDataResults"]
-        }
+        counts = dict.fromkeys(IOT_COUNTS, 0)
+        for result in answer["MetricDataResults"]:
+            counts[result["Label"]] += int(sum(result.get("Values", [])))
+        return counts
 
     def running_hosts(self, fleet: str) -> list[str]:
         pages = self._ec2.get_paginator("describe_instances").paginate(

@@ -178,12 +178,16 @@ def athena_workgroup_name(config: EnvironmentConfig) -> str:
 DEVICE_TOPIC_ROOT = TOPIC_ROOT
 
 
-# Dimension values of AWS IoT's CloudWatch metrics (namespace AWS/IoT) for this gateway, read by
-# its alarms and by run_simulation.py's report. The metrics page names the dimensions but not these
-# values: ActionType as the rules engine names its actions (the error action message's
-# failedAction), Protocol as the console's protocol metrics show it. Not verified from a document.
-IOT_KAFKA_ACTION_TYPE = "KafkaAction"
-IOT_ERROR_ACTION_TYPE = "CloudwatchLogsAction"
+# Dimension values of AWS IoT's CloudWatch metrics (namespace AWS/IoT). "AWS IoT metrics and
+# dimensions" says only "ActionType: The action type specified by the rule that triggered the
+# request", with no list of values. The alarms do not depend on it: they sum every ActionType of
+# the rule with a Metrics Insights query (device_gateway_monitoring.py). run_simulation.py's report
+# reads plain metrics, so it sums each documented spelling of the action: its name in the API
+# ("Rule actions" table, "Name in API") and the error action message's failedAction form
+# ("Error handling": "S3Action"). Protocol is the console's name for MQTT; not verified from a
+# document either (the broker alarms depend on it).
+IOT_KAFKA_ACTION_TYPES = ("KafkaAction", "kafka")
+IOT_ERROR_ACTION_TYPES = ("CloudwatchLogsAction", "cloudwatchLogs")
 IOT_MQTT_PROTOCOL = "MQTT"
 
 

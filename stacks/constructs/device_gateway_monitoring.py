@@ -3,6 +3,10 @@
 Metrics (namespace AWS/IoT, AWS IoT Developer Guide, "AWS IoT metrics and dimensions"): rule
 metrics `TopicMatch`, `ParseError` and `RuleMessageThrottled` by `RuleName`; rule action metrics
 `Success`/`Failure` and `ErrorActionSuccess`/`ErrorActionFailure` by `RuleName` and `ActionType`.
+The page lists no ActionType values, and a guessed value is a series that never exists (an alarm
+on it stays OK forever), so the action metrics are read with a Metrics Insights query over the
+schema (RuleName, ActionType) filtered on the rule alone: every ActionType the rule has, summed.
+The rule has one action and one error action, so that sum is theirs.
 Message broker metrics `PublishIn.Success`/`PublishIn.Throttle` and `Connect.Success`/
 `Connect.Throttle`/`Connect.ClientIDThrottle` are per account and region, by `Protocol`; these
 count MQTT only (the devices' protocol), so another workload of the account shows up here too.
@@ -19,7 +23,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from stacks.constructs.alarm_topic import notifying_alarm
-from stacks.naming import IOT_ERROR_ACTION_TYPE, IOT_KAFKA_ACTION_TYPE, IOT_MQTT_PROTOCOL
+from stacks.naming import IOT_MQTT_PROTOCOL
 
 NAMESPACE = "AWS/IoT"
 PERIOD = Duration.minutes(5)
@@ -47,17 +51,25 @@ def per_second(metric_name: str, label: str) -> cloudwatch.MathExpression:
     )
 
 
-def rule_metric(rule_name: str, name: str, *, action_type: str | None = None, label: str | None = None) -> cloudwatch.Metric:
-    dimensions = {"RuleName": rule_name}
-    if action_type:
-        dimensions["ActionType"] = action_type
+def rule_metric(rule_name: str, name: str, *, label: str | None = None) -> cloudwatch.Metric:
+    """A rule metric (dimension RuleName only)."""
     return cloudwatch.Metric(
         namespace=NAMESPACE,
         metric_name=name,
-        dimensions_map=dimensions,
+        dimensions_map={"RuleName": rule_name},
         statistic="Sum",
         period=PERIOD,
         label=label or name,
+    )
+
+
+def rule_action_metric(rule_name: str, name: str, *, label: str) -> cloudwatch.MathExpression:
+    """A rule action metric summed over every ActionType of the rule (Metrics Insights)."""
+    return cloudwatch.MathExpression(
+        expression=f"SELECT SUM({name}) FROM SCHEMA(\"{NAMESPACE}\", ActionType, RuleName) WHERE RuleName = '{rule_name}'",
+        using_metrics={},
+        label=label,
+        period=PERIOD,
     )
 
 
@@ -78,16 +90,16 @@ class DeviceGatewayMonitoring(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         action = actions.SnsAction(alarm_topic)
-        kafka_failures = rule_metric(rule_name, "Failure", action_type=IOT_KAFKA_ACTION_TYPE, label="Kafka action failures")
-        error_action_failures = rule_metric(
-            rule_name, "ErrorActionFailure", action_type=IOT_ERROR_ACTION_TYPE, label="error action failures (messages lost)"
+        kafka_failures = rule_action_metric(rule_name, "Failure", label="Kafka action failures")
+        error_action_failures = rule_action_metric(
+            rule_name, "ErrorActionFailure", label="error action failures (messages lost)"
         )
-        error_action_deliveries = rule_metric(
-            rule_name, "ErrorActionSuccess", action_type=IOT_ERROR_ACTION_TYPE, label="messages kept in the error log group"
+        error_action_deliveries = rule_action_metric(
+            rule_name, "ErrorActionSuccess", label="messages kept by the error action"
         )
         throttled = rule_metric(rule_name, "RuleMessageThrottled", label="messages throttled")
         matched = rule_metric(rule_name, "TopicMatch", label="messages matched")
-        delivered = rule_metric(rule_name, "Success", action_type=IOT_KAFKA_ACTION_TYPE, label="delivered to Kafka")
+        delivered = rule_action_metric(rule_name, "Success", label="delivered to Kafka")
         parse_errors = rule_metric(rule_name, "ParseError", label="parse errors")
         publish_throttles = broker_metric("PublishIn.Throttle", label="publishes throttled (per connection or account)")
         connect_throttles = cloudwatch.MathExpression(

@@ -25,7 +25,12 @@ def server_properties(*, log_retention_hours: int, min_insync_replicas: int) -> 
         # Topics are declared in config and created by scripts/manage_topics.py, never by a typo.
         "auto.create.topics.enable": "false",
         "default.replication.factor": 3,
-        # With acks=all, a write survives the loss of any one broker (or one zone).
+        # What survives the loss of one broker (or one zone) depends on the writer's acks:
+        # - acks=all (the simulator, the Flink job's group commits, every IAM client here): the
+        #   leader acknowledges once min.insync.replicas (2) replicas have the write, so it survives;
+        # - acks=1 (device messages: the AWS IoT rule's Kafka action accepts only "0" or "1"): the
+        #   leader alone has it when it acknowledges, so a leader lost before its followers copied
+        #   the write loses it (kafka_topic_rule.py; README, "Durability of each path").
         "min.insync.replicas": min_insync_replicas,
         "unclean.leader.election.enable": "false",
         "log.retention.hours": log_retention_hours,

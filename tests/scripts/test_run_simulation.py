@@ -188,9 +188,11 @@ def test_an_mqtt_run_gives_each_host_its_own_devices_and_counts_what_aws_iot_thr
     at = datetime.datetime.now(datetime.timezone.utc)
     window = iter([at - datetime.timedelta(minutes=1), at + datetime.timedelta(minutes=1)])
     put_iot_metric(aws, "PublishIn.Throttle", 3, {"Protocol": "MQTT"})
+    # The metrics page lists no ActionType values: each documented spelling of the action counts.
     put_iot_metric(aws, "Failure", 2, {**rule, "ActionType": "KafkaAction"})
+    put_iot_metric(aws, "Failure", 1, {**rule, "ActionType": "kafka"})
     put_iot_metric(aws, "Failure", 5, {**rule, "ActionType": "LambdaAction"})  # another action: not ours
-    put_iot_metric(aws, "ErrorActionSuccess", 2, {**rule, "ActionType": "CloudwatchLogsAction"})
+    put_iot_metric(aws, "ErrorActionSuccess", 3, {**rule, "ActionType": "cloudwatchLogs"})
     put_iot_metric(aws, "PublishIn.Throttle", 7, {"Protocol": "HTTP"})  # another protocol: not ours
     waited: list[float] = []
 
@@ -208,10 +210,10 @@ def test_an_mqtt_run_gives_each_host_its_own_devices_and_counts_what_aws_iot_thr
     assert report["fleet"]["transport"] == "mqtt"
     assert report["iot"] == {
         "publishes_throttled": 3, "connects_throttled": 0, "client_connects_throttled": 0,
-        "rule_messages_throttled": 0, "kafka_action_failures": 2, "kept_by_error_action": 2,
+        "rule_messages_throttled": 0, "kafka_action_failures": 3, "kept_by_error_action": 3,
     }
     (check,) = [c for c in report["slo"]["checks"] if c["name"] == "AWS IoT throttles and rule failures"]
-    assert check == {"name": "AWS IoT throttles and rule failures", "limit": 0, "actual": 5, "passed": False}
+    assert check == {"name": "AWS IoT throttles and rule failures", "limit": 0, "actual": 6, "passed": False}
     assert report["slo"]["passed"] is False
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -210,11 +211,10 @@ def test_msk_cluster_adds_a_scram_listener_beside_iam_reachable_from_the_scram_g
 
 
 ALARMS = {
-    "telemetry-dev-device-gateway-KafkaActionFailures": ("Failure", "KafkaAction"),
-    "telemetry-dev-device-gateway-ErrorActionFailures": ("ErrorActionFailure", "CloudwatchLogsAction"),
-    "telemetry-dev-device-gateway-RuleThrottles": ("RuleMessageThrottled", None),
+    "telemetry-dev-device-gateway-KafkaActionFailures": "Failure",
+    "telemetry-dev-device-gateway-ErrorActionFailures": "ErrorActionFailure",
+    "telemetry-dev-device-gateway-RuleThrottles": "RuleMessageThrottled",
 }
-
 
 QUOTA_ALARMS = {
     "telemetry-dev-device-gateway-PublishThrottles",
@@ -228,23 +228,68 @@ def alarms_by_name(synthesized) -> dict[str, dict]:
     return {a["Properties"]["AlarmName"]: a["Properties"] for a in resources(synthesized, "AWS::CloudWatch::Alarm").values()}
 
 
+# AWS IoT Developer Guide, "AWS IoT metrics and dimensions": each metric's dimensions as the page
+# gives them ("Rule metrics": RuleName; "Rule action metrics": RuleName and ActionType; "Message
+# broker metrics": Protocol). The page lists no ActionType values.
+DOCUMENTED_DIMENSIONS = {
+    "RuleMessageThrottled": {"RuleName"},
+    "TopicMatch": {"RuleName"},
+    "ParseError": {"RuleName"},
+    "Success": {"RuleName", "ActionType"},
+    "Failure": {"RuleName", "ActionType"},
+    "ErrorActionSuccess": {"RuleName", "ActionType"},
+    "ErrorActionFailure": {"RuleName", "ActionType"},
+    "PublishIn.Throttle": {"Protocol"},
+    "PublishIn.Success": {"Protocol"},
+    "Connect.Throttle": {"Protocol"},
+    "Connect.ClientIDThrottle": {"Protocol"},
+    "Connect.Success": {"Protocol"},
+}
+INSIGHTS = re.compile(
+    r'^SELECT SUM\((?P<metric>[\w.]+)\) FROM SCHEMA\("(?P<namespace>[^"]+)", (?P<dims>[\w, ]+)\) '
+    r"WHERE RuleName = '(?P<rule>[^']+)'$"
+)
+
+
+def watched(alarm: dict) -> list[tuple[str, str, set[str], str]]:
+    """(namespace, metric, dimension names, statistic) of every metric an alarm reads."""
+    found = []
+    for query in alarm["Metrics"]:
+        if "MetricStat" in query:
+            stat = query["MetricStat"]
+            metric = stat["Metric"]
+            found.append((metric["Namespace"], metric["MetricName"], {d["Name"] for d in metric["Dimensions"]}, stat["Stat"]))
+        elif query["Expression"].startswith("SELECT"):
+            match = INSIGHTS.match(query["Expression"])
+            assert match, query["Expression"]
+            assert match["rule"] == "telemetry_dev_device_telemetry"
+            dims = {d.strip() for d in match["dims"].split(",")}
+            found.append((match["namespace"], match["metric"], dims, "Sum"))
+    return found
+
+
 def test_rule_failures_and_error_action_failures_alarm_to_the_alarm_topic(synthesized):
     alarms = alarms_by_name(synthesized)
     assert set(alarms) == set(ALARMS) | QUOTA_ALARMS
-    for name, (metric, action_type) in ALARMS.items():
+    for name, metric in ALARMS.items():
         alarm = alarms[name]
         (query,) = alarm["Metrics"]
-        stat = query["MetricStat"]
-        assert (stat["Metric"]["Namespace"], stat["Metric"]["MetricName"]) == ("AWS/IoT", metric)
-        assert (stat["Stat"], stat["Period"]) == ("Sum", 300)
-        dimensions = {d["Name"]: d["Value"] for d in stat["Metric"]["Dimensions"]}
-        expected = {"RuleName": "telemetry_dev_device_telemetry"}
-        if action_type:
-            expected["ActionType"] = action_type
-        assert dimensions == expected
+        assert watched(alarm) == [("AWS/IoT", metric, DOCUMENTED_DIMENSIONS[metric], "Sum")]
+        if "MetricStat" in query:  # a rule metric: RuleName is its one dimension
+            assert query["MetricStat"]["Metric"]["Dimensions"] == [{"Name": "RuleName", "Value": "telemetry_dev_device_telemetry"}]
+        else:  # an action metric: every ActionType of the rule, whatever AWS calls it
+            assert query["Period"] == 300
         assert alarm["Threshold"] == 1
         assert "AlarmsTopic" in json.dumps(alarm["AlarmActions"])
         assert "AlarmsTopic" in json.dumps(alarm["OKActions"])
+
+
+def test_every_gateway_alarm_reads_a_metric_by_the_dimensions_the_service_documents(synthesized):
+    for name, alarm in alarms_by_name(synthesized).items():
+        for namespace, metric, dimensions, statistic in watched(alarm):
+            assert namespace == "AWS/IoT", name
+            assert DOCUMENTED_DIMENSIONS[metric] == dimensions, name
+            assert statistic == "Sum", name  # every AWS/IoT count is summed per period
 
 
 def test_mqtt_throttles_and_rates_near_the_account_quotas_alarm(synthesized):
