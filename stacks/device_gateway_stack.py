@@ -18,6 +18,7 @@ from constructs import Construct
 from stacks.compliance import acknowledge, wildcard_resource_finding
 from stacks.config import EnvironmentConfig
 from stacks.constructs.bootstrap_brokers import BootstrapBrokers
+from stacks.constructs.destination_keeper import DestinationKeeper
 from stacks.constructs.device_gateway_monitoring import DeviceGatewayMonitoring
 from stacks.constructs.device_policy import DevicePolicy
 from stacks.constructs.kafka_topic_rule import KafkaTopicRule
@@ -79,6 +80,16 @@ class DeviceGatewayStack(Stack):
             bootstrap_brokers=brokers.brokers,
             scram_user=scram_user,
             error_log_retention_days=settings.error_log_retention_days,
+            removal_policy=removal_policy(config),
+        )
+        DestinationKeeper(
+            self,
+            "DestinationKeeper",
+            destination_arn=rule.destination.attr_arn,
+            environment=config.resource_prefix,
+            alarm_name_prefix=f"{config.resource_prefix}-device-gateway",
+            alarm_topic=alarm_topic,
+            log_retention_days=settings.error_log_retention_days,
             removal_policy=removal_policy(config),
         )
         DevicePolicy(self, "DevicePolicy", policy_name=device_policy_name(config), topic_root=DEVICE_TOPIC_ROOT)

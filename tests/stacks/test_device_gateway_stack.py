@@ -216,6 +216,10 @@ ALARMS = {
     "telemetry-dev-device-gateway-RuleThrottles": "RuleMessageThrottled",
 }
 
+DESTINATION_ALARMS = {
+    "telemetry-dev-device-gateway-DestinationCheckFailed",
+    "telemetry-dev-device-gateway-DestinationReEnabled",
+}
 QUOTA_ALARMS = {
     "telemetry-dev-device-gateway-PublishThrottles",
     "telemetry-dev-device-gateway-ConnectThrottles",
@@ -232,6 +236,10 @@ def alarms_by_name(synthesized) -> dict[str, dict]:
 # gives them ("Rule metrics": RuleName; "Rule action metrics": RuleName and ActionType; "Message
 # broker metrics": Protocol). The page lists no ActionType values.
 DOCUMENTED_DIMENSIONS = {
+    # Lambda Developer Guide, "Types of metrics for Lambda functions": Errors by FunctionName.
+    "Errors": {"FunctionName"},
+    # Our own, from lambdas/device_gateway/destination_keeper.py's Embedded Metric Format line.
+    "TopicRuleDestinationReEnabled": {"Environment"},
     "RuleMessageThrottled": {"RuleName"},
     "TopicMatch": {"RuleName"},
     "ParseError": {"RuleName"},
@@ -254,7 +262,9 @@ INSIGHTS = re.compile(
 def watched(alarm: dict) -> list[tuple[str, str, set[str], str]]:
     """(namespace, metric, dimension names, statistic) of every metric an alarm reads."""
     found = []
-    for query in alarm["Metrics"]:
+    if "MetricName" in alarm:
+        found.append((alarm["Namespace"], alarm["MetricName"], {d["Name"] for d in alarm["Dimensions"]}, alarm["Statistic"]))
+    for query in alarm.get("Metrics", []):
         if "MetricStat" in query:
             stat = query["MetricStat"]
             metric = stat["Metric"]
@@ -270,7 +280,7 @@ def watched(alarm: dict) -> list[tuple[str, str, set[str], str]]:
 
 def test_rule_failures_and_error_action_failures_alarm_to_the_alarm_topic(synthesized):
     alarms = alarms_by_name(synthesized)
-    assert set(alarms) == set(ALARMS) | QUOTA_ALARMS
+    assert set(alarms) == set(ALARMS) | QUOTA_ALARMS | DESTINATION_ALARMS
     for name, metric in ALARMS.items():
         alarm = alarms[name]
         (query,) = alarm["Metrics"]
@@ -287,7 +297,9 @@ def test_rule_failures_and_error_action_failures_alarm_to_the_alarm_topic(synthe
 def test_every_gateway_alarm_reads_a_metric_by_the_dimensions_the_service_documents(synthesized):
     for name, alarm in alarms_by_name(synthesized).items():
         for namespace, metric, dimensions, statistic in watched(alarm):
-            assert namespace == "AWS/IoT", name
+            assert namespace == {"Errors": "AWS/Lambda", "TopicRuleDestinationReEnabled": "Telemetry/DeviceGateway"}.get(
+                metric, "AWS/IoT"
+            ), name
             assert DOCUMENTED_DIMENSIONS[metric] == dimensions, name
             assert statistic == "Sum", name  # every AWS/IoT count is summed per period
 
@@ -402,3 +414,29 @@ def test_the_rule_stand_in_refuses_an_alias_that_repeats_a_payload_key(synthesiz
     with pytest.raises(UndocumentedRuleBehaviour, match="'topic\\(2\\) AS device_id' names a key the payload already has"):
         old.select("telemetry/thing-0/data", payload)
     assert old.select("telemetry/thing-0/data", json.dumps({"seq": 1}).encode()) == {"seq": 1, "device_id": "thing-0"}
+
+
+def test_the_destination_is_checked_hourly_by_a_function_that_may_touch_only_it(synthesized):
+    template = synthesized("dev").stacks["device_gateway"]
+    (destination_id, _) = only(synthesized, "AWS::IoT::TopicRuleDestination")
+    (function,) = [
+        r["Properties"] for r in resources(synthesized, "AWS::Lambda::Function").values()
+        if r["Properties"].get("Handler") == "destination_keeper.handler"
+    ]  # fmt: skip
+    assert function["Environment"]["Variables"]["DESTINATION_ARN"] == {"Fn::GetAtt": [destination_id, "Arn"]}
+    (schedule,) = [
+        r["Properties"] for r in resources(synthesized, "AWS::Events::Rule").values()
+        if r["Properties"].get("ScheduleExpression")
+    ]  # fmt: skip
+    assert schedule["ScheduleExpression"] == "rate(1 hour)"
+    statements = [
+        st for r in resources(synthesized, "AWS::IAM::Policy").values()
+        if r["Properties"]["PolicyName"].startswith("DestinationKeeper")
+        for st in r["Properties"]["PolicyDocument"]["Statement"]
+    ]  # fmt: skip
+    assert statements == [{
+        "Action": ["iot:GetTopicRuleDestination", "iot:UpdateTopicRuleDestination"],
+        "Effect": "Allow",
+        "Resource": {"Fn::GetAtt": [destination_id, "Arn"]},
+    }]  # fmt: skip
+    assert "TopicRuleDestination" in json.dumps(template["Resources"][destination_id])

@@ -1,0 +1,1 @@
+"""Runtime code of the device gateway's own functions."""
