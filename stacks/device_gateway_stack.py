@@ -82,10 +82,11 @@ class DeviceGatewayStack(Stack):
             error_log_retention_days=settings.error_log_retention_days,
             removal_policy=removal_policy(config),
         )
-        DestinationKeeper(
+        keeper = DestinationKeeper(
             self,
             "DestinationKeeper",
             destination_arn=rule.destination.attr_arn,
+            destination_role=rule.destination_role,
             environment=config.resource_prefix,
             alarm_name_prefix=f"{config.resource_prefix}-device-gateway",
             alarm_topic=alarm_topic,
@@ -108,6 +109,7 @@ class DeviceGatewayStack(Stack):
         self._device_credentials(config, fleet_role)
         CfnOutput(self, "TopicRuleName", value=rule.rule_name)
         CfnOutput(self, "ErrorLogGroup", value=rule.error_logs.log_group_name)
+        CfnOutput(self, "DestinationKeeperLogGroup", value=keeper.log_group.log_group_name)
         CfnOutput(self, "ScramSecretArn", value=scram_user.secret.secret_arn)
         CfnOutput(self, "DevicePolicyName", value=device_policy_name(config))
 

@@ -6,8 +6,10 @@ destination change, the destination will be disabled" (AWS IoT Developer Guide, 
 cloud (VPC) destinations"). CloudFormation sees that only as drift, and every device message then
 fails the Kafka action. This function runs on a schedule, reads the destination's status and acts:
 
-- ENABLED, IN_PROGRESS (the service is creating its network interfaces; it ends ENABLED or ERROR):
-  nothing to do;
+- ENABLED: nothing to do;
+- IN_PROGRESS (the service is creating its network interfaces; "After a few minutes, its status
+  will change to either ERROR ... or ENABLED", on creation): nothing to do for STUCK_AFTER; a
+  destination still IN_PROGRESS after that fails the run;
 - DISABLED: UpdateTopicRuleDestination with status ENABLED ("DISABLED ... You can set status to
   ENABLED by calling UpdateTopicRuleDestination", AWS IoT API Reference, TopicRuleDestination),
   and one Embedded Metric Format line that counts it, so the operator hears of it;
@@ -23,25 +25,36 @@ hour, and every run is safe to repeat.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import time
 
 METRIC_NAMESPACE = "Telemetry/DeviceGateway"
 REENABLED_METRIC = "TopicRuleDestinationReEnabled"
-QUIET = ("ENABLED", "IN_PROGRESS")
+STUCK_AFTER = datetime.timedelta(hours=1)
 
 
 class DestinationUnusable(Exception):
     """The destination is in a state enabling cannot fix."""
 
 
-def keep_enabled(iot, arn: str) -> str:
+def keep_enabled(iot, arn: str, now: datetime.datetime | None = None) -> str:
     """Reads the destination and re-enables it when AWS IoT disabled it; what it found or did."""
     destination = iot.get_topic_rule_destination(arn=arn)["topicRuleDestination"]
     status = destination.get("status", "")
-    if status in QUIET:
+    if status == "ENABLED":
         return status
+    if status == "IN_PROGRESS":
+        since = destination.get("lastUpdatedAt")
+        now = now or datetime.datetime.now(datetime.timezone.utc)
+        if since is None or now - since < STUCK_AFTER:
+            return status
+        raise DestinationUnusable(
+            f"topic rule destination {arn} has been IN_PROGRESS since {since.isoformat()}, over "
+            f"{STUCK_AFTER} ({destination.get('statusReason') or 'no statusReason given'}): its network "
+            "interfaces are not coming up; see the destination in the AWS IoT console"
+        )
     if status == "DISABLED":
         iot.update_topic_rule_destination(arn=arn, status="ENABLED")
         return "RE-ENABLED"

@@ -43,6 +43,7 @@ class DestinationKeeper(Construct):
         construct_id: str,
         *,
         destination_arn: str,
+        destination_role: iam.IRole,
         environment: str,
         alarm_name_prefix: str,
         alarm_topic: sns.ITopic,
@@ -50,7 +51,7 @@ class DestinationKeeper(Construct):
         removal_policy: cdk.RemovalPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
-        logs = log_group(self, "Logs", retention_days=log_retention_days, removal_policy=removal_policy)
+        self.log_group = logs = log_group(self, "Logs", retention_days=log_retention_days, removal_policy=removal_policy)
         self.function = lambda_.Function(
             self,
             "Function",
@@ -68,6 +69,17 @@ class DestinationKeeper(Construct):
             iam.PolicyStatement(
                 actions=["iot:GetTopicRuleDestination", "iot:UpdateTopicRuleDestination"],
                 resources=[destination_arn],
+            )
+        )
+        # Enabling a VPC destination makes the rules engine build its network interfaces again
+        # under the destination's role: the CloudFormation resource provider for
+        # AWS::IoT::TopicRuleDestination lists iam:PassRole beside the two iot actions for an
+        # update (its registry schema, handlers.update.permissions). Passed only to AWS IoT.
+        self.function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["iam:PassRole"],
+                resources=[destination_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": "iot.amazonaws.com"}},
             )
         )
         role = self.function.role

@@ -86,7 +86,7 @@ class KafkaTopicRule(Construct):
         stack = Stack.of(self)
         self.rule_name = rule_name
 
-        destination_role = iam.Role(
+        self.destination_role = destination_role = iam.Role(
             self,
             "DestinationRole",
             assumed_by=iot_service_principal(stack.account),

@@ -9,6 +9,7 @@ UpdateTopicRuleDestination.
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import boto3
@@ -27,8 +28,10 @@ def stubbed_iot():
     return iot, Stubber(iot)
 
 
-def destination(status: str, reason: str | None = None) -> dict:
+def destination(status: str, reason: str | None = None, updated: datetime.datetime | None = None) -> dict:
     found = {"arn": ARN, "status": status, "vpcProperties": {"vpcId": "vpc-1", "subnetIds": ["subnet-1"]}}
+    if updated:
+        found["lastUpdatedAt"] = updated
     if reason:
         found["statusReason"] = reason
     return {"topicRuleDestination": found}
@@ -40,13 +43,23 @@ def test_the_model_knows_exactly_the_statuses_the_keeper_handles():
     assert statuses == {"ENABLED", "IN_PROGRESS", "DISABLED", "ERROR", "DELETING"}
 
 
+NOW = datetime.datetime(2026, 11, 26, 12, 0, tzinfo=datetime.timezone.utc)
+
+
 @pytest.mark.parametrize("status", ["ENABLED", "IN_PROGRESS"])
 def test_an_enabled_or_starting_destination_is_left_alone(status):
     iot, stub = stubbed_iot()
-    stub.add_response("get_topic_rule_destination", destination(status), {"arn": ARN})
+    stub.add_response("get_topic_rule_destination", destination(status, updated=NOW - datetime.timedelta(minutes=50)), {"arn": ARN})
     with stub:
-        assert keep_enabled(iot, ARN) == status
+        assert keep_enabled(iot, ARN, now=NOW) == status
     stub.assert_no_pending_responses()
+
+
+def test_a_destination_stuck_in_progress_for_over_an_hour_fails_the_run():
+    iot, stub = stubbed_iot()
+    stub.add_response("get_topic_rule_destination", destination("IN_PROGRESS", updated=NOW - datetime.timedelta(minutes=61)), {"arn": ARN})
+    with stub, pytest.raises(DestinationUnusable, match="has been IN_PROGRESS since 2026-11-26T10:59:00"):
+        keep_enabled(iot, ARN, now=NOW)
 
 
 def test_a_destination_aws_iot_disabled_is_found_and_re_enabled():

@@ -434,9 +434,19 @@ def test_the_destination_is_checked_hourly_by_a_function_that_may_touch_only_it(
         if r["Properties"]["PolicyName"].startswith("DestinationKeeper")
         for st in r["Properties"]["PolicyDocument"]["Statement"]
     ]  # fmt: skip
-    assert statements == [{
-        "Action": ["iot:GetTopicRuleDestination", "iot:UpdateTopicRuleDestination"],
-        "Effect": "Allow",
-        "Resource": {"Fn::GetAtt": [destination_id, "Arn"]},
-    }]  # fmt: skip
+    (role_id,) = [k for k in resources(synthesized, "AWS::IAM::Role") if k.startswith("TelemetryRuleDestinationRole")]
+    assert statements == [
+        {
+            "Action": ["iot:GetTopicRuleDestination", "iot:UpdateTopicRuleDestination"],
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [destination_id, "Arn"]},
+        },
+        {
+            # Enabling rebuilds the destination's network interfaces under its role.
+            "Action": "iam:PassRole",
+            "Condition": {"StringEquals": {"iam:PassedToService": "iot.amazonaws.com"}},
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [role_id, "Arn"]},
+        },
+    ]  # fmt: skip
     assert "TopicRuleDestination" in json.dumps(template["Resources"][destination_id])
