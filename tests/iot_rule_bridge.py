@@ -29,6 +29,9 @@ What no source says, and so is chosen here to keep consumers honest:
 - Whether the rules engine ever writes a message twice (its retries); the bridge writes once.
 - The client id of the publisher (the error message's clientId): the bridge cannot see it and
   writes the thing name, which the device policy makes the client id.
+- The error message's failedAction for the Kafka action: the page's example shows only "S3Action",
+  so "KafkaAction" follows that pattern; failedResource is the Kafka topic, and errorMessage is the
+  Kafka client's error text, where IoT writes its own wording.
 """
 
 from __future__ import annotations
@@ -74,8 +77,8 @@ class KafkaRule:
     """The rule as the template declares it."""
 
     name: str
-    sql: str
     topic_filter: str
+    select_items: tuple[str, ...]  # the SELECT clause, item by item
     kafka_topic: str
     key: str
     headers: tuple[tuple[str, str], ...]
@@ -93,21 +96,26 @@ class KafkaRule:
             raise UndocumentedRuleBehaviour(f"the bridge evaluates SELECT ... FROM '<filter>' only, not {sql!r}")
         return cls(
             name=rule["Properties"]["RuleName"],
-            sql=sql,
             topic_filter=match["filter"],
+            select_items=tuple(part.strip() for part in match["items"].split(",")),
             kafka_topic=kafka["Topic"],
             key=kafka["Key"],
             headers=tuple((h["Key"], h["Value"]) for h in kafka.get("Headers", [])),
             acks=kafka["ClientProperties"]["acks"],
         )
 
-    def select(self, topic: str, payload: bytes) -> dict:
-        """The SELECT clause's output for one message."""
+    @staticmethod
+    def message(payload: bytes) -> dict:
+        """The JSON object a message carries, as the SELECT clause and the templates read it."""
         document = json.loads(payload)
         if not isinstance(document, dict):
             raise UndocumentedRuleBehaviour("the bridge selects from JSON object payloads only")
+        return document
+
+    def select(self, topic: str, document: dict) -> dict:
+        """The SELECT clause's output for one message (its JSON object, from message())."""
         output: dict = {}
-        for item in (part.strip() for part in _SQL.match(self.sql)["items"].split(",")):
+        for item in self.select_items:
             if item == "*":
                 output.update(document)
                 continue
@@ -124,9 +132,8 @@ class KafkaRule:
             output[alias] = value
         return output
 
-    def substitute(self, template: str, topic: str, payload: bytes) -> str:
-        """A substitution template, evaluated against the original message."""
-        document = json.loads(payload)
+    def substitute(self, template: str, topic: str, document: dict) -> str:
+        """A substitution template, evaluated against the original message (its JSON object)."""
 
         def value(match: re.Match) -> str:
             expression = match["expression"].strip()
@@ -195,9 +202,10 @@ class IotRuleBridge:
     def _on_message(self, topic, payload, **_):
         """On an awscrt thread; confluent-kafka's produce() is thread-safe."""
         try:
-            value = json.dumps(self.rule.select(topic, payload), sort_keys=True).encode()
-            key = self.rule.substitute(self.rule.key, topic, payload).encode()
-            headers = [(k, self.rule.substitute(v, topic, payload).encode()) for k, v in self.rule.headers]
+            document = self.rule.message(payload)
+            value = json.dumps(self.rule.select(topic, document), sort_keys=True).encode()
+            key = self.rule.substitute(self.rule.key, topic, document).encode()
+            headers = [(k, self.rule.substitute(v, topic, document).encode()) for k, v in self.rule.headers]
         except Exception as error:  # noqa: BLE001 - the test reads these
             self.errors.append(f"{type(error).__name__}: {error}")
             return

@@ -30,7 +30,9 @@ from stacks.constructs.lifecycle_functions import ARCHITECTURE, RUNTIME
 from stacks.constructs.log_group import log_group
 
 CODE = Path(__file__).resolve().parents[2] / "lambdas" / "device_gateway"
-# lambdas/device_gateway/destination_keeper.py
+# The metric lambdas/device_gateway/destination_keeper.py writes when it re-enables the destination
+# (the function's package cannot import the stacks; tests/lambdas/test_destination_keeper.py holds
+# the two to the same names).
 METRIC_NAMESPACE = "Telemetry/DeviceGateway"
 REENABLED_METRIC = "TopicRuleDestinationReEnabled"
 CHECK_INTERVAL = cdk.Duration.hours(1)

@@ -86,7 +86,7 @@ class KafkaTopicRule(Construct):
         stack = Stack.of(self)
         self.rule_name = rule_name
 
-        self.destination_role = destination_role = iam.Role(
+        self.destination_role = iam.Role(
             self,
             "DestinationRole",
             assumed_by=iot_service_principal(stack.account),
@@ -98,7 +98,7 @@ class KafkaTopicRule(Construct):
             },
         )
         acknowledge(
-            destination_role,
+            self.destination_role,
             "AwsSolutions-IAM5",
             "The AWS IoT Developer Guide's policy for a VPC destination role grants these network "
             "interface actions on all resources; the interfaces do not exist before the rules engine creates them",
@@ -112,7 +112,7 @@ class KafkaTopicRule(Construct):
                 vpc_id=vpc.vpc_id,
                 subnet_ids=[subnet.subnet_id for subnet in subnets],
                 security_groups=[security_group.security_group_id],
-                role_arn=destination_role.role_arn,
+                role_arn=self.destination_role.role_arn,
             ),
         )
 

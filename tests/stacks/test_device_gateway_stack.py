@@ -391,10 +391,11 @@ def test_a_payload_that_carries_device_id_passes_the_rule_unchanged_with_the_thi
     template = TelemetryTemplate(run_id="r", producer_id="h", process_index=0, devices=[0], message_bytes=300)
     payload = template.render(0, 3, 1_764_000_000_000_000_000, 0)
     topic = "telemetry/thing-0/data"
+    document = KafkaRule.message(payload)
 
-    assert rule_.select(topic, payload) == json.loads(payload)
-    assert rule_.substitute(rule_.key, topic, payload) == "thing-0"
-    assert {k: rule_.substitute(v, topic, payload) for k, v in rule_.headers} == {
+    assert rule_.select(topic, document) == json.loads(payload)
+    assert rule_.substitute(rule_.key, topic, document) == "thing-0"
+    assert {k: rule_.substitute(v, topic, document) for k, v in rule_.headers} == {
         "iot_thing_name": "thing-0",
         "device_sent_ns": "1764000000000000000",
     }
@@ -409,11 +410,10 @@ def test_the_rule_stand_in_refuses_an_alias_that_repeats_a_payload_key(synthesiz
     from tests.iot_rule_bridge import KafkaRule, UndocumentedRuleBehaviour
 
     shipped = KafkaRule.from_template(synthesized("dev").stacks["device_gateway"])
-    old = dataclasses.replace(shipped, sql="SELECT *, topic(2) AS device_id FROM 'telemetry/+/data'")
-    payload = json.dumps({"device_id": "thing-0", "seq": 1}).encode()
+    old = dataclasses.replace(shipped, select_items=("*", "topic(2) AS device_id"))
     with pytest.raises(UndocumentedRuleBehaviour, match="'topic\\(2\\) AS device_id' names a key the payload already has"):
-        old.select("telemetry/thing-0/data", payload)
-    assert old.select("telemetry/thing-0/data", json.dumps({"seq": 1}).encode()) == {"seq": 1, "device_id": "thing-0"}
+        old.select("telemetry/thing-0/data", {"device_id": "thing-0", "seq": 1})
+    assert old.select("telemetry/thing-0/data", {"seq": 1}) == {"seq": 1, "device_id": "thing-0"}
 
 
 def test_the_destination_is_checked_hourly_by_a_function_that_may_touch_only_it(synthesized):
