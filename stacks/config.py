@@ -485,8 +485,9 @@ class DeviceGatewayConfig(_Section):
     topic: str
     # The SCRAM user the rule's Kafka action signs in as; Kafka ACLs authorize it by this name.
     scram_username: str = Field(pattern=r"^[a-z][a-z0-9-]{2,31}$")
-    # Messages the rule could not deliver, kept in CloudWatch Logs with their original payload.
-    error_log_retention_days: int
+    # The device gateway's function logs (the destination keeper). Messages the rule could not
+    # deliver wait in an SQS queue for 14 days, the most SQS keeps one (failed_deliveries.py).
+    log_retention_days: int
     # Alarm when this many messages fail (Kafka action or error action) within five minutes.
     failure_alarm_messages: int = Field(default=1, ge=1)
     # The account's AWS IoT Core quotas in this region (AWS IoT Core endpoints and quotas,
@@ -497,7 +498,7 @@ class DeviceGatewayConfig(_Section):
     connect_quota_per_s: int = Field(default=500, ge=1)
     quota_alarm_percent: int = Field(default=80, ge=1, le=100)
 
-    _retention = field_validator("error_log_retention_days")(_check_retention)
+    _retention = field_validator("log_retention_days")(_check_retention)
 
 
 class EnvironmentConfig(_Section):

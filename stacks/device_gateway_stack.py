@@ -1,7 +1,7 @@
 """Device gateway stack: field devices into MSK through AWS IoT Core, with no Lambda in the path.
 
 The SCRAM user and its secret, the VPC topic rule destination, the topic rule with the Kafka action
-and its error log group, the devices' IoT policy, alarms and dashboard widgets. The MSK stack owns
+and the queue its error action fills, the devices' IoT policy, alarms and dashboard widgets. The MSK stack owns
 the SCRAM listener and the security group that reaches it.
 """
 
@@ -21,12 +21,15 @@ from stacks.constructs.bootstrap_brokers import BootstrapBrokers
 from stacks.constructs.destination_keeper import DestinationKeeper
 from stacks.constructs.device_gateway_monitoring import DeviceGatewayMonitoring
 from stacks.constructs.device_policy import DevicePolicy
+from stacks.constructs.failed_deliveries import FailedDeliveries
 from stacks.constructs.kafka_topic_rule import KafkaTopicRule
 from stacks.constructs.msk_cluster import MskCluster
 from stacks.constructs.scram_user import ScramUser
 from stacks.naming import (
     DEVICE_TOPIC_ROOT,
+    FAILED_DELIVERIES_QUEUE_OUTPUT,
     device_credentials_path,
+    device_failed_deliveries_queue_name,
     device_gateway_secret_name,
     device_policy_name,
     device_rule_name,
@@ -68,6 +71,14 @@ class DeviceGatewayStack(Stack):
             parameter_name=scram_bootstrap_parameter_name(config),
             listener="SaslScram",
         )
+        failed = FailedDeliveries(
+            self,
+            "FailedDeliveries",
+            queue_name=device_failed_deliveries_queue_name(config),
+            alarm_name_prefix=f"{config.resource_prefix}-device-gateway",
+            alarm_topic=alarm_topic,
+            removal_policy=removal_policy(config),
+        )
         rule = KafkaTopicRule(
             self,
             "TelemetryRule",
@@ -79,8 +90,7 @@ class DeviceGatewayStack(Stack):
             kafka_topic=settings.topic,
             bootstrap_brokers=brokers.brokers,
             scram_user=scram_user,
-            error_log_retention_days=settings.error_log_retention_days,
-            removal_policy=removal_policy(config),
+            error_queue=failed.queue,
         )
         keeper = DestinationKeeper(
             self,
@@ -90,7 +100,7 @@ class DeviceGatewayStack(Stack):
             environment=config.resource_prefix,
             alarm_name_prefix=f"{config.resource_prefix}-device-gateway",
             alarm_topic=alarm_topic,
-            log_retention_days=settings.error_log_retention_days,
+            log_retention_days=settings.log_retention_days,
             removal_policy=removal_policy(config),
         )
         DevicePolicy(self, "DevicePolicy", policy_name=device_policy_name(config), topic_root=DEVICE_TOPIC_ROOT)
@@ -108,7 +118,7 @@ class DeviceGatewayStack(Stack):
         )
         self._device_credentials(config, fleet_role)
         CfnOutput(self, "TopicRuleName", value=rule.rule_name)
-        CfnOutput(self, "ErrorLogGroup", value=rule.error_logs.log_group_name)
+        CfnOutput(self, FAILED_DELIVERIES_QUEUE_OUTPUT, value=failed.queue.queue_url)
         CfnOutput(self, "DestinationKeeperLogGroup", value=keeper.log_group.log_group_name)
         CfnOutput(self, "ScramSecretArn", value=scram_user.secret.secret_arn)
         CfnOutput(self, "DevicePolicyName", value=device_policy_name(config))

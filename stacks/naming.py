@@ -187,7 +187,7 @@ DEVICE_TOPIC_ROOT = TOPIC_ROOT
 # ("Error handling": "S3Action"). Protocol is the console's name for MQTT; not verified from a
 # document either (the broker alarms depend on it).
 IOT_KAFKA_ACTION_TYPES = ("KafkaAction", "kafka")
-IOT_ERROR_ACTION_TYPES = ("CloudwatchLogsAction", "cloudwatchLogs")
+IOT_ERROR_ACTION_TYPES = ("SqsAction", "sqs")
 IOT_MQTT_PROTOCOL = "MQTT"
 
 
@@ -222,6 +222,15 @@ def device_thing_name(config: EnvironmentConfig, index: int) -> str:
     """The simulator fleet's IoT things, made by scripts/provision_devices.py; the number has
     simulator.device_credentials.DEVICE_DIGITS digits."""
     return f"{device_thing_prefix(config)}{index:06d}"
+
+
+def device_failed_deliveries_queue_name(config: EnvironmentConfig) -> str:
+    """The queue the device rule's error action fills and `telemetry devices replay` empties."""
+    return f"{config.resource_prefix}-device-failed-deliveries"
+
+
+# The device gateway stack's output with that queue's URL (the replay reads it).
+FAILED_DELIVERIES_QUEUE_OUTPUT = "FailedDeliveriesQueueUrl"
 
 
 def device_credentials_path(config: EnvironmentConfig) -> str:

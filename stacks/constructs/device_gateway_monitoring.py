@@ -134,7 +134,7 @@ class DeviceGatewayMonitoring(Construct):
                     kafka_failures,
                     failure_alarm_messages,
                     f"Device messages the Kafka action could not write to MSK (rule {rule_name}); "
-                    "they are in the rule's error log group",
+                    "they wait in the failed-deliveries queue for `telemetry devices replay`",
                 ),
                 (
                     "ErrorActionFailures",

@@ -12,24 +12,24 @@ The rule selects the payload as the device sent it (`SELECT *`) and adds nothing
 name goes into the Kafka key and the header `iot_thing_name`, never into the JSON, because the SQL
 reference does not say what `SELECT *, topic(2) AS device_id` writes when the payload already has
 a `device_id` (devices send one), and the sink rejects a duplicate key.
-A failed delivery goes to the rule's error action, which keeps the original payload
-(`base64OriginalPayload`) in a log group of its own (AWS IoT Developer Guide, "Error handling").
+A failed delivery goes to the rule's error action, which writes the error action message with the
+original payload (`base64OriginalPayload`) into a queue (AWS IoT Developer Guide, "Error handling";
+the queue and why: failed_deliveries.py), from which `telemetry devices replay` publishes it again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_iot as iot
-from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from simulator.payload import RULE_SENT_NS_HEADER, RULE_THING_NAME_HEADER
 from stacks.compliance import acknowledge, wildcard_resource_finding
-from stacks.constructs.log_group import log_group
 from stacks.constructs.scram_user import ScramUser
 
 # The action's producer: librdkafka-style client properties (AWS IoT Developer Guide, "Apache Kafka").
@@ -79,8 +79,7 @@ class KafkaTopicRule(Construct):
         kafka_topic: str,
         bootstrap_brokers: str,
         scram_user: ScramUser,
-        error_log_retention_days: int,
-        removal_policy: RemovalPolicy,
+        error_queue: sqs.IQueue,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
@@ -116,17 +115,14 @@ class KafkaTopicRule(Construct):
             ),
         )
 
-        self.error_logs: logs.LogGroup = log_group(
-            self, "ErrorLogs", retention_days=error_log_retention_days, removal_policy=removal_policy
-        )
         rule_arn = stack.format_arn(service="iot", resource="rule", resource_name=rule_name)
         # Exactly what the rule needs at run time: read one secret (and decrypt it with its key),
-        # write to its own error log group.
+        # send failed messages to its own queue.
         self.role = iam.Role(
             self,
             "RuleRole",
             assumed_by=iot_service_principal(stack.account, rule_arn),
-            description=f"AWS IoT rule {rule_name}: reads its SCRAM secret, writes failed messages to its log group",
+            description=f"AWS IoT rule {rule_name}: reads its SCRAM secret, sends failed messages to its queue",
             inline_policies={
                 "RuleActions": iam.PolicyDocument(
                     statements=[
@@ -141,10 +137,8 @@ class KafkaTopicRule(Construct):
                                 "StringEquals": {"kms:ViaService": f"secretsmanager.{stack.region}.amazonaws.com"}
                             },
                         ),
-                        iam.PolicyStatement(
-                            actions=["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
-                            resources=[self.error_logs.log_group_arn],
-                        ),
+                        # The SQS action's one permission (AWS IoT Developer Guide, "SQS").
+                        iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[error_queue.queue_arn]),
                     ]
                 )
             },
@@ -187,11 +181,11 @@ class KafkaTopicRule(Construct):
                     )
                 ],
                 error_action=iot.CfnTopicRule.ActionProperty(
-                    cloudwatch_logs=iot.CfnTopicRule.CloudwatchLogsActionProperty(
-                        log_group_name=self.error_logs.log_group_name,
+                    sqs=iot.CfnTopicRule.SqsActionProperty(
+                        queue_url=error_queue.queue_url,
                         role_arn=role_arn,
-                        # One log event per failed message.
-                        batch_mode=False,
+                        # The body is the error action message's JSON text, as the replay reads it.
+                        use_base64=False,
                     )
                 ),
             ),

@@ -192,7 +192,7 @@ def test_an_mqtt_run_gives_each_host_its_own_devices_and_counts_what_aws_iot_thr
     put_iot_metric(aws, "Failure", 2, {**rule, "ActionType": "KafkaAction"})
     put_iot_metric(aws, "Failure", 1, {**rule, "ActionType": "kafka"})
     put_iot_metric(aws, "Failure", 5, {**rule, "ActionType": "LambdaAction"})  # another action: not ours
-    put_iot_metric(aws, "ErrorActionSuccess", 3, {**rule, "ActionType": "cloudwatchLogs"})
+    put_iot_metric(aws, "ErrorActionSuccess", 3, {**rule, "ActionType": "sqs"})
     put_iot_metric(aws, "PublishIn.Throttle", 7, {"Protocol": "HTTP"})  # another protocol: not ours
     waited: list[float] = []
 

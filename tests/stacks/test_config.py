@@ -127,9 +127,9 @@ def test_missing_environments_context():
         ),
         (
             "dev",
-            ("device_gateway", "error_log_retention_days"),
+            ("device_gateway", "log_retention_days"),
             10,
-            "device_gateway.error_log_retention_days: 10 is not a CloudWatch Logs retention",
+            "device_gateway.log_retention_days: 10 is not a CloudWatch Logs retention",
         ),
         ("dev", ("device_gateway", "scram_username"), "IoT User", "device_gateway.scram_username: String should match"),
         ("dev", ("device_gateway", "failure_alarm_messages"), 0, "device_gateway.failure_alarm_messages: Input should be"),

@@ -94,21 +94,44 @@ def test_scram_credentials_come_from_get_secret_under_the_rule_role(synthesized)
     assert "password" not in json.dumps(synthesized("dev").stacks["device_gateway"]["Outputs"]).lower()
 
 
-def test_error_action_keeps_every_failed_message_in_its_own_log_group(synthesized):
-    error = rule(synthesized)["TopicRulePayload"]["ErrorAction"]["CloudwatchLogs"]
-    groups = resources(synthesized, "AWS::Logs::LogGroup")
-    assert error["LogGroupName"]["Ref"].startswith("TelemetryRuleErrorLogs")
-    assert error["BatchMode"] is False
+def test_error_action_sends_every_failed_message_as_json_to_its_own_queue(synthesized):
+    (error_key,) = rule(synthesized)["TopicRulePayload"]["ErrorAction"]
+    error = rule(synthesized)["TopicRulePayload"]["ErrorAction"]["Sqs"]
+    queues = resources(synthesized, "AWS::SQS::Queue")
+    assert error_key == "Sqs"
+    assert error["QueueUrl"]["Ref"].startswith("FailedDeliveriesQueue")
+    assert error["QueueUrl"]["Ref"] in queues
+    assert error["UseBase64"] is False  # the body is the error action message, JSON
     assert error["RoleArn"]["Fn::GetAtt"][0].startswith("TelemetryRuleRuleRole")
-    assert error["LogGroupName"]["Ref"] in groups
+    outputs = synthesized("dev").stacks["device_gateway"]["Outputs"]
+    assert outputs["FailedDeliveriesQueueUrl"]["Value"] == error["QueueUrl"]
 
 
-@pytest.mark.parametrize("env, days", [("dev", 30), ("staging", 90), ("prod", 365)])
-def test_error_log_retention_follows_config_and_prod_keeps_it(synthesized, env, days):
-    error = rule(synthesized, env)["TopicRulePayload"]["ErrorAction"]["CloudwatchLogs"]
-    group = resources(synthesized, "AWS::Logs::LogGroup", env)[error["LogGroupName"]["Ref"]]
-    assert group["Properties"]["RetentionInDays"] == days
-    assert group["DeletionPolicy"] == ("Retain" if env == "prod" else "Delete")
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_the_failed_deliveries_queue_keeps_14_days_encrypted_over_tls_and_prod_keeps_it(synthesized, env):
+    error = rule(synthesized, env)["TopicRulePayload"]["ErrorAction"]["Sqs"]
+    queue = resources(synthesized, "AWS::SQS::Queue", env)[error["QueueUrl"]["Ref"]]
+    assert queue["Properties"]["QueueName"] == f"telemetry-{env}-device-failed-deliveries"
+    assert queue["Properties"]["MessageRetentionPeriod"] == 14 * 24 * 3600  # the most SQS allows
+    assert queue["Properties"]["SqsManagedSseEnabled"] is True
+    assert queue["DeletionPolicy"] == ("Retain" if env == "prod" else "Delete")
+    (policy,) = resources(synthesized, "AWS::SQS::QueuePolicy", env).values()
+    (deny,) = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+
+def test_failed_deliveries_alarm_while_waiting_and_four_days_before_sqs_deletes_them(synthesized):
+    alarms = {a["Properties"]["AlarmName"]: a["Properties"] for a in resources(synthesized, "AWS::CloudWatch::Alarm").values()
+              if isinstance(a["Properties"].get("AlarmName"), str)}
+    waiting = alarms["telemetry-dev-device-gateway-FailedDeliveriesWaiting"]
+    expiring = alarms["telemetry-dev-device-gateway-FailedDeliveriesExpiring"]
+    for alarm in (waiting, expiring):
+        assert alarm["Namespace"] == "AWS/SQS" and alarm["Statistic"] == "Maximum"
+        (dimension,) = alarm["Dimensions"]
+        assert dimension["Name"] == "QueueName"
+        assert alarm["TreatMissingData"] == "notBreaching"
+    assert waiting["MetricName"] == "ApproximateNumberOfMessagesVisible" and waiting["Threshold"] == 1
+    assert expiring["MetricName"] == "ApproximateAgeOfOldestMessage" and expiring["Threshold"] == 10 * 24 * 3600
 
 
 def test_vpc_destination_uses_private_subnets_the_scram_client_group_and_a_network_role(synthesized):
@@ -125,14 +148,14 @@ def test_vpc_destination_uses_private_subnets_the_scram_client_group_and_a_netwo
     assert statement["Resource"] == "*"
 
 
-def test_rule_role_reads_exactly_its_secret_and_writes_exactly_its_log_group(synthesized):
+def test_rule_role_reads_exactly_its_secret_and_writes_exactly_its_queue(synthesized):
     secret_id, _ = only(synthesized, "AWS::SecretsManager::Secret")
     key_id, _ = scram_key(synthesized)
     by_actions = {frozenset(actions_of(s)): s for s in role_statements(synthesized, "TelemetryRuleRuleRole")}
     assert set(by_actions) == {
         frozenset({"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}),
         frozenset({"kms:Decrypt"}),
-        frozenset({"logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"}),
+        frozenset({"sqs:SendMessage"}),
     }
     assert by_actions[frozenset({"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"})]["Resource"] == {
         "Ref": secret_id
@@ -140,8 +163,8 @@ def test_rule_role_reads_exactly_its_secret_and_writes_exactly_its_log_group(syn
     decrypt = by_actions[frozenset({"kms:Decrypt"})]
     assert decrypt["Resource"] == {"Fn::GetAtt": [key_id, "Arn"]}
     assert decrypt["Condition"]["StringEquals"]["kms:ViaService"] == "secretsmanager.eu-west-1.amazonaws.com"
-    logs = by_actions[frozenset({"logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"})]
-    assert logs["Resource"]["Fn::GetAtt"][0].startswith("TelemetryRuleErrorLogs")
+    send = by_actions[frozenset({"sqs:SendMessage"})]
+    assert send["Resource"]["Fn::GetAtt"][0].startswith("FailedDeliveriesQueue")
 
 
 def test_only_this_accounts_iot_rule_may_assume_the_rule_role(synthesized):
@@ -219,6 +242,8 @@ ALARMS = {
 DESTINATION_ALARMS = {
     "telemetry-dev-device-gateway-DestinationCheckFailed",
     "telemetry-dev-device-gateway-DestinationReEnabled",
+    "telemetry-dev-device-gateway-FailedDeliveriesWaiting",
+    "telemetry-dev-device-gateway-FailedDeliveriesExpiring",
 }
 QUOTA_ALARMS = {
     "telemetry-dev-device-gateway-PublishThrottles",
@@ -240,6 +265,10 @@ DOCUMENTED_DIMENSIONS = {
     "Errors": {"FunctionName"},
     # Our own, from lambdas/device_gateway/destination_keeper.py's Embedded Metric Format line.
     "TopicRuleDestinationReEnabled": {"Environment"},
+    # SQS Developer Guide, "Available CloudWatch metrics for Amazon SQS": by QueueName; a gauge,
+    # so its alarms take the Maximum.
+    "ApproximateNumberOfMessagesVisible": {"QueueName"},
+    "ApproximateAgeOfOldestMessage": {"QueueName"},
     "RuleMessageThrottled": {"RuleName"},
     "TopicMatch": {"RuleName"},
     "ParseError": {"RuleName"},
@@ -297,11 +326,15 @@ def test_rule_failures_and_error_action_failures_alarm_to_the_alarm_topic(synthe
 def test_every_gateway_alarm_reads_a_metric_by_the_dimensions_the_service_documents(synthesized):
     for name, alarm in alarms_by_name(synthesized).items():
         for namespace, metric, dimensions, statistic in watched(alarm):
-            assert namespace == {"Errors": "AWS/Lambda", "TopicRuleDestinationReEnabled": "Telemetry/DeviceGateway"}.get(
-                metric, "AWS/IoT"
-            ), name
+            assert namespace == {
+                "Errors": "AWS/Lambda",
+                "TopicRuleDestinationReEnabled": "Telemetry/DeviceGateway",
+                "ApproximateNumberOfMessagesVisible": "AWS/SQS",
+                "ApproximateAgeOfOldestMessage": "AWS/SQS",
+            }.get(metric, "AWS/IoT"), name
             assert DOCUMENTED_DIMENSIONS[metric] == dimensions, name
-            assert statistic == "Sum", name  # every AWS/IoT count is summed per period
+            # every count is summed per period; the queue's gauges take their Maximum
+            assert statistic == ("Maximum" if namespace == "AWS/SQS" else "Sum"), name
 
 
 def test_mqtt_throttles_and_rates_near_the_account_quotas_alarm(synthesized):

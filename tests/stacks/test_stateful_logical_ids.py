@@ -32,6 +32,7 @@ STATEFUL_TYPES = (
     "AWS::KinesisAnalyticsV2::Application",
     "AWS::EC2::VPC",
     "AWS::EC2::Subnet",
+    "AWS::SQS::Queue",  # messages waiting to be replayed or read
 )
 
 
