@@ -74,6 +74,8 @@ COMMANDS = (
             WORKSTATION, "scripts.provision_devices", mode="delete"),
     Command(("devices", "export"), "write device certificates and keys into a folder", WORKSTATION,
             "scripts.provision_devices", mode="export"),
+    Command(("devices", "replay"), "publish again the device messages the IoT rule could not deliver to Kafka",
+            WORKSTATION, "scripts.replay_device_messages", json=True),
     Command(("simulate",), "run the simulator fleet over SSM Run Command and print the merged report",
             WORKSTATION, "scripts.run_simulation", dry_run_offline=True),
     Command(("cost",), "what the environment costs per month, per message and per device", OFFLINE
@@ -82,7 +84,7 @@ COMMANDS = (
 )
 GROUPS = {
     "cluster": "the Service Fabric cluster: bootstrap, status, scale, drain",
-    "devices": "the simulator's AWS IoT devices: provision, delete, export",
+    "devices": "AWS IoT devices: provision, delete and export the simulator's; replay failed deliveries",
 }
 
 
