@@ -441,6 +441,41 @@ def start_broker(
     return broker
 
 
+def kill_broker(state_dir: Path) -> Broker:
+    """Ends the broker's process as a lost machine would (SIGKILL: no controlled shutdown), keeping
+    its data and its record for restart_broker(); returns the record."""
+    broker = Broker(**json.loads((state_dir / "state.json").read_text()))
+    if _is_broker_process(broker.pid, broker.data_dir):
+        os.kill(broker.pid, signal.SIGKILL)
+        while _is_broker_process(broker.pid, broker.data_dir):
+            time.sleep(0.05)
+    return broker
+
+
+def restart_broker(state_dir: Path, libs_dir: Path = LIBS_DIR, ready_timeout: float = READY_TIMEOUT_S) -> Broker:
+    """Starts a killed plaintext broker again with its configuration and data, on its ports (a
+    broker coming back); returns once it answers."""
+    broker = Broker(**json.loads((state_dir / "state.json").read_text()))
+    if broker.super_user is not None:
+        raise LocalKafkaError("restart_broker restarts the plaintext broker only")
+    if _is_broker_process(broker.pid, broker.data_dir):
+        return broker
+    with open(broker.log_path, "ab") as log:
+        process = subprocess.Popen(
+            java_command("kafka.Kafka", str(Path(broker.data_dir) / "server.properties"), libs_dir=libs_dir,
+                         jvm_options=JVM_OPTIONS + QUICK_JIT),
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    broker = dataclasses.replace(broker, pid=process.pid)
+    Path(broker.state_file).write_text(json.dumps(dataclasses.asdict(broker), indent=2) + "\n")
+    deadline = time.monotonic() + ready_timeout
+    while not broker_is_ready(broker.port):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise LocalKafkaError(f"the restarted broker did not come back; see {broker.log_path}")
+        time.sleep(0.2)
+    return broker
+
+
 def stop_broker(state_dir: Path = CACHE_DIR, timeout: float = STOP_TIMEOUT_S) -> bool:
     """Stop the broker recorded in state_dir and delete its data; False when none was running."""
     state_file = state_dir / "state.json"

@@ -6,7 +6,9 @@ certificate, and may publish only to `telemetry/<thing name>/data`. Here the thi
 certificate's common name, the broker requires a certificate from the throwaway CA made here,
 takes the CN as the username and allows each username to write its own topic only. One extra
 identity, `reader`, may read `telemetry/#` (the tests' subscriber; AWS IoT's rules engine reads
-without any client connection).
+without any client connection). Another, `replayer`, may write every device's topic: it stands in
+for AWS IoT's data plane Publish, which `telemetry devices replay` calls with an IAM identity
+allowed iot:Publish on `topic/telemetry/*` (scripts/replay_device_messages.py).
 
 Needs the Debian package: `apt-get install mosquitto` (mosquitto 2.0). Every mosquitto setting
 below names the mosquitto.conf(5) entry it relies on.
@@ -31,6 +33,7 @@ from devtools.throwaway_ca import ThrowawayCa
 from simulator.device_certificates import TOPIC_ROOT, telemetry_topic
 
 READER = "reader"  # the identity that may read every device's topic
+REPLAYER = "replayer"  # the identity that may write every device's topic
 READY_TIMEOUT_S = 10.0
 
 
@@ -71,6 +74,8 @@ class Pki:
     devices: Path  # <thing>.cert.pem and <thing>.key.pem for every thing, as the simulator reads
     reader_cert: Path
     reader_key: Path
+    replayer_cert: Path
+    replayer_key: Path
     foreign_cert: Path  # a device certificate (CN = the first thing) from a CA the broker never saw
     foreign_key: Path
 
@@ -86,6 +91,7 @@ def make_pki(folder: Path, things: list[str]) -> Pki:
     for thing in things:
         _issue(authority, thing, devices, thing, server=False)
     reader_cert, reader_key = _issue(authority, READER, folder, READER, server=False)
+    replayer_cert, replayer_key = _issue(authority, REPLAYER, folder, REPLAYER, server=False)
     foreign_folder = folder / "foreign"
     foreign_folder.mkdir(exist_ok=True)
     foreign_cert, foreign_key = _issue(
@@ -98,6 +104,8 @@ def make_pki(folder: Path, things: list[str]) -> Pki:
         devices=devices,
         reader_cert=reader_cert,
         reader_key=reader_key,
+        replayer_cert=replayer_cert,
+        replayer_key=replayer_key,
         foreign_cert=foreign_cert,
         foreign_key=foreign_key,
     )
@@ -127,13 +135,21 @@ class Mosquitto:
     def reader_connection(self, client_id: str):
         """A connected MQTT client (AWS IoT Device SDK) as the READER identity, which may read
         every device's topic; the caller subscribes and disconnects."""
+        return self._connection(client_id, self.pki.reader_cert, self.pki.reader_key)
+
+    def replayer_connection(self, client_id: str):
+        """A connected MQTT client as the REPLAYER identity, which may publish to every device's
+        topic; the caller disconnects."""
+        return self._connection(client_id, self.pki.replayer_cert, self.pki.replayer_key)
+
+    def _connection(self, client_id: str, cert: Path, key: Path):
         from awsiot import mqtt_connection_builder
 
         connection = mqtt_connection_builder.mtls_from_path(
             endpoint="127.0.0.1",
             port=self.tls_port,
-            cert_filepath=str(self.pki.reader_cert),
-            pri_key_filepath=str(self.pki.reader_key),
+            cert_filepath=str(cert),
+            pri_key_filepath=str(key),
             ca_filepath=str(self.pki.ca),
             client_id=client_id,
             clean_session=True,
@@ -171,6 +187,8 @@ def _config(folder: Path, pki: Pki, tls_port: int, plaintext_port: int | None, d
         # user with %u replaced by the username, which here is the certificate's CN.
         f"user {READER}\n"
         f"topic read {TOPIC_ROOT}/#\n"
+        f"user {REPLAYER}\n"
+        f"topic write {telemetry_topic('+')}\n"
         f"pattern write {telemetry_topic('%u')}\n"
     )
     lines = [

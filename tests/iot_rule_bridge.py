@@ -37,6 +37,7 @@ What no source says, and so is chosen here to keep consumers honest:
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import threading
@@ -220,6 +221,19 @@ class IotRuleBridge:
             self.producer.produce(self.kafka_topic, value, key, headers=headers, on_delivery=delivered)
             self.producer.poll(0)
             self.forwarded += 1
+
+    @contextlib.contextmanager
+    def held(self, timeout: float = 30.0):
+        """While held, no message goes to Kafka (each waits on the bridge's thread), and when it
+        starts, every message handed to Kafka so far has its answer: delivered, or failed and
+        given to the error action. A test changes the broker inside it, so no write is in flight
+        at that moment. A real outage promises no such moment: a write the broker made and never
+        acknowledged goes to the error action too, and its replay is a duplicate (README, "Device
+        messages that failed")."""
+        with self._lock:
+            if self.producer.flush(timeout) != 0:
+                raise TimeoutError(f"messages still in flight after {timeout} s")
+            yield
 
     def close(self) -> None:
         self.connection.disconnect().result(5)

@@ -18,7 +18,6 @@ Kafka error; which IAM action that error means is decided here, not in the job.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 
@@ -36,7 +35,6 @@ from tests.msk_authorization import (
 
 pytestmark = pytest.mark.integration
 ENV = "dev"
-FLINK_POM = REPO / "flink" / "pom.xml"
 MESSAGES = 300
 PARTITIONS = 3
 
@@ -77,24 +75,6 @@ def sink_role(synthesized):
         g["PropertyMap"] for g in groups["PropertyGroups"] if g["PropertyGroupId"] == "KafkaSource"
     ]
     return grants, kafka_source
-
-
-@pytest.fixture(scope="module")
-def java_classpath(tmp_path_factory) -> str:
-    """The job's compiled classes, its test classes (SinkJobRun) and every dependency."""
-    out = tmp_path_factory.mktemp("flink-classpath") / "classpath.txt"
-    built = subprocess.run(
-        [
-            "mvn", "-q", "-B", "-f", str(FLINK_POM), "test-compile",
-            "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath",
-            "-Dmdep.includeScope=test", f"-Dmdep.outputFile={out}",
-        ],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    if built.returncode != 0:
-        pytest.fail(f"mvn test-compile failed:\n{built.stdout[-3000:]}{built.stderr[-3000:]}")
-    target = REPO / "flink" / "target"
-    return os.pathsep.join([str(target / "classes"), str(target / "test-classes"), out.read_text().strip()])
 
 
 def delete_topic(secured_kafka, topic: str) -> None:
