@@ -119,6 +119,22 @@ class DestinationKeeper(Construct):
             comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
+        self.not_running_alarm = notifying_alarm(
+            self,
+            "NotRunning",
+            action=action,
+            alarm_name=f"{alarm_name_prefix}-DestinationCheckNotRunning",
+            description="The hourly check of the IoT rule's VPC destination has not run for two hours (its "
+            "schedule rule disabled or deleted, or the function not invoked): a disabled destination would "
+            "go unnoticed",
+            # AWS/Lambda Invocations by FunctionName (same page). Lambda sends no datapoint for an
+            # hour without invocations, so missing data is what this alarm is for: breaching.
+            metric=self.function.metric_invocations(period=hour, statistic="Sum"),
+            threshold=1,
+            evaluation_periods=2,
+            comparison=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
+        )
         self.reenabled_alarm = notifying_alarm(
             self,
             "ReEnabled",

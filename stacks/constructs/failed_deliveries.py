@@ -66,6 +66,9 @@ class FailedDeliveries(Construct):
             "read stays here, counted in its report), so a further dead-letter queue would only hide messages.",
         )
         action = cloudwatch_actions.SnsAction(alarm_topic)
+        # Missing data is not breaching: SQS stops sending a queue's metrics after six hours with
+        # no message in it and no call to it ("Monitoring Amazon SQS queues using CloudWatch"), and
+        # a queue holding a message is active.
         self.waiting_alarm = notifying_alarm(
             self,
             "Waiting",
@@ -75,9 +78,18 @@ class FailedDeliveries(Construct):
                 f"Device messages the IoT rule could not deliver to Kafka wait in {queue_name}: once the "
                 "Kafka action succeeds again, run `telemetry devices replay` (README: failure modes)"
             ),
-            # AWS/SQS ApproximateNumberOfMessagesVisible by QueueName (SQS Developer Guide,
-            # "Available CloudWatch metrics for Amazon SQS"); SQS reports it every minute.
-            metric=self.queue.metric_approximate_number_of_messages_visible(period=PERIOD, statistic="Maximum"),
+            # AWS/SQS ApproximateNumberOfMessagesVisible and ...NotVisible by QueueName (SQS
+            # Developer Guide, "Available CloudWatch metrics for Amazon SQS"), summed: a message a
+            # replay holds, or left hidden when it was killed, still waits.
+            metric=cloudwatch.MathExpression(
+                expression="visible + hidden",
+                using_metrics={
+                    "visible": self.queue.metric_approximate_number_of_messages_visible(period=PERIOD, statistic="Maximum"),
+                    "hidden": self.queue.metric_approximate_number_of_messages_not_visible(period=PERIOD, statistic="Maximum"),
+                },
+                label="Failed device messages in the queue",
+                period=PERIOD,
+            ),
             threshold=1,
             evaluation_periods=1,
             comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -92,6 +104,9 @@ class FailedDeliveries(Construct):
                 f"A device message has waited in {queue_name} for {EXPIRY_WARNING.to_days()} days; SQS deletes it "
                 f"at {RETENTION.to_days()}: run `telemetry devices replay` now"
             ),
+            # Same page: a message received three times and not deleted leaves this metric (SQS
+            # moves it to the back of the queue); only a replay receives these messages, and a
+            # replay that leaves one 10 days old fails, saying so (replay_device_messages.py).
             metric=self.queue.metric_approximate_age_of_oldest_message(period=PERIOD, statistic="Maximum"),
             threshold=EXPIRY_WARNING.to_seconds(),
             evaluation_periods=1,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import sqlite3
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -29,6 +30,12 @@ def device_message(device: int, seq: int) -> tuple[str, bytes]:
     thing = f"telemetry-dev-device-{device:06d}"
     payload = json.dumps({"device_id": thing, "seq": seq, "sent_ns": 1_790_000_000_000_000_000 + seq}).encode()
     return f"telemetry/{thing}/data", payload
+
+
+def next_second() -> None:
+    """The replay starts at SQS's time to the whole second, and leaves what was queued in that
+    second for the next run: a test's messages go into the queue in an earlier second."""
+    time.sleep(1 - time.time() % 1 + 0.01)
 
 
 class Recorder:
@@ -70,13 +77,14 @@ def queue(moto_session, synthesized):
             )["Attributes"]
             return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
 
-        def replay(self, publisher, tmp_path, *, since=None, workers=3, journal="journal") -> replay.Tally:
+        def replay(self, publisher, tmp_path, *, since=None, workers=3, journal="journal", settle=0.0) -> replay.Tally:
+            next_second()
             log = replay.Journal(tmp_path / journal)
             try:
                 return replay.Replay(
                     sqs, url, publisher, log, rule_name=RULE, topic_filter=FILTER,
                     since=since or datetime.now(timezone.utc) - timedelta(hours=1),
-                    rate=10_000, workers=workers, wait_seconds=0,
+                    rate=10_000, workers=workers, wait_seconds=0, settle_seconds=settle,
                 ).run()  # fmt: skip
             finally:
                 log.close()
@@ -93,7 +101,8 @@ def test_every_failed_message_is_published_once_to_its_topic_with_its_bytes_and_
     tally = queue.replay(recorder, tmp_path)
     assert sorted(recorder.published) == sorted(sent)
     assert tally.as_dict() == {"replayed": 60, "already_replayed": 0, "left_before_since": 0, "left_failed_again": 0,
-                               "unreadable": 0, "delete_failures": 0, "stopped": ""}
+                               "unreadable": 0, "delete_failures": 0, "visibility_failures": 0, "still_visible": 0,
+                               "oldest_left_days": 0.0, "stopped": ""}
     assert queue.counts() == (0, 0)
     assert queue.replay(Recorder(), tmp_path).replayed == 0
 
@@ -183,17 +192,20 @@ def test_a_publish_that_fails_stops_the_replay_and_a_rerun_publishes_the_rest_on
     assert queue.counts() == (0, 0)
 
 
-def test_the_journal_forgets_after_15_days_and_refuses_a_file_that_is_not_one(tmp_path):
+def test_the_journal_keeps_ids_15_days_and_refuses_a_file_that_is_not_one(tmp_path):
     path = tmp_path / "j"
-    now = time.time()
-    path.write_text(f"old {now - 16 * 86400:.0f}\nrecent {now - 86400:.0f}\n")
-    journal = replay.Journal(path, now=now)
-    assert "recent" in journal and "old" not in journal
-    assert journal.claim("new") and not journal.claim("new") and not journal.claim("recent")
-    journal.release("new")
+    journal = replay.Journal(path)
+    journal.record(["published"])
+    assert journal.claim("new") and not journal.claim("new") and not journal.claim("published")
+    journal.release(["new"])
     assert journal.claim("new")
     journal.close()
-    assert path.read_text().split()[0] == "recent"
+    later = replay.Journal(path, now=time.time() + 14 * 86400)
+    assert "published" in later and "new" not in later  # a claim is not a publish
+    later.close()
+    forgotten = replay.Journal(path, now=time.time() + 16 * 86400)
+    assert "published" not in forgotten
+    forgotten.close()
     path.write_text("this is not a journal\n")
     with pytest.raises(replay.ToolError, match="is not a replay journal"):
         replay.Journal(path)
@@ -247,6 +259,8 @@ class Gateway(StubbedStackSession):
 
 def run_command(argv, factory, monkeypatch) -> int:
     monkeypatch.setattr(cli, "session_factory", lambda args: factory)
+    monkeypatch.setattr(replay, "SETTLE_SECONDS", 0)
+    next_second()
     monkeypatch.setattr(replay, "WAIT_SECONDS", 0)  # moto's long poll of an empty queue waits it out
     return cli.main(argv)
 
@@ -263,7 +277,8 @@ def test_the_command_replays_through_iot_data_publish_and_answers_json(queue, mo
     assert json.loads(captured.out)["replayed"] == 3
     gateway.stubber_iot.assert_no_pending_responses()  # each publish made, in order, as the model allows
     assert queue.counts() == (0, 0)
-    assert len((tmp_path / "j").read_text().splitlines()) == 3
+    with sqlite3.connect(tmp_path / "j") as db:
+        assert db.execute("SELECT COUNT(*) FROM published").fetchone() == (3,)
 
 
 def test_the_dry_run_reads_the_queue_and_changes_nothing(queue, moto_session, tmp_path, monkeypatch, capsys):
@@ -320,3 +335,68 @@ def test_the_replayed_payload_is_the_devices_bytes():
     failed = replay.parse(message, RULE, replay.topic_pattern(FILTER))
     assert (failed.topic, failed.payload) == (topic, payload)
     assert failed.queued_at == datetime(2025, 11, 26, 2, 0, tzinfo=timezone.utc)
+
+
+def test_what_fails_again_after_the_last_publish_is_taken_in_the_settle_pass(queue, tmp_path):
+    """The Kafka action fails a message some time after its publish; the replay waits for it."""
+    queue.fail(*device_message(1, 0))
+
+    def fail_later(topic, payload):
+        threading.Timer(0.5, queue.fail, (topic, payload)).start()
+
+    tally = queue.replay(Recorder(on_publish=fail_later), tmp_path, workers=1, settle=1.5)
+    assert (tally.replayed, tally.left_failed_again) == (1, 1)
+    assert replay.outcome(tally, RULE).startswith("1 messages failed while the replay ran")
+
+
+def test_an_empty_receive_with_messages_still_visible_fails_the_replay(queue, tmp_path):
+    """At about 120,000 in-flight messages a long poll answers empty, with no error (SQS Developer
+    Guide, "Amazon SQS standard queue quotas"): the replay must not take that for an empty queue."""
+    for seq in range(4):
+        queue.fail(*device_message(1, seq))
+    queue.sqs.meta.events.register(
+        "before-call.sqs.ReceiveMessage", lambda **_: (AWSResponse(None, 200, {}, None), {"Messages": []})
+    )
+    recorder = Recorder()
+    tally = queue.replay(recorder, tmp_path, workers=1)
+    assert recorder.published == [] and tally.still_visible == 4
+    assert replay.outcome(tally, RULE) == "about 4 messages arrived or stayed visible without being received: run again"
+
+
+def test_the_replay_stops_before_the_messages_it_leaves_fill_the_in_flight_limit(queue, tmp_path, monkeypatch):
+    monkeypatch.setattr(replay, "MAX_LEFT", 3)
+    for seq in range(6):
+        queue.fail(*device_message(1, seq))
+    time.sleep(0.05)
+    tally = queue.replay(Recorder(), tmp_path, workers=1, since=datetime.now(timezone.utc))
+    assert tally.left_before_since >= 3 and "near SQS's limit of about 120,000 in flight" in tally.stopped
+    assert queue.counts() == (6, 0)  # all visible again
+
+
+def test_visibility_changes_sqs_refuses_are_counted(queue, tmp_path):
+    queue.raw("not an error action message")
+
+    def entries(params, context, **_):
+        context["entries"] = params["Entries"]
+
+    def refuse(context, **_):
+        """200 with every entry failed (API Reference, ChangeMessageVisibilityBatch)."""
+        failed = [{"Id": e["Id"], "SenderFault": True, "Code": "ReceiptHandleIsInvalid", "Message": "expired"}
+                  for e in context["entries"]]
+        return AWSResponse(None, 200, {}, None), {"Successful": [], "Failed": failed}
+
+    queue.sqs.meta.events.register("provide-client-params.sqs.ChangeMessageVisibilityBatch", entries)
+    queue.sqs.meta.events.register("before-call.sqs.ChangeMessageVisibilityBatch", refuse)
+    tally = queue.replay(Recorder(), tmp_path, workers=1)
+    assert (tally.unreadable, tally.visibility_failures) == (1, 2)  # hiding it, and showing it again
+
+
+def test_a_message_left_ten_days_fails_the_replay_before_sqs_deletes_it():
+    """Three receives take a message out of ApproximateAgeOfOldestMessage (SQS Developer Guide,
+    "Available CloudWatch metrics for Amazon SQS"): the replay that leaves it says so itself."""
+    tally = replay.Tally(left_before_since=1, oldest_left_days=10.2)
+    assert replay.outcome(tally, RULE) == (
+        "a message left in the queue is 10.2 days old and SQS deletes it at 14: replay with an earlier --since"
+    )
+    tally.left_at(datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 11, 13, 12, tzinfo=timezone.utc))
+    assert tally.oldest_left_days == 12.5

@@ -126,12 +126,14 @@ def test_failed_deliveries_alarm_while_waiting_and_four_days_before_sqs_deletes_
     waiting = alarms["telemetry-dev-device-gateway-FailedDeliveriesWaiting"]
     expiring = alarms["telemetry-dev-device-gateway-FailedDeliveriesExpiring"]
     for alarm in (waiting, expiring):
-        assert alarm["Namespace"] == "AWS/SQS" and alarm["Statistic"] == "Maximum"
-        (dimension,) = alarm["Dimensions"]
-        assert dimension["Name"] == "QueueName"
         assert alarm["TreatMissingData"] == "notBreaching"
-    assert waiting["MetricName"] == "ApproximateNumberOfMessagesVisible" and waiting["Threshold"] == 1
-    assert expiring["MetricName"] == "ApproximateAgeOfOldestMessage" and expiring["Threshold"] == 10 * 24 * 3600
+    # Visible and in flight (held by a replay, or left hidden by one that was killed) both wait.
+    assert {metric for _, metric, _, _ in watched(waiting)} == {
+        "ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible"}
+    (expression,) = [q["Expression"] for q in waiting["Metrics"] if "Expression" in q]
+    assert expression == "visible + hidden" and waiting["Threshold"] == 1
+    assert watched(expiring) == [("AWS/SQS", "ApproximateAgeOfOldestMessage", {"QueueName"}, "Maximum")]
+    assert expiring["Threshold"] == 10 * 24 * 3600
 
 
 def test_vpc_destination_uses_private_subnets_the_scram_client_group_and_a_network_role(synthesized):
@@ -242,6 +244,7 @@ ALARMS = {
 DESTINATION_ALARMS = {
     "telemetry-dev-device-gateway-DestinationCheckFailed",
     "telemetry-dev-device-gateway-DestinationReEnabled",
+    "telemetry-dev-device-gateway-DestinationCheckNotRunning",
     "telemetry-dev-device-gateway-FailedDeliveriesWaiting",
     "telemetry-dev-device-gateway-FailedDeliveriesExpiring",
 }
@@ -263,11 +266,13 @@ def alarms_by_name(synthesized) -> dict[str, dict]:
 DOCUMENTED_DIMENSIONS = {
     # Lambda Developer Guide, "Types of metrics for Lambda functions": Errors by FunctionName.
     "Errors": {"FunctionName"},
+    "Invocations": {"FunctionName"},
     # Our own, from lambdas/device_gateway/destination_keeper.py's Embedded Metric Format line.
     "TopicRuleDestinationReEnabled": {"Environment"},
     # SQS Developer Guide, "Available CloudWatch metrics for Amazon SQS": by QueueName; a gauge,
     # so its alarms take the Maximum.
     "ApproximateNumberOfMessagesVisible": {"QueueName"},
+    "ApproximateNumberOfMessagesNotVisible": {"QueueName"},
     "ApproximateAgeOfOldestMessage": {"QueueName"},
     "RuleMessageThrottled": {"RuleName"},
     "TopicMatch": {"RuleName"},
@@ -328,8 +333,10 @@ def test_every_gateway_alarm_reads_a_metric_by_the_dimensions_the_service_docume
         for namespace, metric, dimensions, statistic in watched(alarm):
             assert namespace == {
                 "Errors": "AWS/Lambda",
+                "Invocations": "AWS/Lambda",
                 "TopicRuleDestinationReEnabled": "Telemetry/DeviceGateway",
                 "ApproximateNumberOfMessagesVisible": "AWS/SQS",
+                "ApproximateNumberOfMessagesNotVisible": "AWS/SQS",
                 "ApproximateAgeOfOldestMessage": "AWS/SQS",
             }.get(metric, "AWS/IoT"), name
             assert DOCUMENTED_DIMENSIONS[metric] == dimensions, name
@@ -483,3 +490,14 @@ def test_the_destination_is_checked_hourly_by_a_function_that_may_touch_only_it(
         },
     ]  # fmt: skip
     assert "TopicRuleDestination" in json.dumps(template["Resources"][destination_id])
+
+
+def test_a_destination_check_that_stops_running_alarms_after_two_silent_hours(synthesized):
+    """Lambda publishes Invocations only for periods with invocations: no data is the signal."""
+    alarms = {a["Properties"]["AlarmName"]: a["Properties"] for a in resources(synthesized, "AWS::CloudWatch::Alarm").values()
+              if isinstance(a["Properties"].get("AlarmName"), str)}
+    alarm = alarms["telemetry-dev-device-gateway-DestinationCheckNotRunning"]
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == ("AWS/Lambda", "Invocations", "Sum")
+    assert (alarm["Period"], alarm["EvaluationPeriods"]) == (3600, 2)
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("LessThanThreshold", 1)
+    assert alarm["TreatMissingData"] == "breaching"
