@@ -13,8 +13,8 @@ PutLogEvents and Firehose's per-stream throughput have account quotas far below 
 queue keeps a message 14 days, the most SQS allows ("Amazon SQS message quotas"); the second
 alarm fires with four days left.
 
-SQS-managed encryption: the rules engine writes with the rule's role and no key policy to keep in
-step (a customer managed key would need kms:GenerateDataKey and kms:Decrypt for that role too).
+SQS-managed encryption (dead_letter_queue.py): the rules engine writes with the rule's role, which
+would otherwise need the key too.
 """
 
 from __future__ import annotations
@@ -23,14 +23,11 @@ import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_sns as sns
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from stacks.compliance import acknowledge
 from stacks.constructs.alarm_topic import notifying_alarm
+from stacks.constructs.dead_letter_queue import RETENTION, dead_letter_queue
 
-# SQS Developer Guide, "Amazon SQS message quotas": message retention is at most 14 days.
-RETENTION = cdk.Duration.days(14)
 # ApproximateAgeOfOldestMessage is in seconds (SQS Developer Guide, "Available CloudWatch metrics
 # for Amazon SQS"); the alarm leaves the operator four days to replay before SQS deletes.
 EXPIRY_WARNING = cdk.Duration.days(10)
@@ -49,21 +46,14 @@ class FailedDeliveries(Construct):
         removal_policy: cdk.RemovalPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.queue = sqs.Queue(
+        self.queue = dead_letter_queue(
             self,
-            "Queue",
             queue_name=queue_name,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=RETENTION,
+            why_no_further_queue="This queue is itself the dead-letter store of the IoT rule's Kafka action; its only "
+            "consumer is `telemetry devices replay`, which never deletes a message it has not published (a message "
+            "it cannot read stays here, counted in its report), so a further dead-letter queue would only hide "
+            "messages.",
             removal_policy=removal_policy,
-        )
-        acknowledge(
-            self.queue,
-            "AwsSolutions-SQS3",
-            "This queue is itself the dead-letter store of the IoT rule's Kafka action; its only consumer is "
-            "`telemetry devices replay`, which never deletes a message it has not published (a message it cannot "
-            "read stays here, counted in its report), so a further dead-letter queue would only hide messages.",
         )
         action = cloudwatch_actions.SnsAction(alarm_topic)
         # Missing data is not breaching: SQS stops sending a queue's metrics after six hours with

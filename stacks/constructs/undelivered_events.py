@@ -16,34 +16,21 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_events as events
 from aws_cdk import aws_sns as sns
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from stacks.compliance import acknowledge
 from stacks.constructs.alarm_topic import notifying_alarm
-
-# The longest SQS keeps a message (SQS Developer Guide, "Amazon SQS message quotas": 14 days).
-RETENTION = cdk.Duration.days(14)
-
+from stacks.constructs.dead_letter_queue import dead_letter_queue
 
 class UndeliveredEventsQueue(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, queue_name: str, alarm_topic: sns.ITopic) -> None:
         super().__init__(scope, construct_id)
-        # SQS-managed encryption: EventBridge writes to it with no key policy to keep in step
-        # (a customer managed key would need one granting events.amazonaws.com).
-        self.queue = sqs.Queue(
+        # EventBridge writes to it (a customer managed key would need a key policy granting
+        # events.amazonaws.com).
+        self.queue = dead_letter_queue(
             self,
-            "Queue",
             queue_name=queue_name,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=RETENTION,
-        )
-        acknowledge(
-            self.queue,
-            "AwsSolutions-SQS3",
-            "This queue is itself the dead-letter queue of the lifecycle rules' EventBridge targets; "
-            "an operator reads its messages by hand, so nothing consumes it that could need another.",
+            why_no_further_queue="This queue is itself the dead-letter queue of the lifecycle rules' EventBridge "
+            "targets; an operator reads its messages by hand, so nothing consumes it that could need another.",
         )
         self._action = cloudwatch_actions.SnsAction(alarm_topic)
         notifying_alarm(

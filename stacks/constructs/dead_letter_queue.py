@@ -1,0 +1,31 @@
+"""An SQS queue that holds what a service could not deliver until an operator or a tool reads it:
+SQS-managed encryption (the writing service needs no key policy; a customer managed key would need
+one granting it kms:GenerateDataKey), TLS only, and the longest retention SQS allows."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from stacks.compliance import acknowledge
+
+# SQS Developer Guide, "Amazon SQS message quotas": message retention is at most 14 days.
+RETENTION = cdk.Duration.days(14)
+
+
+def dead_letter_queue(
+    scope: Construct, *, queue_name: str, why_no_further_queue: str, removal_policy: cdk.RemovalPolicy | None = None
+) -> sqs.Queue:
+    """The queue, as `scope`'s child "Queue"; `why_no_further_queue` answers cdk-nag's SQS3."""
+    queue = sqs.Queue(
+        scope,
+        "Queue",
+        queue_name=queue_name,
+        encryption=sqs.QueueEncryption.SQS_MANAGED,
+        enforce_ssl=True,
+        retention_period=RETENTION,
+        removal_policy=removal_policy,
+    )
+    acknowledge(queue, "AwsSolutions-SQS3", why_no_further_queue)
+    return queue
