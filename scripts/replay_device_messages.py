@@ -384,8 +384,12 @@ class Replay:
                 elif failed.message_id in self.journal:
                     self.tally.add("already_replayed")
                     done.append(message)
-                elif self._stop.is_set() or not self.journal.claim(failed.message_id):
-                    left.append(message)  # stopping, or another worker publishes it right now
+                elif self._stop.is_set():
+                    left.append(message)
+                elif not self.journal.claim(failed.message_id):
+                    # SQS handed it to another worker too, which publishes and deletes it now (or,
+                    # if that fails, it turns visible again): nothing to do here.
+                    continue
                 else:
                     try:
                         self.pacer.wait()
