@@ -183,11 +183,23 @@ def check_management_cidrs(config: EnvironmentConfig) -> Check:
     return Check("management CIDRs", OK, ", ".join(cidrs))
 
 
+def check_tools() -> Check:
+    """What deploying from this machine runs: the CDK CLI on the checkout's Node, Maven and Java
+    for the synthesis (scripts/telemetry/cdk_cli.py)."""
+    from scripts.telemetry.cdk_cli import missing_tools
+
+    missing = missing_tools()
+    if missing:
+        return Check("tools", BLOCKER, "; ".join(missing))
+    return Check("tools", OK, "CDK CLI on .venv's Node, mvn, java")
+
+
 def preflight(config: EnvironmentConfig, session) -> list[Check]:
     ec2, quotas = session.client("ec2"), ServiceQuotas(session.client("service-quotas"))
     secrets = session.client("secretsmanager")
     fabric = config.service_fabric
     return [
+        check_tools(),
         check_account(session.client("sts"), config),
         check_zones(ec2, config),
         check_bootstrap(session.client("ssm"), config),

@@ -3,9 +3,11 @@ it; `--dry-run` prints it).
 
 The steps, in order, each named as `--dry-run` prints them:
 
-    preflight  the account is ready (credentials, zones, CDK bootstrap, certificate secrets,
-               quotas, management CIDRs)
-    deploy     every stack, in the order their dependencies give
+    preflight  this machine has the tools (the CDK CLI on the checkout's Node, Maven, Java) and the
+               account is ready (credentials, zones, CDK bootstrap, certificate secrets, quotas,
+               management CIDRs)
+    deploy     the app synthesized now; every stack missing, changed or rolled back deployed, in
+               the order their dependencies give (production: each change shown and asked for)
     topics     the declared Kafka topics, and the ACLs of the device gateway's SCRAM user
     bootstrap  the Service Fabric cluster on its seed nodes
     flink      the telemetry sink's Flink application started
@@ -59,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mfa-serial", metavar="ARN",
                         help="your MFA device: the topics step assumes the topic administrator role, which "
                         "requires MFA (the code is read from the terminal)")
+    parser.add_argument("--yes", action="store_true",
+                        help="apply a change to a production stack without showing it and asking first")
     parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out",
                         help="synthesized templates (default cdk.out; synthesized here if they lack the environment)")
 
@@ -78,7 +82,8 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
         if session.get_credentials() is None:  # before a synthesis the run could not use
             raise NoCredentialsError()
         stacks = synthesized_stacks(args.cdk_out, config)
-        steps = journey(config, session, stacks, runner=run_command, say=_say, mfa_serial=args.mfa_serial)
+        steps = journey(config, session, stacks, runner=run_command, say=_say, mfa_serial=args.mfa_serial, yes=args.yes,
+                        cdk_out=args.cdk_out)
         return run_journey(steps, _say)
     steps = plan(config, synthesized_stacks(args.cdk_out, config))
     if args.format == "json":
@@ -171,6 +176,7 @@ def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
     fabric, msk = config.service_fabric, config.msk
     steps = [
         Step("preflight", [
+            "check this machine has the CDK CLI on the checkout's Node, Maven and Java",
             f"check that the credentials are for account {config.account} and that {config.region} has "
             f"{', '.join(config.availability_zones)}",
             "check the account is CDK-bootstrapped, and the service quotas for the environment at its largest",
@@ -179,10 +185,13 @@ def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
             f"check management CIDRs {', '.join(fabric.management_cidrs)}",
         ]),
         Step("deploy", [
-            f"deploy {stack.name} ({len(stack.template.get('Resources', {}))} resources)"
-            + (f", after {', '.join(stack.depends_on)}" if stack.depends_on else "")
+            f"synthesize {config.name} with the CDK CLI into cdk.out (on this checkout's Node; Maven builds the sink's jar)",
+        ] + [
+            f"deploy {stack.name} ({len(stack.template.get('Resources', {}))} resources) if it is missing, changed or "
+            "rolled back" + (f", after {', '.join(stack.depends_on)}" if stack.depends_on else "")
             for stack in stacks
-        ]),
+        ] + ([f"show each change to a {config.name} stack (cdk diff) and ask before applying it, unless --yes"]
+             if config.production else [])),
         Step("topics", [
             f"create or update topic {t.name}: {t.partitions} partitions, replication {t.replication_factor}, "
             f"retention {t.retention_hours} h" for t in msk.topics

@@ -5,8 +5,10 @@ stops on a failure is resumed by running `telemetry deploy` again: the steps don
 The steps and how each knows it is done:
 
     preflight  never "done": it reads the account every time, and any blocker stops the run
-    deploy     every stack of the environment is in a complete CloudFormation state; a missing
-               stack is deployed with the CDK CLI, one at a time in dependency order
+    deploy     the app synthesized now by the CDK CLI, and every stack deployed with its
+               template; a stack missing, changed or rolled back is deployed with the CLI, one at a
+               time in dependency order (a production change is shown and asked for, unless
+               --yes); each CloudFormation status handled as the CLI does (Stacks, below)
     topics     the SSM parameter `telemetry topics` writes after a reconcile that left nothing to
                change, for the cluster whose brokers are published now; the Kafka work runs on a
                simulator fleet host over Run Command, as the topic administrator role (MFA:
@@ -22,15 +24,15 @@ The steps and how each knows it is done:
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from scripts.telemetry.errors import OperationFailed
 
 REPO = Path(__file__).resolve().parent.parent.parent
-COMPLETE = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "IMPORT_COMPLETE"})
 SMOKE_RATE, SMOKE_SECONDS = 1000, 30
 
 Say = Callable[[str], None]
@@ -48,8 +50,11 @@ class Step(Protocol):
 
 
 def run_command(command: Sequence[str]) -> int:
-    """The real runner: the command's own output goes straight to the operator."""
-    return subprocess.run(list(command), cwd=REPO, check=False).returncode
+    """The real runner: the command's own output goes straight to the operator; .venv/bin comes
+    first on PATH (cdk_cli.py)."""
+    from scripts.telemetry import cdk_cli
+
+    return subprocess.run(list(command), cwd=REPO, env=cdk_cli.environment(), check=False).returncode
 
 
 def run_journey(steps: Sequence[Step], say: Say) -> int:
@@ -88,51 +93,186 @@ class Preflight:
             raise OperationFailed(f"{len(blockers)} blocker(s): {listed}")
 
 
+# What this step does with each CloudFormation stack status before it calls `cdk deploy`, after
+# what the pinned CDK CLI itself does (aws-cdk 2.1148.1, toolkit-lib api/stack-events/
+# stack-status.ts and api/deployments/deploy-stack.ts, read in .venv/cdk-cli's bundle) and the
+# CloudFormation User Guide ("Stack status codes"; "Continue rolling back an update").
+#   deploy: the CLI creates the stack. REVIEW_IN_PROGRESS counts as "does not exist" (a change set
+#     was made and never executed); ROLLBACK_COMPLETE and ROLLBACK_FAILED are its "creation
+#     failure": it deletes the stack, which a failed creation left holding nothing but what it
+#     retains, and creates it again.
+#   settled: the stack can be updated; it is updated when its deployed template differs from the
+#     synthesized one, or when its last operation failed (UPDATE_ROLLBACK_COMPLETE,
+#     IMPORT_ROLLBACK_COMPLETE: rolled back to the previous template, so not what was asked).
+#   wait: an operation is running (every *_IN_PROGRESS but REVIEW_IN_PROGRESS).
+#   advice: CloudFormation will not update it; what to do, and never a deletion of a stack that
+#     holds data.
+# DELETE_COMPLETE: DescribeStacks by name does not find a deleted stack ("" here); by its id it
+# still answers that status.
+CREATE = frozenset({"", "DELETE_COMPLETE", "REVIEW_IN_PROGRESS", "ROLLBACK_COMPLETE", "ROLLBACK_FAILED"})
+SETTLED = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "IMPORT_COMPLETE", "UPDATE_ROLLBACK_COMPLETE",
+                     "IMPORT_ROLLBACK_COMPLETE"})
+DEPLOYED = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "IMPORT_COMPLETE"})  # what was asked is in place
+ADVICE = {
+    # A deployment with --no-rollback stopped on a failure (the CLI's "paused fail state": it rolls
+    # back first, START_ROLLBACK).
+    "CREATE_FAILED": "a deployment without rollback stopped on a failure; roll it back "
+                     "(aws cloudformation rollback-stack --stack-name {stack}), then run again",
+    "UPDATE_FAILED": "an update without rollback stopped on a failure; roll it back "
+                     "(aws cloudformation rollback-stack --stack-name {stack}), then run again",
+    # "Continue rolling back an update": ContinueUpdateRollback, skipping the resources that cannot
+    # roll back once they are fixed or known to be safe to skip; the CLI does the same
+    # (CONTINUE_UPDATE_ROLLBACK).
+    "UPDATE_ROLLBACK_FAILED": "the rollback of an update failed; fix the resource its events name, then continue "
+                              "the rollback (aws cloudformation continue-update-rollback --stack-name {stack}; "
+                              "--resources-to-skip LOGICAL_ID skips one that cannot roll back), then run again. "
+                              "Do not delete the stack: it holds the environment's resources",
+    "DELETE_FAILED": "someone began deleting it and the deletion failed; telemetry deploy does not delete or "
+                     "re-create a stack that holds data: finish or undo that decision in the console (its "
+                     "events name the resource that blocked it), then run again",
+    "IMPORT_ROLLBACK_FAILED": "an import failed and its rollback too; fix the resources its events name in the "
+                              "console, then run again",
+}
+WAIT_POLL_S, WAIT_LIMIT_S = 15.0, 3600.0
+
+
+def differs(deployed: Any, synthesized: dict) -> bool:
+    """The deployed template (GetTemplate, Original stage: botocore hands a JSON template back as
+    a dict) is not the synthesized one."""
+    import json
+
+    if isinstance(deployed, str):
+        try:
+            deployed = json.loads(deployed)
+        except ValueError:
+            return True  # YAML: not one the CLI wrote from this app
+    return json.loads(json.dumps(deployed)) != synthesized
+
+
 @dataclass
 class Stacks:
-    """Every stack, in dependency order; `stacks` as deploy.synthesized_stacks gives them."""
+    """Every stack, in dependency order, from the app synthesized now by the CDK CLI into
+    `cdk_out` (so a change to cdk.json or the code is what gets deployed), then deployed from that
+    assembly one stack at a time."""
 
     config: Any
     session: Any
-    stacks: Sequence[Any]
     runner: Runner
     say: Say
+    cdk_out: Path = REPO / "cdk.out"
+    yes: bool = False  # apply a change to a production stack without asking
+    confirm: Callable[[str], bool] | None = None  # asks the operator; the terminal by default
+    sleep: Callable[[float], None] = time.sleep
     name: str = "deploy"
+    _assembly: list[Any] | None = field(default=None, repr=False)
+    _cfn: Any = field(default=None, repr=False)
 
-    def _status(self, name: str) -> str:
-        cloudformation = self.session.client("cloudformation")
+    @property
+    def cloudformation(self) -> Any:
+        if self._cfn is None:
+            self._cfn = self.session.client("cloudformation")
+        return self._cfn
+
+    def assembly(self) -> list[Any]:
+        """The environment's stacks synthesized now, in dependency order (once per run)."""
+        if self._assembly is None:
+            from scripts.telemetry import cdk_cli
+            from scripts.telemetry.deploy import in_dependency_order, read_cloud_assembly
+
+            self.say(f"  synthesizing {self.config.name} into {self.cdk_out} (the CDK CLI, a few minutes)")
+            code = self.runner(cdk_cli.command("synth", "-c", f"env={self.config.name}", "--output", str(self.cdk_out),
+                                               "--quiet"))
+            if code != 0:
+                raise OperationFailed(f"cdk synth exited {code} (its output is above)")
+            self._assembly = in_dependency_order(read_cloud_assembly(self.cdk_out, self.config.stack_prefix))
+            if not self._assembly:
+                raise OperationFailed(f"cdk synth wrote no stacks of {self.config.name} into {self.cdk_out}")
+        return self._assembly
+
+    def _status(self, name: str) -> tuple[str, str]:
+        """(StackStatus, StackStatusReason), ("", "") when there is no such stack."""
         try:
-            (stack,) = cloudformation.describe_stacks(StackName=name)["Stacks"]
-        except cloudformation.exceptions.ClientError as error:
+            (stack,) = self.cloudformation.describe_stacks(StackName=name)["Stacks"]
+        except self.cloudformation.exceptions.ClientError as error:
             if "does not exist" in str(error):
-                return ""
+                return "", ""
             raise
-        return str(stack["StackStatus"])
+        return str(stack["StackStatus"]), str(stack.get("StackStatusReason", ""))
+
+    def _settled(self, name: str) -> tuple[str, str]:
+        """Its status once no operation runs on it (waits, saying so, up to WAIT_LIMIT_S)."""
+        waited = 0.0
+        status, reason = self._status(name)
+        while status.endswith("_IN_PROGRESS") and status != "REVIEW_IN_PROGRESS":
+            if waited >= WAIT_LIMIT_S:
+                raise OperationFailed(f"stack {name} is still {status} after {waited / 60:.0f} minutes; run again once it settles")
+            if waited == 0:
+                self.say(f"  {name}: {status}, waiting for it to settle")
+            self.sleep(WAIT_POLL_S)
+            waited += WAIT_POLL_S
+            status, reason = self._status(name)
+        return status, reason
+
+    def _changed(self, stack: Any) -> bool:
+        deployed = self.cloudformation.get_template(StackName=stack.name, TemplateStage="Original")["TemplateBody"]
+        return differs(deployed, stack.template)
 
     def done(self) -> str:
-        statuses = [self._status(stack.name) for stack in self.stacks]
-        return f"all {len(statuses)} stacks deployed" if all(s in COMPLETE for s in statuses) else ""
+        stacks = self.assembly()
+        for stack in stacks:
+            status, _ = self._status(stack.name)
+            if status not in DEPLOYED or self._changed(stack):
+                return ""
+        return f"all {len(stacks)} stacks deployed as synthesized"
 
     def run(self) -> None:
-        cdk = REPO / ".venv" / "bin" / "cdk"
-        for stack in self.stacks:
-            status = self._status(stack.name)
-            if status in COMPLETE:
-                self.say(f"  {stack.name}: {status}")
-                continue
-            if status.endswith("_IN_PROGRESS"):
-                raise OperationFailed(f"stack {stack.name} is {status}; wait until it settles")
-            if status:  # ROLLBACK_COMPLETE, *_FAILED: CloudFormation will not update it
-                raise OperationFailed(
-                    f"stack {stack.name} is {status}: see its events in the CloudFormation console, delete "
-                    f"it (aws cloudformation delete-stack --stack-name {stack.name}) and fix the cause"
-                )
-            self.say(f"  {stack.name}: deploying")
-            command = [str(cdk), "deploy", stack.name, "-c", f"env={self.config.name}",
-                       "--exclusively", "--require-approval", "never"]
-            code = self.runner(command)
-            if code != 0:
-                raise OperationFailed(f"cdk deploy {stack.name} exited {code} (its output is above)")
+        for stack in self.assembly():
+            status, reason = self._settled(stack.name)
+            if status in ADVICE:
+                because = f" ({reason})" if reason else ""
+                raise OperationFailed(f"stack {stack.name} is {status}{because}: " + ADVICE[status].format(stack=stack.name))
+            if status in SETTLED:
+                if status in DEPLOYED and not self._changed(stack):
+                    self.say(f"  {stack.name}: {status}, as synthesized")
+                    continue
+                why = "its last update was rolled back" if status not in DEPLOYED else "its template changed"
+                self.say(f"  {stack.name}: {status}, updating ({why})")
+                if self.config.production and not self.yes:
+                    self._approve(stack.name)
+            elif status in CREATE:
+                failed = status in ("ROLLBACK_COMPLETE", "ROLLBACK_FAILED")
+                self.say(f"  {stack.name}: " + (f"{status}, creating it (the CDK CLI deletes a stack whose creation "
+                                                "failed, then creates it again)" if failed else
+                                                f"{status}, creating it" if status else "creating"))
+            else:  # a status CloudFormation added after this table was written
+                raise OperationFailed(f"stack {stack.name} is {status}, which telemetry deploy does not know; see its "
+                                      "events in the CloudFormation console")
+            self._deploy(stack.name)
+
+    def _approve(self, name: str) -> None:
+        """A production stack's change: the CLI's diff of it, then the operator's yes."""
+        from scripts.telemetry import cdk_cli
+
+        self.runner(cdk_cli.command("diff", name, "--app", str(self.cdk_out)))
+        ask = self.confirm or _ask_terminal
+        if not ask(f"apply this change to {name} in {self.config.name}? [y/N] "):
+            raise OperationFailed(f"the change to {name} was not applied (telemetry deploy --yes applies it without asking)")
+
+    def _deploy(self, name: str) -> None:
+        from scripts.telemetry import cdk_cli
+
+        command = cdk_cli.command("deploy", name, "--app", str(self.cdk_out), "--exclusively", "--require-approval", "never")
+        code = self.runner(command)
+        if code != 0:
+            raise OperationFailed(f"cdk deploy {name} exited {code} (its output is above)")
+
+
+def _ask_terminal(prompt: str) -> bool:
+    import sys
+
+    if not sys.stdin.isatty():
+        raise OperationFailed("a production change needs your yes, and there is no terminal to ask on: pass --yes")
+    return input(prompt).strip().lower() in ("y", "yes")
 
 
 @dataclass
@@ -346,11 +486,11 @@ def _smoke_run_id() -> str:
 
 def journey(
     config: Any, session: Any, stacks: Sequence[Any], *, runner: Runner, say: Say, mfa_serial: str | None = None,
-    read_code: Callable[[str], str] | None = None,
+    read_code: Callable[[str], str] | None = None, yes: bool = False, cdk_out: Path = REPO / "cdk.out",
 ) -> list[Step]:  # fmt: skip
     return [
         Preflight(config, session, say),
-        Stacks(config, session, stacks, runner, say),
+        Stacks(config, session, runner, say, cdk_out=cdk_out, yes=yes),
         Topics(config, session, mfa_serial, read_code),
         Bootstrap(config, session, say),
         Flink(config, session, stacks, say),

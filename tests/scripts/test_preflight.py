@@ -86,7 +86,7 @@ def test_a_ready_account_has_no_blocker(account, capsys):
     code, rows, err = run(account, capsys)
     assert code == 0, err
     assert {name: result for name, (result, _) in rows.items()} == {
-        "account": "ok", "zones": "ok", "cdk bootstrap": "ok",
+        "tools": "ok", "account": "ok", "zones": "ok", "cdk bootstrap": "ok",
         "secret telemetry-dev/service-fabric/cluster-certificate": "ok",
         "secret telemetry-dev/service-fabric/admin-certificate": "ok",
         "on-demand standard vCPUs": "ok", "Elastic IPs (NAT)": "ok", "MSK brokers": "ok",
@@ -178,3 +178,18 @@ def test_help_describes_the_tool():
     result = subprocess.run([sys.executable, str(REPO / "scripts" / "preflight.py"), "--help"],
                             capture_output=True, text=True, check=True)
     assert "--env" in result.stdout and "Changes nothing" in result.stdout
+
+
+def test_a_machine_without_maven_or_the_cdk_cli_is_told_what_to_install(monkeypatch, tmp_path):
+    """What deploying runs: the pinned CDK CLI on the checkout's Node, Maven and Java."""
+    from scripts import preflight
+    from scripts.telemetry import cdk_cli
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # neither mvn nor java
+    monkeypatch.setattr(cdk_cli, "VENV_BIN", tmp_path)
+    check = preflight.check_tools()
+    assert check.result == preflight.BLOCKER
+    assert "mvn not found on PATH (Maven builds the telemetry sink's jar" in check.detail
+    assert "java not found on PATH" in check.detail
+    monkeypatch.setattr(cdk_cli, "CDK_JS", tmp_path / "missing" / "cdk")
+    assert preflight.check_tools().detail.startswith("the CDK CLI and its Node in .venv: run make synth")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from botocore.stub import Stubber
@@ -34,24 +36,70 @@ def stacks(synthesized):
 
 
 class CdkCli:
-    """`cdk deploy STACK`: creates the stack in moto, with the outputs later steps read; fails for
-    the stacks named in `failing`."""
+    """The CDK CLI as the deploy step runs it (cdk_cli.command: the checkout's node, the CLI's
+    entry point, then the verb). `synth --output DIR` writes a cloud assembly of the environment's
+    stacks with their dependencies, each template holding one inert resource and the real stack's
+    string outputs (moto cannot create the real resources), plus `extra_outputs`; `deploy STACK
+    --app DIR` creates or updates the stack in moto with the assembly's template; `diff` prints
+    nothing. Fails for the stacks named in `failing`."""
 
     def __init__(self, session, stacks) -> None:
-        self.session, self.templates = session, {s.name: s.template for s in stacks}
+        self.session, self.stacks = session, list(stacks)
+        self.extra_outputs: dict[str, dict] = {}
+        self.calls: list[list[str]] = []
         self.deployed: list[str] = []
         self.failing: set[str] = set()
 
+    def template(self, name: str) -> dict:
+        (stack,) = [s for s in self.stacks if s.name == name]
+        outputs = {key: {"Value": value["Value"]} for key, value in stack.template.get("Outputs", {}).items()
+                   if isinstance(value["Value"], str)}
+        return {**EMPTY, "Outputs": {**outputs, **self.extra_outputs.get(name, {})}}
+
     def __call__(self, command: Sequence[str]) -> int:
-        assert command[1:2] == ["deploy"] and "--exclusively" in command and f"env={CONFIG.name}" in command
-        name = command[2]
+        from scripts.telemetry import cdk_cli
+
+        assert list(command[:2]) == cdk_cli.command()[:2]  # never `.venv/bin/cdk`, which needs a node on PATH
+        verb, rest = command[2], list(command[3:])
+        self.calls.append([verb, *rest])
+        if verb == "synth":
+            assert rest[0] == "-c" and rest[1].startswith("env=") and "--quiet" in rest
+            write_assembly(Path(rest[rest.index("--output") + 1]), {s.name: (self.template(s.name), s.depends_on)
+                                                                     for s in self.stacks})
+            return 0
+        if verb == "diff":
+            return 0
+        assert verb == "deploy" and "--exclusively" in rest and rest[rest.index("--require-approval") + 1] == "never"
+        name, app = rest[0], Path(rest[rest.index("--app") + 1])
         if name in self.failing:
             return 1
-        outputs = {key: {"Value": value["Value"]} for key, value in self.templates[name].get("Outputs", {}).items()
-                   if isinstance(value["Value"], str)}
-        self.session.client("cloudformation").create_stack(StackName=name, TemplateBody=json.dumps({**EMPTY, "Outputs": outputs}))
-        self.deployed.append(name)
+        self.put(name, (app / f"{name}.template.json").read_text())
         return 0
+
+    def put(self, name: str, body: str | None = None) -> None:
+        """The stack created, or updated, in moto."""
+        cloudformation = self.session.client("cloudformation")
+        body = body or json.dumps(self.template(name))
+        try:
+            cloudformation.describe_stacks(StackName=name)
+            cloudformation.update_stack(StackName=name, TemplateBody=body)
+        except cloudformation.exceptions.ClientError as error:
+            if "does not exist" not in str(error):
+                raise
+            cloudformation.create_stack(StackName=name, TemplateBody=body)
+        self.deployed.append(name)
+
+
+def write_assembly(outdir: Path, stacks: dict[str, tuple[dict, Sequence[str]]]) -> None:
+    """A cloud assembly as `cdk synth` writes it: manifest.json naming each stack's template file
+    and its dependencies."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    artifacts = {}
+    for name, (template, depends_on) in stacks.items():
+        (outdir / f"{name}.template.json").write_text(json.dumps(template))
+        artifacts[name] = {"type": "aws:cloudformation:stack", "properties": {"templateFile": f"{name}.template.json"},
+                           "dependencies": list(depends_on)}
+    (outdir / "manifest.json").write_text(json.dumps({"version": "48.0.0", "artifacts": artifacts}))
 
 
 @pytest.fixture
@@ -82,7 +130,7 @@ def quotas_for(session, runs: int) -> Session:
     return stubbed
 
 
-def test_a_failed_stack_stops_the_run_and_the_next_run_goes_on_from_it(account, stacks):
+def test_a_failed_stack_stops_the_run_and_the_next_run_goes_on_from_it(account, stacks, tmp_path):
     session = quotas_for(account, runs=2)
     cdk = CdkCli(account, stacks)
     third = stacks[2].name
@@ -90,41 +138,192 @@ def test_a_failed_stack_stops_the_run_and_the_next_run_goes_on_from_it(account, 
     lines: list[str] = []
 
     with pytest.raises(OperationFailed, match=f"deploy: cdk deploy {third} exited 1"):
-        run_journey(journey(CONFIG, session, stacks, runner=cdk, say=lines.append), lines.append)
+        run_journey(journey(CONFIG, session, stacks, runner=cdk, say=lines.append, cdk_out=tmp_path), lines.append)
     assert cdk.deployed == [s.name for s in stacks[:2]]
 
     cdk.failing.clear()
     lines.clear()
     with pytest.raises(OperationFailed, match="topics: the topics are reconciled as the topic administrator role, "
                        "which requires MFA: run telemetry deploy --env dev --mfa-serial ARN"):
-        run_journey(journey(CONFIG, session, stacks, runner=cdk, say=lines.append), lines.append)
+        run_journey(journey(CONFIG, session, stacks, runner=cdk, say=lines.append, cdk_out=tmp_path), lines.append)
 
     # The second run deployed only what the first left, in dependency order, then stopped at the
     # step that needs the operator's MFA.
     assert cdk.deployed == [s.name for s in stacks]
     assert lines[0] == "[1/6] preflight: running" and lines[1] == "[1/6] preflight: done"
-    assert f"  {stacks[0].name}: CREATE_COMPLETE" in lines and f"  {third}: deploying" in lines
+    assert f"  {stacks[0].name}: CREATE_COMPLETE, as synthesized" in lines and f"  {third}: creating" in lines
     assert lines[-1] == "[3/6] topics: running"
+    assert [call[0] for call in cdk.calls].count("synth") == 2  # once a run, before anything is compared
     session.stubber.assert_no_pending_responses()
 
 
-def test_every_stack_deployed_is_the_deploy_step_done(account, stacks):
+def test_every_stack_deployed_as_synthesized_is_the_deploy_step_done(account, stacks, tmp_path):
     cdk = CdkCli(account, stacks)
-    step = Stacks(CONFIG, account, stacks, cdk, print)
+    step = Stacks(CONFIG, account, cdk, print, cdk_out=tmp_path)
     assert step.done() == ""
     for stack in stacks:
-        cdk([".venv/bin/cdk", "deploy", stack.name, "-c", f"env={CONFIG.name}", "--exclusively"])
-    assert step.done() == f"all {len(stacks)} stacks deployed"
+        cdk.put(stack.name)
+    assert step.done() == f"all {len(stacks)} stacks deployed as synthesized"
 
 
-def test_a_stack_rolled_back_is_named_with_what_to_do(account, stacks):
-    account.client("cloudformation").create_stack(StackName=stacks[0].name, TemplateBody=json.dumps(EMPTY))
-    step = Stacks(CONFIG, account, stacks, CdkCli(account, stacks), print)
-    statuses = {stacks[1].name: "ROLLBACK_COMPLETE"}
-    step._status = lambda name: statuses.get(name) or Stacks._status(step, name)  # CloudFormation's own word
+def test_a_changed_stack_is_updated_and_production_shows_it_and_asks(account, stacks, tmp_path):
+    """`telemetry deploy` carries a change: the stack whose deployed template differs from the one
+    synthesized now is deployed again; in production after the CLI's diff and the operator's yes."""
+    prod = load_environment(read_environments(), "prod")
+    cdk = CdkCli(account, [replace(s, name=s.name.replace("-dev-", "-prod-")) for s in stacks])
+    for stack in cdk.stacks:
+        cdk.put(stack.name)
+    changed = cdk.stacks[3].name
+    cdk.extra_outputs[changed] = {"Added": {"Value": "a new output"}}
+    asked: list[str] = []
 
-    with pytest.raises(OperationFailed, match=f"stack {stacks[1].name} is ROLLBACK_COMPLETE: .* delete-stack"):
+    def run(answer: bool, yes: bool = False) -> list[str]:
+        lines: list[str] = []
+        step = Stacks(prod, account, cdk, lines.append, cdk_out=tmp_path / str(len(asked)), yes=yes,
+                      confirm=lambda prompt: asked.append(prompt) or answer)
+        assert step.done() == ""
+        try:
+            step.run()
+        finally:
+            lines.append(f"done: {step.done()}")
+        return lines
+
+    cdk.deployed.clear()
+    with pytest.raises(OperationFailed, match=f"the change to {changed} was not applied"):
+        run(answer=False)
+    assert cdk.deployed == [] and asked == [f"apply this change to {changed} in prod? [y/N] "]
+    assert ["diff", changed, "--app", str(tmp_path / "0")] in cdk.calls
+    lines = run(answer=True)
+    assert cdk.deployed == [changed]
+    assert f"  {changed}: UPDATE_COMPLETE, updating (its template changed)" not in lines  # moto: CREATE_COMPLETE
+    assert f"  {changed}: CREATE_COMPLETE, updating (its template changed)" in lines
+    assert lines[-1] == f"done: all {len(stacks)} stacks deployed as synthesized"
+    cdk.extra_outputs[changed] = {"Added": {"Value": "changed again"}}
+    run(answer=False, yes=True)  # --yes: not asked
+    assert len(asked) == 2 and cdk.deployed == [changed, changed]
+
+
+class OneStackAccount:
+    """CloudFormation through botocore's Stubber (every status and reason is checked against the
+    cloudformation model's StackStatus enum): DescribeStacks answers the statuses queued, then
+    GetTemplate the template deployed."""
+
+    def __init__(self, session, name: str) -> None:
+        self.name = name
+        self.cloudformation = session.client("cloudformation")
+        self.stubber = Stubber(self.cloudformation)
+        self.stubber.activate()
+
+    def client(self, service):
+        assert service == "cloudformation"
+        return self.cloudformation
+
+    def status(self, status: str, reason: str = "") -> None:
+        stack = {"StackName": self.name, "StackId": f"arn:aws:cloudformation:eu-west-1:{ACCOUNT}:stack/{self.name}/1",
+                 "CreationTime": "2026-11-20T00:00:00Z", "StackStatus": status}
+        if reason:
+            stack["StackStatusReason"] = reason
+        self.stubber.add_response("describe_stacks", {"Stacks": [stack]}, {"StackName": self.name})
+
+    def template(self, body: dict) -> None:
+        self.stubber.add_response("get_template", {"TemplateBody": json.dumps(body)},
+                                  {"StackName": self.name, "TemplateStage": "Original"})
+
+
+@pytest.fixture
+def one_stack(moto_session, stacks, tmp_path):
+    """The network stack alone, as the deploy step meets it in each status."""
+    network = replace(stacks[0], depends_on=())
+    cdk = CdkCli(moto_session, [network])
+    account = OneStackAccount(moto_session, network.name)
+    lines: list[str] = []
+    step = Stacks(CONFIG, account, cdk, lines.append, cdk_out=tmp_path, sleep=lambda s: lines.append(f"(slept {s:g} s)"))
+    cdk.put = lambda name, body=None: cdk.deployed.append(name)  # what the CLI does is its own business
+    return step, account, cdk, lines
+
+
+@pytest.mark.parametrize("status", ["REVIEW_IN_PROGRESS", "ROLLBACK_COMPLETE", "ROLLBACK_FAILED"])
+def test_a_stack_the_cdk_cli_creates_again_is_deployed(one_stack, status):
+    """REVIEW_IN_PROGRESS is "does not exist" to the CLI; ROLLBACK_COMPLETE and ROLLBACK_FAILED
+    are its "creation failure", which it deletes and creates again (deploy-stack.ts)."""
+    step, account, cdk, lines = one_stack
+    account.status(status)
+    step.run()
+    assert cdk.deployed == [account.name]
+    assert lines[-1].startswith(f"  {account.name}: {status}, creating it")
+
+
+@pytest.mark.parametrize("status", ["UPDATE_ROLLBACK_COMPLETE", "IMPORT_ROLLBACK_COMPLETE"])
+def test_a_stack_whose_last_update_rolled_back_is_deployed_again(one_stack, status):
+    step, account, cdk, lines = one_stack
+    account.status(status)
+    step.run()
+    assert cdk.deployed == [account.name]
+    assert lines[-1] == f"  {account.name}: {status}, updating (its last update was rolled back)"
+
+
+def test_a_stack_in_progress_is_waited_for_then_left_alone_when_it_matches(one_stack):
+    step, account, cdk, lines = one_stack
+    account.status("UPDATE_IN_PROGRESS")
+    account.status("UPDATE_COMPLETE_CLEANUP_IN_PROGRESS")
+    account.status("UPDATE_COMPLETE")
+    account.template(cdk.template(account.name))
+    step.run()
+    assert cdk.deployed == []
+    assert lines[-4:] == [f"  {account.name}: UPDATE_IN_PROGRESS, waiting for it to settle", "(slept 15 s)",
+                          "(slept 15 s)", f"  {account.name}: UPDATE_COMPLETE, as synthesized"]
+    account.stubber.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize("status, advice", [
+    ("UPDATE_ROLLBACK_FAILED", "continue-update-rollback --stack-name {stack}"),
+    ("UPDATE_FAILED", "rollback-stack --stack-name {stack}"),
+    ("CREATE_FAILED", "rollback-stack --stack-name {stack}"),
+    ("DELETE_FAILED", "does not delete or re-create a stack that holds data"),
+    ("IMPORT_ROLLBACK_FAILED", "fix the resources its events name"),
+])
+def test_a_stack_cloudformation_will_not_update_gets_its_documented_way_out_never_a_deletion(one_stack, status, advice):
+    step, account, cdk, _ = one_stack
+    account.status(status, reason="Resource handler returned message: boom")
+    with pytest.raises(OperationFailed) as failure:
         step.run()
+    message = str(failure.value)
+    assert message.startswith(f"stack {account.name} is {status} (Resource handler returned message: boom): ")
+    assert advice.format(stack=account.name) in message
+    assert "delete-stack" not in message and cdk.deployed == []
+
+
+def test_every_stack_status_in_the_cloudformation_model_is_handled():
+    """The StackStatus enum of botocore's cloudformation model: each one is created, updated,
+    waited for or answered with advice."""
+    import botocore.session
+
+    from scripts.telemetry import journey as journey_module
+
+    model = botocore.session.get_session().get_service_model("cloudformation")
+    statuses = set(model.shape_for("StackStatus").enum)
+    waited = {s for s in statuses if s.endswith("_IN_PROGRESS") and s != "REVIEW_IN_PROGRESS"}
+    handled = journey_module.CREATE | journey_module.SETTLED | set(journey_module.ADVICE) | waited
+    assert statuses - handled == set()
+    assert not any("delete-stack" in advice for advice in journey_module.ADVICE.values())
+
+
+def test_the_cdk_cli_starts_on_the_checkouts_node_with_no_node_on_path(tmp_path):
+    """`.venv/bin/cdk` is `#!/usr/bin/env node`: on a PATH without Node it exits 127. The deploy
+    step's command line names the checkout's node, and its environment puts .venv/bin first."""
+    import subprocess
+
+    from scripts.telemetry import cdk_cli
+
+    bare = {"PATH": str(tmp_path), "HOME": str(tmp_path)}
+    shebang = subprocess.run([str(deploy.REPO / ".venv" / "bin" / "cdk"), "--version"], env=bare,
+                             capture_output=True, text=True, check=False)
+    assert shebang.returncode == 127
+    started = subprocess.run(cdk_cli.command("--version"), env=cdk_cli.environment(bare), capture_output=True,
+                             text=True, check=False, timeout=120)
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.startswith("2.1148.1")
+    assert cdk_cli.environment(bare)["PATH"].split(":")[0] == str(cdk_cli.VENV_BIN)
 
 
 BROKERS = "b-1.telemetrydev.a1b2c3.c2.kafka.eu-west-1.amazonaws.com:9098,b-2.telemetrydev.a1b2c3.c2.kafka.eu-west-1.amazonaws.com:9098"
@@ -171,7 +370,7 @@ def test_the_topics_step_without_mfa_says_how_to_give_it(account):
 def test_the_bootstrap_step_is_done_once_the_create_cluster_command_succeeded(account, stacks):
     cdk = CdkCli(account, stacks)
     fabric = next(s for s in stacks if s.name.endswith("-ServiceFabric"))
-    cdk([".venv/bin/cdk", "deploy", fabric.name, "-c", f"env={CONFIG.name}", "--exclusively"])
+    cdk.put(fabric.name)
     document = fabric.template["Outputs"]["CreateClusterDocumentName"]["Value"]
     step = Bootstrap(CONFIG, account, print)
     assert step.done() == ""
@@ -188,7 +387,7 @@ def test_the_bootstrap_step_is_done_by_the_record_bootstrap_left_for_this_very_s
     so a ServiceFabric stack deleted and deployed again has its cluster created again."""
     cdk = CdkCli(account, stacks)
     fabric = next(s for s in stacks if s.name.endswith("-ServiceFabric"))
-    cdk([".venv/bin/cdk", "deploy", fabric.name, "-c", f"env={CONFIG.name}", "--exclusively"])
+    cdk.put(fabric.name)
     cloudformation, ssm = account.client("cloudformation"), account.client("ssm")
     (deployed,) = cloudformation.describe_stacks(StackName=fabric.name)["Stacks"]
     step, parameter = Bootstrap(CONFIG, account, print), "/telemetry-dev/service-fabric/cluster-created"
@@ -196,7 +395,7 @@ def test_the_bootstrap_step_is_done_by_the_record_bootstrap_left_for_this_very_s
     ssm.put_parameter(Name=parameter, Type="String", Value=record)
     assert step.done() == f"{parameter}: {record}"
     cloudformation.delete_stack(StackName=fabric.name)
-    cdk([".venv/bin/cdk", "deploy", fabric.name, "-c", f"env={CONFIG.name}", "--exclusively"])
+    cdk.put(fabric.name)
     assert step.done() == ""  # the record is for the stack deleted
 
 
