@@ -16,7 +16,9 @@ The steps and how each knows it is done:
     bootstrap  the SSM parameter `telemetry cluster bootstrap` writes once the create-cluster
                command has succeeded, for the ServiceFabric stack deployed now (or that
                command's Success since the stack was created, in Run Command's history)
-    flink      the Flink application is RUNNING; a READY one is started
+    flink      the Flink application is running (RUNNING, AUTOSCALING or MAINTENANCE); a READY one
+               is started and waited for, and a start that falls back to READY fails with the
+               reason its operation gives
     smoke      never "done": a short simulator fleet run through the platform must lose
                nothing, and every seed node must be Up at the cluster's gateway
 """
@@ -362,12 +364,24 @@ class Bootstrap:
             raise OperationFailed("the cluster was not created (the reason is above)")
 
 
+# Managed Flink's ApplicationStatus values (the kinesisanalyticsv2 model's enum) as this step
+# reads them. Running: RUNNING, and AUTOSCALING and MAINTENANCE, which AWS enters from RUNNING to
+# scale or patch the application and leaves back to RUNNING (Managed Service for Apache Flink
+# Developer Guide, "Automatic scaling", "Maintenance"). Transitional: waited for, then decided
+# again (an UPDATING application may be a READY one being updated). DELETING, ROLLED_BACK: stop
+# with what the last operation reported.
+FLINK_RUNNING = frozenset({"RUNNING", "AUTOSCALING", "MAINTENANCE"})
+FLINK_TRANSITIONAL = frozenset({"STARTING", "UPDATING", "STOPPING", "FORCE_STOPPING", "ROLLING_BACK"})
+FLINK_POLL_S, FLINK_LIMIT_S = 15.0, 1800.0
+
+
 @dataclass
 class Flink:
     config: Any
     session: Any
     stacks: Sequence[Any]
     say: Say
+    sleep: Callable[[float], None] = time.sleep
     name: str = "flink"
 
     def _applications(self) -> list[str]:
@@ -377,31 +391,67 @@ class Flink:
                 found.append(str(resource["Properties"]["ApplicationName"]))
         return found
 
+    @property
+    def client(self) -> Any:
+        return self.session.client("kinesisanalyticsv2")
+
     def _status(self, application: str) -> str:
-        client = self.session.client("kinesisanalyticsv2")
-        detail = client.describe_application(ApplicationName=application)["ApplicationDetail"]
+        detail = self.client.describe_application(ApplicationName=application)["ApplicationDetail"]
         return str(detail["ApplicationStatus"])
+
+    def _settled(self, application: str, waiting_for: str) -> str:
+        waited, status = 0.0, self._status(application)
+        while status in FLINK_TRANSITIONAL:
+            if waited >= FLINK_LIMIT_S:
+                raise OperationFailed(f"Flink application {application} is still {status} after "
+                                      f"{waited / 60:.0f} minutes; run again once it settles")
+            if waited == 0:
+                self.say(f"  {application}: {status}, waiting for {waiting_for}")
+            self.sleep(FLINK_POLL_S)
+            waited += FLINK_POLL_S
+            status = self._status(application)
+        return status
 
     def done(self) -> str:
         applications = self._applications()
-        if applications and all(self._status(a) == "RUNNING" for a in applications):
-            return f"{', '.join(applications)} RUNNING"
+        statuses = {a: self._status(a) for a in applications}
+        if applications and all(s in FLINK_RUNNING for s in statuses.values()):
+            return ", ".join(f"{a} {s}" for a, s in statuses.items())
         return ""
 
     def run(self) -> None:
-        client = self.session.client("kinesisanalyticsv2")
         for application in self._applications():
-            status = self._status(application)
-            if status == "RUNNING":
+            status = self._settled(application, "it to settle")
+            if status in FLINK_RUNNING:
+                self.say(f"  {application}: {status}")
                 continue
             if status != "READY":
-                raise OperationFailed(f"Flink application {application} is {status}; start it once it is READY")
+                raise OperationFailed(f"Flink application {application} is {status}{self._last_failure(application)}; "
+                                      "see its operations (aws kinesisanalyticsv2 list-application-operations)")
             # From the latest snapshot if there is one: the first start has none.
-            client.start_application(
+            operation = self.client.start_application(
                 ApplicationName=application,
                 RunConfiguration={"ApplicationRestoreConfiguration": {"ApplicationRestoreType": "RESTORE_FROM_LATEST_SNAPSHOT"}},
-            )
-            self.say(f"  {application}: started (it is RUNNING within a few minutes)")
+            )["OperationId"]
+            self.say(f"  {application}: starting (operation {operation})")
+            status = self._settled(application, "it to run")
+            if status not in FLINK_RUNNING:
+                raise OperationFailed(f"Flink application {application} did not start: it is {status}"
+                                      f"{self._failure(application, operation)}")
+            self.say(f"  {application}: {status}")
+
+    def _failure(self, application: str, operation: str) -> str:
+        """What the operation's details say went wrong (DescribeApplicationOperation:
+        OperationFailureDetails.ErrorInfo.ErrorString), as a clause; "" when it says nothing."""
+        details = self.client.describe_application_operation(ApplicationName=application, OperationId=operation)[
+            "ApplicationOperationInfoDetails"]
+        error = details.get("OperationFailureDetails", {}).get("ErrorInfo", {}).get("ErrorString", "")
+        return f" ({details.get('Operation', 'the operation')} {details.get('OperationStatus', '')}: {error})" if error else ""
+
+    def _last_failure(self, application: str) -> str:
+        failed = self.client.list_application_operations(ApplicationName=application, OperationStatus="FAILED",
+                                                        Limit=1).get("ApplicationOperationInfoList", [])
+        return self._failure(application, failed[0]["OperationId"]) if failed else ""
 
 
 @dataclass

@@ -400,7 +400,8 @@ def test_the_bootstrap_step_is_done_by_the_record_bootstrap_left_for_this_very_s
 
 
 class FlinkSession:
-    """Managed Flink through Stubber: moto lists applications but cannot start one."""
+    """Managed Flink through Stubber (every status, operation and error checked against the
+    kinesisanalyticsv2 model): moto lists applications but cannot start one."""
 
     def __init__(self, session) -> None:
         self.session = session
@@ -410,31 +411,107 @@ class FlinkSession:
     def client(self, name):
         return self.flink if name == "kinesisanalyticsv2" else self.session.client(name)
 
-    def status(self, application: str, status: str) -> None:
-        self.stubber.add_response("describe_application", {"ApplicationDetail": {
-            "ApplicationARN": f"arn:aws:kinesisanalytics:eu-west-1:{ACCOUNT}:application/{application}",
-            "ApplicationName": application, "RuntimeEnvironment": "FLINK-2_2", "ApplicationStatus": status,
-            "ApplicationVersionId": 1,
-        }}, {"ApplicationName": application})
+    def status(self, application: str, *statuses: str) -> None:
+        for status in statuses:
+            self.stubber.add_response("describe_application", {"ApplicationDetail": {
+                "ApplicationARN": f"arn:aws:kinesisanalytics:eu-west-1:{ACCOUNT}:application/{application}",
+                "ApplicationName": application, "RuntimeEnvironment": "FLINK-2_2", "ApplicationStatus": status,
+                "ApplicationVersionId": 1,
+            }}, {"ApplicationName": application})
+
+    def start(self, application: str, operation: str = "op-start-1") -> None:
+        self.stubber.add_response("start_application", {"OperationId": operation}, {
+            "ApplicationName": application,
+            "RunConfiguration": {"ApplicationRestoreConfiguration": {"ApplicationRestoreType": "RESTORE_FROM_LATEST_SNAPSHOT"}},
+        })
+
+    def operation(self, application: str, operation: str, kind: str, error: str) -> None:
+        self.stubber.add_response("describe_application_operation", {"ApplicationOperationInfoDetails": {
+            "Operation": kind, "StartTime": "2026-11-26T03:00:00Z", "EndTime": "2026-11-26T03:04:00Z",
+            "OperationStatus": "FAILED", "OperationFailureDetails": {"ErrorInfo": {"ErrorString": error}},
+        }}, {"ApplicationName": application, "OperationId": operation})
 
 
-def test_the_flink_step_starts_a_ready_application_from_its_latest_snapshot_and_is_done_when_running(account, stacks):
+@pytest.fixture
+def flink(account, stacks):
     session = FlinkSession(account)
-    (application,) = Flink(CONFIG, session, stacks, print)._applications()
+    lines: list[str] = []
+    step = Flink(CONFIG, session, stacks, lines.append, sleep=lambda s: lines.append(f"(slept {s:g} s)"))
+    (application,) = step._applications()
+    return session, step, application, lines
+
+
+def test_the_flink_step_starts_a_ready_application_from_its_latest_snapshot_and_waits_until_it_runs(flink):
+    session, step, application, lines = flink
     session.status(application, "READY")  # done?
     session.status(application, "READY")  # run: look, then start
-    session.stubber.add_response("start_application", {}, {
-        "ApplicationName": application,
-        "RunConfiguration": {"ApplicationRestoreConfiguration": {"ApplicationRestoreType": "RESTORE_FROM_LATEST_SNAPSHOT"}},
-    })
+    session.start(application)
+    session.status(application, "STARTING", "STARTING", "RUNNING")
     session.status(application, "RUNNING")  # the next run's done?
-    step = Flink(CONFIG, session, stacks, print)
-
     with session.stubber:
         assert step.done() == ""
         step.run()
         assert step.done() == f"{application} RUNNING"
     session.stubber.assert_no_pending_responses()
+    assert lines == [f"  {application}: starting (operation op-start-1)", f"  {application}: STARTING, waiting for it to run",
+                     "(slept 15 s)", "(slept 15 s)", f"  {application}: RUNNING"]
+
+
+@pytest.mark.parametrize("status", ["AUTOSCALING", "MAINTENANCE"])
+def test_an_application_scaling_or_in_maintenance_is_running(flink, status):
+    session, step, application, _ = flink
+    session.status(application, status)
+    with session.stubber:
+        assert step.done() == f"{application} {status}"
+
+
+def test_an_application_updating_is_waited_for_then_started_if_it_settles_ready(flink):
+    """An UPDATING application may be a READY one the stack deployment just updated."""
+    session, step, application, lines = flink
+    session.status(application, "UPDATING", "READY")
+    session.start(application)
+    session.status(application, "RUNNING")
+    with session.stubber:
+        step.run()
+    session.stubber.assert_no_pending_responses()
+    assert lines[-1] == f"  {application}: RUNNING"
+
+
+def test_a_start_that_falls_back_to_ready_fails_with_the_operations_reason(flink):
+    session, step, application, _ = flink
+    session.status(application, "READY")
+    session.start(application, "op-start-2")
+    session.status(application, "STARTING", "READY")
+    reason = "Access denied to s3://telemetry-dev-artifacts/sink.jar"
+    session.operation(application, "op-start-2", "StartApplication", reason)
+    with session.stubber, pytest.raises(OperationFailed) as failure:
+        step.run()
+    assert str(failure.value) == (f"Flink application {application} did not start: it is READY "
+                                  f"(StartApplication FAILED: {reason})")
+
+
+def test_a_rolled_back_application_fails_the_step_with_the_last_failed_operation(flink):
+    session, step, application, _ = flink
+    session.status(application, "ROLLED_BACK")
+    session.stubber.add_response("list_application_operations", {"ApplicationOperationInfoList": [
+        {"Operation": "UpdateApplication", "OperationId": "op-update-7", "OperationStatus": "FAILED"}]},
+        {"ApplicationName": application, "OperationStatus": "FAILED", "Limit": 1})
+    session.operation(application, "op-update-7", "UpdateApplication", "Job failed to restore from snapshot")
+    with session.stubber, pytest.raises(OperationFailed) as failure:
+        step.run()
+    assert str(failure.value).startswith(f"Flink application {application} is ROLLED_BACK (UpdateApplication FAILED: "
+                                         "Job failed to restore from snapshot); see its operations")
+
+
+def test_every_application_status_in_the_model_is_handled():
+    import botocore.session
+
+    from scripts.telemetry import journey as journey_module
+
+    model = botocore.session.get_session().get_service_model("kinesisanalyticsv2")
+    statuses = set(model.shape_for("ApplicationStatus").enum)
+    known = journey_module.FLINK_RUNNING | journey_module.FLINK_TRANSITIONAL | {"READY", "DELETING", "ROLLED_BACK"}
+    assert statuses == known
 
 
 def test_steps_already_done_are_skipped_and_said(capsys):
