@@ -202,8 +202,10 @@ TOKEN_SESSION_S = 900  # STS's shortest role session: the token cannot outlive i
 PROGRESS_EVERY_S = 15.0  # a line while the host works, at least this often
 
 
-def fleet_host(ec2, fleet: str) -> str:
-    """One running host of the simulator fleet (the first by id, so reruns use the same one)."""
+def fleet_host(ec2, fleet: str, ssm) -> str:
+    """One running host of the simulator fleet whose SSM Agent is Online (the first by id, so
+    reruns use the same one while it stays reachable; scripts/ssm_hosts.py)."""
+    from scripts.ssm_hosts import reachable
     from stacks.naming import FLEET_TAG
 
     pages = ec2.get_paginator("describe_instances").paginate(
@@ -215,7 +217,13 @@ def fleet_host(ec2, fleet: str) -> str:
             f"no running host in simulator fleet {fleet}: deploy the SimulatorFleet stack (telemetry deploy), "
             "or run with --here on a host in the VPC"
         )
-    return hosts[0]
+    online, others = reachable(ssm, hosts, FLEET_TAG, fleet)
+    if not online:
+        raise TopicError(
+            f"no host of simulator fleet {fleet} has its SSM Agent Online ({', '.join(others)}): Run Command "
+            "cannot reach them; replace them (terminate one: the fleet's group starts another) or run with --here"
+        )
+    return online[0]
 
 
 def reconcile_on_fleet(
@@ -230,7 +238,7 @@ def reconcile_on_fleet(
 
     clock, sleep = clock or time.monotonic, sleep or time.sleep
     ssm = session.client("ssm")
-    host = fleet_host(session.client("ec2"), environment.fleet)
+    host = fleet_host(session.client("ec2"), environment.fleet, ssm)
     credentials = assume_topic_admin(
         environment, args.mfa_serial, read_code=read_code, session=session, duration_s=TOKEN_SESSION_S
     )

@@ -212,15 +212,21 @@ class Fleet:
         return counts
 
     def running_hosts(self, fleet: str) -> list[str]:
+        """The fleet's running hosts that Run Command can reach (SSM Agent Online), by id; the
+        others are said once, as the run leaves them out (scripts/ssm_hosts.py)."""
+        from scripts.ssm_hosts import reachable
+
         pages = self._ec2.get_paginator("describe_instances").paginate(
             Filters=[
                 {"Name": f"tag:{FLEET_TAG}", "Values": [fleet]},
                 {"Name": "instance-state-name", "Values": ["running"]},
             ]
         )
-        return sorted(
+        running = sorted(
             i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]
         )
+        online, self.unreachable = reachable(self._ssm, running, FLEET_TAG, fleet)
+        return online
 
     def results_bucket(self, document: str) -> str:
         parameters = self._ssm.describe_document(Name=document)["Document"].get("Parameters", [])
@@ -367,10 +373,15 @@ def run_fleet(
     metrics_delay_s: float = 0.0,
 ) -> dict:
     available = fleet.running_hosts(plan.fleet)
+    unreachable = getattr(fleet, "unreachable", [])
+    if unreachable:
+        say(f"left out, SSM Agent not Online: {', '.join(unreachable)}")
     wanted = hosts or len(available)
     if wanted == 0 or len(available) < wanted:
         raise RunError(
-            f"fleet {plan.fleet} has {len(available)} running host(s); {wanted or 'at least 1'} needed"
+            f"fleet {plan.fleet} has {len(available)} running host(s) Run Command can reach; "
+            f"{wanted or 'at least 1'} needed"
+            + (f" (SSM Agent not Online: {', '.join(unreachable)})" if unreachable else "")
         )
     plan.check_hosts(wanted)
     outcomes = [

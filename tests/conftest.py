@@ -37,8 +37,55 @@ def moto_session(monkeypatch):
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.setenv(name, "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    import botocore.handlers
+
+    ping_status: dict[str, str] = {}  # instance id -> PingStatus other than Online, set by a test
+    # In every session made during the test (the tools make their own), as botocore's own handlers.
+    monkeypatch.setattr(botocore.handlers, "BUILTIN_HANDLERS", [
+        *botocore.handlers.BUILTIN_HANDLERS,
+        ("provide-client-params.ssm.DescribeInstanceInformation", _keep_params),
+        ("before-call.ssm.DescribeInstanceInformation", _instance_information(ping_status)),
+    ])
     with mock_aws():
-        yield boto3.Session(region_name="eu-west-1")
+        session = boto3.Session(region_name="eu-west-1")
+        session.ping_status = ping_status
+        yield session
+
+
+def _keep_params(params, context, **_):
+    context["api_params"] = dict(params)
+
+
+def _instance_information(ping_status: dict[str, str]):
+    """Systems Manager's DescribeInstanceInformation, which moto does not implement: every running
+    EC2 instance in moto is a managed node whose SSM Agent pings Online, unless the test set
+    another PingStatus (Online | ConnectionLost | Inactive, SSM API Reference) in
+    moto_session.ping_status. Filters on tag:KEY and InstanceIds, as the API does; the answer is
+    checked against the ssm model's output shape, as botocore's Stubber checks its answers."""
+    from botocore.awsrequest import AWSResponse
+    from botocore.validate import ParamValidator
+
+    def answer(model, context, **_):
+        filters = {f["Key"]: set(f["Values"]) for f in context["api_params"].get("Filters", [])}
+        import boto3
+
+        reservations = boto3.client("ec2", region_name="eu-west-1").describe_instances(
+            Filters=[{"Name": "instance-state-name", "Values": ["running"]}])["Reservations"]
+        nodes = []
+        for instance in (i for r in reservations for i in r["Instances"]):
+            tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+            if "InstanceIds" in filters and instance["InstanceId"] not in filters["InstanceIds"]:
+                continue
+            if any(key.startswith("tag:") and tags.get(key[4:]) not in values for key, values in filters.items()):
+                continue
+            nodes.append({"InstanceId": instance["InstanceId"], "PingStatus": ping_status.get(
+                instance["InstanceId"], "Online"), "ResourceType": "EC2Instance", "PlatformType": "Linux"})
+        response = {"InstanceInformationList": nodes}
+        report = ParamValidator().validate(response, model.output_shape)
+        assert not report.has_errors(), report.generate_report()
+        return AWSResponse(None, 200, {}, None), response
+
+    return answer
 
 
 @dataclass(frozen=True)

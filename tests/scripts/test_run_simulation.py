@@ -253,8 +253,21 @@ def test_remainder_rates_go_out_as_separate_commands(aws):
 
 
 def test_too_few_hosts_is_one_clear_error(aws):
-    with pytest.raises(RunError, match="fleet telemetry-dev-simulator has 3 running host\\(s\\); 5 needed"):
+    with pytest.raises(RunError, match="fleet telemetry-dev-simulator has 3 running host\\(s\\) Run Command can reach; 5 needed"):
         run_fleet(plan(), Fleet(aws), hosts=5, poll_interval_s=0, timeout_s=60, say=lambda _: None)
+
+
+def test_hosts_whose_ssm_agent_is_not_online_are_left_out_and_said(aws):
+    """Run Command cannot reach an agent that lost its connection: the run uses the others, and
+    asked for more than they are it names what it left out (SSM API Reference, PingStatus)."""
+    first, second, third = fleet_ids(aws)
+    aws.ping_status[second] = "ConnectionLost"
+    assert Fleet(aws).running_hosts(FLEET) == [first, third]
+    said: list[str] = []
+    with pytest.raises(RunError, match=f"has 2 running host\\(s\\) Run Command can reach; 3 needed \\(SSM Agent not "
+                       f"Online: {second} ConnectionLost\\)"):
+        run_fleet(plan(), Fleet(aws), hosts=3, poll_interval_s=0, timeout_s=60, say=said.append)
+    assert said == [f"left out, SSM Agent not Online: {second} ConnectionLost"]
 
 
 def test_more_hosts_than_the_topic_has_partitions_is_one_clear_error(aws):

@@ -163,13 +163,26 @@ COMMAND_ID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 HOSTS = ["i-0bbbbbbbbbbbbbbbb", "i-0aaaaaaaaaaaaaaaa"]
 
 
-def expect_host_and_token(stubbed: Stubbed) -> None:
+def expect_hosts(stubbed: Stubbed, ping: dict[str, str] | None = None) -> None:
+    """The fleet's running instances, then Systems Manager's view of their agents (`ping`: instance
+    -> PingStatus; an instance left out is not registered)."""
+    ping = {i: "Online" for i in HOSTS} if ping is None else ping
     stubbed.stubbers["ec2"].add_response(
         "describe_instances",
         {"Reservations": [{"Instances": [{"InstanceId": i} for i in HOSTS]}]},
         {"Filters": [{"Name": "tag:telemetry:fleet", "Values": ["telemetry-dev-simulator"]},
                      {"Name": "instance-state-name", "Values": ["running"]}]},
     )  # fmt: skip
+    stubbed.stubbers["ssm"].add_response(
+        "describe_instance_information",
+        {"InstanceInformationList": [{"InstanceId": i, "PingStatus": status, "ResourceType": "EC2Instance"}
+                                     for i, status in ping.items()]},
+        {"Filters": [{"Key": "tag:telemetry:fleet", "Values": ["telemetry-dev-simulator"]}], "MaxResults": 50},
+    )  # fmt: skip
+
+
+def expect_host_and_token(stubbed: Stubbed, ping: dict[str, str] | None = None) -> None:
+    expect_hosts(stubbed, ping)
     stubbed.stubbers["sts"].add_response(
         "assume_role",
         {"Credentials": ASSUMED},
@@ -310,6 +323,34 @@ def test_a_failed_host_run_is_one_line_from_its_stderr():
     )
 
 
+def test_a_host_whose_agent_is_not_online_is_passed_over():
+    """A running instance whose SSM Agent lost its connection takes a SendCommand and waits out the
+    delivery timeout (SSM User Guide, "Understanding command statuses"): the next host is used."""
+    with Stubbed() as stubbed:
+        expect_host_and_token(stubbed, ping={"i-0aaaaaaaaaaaaaaaa": "ConnectionLost", "i-0bbbbbbbbbbbbbbbb": "Online"})
+        stubbed.stubbers["ssm"].add_response("send_command", {"Command": {"CommandId": COMMAND_ID}}, {
+            "DocumentName": "telemetry-dev-manage-topics", "InstanceIds": ["i-0bbbbbbbbbbbbbbbb"], "Parameters": ANY,
+            "TimeoutSeconds": 120, "Comment": ANY})
+        stubbed.stubbers["ssm"].add_response(
+            "get_command_invocation", {"Status": "Success", "ResponseCode": 0, "StandardOutputContent": ""},
+            {"CommandId": COMMAND_ID, "InstanceId": "i-0bbbbbbbbbbbbbbbb"})
+        expect_token_deleted(stubbed)
+        status, printed = on_fleet(stubbed)
+    assert status == 0 and printed.startswith("reconciling on fleet host i-0bbbbbbbbbbbbbbbb")
+
+
+def test_no_host_online_is_one_line_naming_each_agents_status_and_no_token_is_made():
+    with Stubbed() as stubbed:
+        expect_hosts(stubbed, ping={"i-0aaaaaaaaaaaaaaaa": "ConnectionLost"})
+        with pytest.raises(TopicError) as raised:
+            on_fleet(stubbed)
+    assert str(raised.value) == (
+        "no host of simulator fleet telemetry-dev-simulator has its SSM Agent Online (i-0aaaaaaaaaaaaaaaa "
+        "ConnectionLost, i-0bbbbbbbbbbbbbbbb not registered with Systems Manager): Run Command cannot reach them; "
+        "replace them (terminate one: the fleet's group starts another) or run with --here"
+    )
+
+
 def test_a_refused_send_still_deletes_the_token():
     with Stubbed() as stubbed:
         expect_host_and_token(stubbed)
@@ -321,9 +362,7 @@ def test_a_refused_send_still_deletes_the_token():
 
 def test_a_refused_role_sends_nothing():
     with Stubbed() as stubbed:
-        stubbed.stubbers["ec2"].add_response(
-            "describe_instances", {"Reservations": [{"Instances": [{"InstanceId": HOSTS[0]}]}]}
-        )
+        expect_hosts(stubbed)
         stubbed.stubbers["sts"].add_client_error(
             "assume_role", "AccessDenied", "MultiFactorAuthentication failed with invalid MFA one time pass code."
         )

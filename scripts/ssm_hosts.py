@@ -1,0 +1,31 @@
+"""Which instances Run Command can reach now: those whose SSM Agent Systems Manager sees Online.
+
+A running instance whose agent stopped, lost its network path or its role still takes a
+SendCommand; the command then waits its delivery timeout and more before it fails (SSM User Guide,
+"Understanding command statuses": Delivery Timed Out). DescribeInstanceInformation reports each
+managed node's PingStatus: Online, ConnectionLost, or Inactive (SSM API Reference,
+InstanceInformation.PingStatus). An instance it does not list is not registered with Systems
+Manager at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+NOT_REGISTERED = "not registered with Systems Manager"
+
+
+def ping_statuses(ssm, tag_key: str, tag_value: str) -> dict[str, str]:
+    """Instance id -> PingStatus of every managed node tagged tag_key=tag_value."""
+    pages = ssm.get_paginator("describe_instance_information").paginate(
+        Filters=[{"Key": f"tag:{tag_key}", "Values": [tag_value]}], PaginationConfig={"PageSize": 50}
+    )
+    return {node["InstanceId"]: node["PingStatus"] for page in pages for node in page["InstanceInformationList"]}
+
+
+def reachable(ssm, instance_ids: Sequence[str], tag_key: str, tag_value: str) -> tuple[list[str], list[str]]:
+    """(the instances Online, in the order given; "<id> <status>" for each of the others)."""
+    statuses = ping_statuses(ssm, tag_key, tag_value)
+    online = [i for i in instance_ids if statuses.get(i) == "Online"]
+    others = [f"{i} {statuses.get(i, NOT_REGISTERED)}" for i in instance_ids if statuses.get(i) != "Online"]
+    return online, others
