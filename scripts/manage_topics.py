@@ -32,11 +32,14 @@ cluster.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import hashlib
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +83,7 @@ class Environment:
     reconciled_parameter: str = ""  # SSM parameter recording the last reconcile with nothing left
     fleet: str = ""  # the simulator fleet whose hosts reach the brokers (their FLEET_TAG value)
     topics_document: str = ""  # the fleet's Run Command document that reconciles on a host
-    token_parameter: str = ""  # SecureString the host reads the topic administrator's token from
+    token_parameter: str = ""  # the path under which each run's token parameter is made (<path>/<run>)
 
 
 def declared_environment(environment: str) -> Environment:
@@ -226,15 +229,46 @@ def fleet_host(ec2, fleet: str, ssm) -> str:
     return online[0]
 
 
+# The fleet documents' exit code for a host that could not install the simulator package
+# (stacks/documents/install_simulator.sh), and the reconcile's for a difference Kafka cannot make.
+EXIT_INSTALL_FAILED = 3
+EXIT_CANNOT_RECONCILE = 1
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP while a token is out: handled as Ctrl-C is, so it is deleted."""
+
+
+@contextlib.contextmanager
+def signals_as_interrupts():
+    """SIGTERM and SIGHUP raise Terminated in the main thread while this holds (Python's default
+    for them ends the process at once, skipping every finally)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(number, _frame):
+        raise Terminated(signal.Signals(number).name)
+
+    previous = {number: signal.signal(number, interrupt) for number in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
 def reconcile_on_fleet(
     environment: Environment, args: argparse.Namespace, session, *, read_code=None,
-    poll_s: float = 2.0, clock=None, sleep=None, out=sys.stdout,
+    poll_s: float = 2.0, clock=None, sleep=None, out=sys.stdout, run_id: str | None = None,
 ) -> int:  # fmt: skip
     """The reconcile, run on a fleet host through Run Command, its output printed here when it ends.
 
-    The topic administrator's token reaches the host through a SecureString parameter that exists
-    only while the command runs; it is deleted whatever happens."""
+    The topic administrator's token reaches the host through a SecureString parameter of this run
+    alone (<token path>/<run>), which exists only while the command runs: it is deleted on every
+    way out, Ctrl-C, SIGTERM and SIGHUP included, and a command interrupted is cancelled."""
     import time
+    import uuid
 
     clock, sleep = clock or time.monotonic, sleep or time.sleep
     ssm = session.client("ssm")
@@ -242,35 +276,59 @@ def reconcile_on_fleet(
     credentials = assume_topic_admin(
         environment, args.mfa_serial, read_code=read_code, session=session, duration_s=TOKEN_SESSION_S
     )
-    token, _expiry = msk_iam_token(environment.region, credentials)
-    ssm.put_parameter(
-        Name=environment.token_parameter, Value=token, Type="SecureString", Overwrite=True,
-        Description="telemetry topics: the topic administrator's MSK IAM token, deleted when the command ends",
-    )  # fmt: skip
-    try:
-        command_id = ssm.send_command(
-            DocumentName=environment.topics_document,
-            InstanceIds=[host],
-            Parameters={
-                "declaration": [Declaration(environment.topics, environment.acls).text()],
-                "dryRun": ["true" if args.dry_run else "false"],
-                "timeoutSeconds": [str(max(1, round(args.timeout)))],
-            },
-            TimeoutSeconds=COMMAND_START_TIMEOUT_S,
-            Comment="telemetry topics" + (" --dry-run" if args.dry_run else ""),
-        )["Command"]["CommandId"]
-        print(f"reconciling on fleet host {host} (Run Command {command_id})", file=out, flush=True)
-        result = _follow(ssm, command_id, host, poll_s=poll_s, clock=clock, sleep=sleep, out=out)
-    finally:
-        _delete_token(ssm, environment.token_parameter, out)
+    parameter = f"{environment.token_parameter}/{run_id or uuid.uuid4().hex}"
+    command_id = ""
+    with signals_as_interrupts():
+        try:
+            token, _expiry = msk_iam_token(environment.region, credentials)
+            # Intelligent-Tiering: standard (4 KB) when the token fits, advanced (8 KB) when a long
+            # STS session token makes it larger (SSM User Guide, "Managing parameter tiers").
+            ssm.put_parameter(
+                Name=parameter, Value=token, Type="SecureString", Tier="Intelligent-Tiering",
+                Description="telemetry topics: the topic administrator's MSK IAM token, deleted when the command ends",
+            )  # fmt: skip
+            command_id = ssm.send_command(
+                DocumentName=environment.topics_document,
+                InstanceIds=[host],
+                Parameters={
+                    "declaration": [Declaration(environment.topics, environment.acls).text()],
+                    "dryRun": ["true" if args.dry_run else "false"],
+                    "timeoutSeconds": [str(max(1, round(args.timeout)))],
+                    "tokenParameter": [parameter],
+                },
+                TimeoutSeconds=COMMAND_START_TIMEOUT_S,
+                Comment="telemetry topics" + (" --dry-run" if args.dry_run else ""),
+            )["Command"]["CommandId"]
+            print(f"reconciling on fleet host {host} (Run Command {command_id})", file=out, flush=True)
+            result = _follow(ssm, command_id, host, poll_s=poll_s, clock=clock, sleep=sleep, out=out)
+        except BaseException:
+            if command_id:
+                _cancel(ssm, command_id, host, out)
+            raise
+        finally:
+            _delete_token(ssm, parameter, out)
     status, code = result["Status"], result.get("ResponseCode", -1)
     if status == "Success":
         return 0
-    if status == "Failed" and code == 1:
+    if status == "Failed" and code == EXIT_CANNOT_RECONCILE:
         return 1  # a difference Kafka cannot reconcile, printed above
     errors = (result.get("StandardErrorContent") or "").strip().splitlines()
     reason = errors[-1] if errors else result.get("StatusDetails", status)
+    if status == "Failed" and code == EXIT_INSTALL_FAILED:
+        raise TopicError(f"fleet host {host} could not install the simulator package: {reason}")
     raise TopicError(f"the reconcile on {host} ended {status} (exit {code}): {reason}")
+
+
+def _cancel(ssm, command_id: str, host: str, out) -> None:
+    """CancelCommand: a request the agent honours if the command has not ended (SSM API Reference)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        ssm.cancel_command(CommandId=command_id, InstanceIds=[host])
+        print(f"cancelled Run Command {command_id} on {host}", file=out, flush=True)
+    except (BotoCoreError, ClientError) as error:
+        print(f"warning: could not cancel Run Command {command_id} ({error}): aws ssm cancel-command "
+              f"--command-id {command_id}", file=out, flush=True)
 
 
 def _follow(ssm, command_id: str, host: str, *, poll_s: float, clock, sleep, out) -> dict:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import calendar
 import json
 import os
 import sys
@@ -435,7 +436,8 @@ def token_expiry_s(token: str) -> float:
         url = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
         query = parse_qs(urlparse(url).query)
         signed = time.strptime(query["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ")
-        return time.mktime(signed) - time.timezone + int(query["X-Amz-Expires"][0])
+        # X-Amz-Date is UTC: timegm, not mktime (local time, an hour off under daylight saving).
+        return calendar.timegm(signed) + int(query["X-Amz-Expires"][0])
     except (binascii.Error, UnicodeDecodeError, KeyError, ValueError) as error:
         raise TopicError(f"${TOKEN_ENV} is not an MSK IAM token ({type(error).__name__}: {error})") from None
 

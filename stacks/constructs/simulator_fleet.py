@@ -214,20 +214,18 @@ class SimulatorFleet(Construct):
         region: str,
     ) -> ssm.CfnDocument:
         """The document `telemetry topics` sends to one host. The host may read the token
-        parameter, which exists only while such a command runs; it may not write or delete it."""
+        parameters under `token_parameter_name` (one per run, each existing only while its
+        command runs); it may not write or delete them."""
         bootstrap_parameter.grant_read(self.role)
         stack = Stack.of(self)
-        self.role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["ssm:GetParameter"],
-                resources=[
-                    stack.format_arn(
-                        service="ssm",
-                        resource="parameter",
-                        resource_name=token_parameter_name.lstrip("/"),
-                    )
-                ],
-            )
+        tokens = stack.format_arn(service="ssm", resource="parameter", resource_name=f"{token_parameter_name.lstrip('/')}/*")
+        self.role.add_to_policy(iam.PolicyStatement(actions=["ssm:GetParameter"], resources=[tokens]))
+        acknowledge(
+            self.role,
+            "AwsSolutions-IAM5",
+            "Each `telemetry topics` run leaves its MSK token in a parameter of its own under this path (named "
+            "by the run, so two runs never read or delete each other's), deleted when its command ends",
+            finding=wildcard_resource_finding(tokens),
         )
         return ssm.CfnDocument(
             self,

@@ -1,7 +1,11 @@
 package='{{ simulatorPackage }}'
 # One install per simulator version, kept for later runs and shared by the fleet's documents.
 home="/opt/telemetry-simulator/$(printf '%s' "$package" | sha256sum | cut -c1-16)"
+# A failed install exits 3 with what failed, so the workstation does not read it as the program's
+# own answer (telemetry topics: 1 is a difference Kafka cannot make).
+install_failed() { echo "install failed (exit $1): $2" >&2; exit 3; }
 if [ ! -f "$home/.installed" ]; then
+  trap 'install_failed $? "$BASH_COMMAND"' ERR
   dnf install -y -q python3.11 unzip
   rm -rf "$home" && mkdir -p "$home"
   aws s3 cp --only-show-errors "$package" "$home/simulator.zip"
@@ -9,4 +13,5 @@ if [ ! -f "$home/.installed" ]; then
   python3.11 -m venv "$home/venv"
   "$home/venv/bin/pip" install --quiet -r "$home/simulator/requirements.txt"
   touch "$home/.installed"
+  trap - ERR
 fi

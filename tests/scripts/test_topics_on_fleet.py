@@ -161,6 +161,8 @@ class Stubbed:
 ENVIRONMENT = declared_environment("dev")
 COMMAND_ID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 HOSTS = ["i-0bbbbbbbbbbbbbbbb", "i-0aaaaaaaaaaaaaaaa"]
+RUN = "5b1d2c3e4f5a6b7c8d9e0f1a2b3c4d5e"
+TOKEN = f"/telemetry-dev/msk/topics-token/{RUN}"  # this run's alone
 
 
 def expect_hosts(stubbed: Stubbed, ping: dict[str, str] | None = None) -> None:
@@ -191,9 +193,8 @@ def expect_host_and_token(stubbed: Stubbed, ping: dict[str, str] | None = None) 
     )  # fmt: skip
     stubbed.stubbers["ssm"].add_response(
         "put_parameter",
-        {"Version": 1},
-        {"Name": "/telemetry-dev/msk/topics-token", "Value": ANY, "Type": "SecureString", "Overwrite": True,
-         "Description": ANY},
+        {"Version": 1, "Tier": "Standard"},
+        {"Name": TOKEN, "Value": ANY, "Type": "SecureString", "Tier": "Intelligent-Tiering", "Description": ANY},
     )  # fmt: skip
 
 
@@ -203,7 +204,7 @@ def expect_command(stubbed: Stubbed, *, dry_run="false") -> None:
         {"Command": {"CommandId": COMMAND_ID}},
         {"DocumentName": "telemetry-dev-manage-topics", "InstanceIds": ["i-0aaaaaaaaaaaaaaaa"],
          "Parameters": {"declaration": [Declaration(ENVIRONMENT.topics, ENVIRONMENT.acls).text()],
-                        "dryRun": [dry_run], "timeoutSeconds": ["30"]},
+                        "dryRun": [dry_run], "timeoutSeconds": ["30"], "tokenParameter": [TOKEN]},
          "TimeoutSeconds": 120, "Comment": ANY},
     )  # fmt: skip
 
@@ -220,7 +221,7 @@ def expect_invocations(stubbed: Stubbed, *answers: dict) -> None:
 
 
 def expect_token_deleted(stubbed: Stubbed) -> None:
-    stubbed.stubbers["ssm"].add_response("delete_parameter", {}, {"Name": "/telemetry-dev/msk/topics-token"})
+    stubbed.stubbers["ssm"].add_response("delete_parameter", {}, {"Name": TOKEN})
 
 
 def arguments(**overrides) -> argparse.Namespace:
@@ -236,7 +237,7 @@ def on_fleet(stubbed, **overrides) -> tuple[int, str]:
 
     status = reconcile_on_fleet(
         ENVIRONMENT, arguments(**overrides), stubbed, read_code=lambda serial: "123456", poll_s=10, out=out,
-        clock=lambda: now[0], sleep=sleep,
+        clock=lambda: now[0], sleep=sleep, run_id=RUN,
     )  # fmt: skip
     return status, out.getvalue()
 
@@ -349,6 +350,62 @@ def test_no_host_online_is_one_line_naming_each_agents_status_and_no_token_is_ma
         "ConnectionLost, i-0bbbbbbbbbbbbbbbb not registered with Systems Manager): Run Command cannot reach them; "
         "replace them (terminate one: the fleet's group starts another) or run with --here"
     )
+
+
+def test_a_host_that_could_not_install_says_so_not_that_a_topic_differs():
+    """The fleet document's install exits 3 with what failed (install_simulator.sh's ERR trap), so
+    a dnf, S3 or pip failure is not read as the reconcile's 1 (a difference Kafka cannot make)."""
+    with Stubbed() as stubbed:
+        expect_host_and_token(stubbed)
+        expect_command(stubbed)
+        expect_invocations(stubbed, {
+            "Status": "Failed", "ResponseCode": 3, "StandardOutputContent": "",
+            "StandardErrorContent": "Error: Failed to download metadata for repo 'amazonlinux'\n"
+                                    "install failed (exit 1): dnf install -y -q python3.11 unzip\n"})
+        expect_token_deleted(stubbed)
+        with pytest.raises(TopicError) as raised:
+            on_fleet(stubbed)
+    assert str(raised.value) == ("fleet host i-0aaaaaaaaaaaaaaaa could not install the simulator package: install failed "
+                                 "(exit 1): dnf install -y -q python3.11 unzip")
+
+
+@pytest.mark.parametrize("interrupt", ["ctrl-c", "SIGTERM"])
+def test_an_interrupted_reconcile_cancels_its_command_and_deletes_the_token(interrupt):
+    import signal
+
+    def stop(_seconds):
+        if interrupt == "SIGTERM":
+            os.kill(os.getpid(), signal.SIGTERM)  # raised as Terminated by the handler in place
+        raise KeyboardInterrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    with Stubbed() as stubbed:
+        expect_host_and_token(stubbed)
+        expect_command(stubbed)
+        expect_invocations(stubbed)  # not registered yet: the first wait is interrupted
+        stubbed.stubbers["ssm"].add_response("cancel_command", {}, {"CommandId": COMMAND_ID,
+                                                                    "InstanceIds": ["i-0aaaaaaaaaaaaaaaa"]})
+        expect_token_deleted(stubbed)
+        out = io.StringIO()
+        with pytest.raises(KeyboardInterrupt) as raised:
+            reconcile_on_fleet(ENVIRONMENT, arguments(), stubbed, read_code=lambda serial: "123456", poll_s=10,
+                               out=out, clock=lambda: 0.0, sleep=stop, run_id=RUN)
+    assert (type(raised.value).__name__ == "Terminated") == (interrupt == "SIGTERM")
+    assert f"cancelled Run Command {COMMAND_ID} on i-0aaaaaaaaaaaaaaaa" in out.getvalue()
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler is the process's again
+
+
+def test_the_token_expiry_is_read_in_utc_whatever_the_local_zone(monkeypatch):
+    """X-Amz-Date is UTC: under a zone in daylight saving time, mktime would put it an hour off."""
+    url = "https://kafka.eu-west-1.amazonaws.com/?Action=kafka-cluster%3AConnect&X-Amz-Date=20260715T120000Z&X-Amz-Expires=900"
+    token = base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    time.tzset()
+    try:
+        assert topic_admin.token_expiry_s(token) == 1784116800 + 900  # 2026-07-15T12:00:00Z + 15 minutes
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
 
 
 def test_a_refused_send_still_deletes_the_token():

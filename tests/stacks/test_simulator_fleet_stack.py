@@ -195,6 +195,27 @@ def test_topics_document_runs_the_hosts_reconcile_with_flags_it_accepts(synthesi
     assert (args.region, args.timeout, args.dry_run, args.security_protocol) == ("eu-west-1", 30.0, True, "SASL_SSL")
 
 
+def test_a_failed_install_on_a_host_exits_3_naming_the_command(synthesized, tmp_path):
+    """The topics document's script as SSM runs it (bash, set -euo pipefail), on a host where dnf
+    fails: it stops with exit 3 and says what failed, before any Kafka work; telemetry topics
+    reports that as an install failure, not as a topic Kafka cannot change (which is exit 1)."""
+    content = fleet_document(synthesized, "manage-topics")
+    script = "\n".join(content["mainSteps"][0]["inputs"]["runCommand"])
+    package = f"s3://assets-bucket/{tmp_path.name}.zip"  # an install folder no run has made
+    for name, value in {"simulatorPackage": package, "region": "eu-west-1", "dryRun": "false",
+                        "bootstrapParameter": "/b", "tokenParameter": "/t", "declaration": "e30=",
+                        "timeoutSeconds": "30"}.items():
+        script = script.replace("{{ " + name + " }}", value)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "dnf").write_text("#!/bin/sh\necho 'Error: Failed to download metadata for repo amazonlinux' >&2\nexit 1\n")
+    (fake / "dnf").chmod(0o755)
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                            env={"PATH": f"{fake}:/usr/bin:/bin"})
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "install failed (exit 1): dnf install -y -q python3.11 unzip"
+
+
 def test_both_documents_install_the_simulator_the_same_way(synthesized):
     scripts = [
         "\n".join(fleet_document(synthesized, name)["mainSteps"][0]["inputs"]["runCommand"])
@@ -270,11 +291,13 @@ def test_hosts_may_read_the_token_parameter_the_workstation_writes_and_nothing_n
         return policy.is_action_permitted(action, f"{arn}{name}") == PermissionResult.PERMITTED
 
     assert environment.token_parameter == f"/telemetry-{env}/msk/topics-token"
-    assert permitted("ssm:GetParameter", environment.token_parameter)
-    assert not permitted("ssm:PutParameter", environment.token_parameter)
-    assert not permitted("ssm:DeleteParameter", environment.token_parameter)
+    run = f"{environment.token_parameter}/0f1e2d3c4b5a69788796a5b4c3d2e1f0"  # a run's, as reconcile_on_fleet names it
+    assert permitted("ssm:GetParameter", run)
+    assert not permitted("ssm:PutParameter", run)
+    assert not permitted("ssm:DeleteParameter", run)
     other = "prod" if env == "dev" else "dev"
-    for name in (f"/telemetry-{other}/msk/topics-token", f"{environment.token_parameter}-old", "/telemetry-certificates"):
+    for name in (f"/telemetry-{other}/msk/topics-token/x", environment.token_parameter, f"{environment.token_parameter}-old/x",
+                 "/telemetry-certificates"):
         assert not permitted("ssm:GetParameter", name), name
     # The document the workstation sends reads that same parameter by default.
     assert fleet_document(synthesized, "manage-topics", env)["parameters"]["tokenParameter"]["default"] == environment.token_parameter
