@@ -10,6 +10,7 @@ The steps, in order, each named as `--dry-run` prints them:
                the order their dependencies give (production: each change shown and asked for)
     topics     the declared Kafka topics, and the ACLs of the device gateway's SCRAM user
     bootstrap  the Service Fabric cluster on its seed nodes
+    scale      the scaling node group brought to its configured size, every node joined
     flink      the telemetry sink's Flink application started
     smoke      brokers reachable from a fleet host, a short simulator run through the platform,
                the cluster healthy
@@ -33,7 +34,7 @@ from typing import Any
 from scripts.telemetry.errors import UsageError
 
 REPO = Path(__file__).resolve().parent.parent.parent
-STEPS = ("preflight", "deploy", "topics", "bootstrap", "flink", "smoke")
+STEPS = ("preflight", "deploy", "topics", "bootstrap", "scale", "flink", "smoke")
 SMOKE_RATE, SMOKE_SECONDS = 1000, 30
 
 
@@ -81,6 +82,12 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
         session = session_factory(config.region)
         if session.get_credentials() is None:  # before a synthesis the run could not use
             raise NoCredentialsError()
+        from scripts.telemetry.journey import Topics
+
+        if not args.mfa_serial and not Topics(config, session).done():
+            # Asked now, not after every stack is deployed: the topics step needs it.
+            raise UsageError(f"the topics of {config.name} are not reconciled yet, which the topic administrator "
+                             "role does with MFA: add --mfa-serial ARN (your MFA device)")
         stacks = synthesized_stacks(args.cdk_out, config)
         steps = journey(config, session, stacks, runner=run_command, say=_say, mfa_serial=args.mfa_serial, yes=args.yes,
                         cdk_out=args.cdk_out)
@@ -169,6 +176,7 @@ def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
         bootstrap_parameter_name,
         gateway_thumbprint_parameter_name,
         manage_topics_document_name,
+        scaling_group_name,
         simulator_fleet_name,
         topic_admin_role_name,
     )
@@ -202,9 +210,15 @@ def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
             f"{manage_topics_document_name(config)}), as role {topic_admin_role_name(config)} (MFA)",
         ]),
         Step("bootstrap", [
-            f"create cluster {_one(stacks, 'ServiceFabric', 'AWS::SSM::Document', 'Name', 'the create-cluster document')} "
-            f"on {fabric.seed_node_count} seed nodes with runtime {fabric.runtime_version}",
+            f"create the Service Fabric cluster on {fabric.seed_node_count} seed nodes with runtime "
+            f"{fabric.runtime_version} (Run Command document "
+            f"{_one(stacks, 'ServiceFabric', 'AWS::SSM::Document', 'Name', 'the create-cluster document')})",
             f"publish the gateway's certificate thumbprint to SSM parameter {gateway_thumbprint_parameter_name(config)}",
+        ]),
+        Step("scale", [
+            f"set scaling group {scaling_group_name(config)} to minimum {fabric.scaling_min_nodes}, desired "
+            f"{fabric.scaling_desired_nodes} (the stack creates it empty), and wait until the lifecycle automation has "
+            "joined every node",
         ]),
         Step("flink", [
             f"start Flink application {name}" for name in _names(stacks, "TelemetrySink",

@@ -16,6 +16,9 @@ The steps and how each knows it is done:
     bootstrap  the SSM parameter `telemetry cluster bootstrap` writes once the create-cluster
                command has succeeded, for the ServiceFabric stack deployed now (or that
                command's Success since the stack was created, in Run Command's history)
+    scale      the scaling node group has its configured minimum and is steady (every node
+               joined: InService after its launch hook); else it is set to the configured size and
+               waited for
     flink      the Flink application is running (RUNNING, AUTOSCALING or MAINTENANCE); a READY one
                is started and waited for, and a start that falls back to READY fails with the
                reason its operation gives
@@ -364,6 +367,57 @@ class Bootstrap:
             raise OperationFailed("the cluster was not created (the reason is above)")
 
 
+@dataclass
+class Scale:
+    """The scaling node group at its configured size. The stack creates it empty, minimum 0 (no
+    node could join before the cluster exists); once the cluster is bootstrapped this sets the
+    configured minimum and desired size and waits until the lifecycle automation has joined every
+    node: an instance is InService only after the join completed its launch hook (scripts/scale.py)."""
+
+    config: Any
+    session: Any
+    say: Say
+    sleep: Callable[[float], None] = time.sleep
+    timeout_s: float = 3600.0
+    name: str = "scale"
+
+    def _group(self) -> tuple[Any, Any, str]:
+        from scripts.scale import ScalingGroups
+        from stacks.naming import scaling_group_name
+
+        groups = ScalingGroups(self.session)
+        name = scaling_group_name(self.config)
+        return groups, groups.state(name), name
+
+    def done(self) -> str:
+        """Sized (its configured minimum, and nodes wanted unless none are configured) and steady at
+        whatever size it has now: a later `telemetry cluster scale` or a scaling policy is not undone
+        by a rerun."""
+        _, state, name = self._group()
+        fabric = self.config.service_fabric
+        sized = state.min_size == fabric.scaling_min_nodes and (state.desired >= 1 or fabric.scaling_desired_nodes == 0)
+        if sized and state.steady_at(state.desired):
+            return f"{name}: {state.in_service} node(s) in service"
+        return ""
+
+    def run(self) -> None:
+        from scripts.scale import check_request, wait_until_steady
+
+        groups, state, name = self._group()
+        fabric = self.config.service_fabric
+        # The size someone gave it since, or else the configured one (the stack created it at 0).
+        desired = state.desired if state.desired >= 1 else fabric.scaling_desired_nodes
+        check_request(state, desired, fabric.scaling_min_nodes)
+        if (state.min_size, state.desired) != (fabric.scaling_min_nodes, desired):
+            self.say(f"  {name}: minimum {fabric.scaling_min_nodes}, desired {desired}")
+            groups.set_size(name, fabric.scaling_min_nodes, desired)
+        if not wait_until_steady(groups, name, desired, timeout_s=self.timeout_s, poll_interval_s=15.0,
+                                 say=lambda line: self.say(f"  {line}"), sleep=self.sleep):
+            raise OperationFailed(f"{name} is not steady at {desired} node(s) after {self.timeout_s / 60:.0f} minutes; "
+                                  "the node lifecycle automation may be stuck (its alarms and the group's activity "
+                                  "history say where)")
+
+
 # Managed Flink's ApplicationStatus values (the kinesisanalyticsv2 model's enum) as this step
 # reads them. Running: RUNNING, and AUTOSCALING and MAINTENANCE, which AWS enters from RUNNING to
 # scale or patch the application and leaves back to RUNNING (Managed Service for Apache Flink
@@ -543,6 +597,7 @@ def journey(
         Stacks(config, session, runner, say, cdk_out=cdk_out, yes=yes),
         Topics(config, session, mfa_serial, read_code),
         Bootstrap(config, session, say),
+        Scale(config, session, say),
         Flink(config, session, stacks, say),
         Smoke(config, session, say),
     ]

@@ -124,7 +124,7 @@ def test_the_installed_command_plans_a_first_deployment_offline(tmp_path):
 
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout[result.stdout.index("{"):])
-    assert [step["name"] for step in plan["steps"]] == ["preflight", "deploy", "topics", "bootstrap", "flink", "smoke"]
+    assert [step["name"] for step in plan["steps"]] == ["preflight", "deploy", "topics", "bootstrap", "scale", "flink", "smoke"]
     assert plan["steps"][1]["does"][0].startswith("synthesize dev with the CDK CLI into cdk.out")
     deploys = [line.split()[1] for line in plan["steps"][1]["does"] if line.startswith("deploy ")]
     assert deploys.index("Telemetry-dev-Network") < deploys.index("Telemetry-dev-Msk") < deploys.index(

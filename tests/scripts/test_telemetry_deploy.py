@@ -19,7 +19,7 @@ from botocore.stub import Stubber
 
 from scripts.telemetry import deploy
 from scripts.telemetry.errors import OperationFailed
-from scripts.telemetry.journey import Bootstrap, Flink, Stacks, Topics, journey, run_journey
+from scripts.telemetry.journey import Bootstrap, Flink, Scale, Stacks, Topics, journey, run_journey
 from stacks.config import load_environment, read_environments
 from tests.scripts.test_preflight import ACCOUNT, QUOTAS, Session
 
@@ -150,9 +150,9 @@ def test_a_failed_stack_stops_the_run_and_the_next_run_goes_on_from_it(account, 
     # The second run deployed only what the first left, in dependency order, then stopped at the
     # step that needs the operator's MFA.
     assert cdk.deployed == [s.name for s in stacks]
-    assert lines[0] == "[1/6] preflight: running" and lines[1] == "[1/6] preflight: done"
+    assert lines[0] == "[1/7] preflight: running" and lines[1] == "[1/7] preflight: done"
     assert f"  {stacks[0].name}: CREATE_COMPLETE, as synthesized" in lines and f"  {third}: creating" in lines
-    assert lines[-1] == "[3/6] topics: running"
+    assert lines[-1] == "[3/7] topics: running"
     assert [call[0] for call in cdk.calls].count("synth") == 2  # once a run, before anything is compared
     session.stubber.assert_no_pending_responses()
 
@@ -588,3 +588,40 @@ def test_the_smoke_step_runs_the_fleet_then_checks_the_seeds(gateway, monkeypatc
         return
     step.run()
     assert said[-2:] == ["  smoke run: 1,000 msg/s through the platform, nothing lost", "  cluster: 3 of 3 seed nodes Up"]
+
+
+def test_the_scale_step_brings_the_empty_group_to_its_configured_size_once(moto_session):
+    from tests.scripts.test_scale import SCALING, group
+
+    ec2, autoscaling = moto_session.client("ec2"), moto_session.client("autoscaling")
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    ec2.create_launch_template(LaunchTemplateName="nodes", LaunchTemplateData={"ImageId": image, "InstanceType": "m6i.xlarge"})
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=SCALING, LaunchTemplate={"LaunchTemplateName": "nodes"}, VPCZoneIdentifier=subnet,
+        MinSize=0, MaxSize=CONFIG.service_fabric.scaling_max_nodes, DesiredCapacity=0,
+        Tags=[{"Key": "sf:nodetype", "Value": "ScalingNodeType", "PropagateAtLaunch": True}])
+    lines: list[str] = []
+    step = Scale(CONFIG, moto_session, lines.append, sleep=lambda s: None)
+    assert step.done() == ""
+    step.run()
+    fabric = CONFIG.service_fabric
+    sized = group(moto_session)
+    assert (sized["MinSize"], sized["DesiredCapacity"]) == (fabric.scaling_min_nodes, fabric.scaling_desired_nodes)
+    assert step.done() == f"{SCALING}: {fabric.scaling_desired_nodes} node(s) in service"
+    # An operator's later size is kept by a rerun: the step is done at whatever size is steady.
+    autoscaling.set_desired_capacity(AutoScalingGroupName=SCALING, DesiredCapacity=fabric.scaling_desired_nodes + 1)
+    assert step.done() == f"{SCALING}: {fabric.scaling_desired_nodes + 1} node(s) in service"
+
+
+def test_a_first_deployment_without_mfa_is_refused_before_anything_is_deployed(account, monkeypatch, capsys):
+    """The topics step needs the topic administrator's MFA: said at the start, not after an hour
+    of stacks."""
+    from scripts.telemetry import cli
+
+    monkeypatch.setattr(cli, "session_factory", lambda args: lambda region: account)
+    monkeypatch.setattr(deploy, "synthesized_stacks", lambda *a: pytest.fail("nothing is synthesized or deployed"))
+    assert cli.main(["deploy", "--env", "dev"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "telemetry: error: the topics of dev are not reconciled yet, which the topic administrator role does with "
+        "MFA: add --mfa-serial ARN (your MFA device)")
