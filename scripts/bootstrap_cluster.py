@@ -54,6 +54,7 @@ from stacks.seed_addresses import SeedPlacement  # noqa: E402
 
 DATA_ROOT = "D:\\SF"  # the data volume userdata/prepare_node.ps1 formats
 FINISHED = {"Success", "Failed", "Cancelled", "TimedOut", "Cancelling"}
+RUNNING = {"Pending", "Delayed", "InProgress"}  # a command's statuses before it ends (SSM API Reference, Command)
 
 
 def node_type(name: str, settings: ServiceFabricConfig, *, primary: bool) -> dict:
@@ -193,6 +194,16 @@ class Bootstrap:
         )
         return response["Command"]["CommandId"]
 
+    def running_create(self, document: str, instance_id: str) -> str:
+        """The id of a create still Pending, Delayed or InProgress on the seed (ListCommands,
+        newest first), or "". A rerun after an interrupt must not send a second one: the running
+        command's scheduled task outlives it, and the second would register its task over it."""
+        answer = self.ssm.list_commands(InstanceId=instance_id, Filters=[{"key": "DocumentName", "value": document}])
+        for command in answer["Commands"]:
+            if command["Status"] in RUNNING:
+                return command["CommandId"]
+        return ""
+
     def invocation(self, command_id: str, instance_id: str) -> tuple[str, str, str]:
         try:
             result = self.ssm.get_command_invocation(CommandId=command_id, InstanceId=instance_id)
@@ -274,8 +285,13 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
     first_seed = min(seeds, key=lambda s: s.index)
     first = instances[first_seed.name]
     document = outputs.get("CreateClusterDocumentName")
-    command_id = aws.send_create(document, first.instance_id, cluster_config, int(args.timeout))
-    print(f"sent {document} to {first.instance_id} ({first_seed.name}), command {command_id}")
+    command_id = aws.running_create(document, first.instance_id)
+    if command_id:
+        print(f"{document} is still running on {first.instance_id} ({first_seed.name}), command {command_id}: "
+              "waiting for it instead of sending another")
+    else:
+        command_id = aws.send_create(document, first.instance_id, cluster_config, int(args.timeout))
+        print(f"sent {document} to {first.instance_id} ({first_seed.name}), command {command_id}")
     status, out, err = wait_for_command(
         aws, command_id, first.instance_id, timeout_s=args.timeout, poll_interval_s=args.poll_interval
     )

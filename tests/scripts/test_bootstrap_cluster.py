@@ -218,6 +218,39 @@ def test_a_failed_create_records_nothing_for_telemetry_deploy(aws, tmp_path, mon
     assert capsys.readouterr().err.strip() == "error: cluster creation Failed: boom"
 
 
+def test_a_rerun_while_the_create_still_runs_waits_for_it_and_sends_nothing(aws, tmp_path, monkeypatch, capsys):
+    """An interrupted bootstrap left its command running (it may wait its delivery timeout and its
+    execution timeout, and its scheduled task outlives it): the rerun follows that command."""
+    from botocore.awsrequest import AWSResponse
+    from botocore.validate import ParamValidator
+
+    session, seeds = aws
+    running = "0a1b2c3d-4e5f-4a6b-8c9d-0e1f2a3b4c5d"
+    asked = []
+
+    def list_commands(model, context, **_):
+        """ListCommands as SSM answers while the create runs; checked against the ssm model."""
+        asked.append(context["params"])
+        response = {"Commands": [{"CommandId": running, "DocumentName": DOCUMENT, "Status": "InProgress",
+                                  "InstanceIds": [seeds[0]["instance_id"]]}]}
+        assert not ParamValidator().validate(response, model.output_shape).has_errors()
+        return AWSResponse(None, 200, {}, None), response
+
+    def keep(params, context, **_):
+        context["params"] = dict(params)
+
+    session.session.events.register("provide-client-params.ssm.ListCommands", keep)
+    session.session.events.register("before-call.ssm.ListCommands", list_commands)
+    followed = []
+    monkeypatch.setattr(bootstrap_cluster.Bootstrap, "invocation",
+                        lambda self, command, instance: followed.append(command) or ("Success", "", ""))
+    sent = sent_commands(session)
+    assert run(["--env", "prod", "--output", str(tmp_path / "c.json"), "--poll-interval", "0"], session) == 0
+    assert sent == [] and followed == [running]
+    assert asked == [{"InstanceId": seeds[0]["instance_id"], "Filters": [{"key": "DocumentName", "value": DOCUMENT}]}]
+    assert f"command {running}: waiting for it instead of sending another" in capsys.readouterr().out
+
+
 def refused(session, capsys, argv=("--env", "prod")) -> str:
     assert run(list(argv), session) == 2
     captured = capsys.readouterr()
