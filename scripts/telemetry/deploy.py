@@ -221,13 +221,14 @@ def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
             "joined every node",
         ]),
         Step("flink", [
-            f"start Flink application {name}" for name in _names(stacks, "TelemetrySink",
-                                                                  "AWS::KinesisAnalyticsV2::Application", "ApplicationName")
+            f"start Flink application {name} if it is READY, from its latest snapshot, and wait until it runs"
+            for name in _names(stacks, "TelemetrySink", "AWS::KinesisAnalyticsV2::Application", "ApplicationName")
         ]),
         Step("smoke", [
-            "reach the brokers from a simulator fleet host over SSM Run Command",
-            f"run the simulator fleet for {SMOKE_SECONDS} s at {SMOKE_RATE:,} msg/s and require no message lost",
-            f"require all {fabric.seed_node_count} seed nodes Up in the cluster status",
+            f"run the simulator fleet over Kafka (IAM) for {SMOKE_SECONDS} s at {SMOKE_RATE:,} msg/s into topic "
+            f"{config.simulator_fleet.topic} and require no message lost (the sink delivers these records to the lake)",
+            f"require all {fabric.seed_node_count} seed nodes Up at the cluster's HTTP gateway (from this machine: it "
+            "must be in service_fabric.management_cidrs)",
         ]),
     ]
     assert tuple(s.name for s in steps) == STEPS
