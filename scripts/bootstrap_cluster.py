@@ -54,7 +54,6 @@ from stacks.seed_addresses import SeedPlacement  # noqa: E402
 
 DATA_ROOT = "D:\\SF"  # the data volume userdata/prepare_node.ps1 formats
 FINISHED = {"Success", "Failed", "Cancelled", "TimedOut", "Cancelling"}
-RUNNING = {"Pending", "Delayed", "InProgress"}  # a command's statuses before it ends (SSM API Reference, Command)
 
 
 def node_type(name: str, settings: ServiceFabricConfig, *, primary: bool) -> dict:
@@ -195,13 +194,19 @@ class Bootstrap:
         return response["Command"]["CommandId"]
 
     def running_create(self, document: str, instance_id: str) -> str:
-        """The id of a create still Pending, Delayed or InProgress on the seed (ListCommands,
-        newest first), or "". A rerun after an interrupt must not send a second one: the running
-        command's scheduled task outlives it, and the second would register its task over it."""
-        answer = self.ssm.list_commands(InstanceId=instance_id, Filters=[{"key": "DocumentName", "value": document}])
-        for command in answer["Commands"]:
-            if command["Status"] in RUNNING:
-                return command["CommandId"]
+        """The id of a create of this document still running for the seed, or "". A rerun after an
+        interrupt must not send a second one: the running command's scheduled task outlives it, and
+        the second would register its task over it. ListCommands' ExecutionStage Executing "returns
+        a list of command executions that are currently still running" (Pending and Cancelling
+        included); no InstanceId, which a Pending command has not reached yet (API Reference,
+        CommandFilter and ListCommands)."""
+        pages = self.ssm.get_paginator("list_commands").paginate(
+            Filters=[{"key": "DocumentName", "value": document}, {"key": "ExecutionStage", "value": "Executing"}]
+        )
+        for page in pages:
+            for command in page["Commands"]:
+                if instance_id in command.get("InstanceIds", []):
+                    return command["CommandId"]
         return ""
 
     def invocation(self, command_id: str, instance_id: str) -> tuple[str, str, str]:

@@ -510,12 +510,20 @@ def reconcile_declaration(settings: dict, declaration: Declaration, *, timeout_s
     return status
 
 
+# Exit codes the workstation reads (scripts/manage_topics.py): 0 done, 1 a difference Kafka cannot
+# make, 2 refused, 4 a crash (3 is the fleet document's failed install).
+EXIT_INTERNAL_ERROR = 4
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(parse_args(argv))
     except TopicError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except Exception as error:  # noqa: BLE001 - Python's own exit code for a crash, 1, means "a difference Kafka cannot make"
+        print(f"error: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
 
 
 if __name__ == "__main__":

@@ -6,5 +6,9 @@ from stacks.config import EnvironmentConfig
 
 
 def removal_policy(config: EnvironmentConfig) -> RemovalPolicy:
-    # Production data outlives its stack; other environments clean up after themselves.
-    return RemovalPolicy.RETAIN if config.production else RemovalPolicy.DESTROY
+    """Production data outlives its stack (and a replacement); other environments clean up after
+    themselves. In production a resource is still deleted when the stack operation that created
+    it rolls back (DeletionPolicy RetainExceptOnCreate, CloudFormation User Guide, "DeletionPolicy
+    attribute"): a failed first deployment leaves no named, retained resource behind that would
+    stop the next one from creating it again."""
+    return RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE if config.production else RemovalPolicy.DESTROY

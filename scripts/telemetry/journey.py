@@ -114,17 +114,23 @@ class Preflight:
 #     holds data.
 # DELETE_COMPLETE: DescribeStacks by name does not find a deleted stack ("" here); by its id it
 # still answers that status.
-CREATE = frozenset({"", "DELETE_COMPLETE", "REVIEW_IN_PROGRESS", "ROLLBACK_COMPLETE", "ROLLBACK_FAILED"})
+CREATE = frozenset({"", "DELETE_COMPLETE", "REVIEW_IN_PROGRESS", "ROLLBACK_COMPLETE"})
 SETTLED = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "IMPORT_COMPLETE", "UPDATE_ROLLBACK_COMPLETE",
                      "IMPORT_ROLLBACK_COMPLETE"})
 DEPLOYED = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "IMPORT_COMPLETE"})  # what was asked is in place
 ADVICE = {
     # A deployment with --no-rollback stopped on a failure (the CLI's "paused fail state": it rolls
     # back first, START_ROLLBACK).
-    "CREATE_FAILED": "a deployment without rollback stopped on a failure; roll it back "
-                     "(aws cloudformation rollback-stack --stack-name {stack}), then run again",
-    "UPDATE_FAILED": "an update without rollback stopped on a failure; roll it back "
-                     "(aws cloudformation rollback-stack --stack-name {stack}), then run again",
+    # RollbackStack "will delete a stack if it doesn't contain a last known stable state" unless
+    # told to retain (API Reference); the CLI passes RetainExceptOnCreate, and so does this advice.
+    "CREATE_FAILED": "a deployment without rollback stopped on a failure; roll it back (aws cloudformation "
+                     "rollback-stack --stack-name {stack} --retain-except-on-create), then run again",
+    "UPDATE_FAILED": "an update without rollback stopped on a failure; roll it back (aws cloudformation "
+                     "rollback-stack --stack-name {stack} --retain-except-on-create), then run again",
+    # The CLI would delete it (a creation failure) and the delete would stop on the resources the
+    # rollback could not remove (deploy-stack.ts: "You may need to delete it from the AWS console").
+    "ROLLBACK_FAILED": "its creation failed and so did the rollback, leaving resources CloudFormation could not "
+                       "remove; its events name them: remove or fix those, then run again",
     # "Continue rolling back an update": ContinueUpdateRollback, skipping the resources that cannot
     # roll back once they are fixed or known to be safe to skip; the CLI does the same
     # (CONTINUE_UPDATE_ROLLBACK).
@@ -147,10 +153,14 @@ def differs(deployed: Any, synthesized: dict) -> bool:
     import json
 
     if isinstance(deployed, str):
+        # The CLI sends the template as YAML when no asset URL carries it (deploy-stack.ts,
+        # makeBodyParameter); CloudFormation's short forms (!Ref) are not plain YAML.
+        import yaml
+
         try:
-            deployed = json.loads(deployed)
-        except ValueError:
-            return True  # YAML: not one the CLI wrote from this app
+            deployed = yaml.safe_load(deployed)
+        except yaml.YAMLError:
+            return True
     return json.loads(json.dumps(deployed)) != synthesized
 
 
@@ -194,15 +204,20 @@ class Stacks:
                 raise OperationFailed(f"cdk synth wrote no stacks of {self.config.name} into {self.cdk_out}")
         return self._assembly
 
-    def _status(self, name: str) -> tuple[str, str]:
-        """(StackStatus, StackStatusReason), ("", "") when there is no such stack."""
+    def _describe(self, name: str) -> dict:
+        """DescribeStacks' stack, {} when there is no such stack."""
         try:
             (stack,) = self.cloudformation.describe_stacks(StackName=name)["Stacks"]
         except self.cloudformation.exceptions.ClientError as error:
             if "does not exist" in str(error):
-                return "", ""
+                return {}
             raise
-        return str(stack["StackStatus"]), str(stack.get("StackStatusReason", ""))
+        return stack
+
+    def _status(self, name: str) -> tuple[str, str]:
+        """(StackStatus, StackStatusReason), ("", "") when there is no such stack."""
+        stack = self._describe(name)
+        return str(stack.get("StackStatus", "")), str(stack.get("StackStatusReason", ""))
 
     def _settled(self, name: str) -> tuple[str, str]:
         """Its status once no operation runs on it (waits, saying so, up to WAIT_LIMIT_S)."""
@@ -226,7 +241,9 @@ class Stacks:
         stacks = self.assembly()
         for stack in stacks:
             status, _ = self._status(stack.name)
-            if status not in DEPLOYED or self._changed(stack):
+            # A stack rolled back to a template equal to the one synthesized now has nothing to
+            # do: the CLI itself skips it (its skip test: same template, not *FAILED).
+            if status not in SETTLED or self._changed(stack):
                 return ""
         return f"all {len(stacks)} stacks deployed as synthesized"
 
@@ -237,15 +254,23 @@ class Stacks:
                 because = f" ({reason})" if reason else ""
                 raise OperationFailed(f"stack {stack.name} is {status}{because}: " + ADVICE[status].format(stack=stack.name))
             if status in SETTLED:
-                if status in DEPLOYED and not self._changed(stack):
+                if not self._changed(stack):
                     self.say(f"  {stack.name}: {status}, as synthesized")
                     continue
-                why = "its last update was rolled back" if status not in DEPLOYED else "its template changed"
-                self.say(f"  {stack.name}: {status}, updating ({why})")
+                self.say(f"  {stack.name}: {status}, updating (its template changed)")
                 if self.config.production and not self.yes:
                     self._approve(stack.name)
+            elif status == "ROLLBACK_COMPLETE" and self._describe(stack.name).get("EnableTerminationProtection"):
+                # The CLI turns protection on before it creates, then deletes a failed creation
+                # without turning it off; CloudFormation refuses that deletion ("Protect
+                # CloudFormation stacks from being deleted").
+                raise OperationFailed(
+                    f"stack {stack.name} is ROLLBACK_COMPLETE{f' ({reason})' if reason else ''}: its creation failed, "
+                    "and termination protection stops the CDK CLI from deleting it to create it again. Read its "
+                    "events, then aws cloudformation update-termination-protection --no-enable-termination-protection "
+                    f"--stack-name {stack.name} and run again (the CLI deletes it, creates it and protects it again)")
             elif status in CREATE:
-                failed = status in ("ROLLBACK_COMPLETE", "ROLLBACK_FAILED")
+                failed = status == "ROLLBACK_COMPLETE"
                 self.say(f"  {stack.name}: " + (f"{status}, creating it (the CDK CLI deletes a stack whose creation "
                                                 "failed, then creates it again)" if failed else
                                                 f"{status}, creating it" if status else "creating"))
@@ -258,7 +283,10 @@ class Stacks:
         """A production stack's change: the CLI's diff of it, then the operator's yes."""
         from scripts.telemetry import cdk_cli
 
-        self.runner(cdk_cli.command("diff", name, "--app", str(self.cdk_out)))
+        # `cdk diff` exits 0 with or without differences (1 only with --fail): non-zero is an error.
+        code = self.runner(cdk_cli.command("diff", name, "--app", str(self.cdk_out)))
+        if code != 0:
+            raise OperationFailed(f"cdk diff {name} exited {code} (its output is above): nothing was applied")
         ask = self.confirm or _ask_terminal
         if not ask(f"apply this change to {name} in {self.config.name}? [y/N] "):
             raise OperationFailed(f"the change to {name} was not applied (telemetry deploy --yes applies it without asking)")
@@ -372,7 +400,10 @@ class Scale:
     """The scaling node group at its configured size. The stack creates it empty, minimum 0 (no
     node could join before the cluster exists); once the cluster is bootstrapped this sets the
     configured minimum and desired size and waits until the lifecycle automation has joined every
-    node: an instance is InService only after the join completed its launch hook (scripts/scale.py)."""
+    node: an instance is InService only after the join completed its launch hook (scripts/scale.py).
+    That holds because the launch hook's DefaultResult is ABANDON (scaling_node_group.py, asserted in
+    tests/stacks/test_service_fabric_stack.py): a hook that times out terminates the instance, where
+    CONTINUE would put it in service unjoined (EC2 Auto Scaling User Guide, "Lifecycle hooks")."""
 
     config: Any
     session: Any
@@ -419,9 +450,12 @@ class Scale:
 
 
 # Managed Flink's ApplicationStatus values (the kinesisanalyticsv2 model's enum) as this step
-# reads them. Running: RUNNING, and AUTOSCALING and MAINTENANCE, which AWS enters from RUNNING to
-# scale or patch the application and leaves back to RUNNING (Managed Service for Apache Flink
-# Developer Guide, "Automatic scaling", "Maintenance"). Transitional: waited for, then decided
+# reads them. Running: RUNNING; AUTOSCALING ("While Managed Service for Apache Flink is scaling
+# your application, it will be in the AUTOSCALING status", Developer Guide, "Automatic scaling");
+# MAINTENANCE, which only the enum names: the maintenance page says a running application "will be
+# restarted", so it is taken as running (no source says it returns to RUNNING). RUNNING is the
+# application's status, not the job's health: a job restarting in a loop stays RUNNING (the sink's
+# own alarms watch that). Transitional: waited for, then decided
 # again (an UPDATING application may be a READY one being updated). DELETING, ROLLED_BACK: stop
 # with what the last operation reported.
 FLINK_RUNNING = frozenset({"RUNNING", "AUTOSCALING", "MAINTENANCE"})
@@ -488,11 +522,30 @@ class Flink:
                 RunConfiguration={"ApplicationRestoreConfiguration": {"ApplicationRestoreType": "RESTORE_FROM_LATEST_SNAPSHOT"}},
             )["OperationId"]
             self.say(f"  {application}: starting (operation {operation})")
-            status = self._settled(application, "it to run")
-            if status not in FLINK_RUNNING:
+            outcome = self._operation_outcome(application, operation)
+            status = self._status(application)
+            if outcome != "SUCCESSFUL" or status not in FLINK_RUNNING:
                 raise OperationFailed(f"Flink application {application} did not start: it is {status}"
                                       f"{self._failure(application, operation)}")
             self.say(f"  {application}: {status}")
+
+    def _operation_outcome(self, application: str, operation: str) -> str:
+        """The start operation's end: SUCCESSFUL, FAILED or CANCELLED (DescribeApplicationOperation;
+        a failed start leaves the application READY, "Troubleshoot system rollback"). The status
+        read right after StartApplication may still be READY, so it is not what is waited on."""
+        waited = 0.0
+        while True:
+            details = self.client.describe_application_operation(ApplicationName=application, OperationId=operation)[
+                "ApplicationOperationInfoDetails"]
+            if details["OperationStatus"] != "IN_PROGRESS":
+                return str(details["OperationStatus"])
+            if waited >= FLINK_LIMIT_S:
+                raise OperationFailed(f"the start of Flink application {application} (operation {operation}) is still "
+                                      f"in progress after {waited / 60:.0f} minutes; run again once it ends")
+            if waited == 0:
+                self.say(f"  {application}: waiting for the start to end")
+            self.sleep(FLINK_POLL_S)
+            waited += FLINK_POLL_S
 
     def _failure(self, application: str, operation: str) -> str:
         """What the operation's details say went wrong (DescribeApplicationOperation:
@@ -503,9 +556,13 @@ class Flink:
         return f" ({details.get('Operation', 'the operation')} {details.get('OperationStatus', '')}: {error})" if error else ""
 
     def _last_failure(self, application: str) -> str:
-        failed = self.client.list_application_operations(ApplicationName=application, OperationStatus="FAILED",
-                                                        Limit=1).get("ApplicationOperationInfoList", [])
-        return self._failure(application, failed[0]["OperationId"]) if failed else ""
+        """The newest failed operation's reason (the API documents no order: sorted by StartTime)."""
+        failed = self.client.list_application_operations(ApplicationName=application, OperationStatus="FAILED").get(
+            "ApplicationOperationInfoList", [])
+        if not failed:
+            return ""
+        newest = max(failed, key=lambda o: o["StartTime"].timestamp() if o.get("StartTime") else 0.0)
+        return self._failure(application, newest["OperationId"])
 
 
 @dataclass

@@ -231,8 +231,11 @@ def test_a_rerun_while_the_create_still_runs_waits_for_it_and_sends_nothing(aws,
     def list_commands(model, context, **_):
         """ListCommands as SSM answers while the create runs; checked against the ssm model."""
         asked.append(context["params"])
-        response = {"Commands": [{"CommandId": running, "DocumentName": DOCUMENT, "Status": "InProgress",
-                                  "InstanceIds": [seeds[0]["instance_id"]]}]}
+        response = {"Commands": [
+            {"CommandId": "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a", "DocumentName": DOCUMENT, "Status": "InProgress",
+             "InstanceIds": ["i-0123456789abcdef0"]},  # another environment's seed, say: not ours
+            {"CommandId": running, "DocumentName": DOCUMENT, "Status": "Pending", "InstanceIds": [seeds[0]["instance_id"]]},
+        ]}
         assert not ParamValidator().validate(response, model.output_shape).has_errors()
         return AWSResponse(None, 200, {}, None), response
 
@@ -247,7 +250,7 @@ def test_a_rerun_while_the_create_still_runs_waits_for_it_and_sends_nothing(aws,
     sent = sent_commands(session)
     assert run(["--env", "prod", "--output", str(tmp_path / "c.json"), "--poll-interval", "0"], session) == 0
     assert sent == [] and followed == [running]
-    assert asked == [{"InstanceId": seeds[0]["instance_id"], "Filters": [{"key": "DocumentName", "value": DOCUMENT}]}]
+    assert asked == [{"Filters": [{"key": "DocumentName", "value": DOCUMENT}, {"key": "ExecutionStage", "value": "Executing"}]}]
     assert f"command {running}: waiting for it instead of sending another" in capsys.readouterr().out
 
 

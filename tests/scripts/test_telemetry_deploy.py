@@ -9,6 +9,7 @@ taken from the account, and a run after a failure going on from where the last o
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Sequence
 from dataclasses import replace
@@ -218,9 +219,9 @@ class OneStackAccount:
         assert service == "cloudformation"
         return self.cloudformation
 
-    def status(self, status: str, reason: str = "") -> None:
+    def status(self, status: str, reason: str = "", protected: bool = False) -> None:
         stack = {"StackName": self.name, "StackId": f"arn:aws:cloudformation:eu-west-1:{ACCOUNT}:stack/{self.name}/1",
-                 "CreationTime": "2026-11-20T00:00:00Z", "StackStatus": status}
+                 "CreationTime": "2026-11-20T00:00:00Z", "StackStatus": status, "EnableTerminationProtection": protected}
         if reason:
             stack["StackStatusReason"] = reason
         self.stubber.add_response("describe_stacks", {"Stacks": [stack]}, {"StackName": self.name})
@@ -242,24 +243,46 @@ def one_stack(moto_session, stacks, tmp_path):
     return step, account, cdk, lines
 
 
-@pytest.mark.parametrize("status", ["REVIEW_IN_PROGRESS", "ROLLBACK_COMPLETE", "ROLLBACK_FAILED"])
+@pytest.mark.parametrize("status", ["REVIEW_IN_PROGRESS", "ROLLBACK_COMPLETE"])
 def test_a_stack_the_cdk_cli_creates_again_is_deployed(one_stack, status):
-    """REVIEW_IN_PROGRESS is "does not exist" to the CLI; ROLLBACK_COMPLETE and ROLLBACK_FAILED
-    are its "creation failure", which it deletes and creates again (deploy-stack.ts)."""
+    """REVIEW_IN_PROGRESS is "does not exist" to the CLI; ROLLBACK_COMPLETE is its "creation
+    failure", which it deletes and creates again (deploy-stack.ts)."""
     step, account, cdk, lines = one_stack
     account.status(status)
+    if status == "ROLLBACK_COMPLETE":
+        account.status(status)  # its termination protection, read before the CLI is let delete it
     step.run()
     assert cdk.deployed == [account.name]
     assert lines[-1].startswith(f"  {account.name}: {status}, creating it")
+    account.stubber.assert_no_pending_responses()
+
+
+def test_a_protected_stack_whose_creation_failed_says_how_the_cli_may_delete_it(one_stack):
+    """The CLI protects a production stack before creating it, then deletes a failed creation
+    without unprotecting it, which CloudFormation refuses ("Protect CloudFormation stacks from
+    being deleted")."""
+    step, account, cdk, _ = one_stack
+    account.status("ROLLBACK_COMPLETE", reason="The following resource(s) failed to create: [Cluster]", protected=True)
+    account.status("ROLLBACK_COMPLETE", protected=True)
+    with pytest.raises(OperationFailed, match="update-termination-protection --no-enable-termination-protection"):
+        step.run()
+    assert cdk.deployed == []
 
 
 @pytest.mark.parametrize("status", ["UPDATE_ROLLBACK_COMPLETE", "IMPORT_ROLLBACK_COMPLETE"])
-def test_a_stack_whose_last_update_rolled_back_is_deployed_again(one_stack, status):
+def test_a_stack_rolled_back_is_deployed_when_its_template_differs_and_left_when_it_matches(one_stack, status):
+    """Rolled back to a template equal to the synthesized one, there is nothing to do (the CLI
+    skips it as well); otherwise it is deployed."""
     step, account, cdk, lines = one_stack
     account.status(status)
+    account.template({**cdk.template(account.name), "Description": "the template before"})
     step.run()
     assert cdk.deployed == [account.name]
-    assert lines[-1] == f"  {account.name}: {status}, updating (its last update was rolled back)"
+    assert lines[-1] == f"  {account.name}: {status}, updating (its template changed)"
+    account.status(status)
+    account.template(cdk.template(account.name))
+    step.run()
+    assert cdk.deployed == [account.name] and lines[-1] == f"  {account.name}: {status}, as synthesized"
 
 
 def test_a_stack_in_progress_is_waited_for_then_left_alone_when_it_matches(one_stack):
@@ -277,8 +300,9 @@ def test_a_stack_in_progress_is_waited_for_then_left_alone_when_it_matches(one_s
 
 @pytest.mark.parametrize("status, advice", [
     ("UPDATE_ROLLBACK_FAILED", "continue-update-rollback --stack-name {stack}"),
-    ("UPDATE_FAILED", "rollback-stack --stack-name {stack}"),
-    ("CREATE_FAILED", "rollback-stack --stack-name {stack}"),
+    ("UPDATE_FAILED", "rollback-stack --stack-name {stack} --retain-except-on-create"),
+    ("CREATE_FAILED", "rollback-stack --stack-name {stack} --retain-except-on-create"),
+    ("ROLLBACK_FAILED", "leaving resources CloudFormation could not remove"),
     ("DELETE_FAILED", "does not delete or re-create a stack that holds data"),
     ("IMPORT_ROLLBACK_FAILED", "fix the resources its events name"),
 ])
@@ -425,11 +449,14 @@ class FlinkSession:
             "RunConfiguration": {"ApplicationRestoreConfiguration": {"ApplicationRestoreType": "RESTORE_FROM_LATEST_SNAPSHOT"}},
         })
 
-    def operation(self, application: str, operation: str, kind: str, error: str) -> None:
-        self.stubber.add_response("describe_application_operation", {"ApplicationOperationInfoDetails": {
-            "Operation": kind, "StartTime": "2026-11-26T03:00:00Z", "EndTime": "2026-11-26T03:04:00Z",
-            "OperationStatus": "FAILED", "OperationFailureDetails": {"ErrorInfo": {"ErrorString": error}},
-        }}, {"ApplicationName": application, "OperationId": operation})
+    def operation(self, application: str, operation: str, kind: str, status: str = "FAILED", error: str = "") -> None:
+        # EndTime is required by the model, whatever the status.
+        details = {"Operation": kind, "StartTime": "2026-11-26T03:00:00Z", "EndTime": "2026-11-26T03:04:00Z",
+                   "OperationStatus": status}
+        if error:
+            details["OperationFailureDetails"] = {"ErrorInfo": {"ErrorString": error}}
+        self.stubber.add_response("describe_application_operation", {"ApplicationOperationInfoDetails": details},
+                                  {"ApplicationName": application, "OperationId": operation})
 
 
 @pytest.fixture
@@ -446,14 +473,17 @@ def test_the_flink_step_starts_a_ready_application_from_its_latest_snapshot_and_
     session.status(application, "READY")  # done?
     session.status(application, "READY")  # run: look, then start
     session.start(application)
-    session.status(application, "STARTING", "STARTING", "RUNNING")
+    session.operation(application, "op-start-1", "StartApplication", "IN_PROGRESS")
+    session.operation(application, "op-start-1", "StartApplication", "IN_PROGRESS")
+    session.operation(application, "op-start-1", "StartApplication", "SUCCESSFUL")
+    session.status(application, "RUNNING")
     session.status(application, "RUNNING")  # the next run's done?
     with session.stubber:
         assert step.done() == ""
         step.run()
         assert step.done() == f"{application} RUNNING"
     session.stubber.assert_no_pending_responses()
-    assert lines == [f"  {application}: starting (operation op-start-1)", f"  {application}: STARTING, waiting for it to run",
+    assert lines == [f"  {application}: starting (operation op-start-1)", f"  {application}: waiting for the start to end",
                      "(slept 15 s)", "(slept 15 s)", f"  {application}: RUNNING"]
 
 
@@ -470,6 +500,7 @@ def test_an_application_updating_is_waited_for_then_started_if_it_settles_ready(
     session, step, application, lines = flink
     session.status(application, "UPDATING", "READY")
     session.start(application)
+    session.operation(application, "op-start-1", "StartApplication", "SUCCESSFUL")
     session.status(application, "RUNNING")
     with session.stubber:
         step.run()
@@ -481,9 +512,10 @@ def test_a_start_that_falls_back_to_ready_fails_with_the_operations_reason(flink
     session, step, application, _ = flink
     session.status(application, "READY")
     session.start(application, "op-start-2")
-    session.status(application, "STARTING", "READY")
     reason = "Access denied to s3://telemetry-dev-artifacts/sink.jar"
-    session.operation(application, "op-start-2", "StartApplication", reason)
+    session.operation(application, "op-start-2", "StartApplication", "FAILED", reason)
+    session.status(application, "READY")
+    session.operation(application, "op-start-2", "StartApplication", "FAILED", reason)
     with session.stubber, pytest.raises(OperationFailed) as failure:
         step.run()
     assert str(failure.value) == (f"Flink application {application} did not start: it is READY "
@@ -494,9 +526,12 @@ def test_a_rolled_back_application_fails_the_step_with_the_last_failed_operation
     session, step, application, _ = flink
     session.status(application, "ROLLED_BACK")
     session.stubber.add_response("list_application_operations", {"ApplicationOperationInfoList": [
-        {"Operation": "UpdateApplication", "OperationId": "op-update-7", "OperationStatus": "FAILED"}]},
-        {"ApplicationName": application, "OperationStatus": "FAILED", "Limit": 1})
-    session.operation(application, "op-update-7", "UpdateApplication", "Job failed to restore from snapshot")
+        {"Operation": "UpdateApplication", "OperationId": "op-update-3", "OperationStatus": "FAILED",
+         "StartTime": datetime.datetime(2026, 11, 20, 2, tzinfo=datetime.timezone.utc)},
+        {"Operation": "UpdateApplication", "OperationId": "op-update-7", "OperationStatus": "FAILED",
+         "StartTime": datetime.datetime(2026, 11, 26, 2, tzinfo=datetime.timezone.utc)}]},  # no documented order
+        {"ApplicationName": application, "OperationStatus": "FAILED"})
+    session.operation(application, "op-update-7", "UpdateApplication", "FAILED", "Job failed to restore from snapshot")
     with session.stubber, pytest.raises(OperationFailed) as failure:
         step.run()
     assert str(failure.value).startswith(f"Flink application {application} is ROLLED_BACK (UpdateApplication FAILED: "

@@ -114,7 +114,7 @@ def test_the_failed_deliveries_queue_keeps_14_days_encrypted_over_tls_and_prod_k
     assert queue["Properties"]["QueueName"] == f"telemetry-{env}-device-failed-deliveries"
     assert queue["Properties"]["MessageRetentionPeriod"] == 14 * 24 * 3600  # the most SQS allows
     assert queue["Properties"]["SqsManagedSseEnabled"] is True
-    assert queue["DeletionPolicy"] == ("Retain" if env == "prod" else "Delete")
+    assert queue["DeletionPolicy"] == ("RetainExceptOnCreate" if env == "prod" else "Delete")
     (policy,) = resources(synthesized, "AWS::SQS::QueuePolicy", env).values()
     (deny,) = policy["Properties"]["PolicyDocument"]["Statement"]
     assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}

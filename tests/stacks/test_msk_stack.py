@@ -78,10 +78,13 @@ def test_configuration_is_tuned_for_durable_ingestion(synthesized):
     }
 
 
-@pytest.mark.parametrize(("env", "policy"), [("prod", "Retain"), ("dev", "Delete")])
-def test_data_is_retained_in_production_only(synthesized, env, policy):
-    assert cluster(synthesized, env)["DeletionPolicy"] == policy
-    assert cluster(synthesized, env)["UpdateReplacePolicy"] == policy
+@pytest.mark.parametrize(("env", "deletion", "replacement"),
+                         [("prod", "RetainExceptOnCreate", "Retain"), ("dev", "Delete", "Delete")])
+def test_data_is_retained_in_production_only(synthesized, env, deletion, replacement):
+    """Production keeps the cluster when its stack is deleted or it is replaced, but not when the
+    operation that created it rolls back (a failed first deployment leaves nothing behind)."""
+    assert cluster(synthesized, env)["DeletionPolicy"] == deletion
+    assert cluster(synthesized, env)["UpdateReplacePolicy"] == replacement
 
 
 def test_brokers_admit_only_the_iam_and_scram_ports_from_their_client_groups(synthesized):

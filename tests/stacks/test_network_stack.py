@@ -42,7 +42,7 @@ def test_flow_logs_capture_all_traffic_with_configured_retention(synthesized):
         "AWS::EC2::FlowLog", {"ResourceType": "VPC", "TrafficType": "ALL", "LogDestinationType": "cloud-watch-logs"}
     )
     template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 365})
-    template.has_resource("AWS::Logs::LogGroup", {"DeletionPolicy": "Retain"})
+    template.has_resource("AWS::Logs::LogGroup", {"DeletionPolicy": "RetainExceptOnCreate", "UpdateReplacePolicy": "Retain"})
 
 
 def test_endpoints_keep_aws_traffic_inside_the_vpc(synthesized):

@@ -257,7 +257,7 @@ def test_load_balancer_access_logs_go_to_a_secure_bucket(synthesized):
     buckets = resources(synthesized, "prod", "AWS::S3::Bucket").values()
     logs = next(b for b in buckets if "LoggingConfiguration" in b["Properties"])
     assert logs["Properties"]["LifecycleConfiguration"]["Rules"][0]["ExpirationInDays"] == 365
-    assert logs["DeletionPolicy"] == "Retain"
+    assert logs["DeletionPolicy"] == "RetainExceptOnCreate"
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
@@ -286,7 +286,7 @@ def test_shared_storage_is_fsx_for_openzfs_over_nfs3_reached_by_nodes_only(synth
     )
     assert clients == private and len(clients) == 3  # the node subnets, nothing wider
     assert all("no_root_squash" in c["Options"] for c in export["ClientConfigurations"])
-    assert file_system["DeletionPolicy"] == ("Retain" if env == "prod" else "Delete")
+    assert file_system["DeletionPolicy"] == ("RetainExceptOnCreate" if env == "prod" else "Delete")
     # NFS (portmapper, nfs, mount/lock/status daemons), TCP and UDP, from the node group only.
     node = node_security_group_id(synthesized, env)
     storage_group = props["SecurityGroupIds"][0]["Fn::GetAtt"][0]

@@ -74,7 +74,7 @@ def test_results_bucket_is_private_encrypted_tls_only_logged_and_expiring(synthe
     assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
     assert props["VersioningConfiguration"] == {"Status": "Enabled"}
     assert props["LifecycleConfiguration"]["Rules"][0]["ExpirationInDays"] == 365
-    assert results["DeletionPolicy"] == "Retain"
+    assert results["DeletionPolicy"] == "RetainExceptOnCreate"
     policies = json.dumps(template.find_resources("AWS::S3::BucketPolicy"))
     assert policies.count('"aws:SecureTransport": "false"') == 2  # results and access-log buckets
 
