@@ -273,12 +273,28 @@ def reconcile_on_fleet(
     clock, sleep = clock or time.monotonic, sleep or time.sleep
     ssm = session.client("ssm")
     host = fleet_host(session.client("ec2"), environment.fleet, ssm)
-    credentials = assume_topic_admin(
-        environment, args.mfa_serial, read_code=read_code, session=session, duration_s=TOKEN_SESSION_S
-    )
     parameter = f"{environment.token_parameter}/{run_id or uuid.uuid4().hex}"
     command_id = ""
     with signals_as_interrupts():
+        # The host installs first (minutes, the first time): the role's 15-minute session and the
+        # token signed with it then last for the Kafka work alone.
+        try:
+            command_id = ssm.send_command(
+                DocumentName=environment.topics_document, InstanceIds=[host], Parameters={"installOnly": ["true"]},
+                TimeoutSeconds=COMMAND_START_TIMEOUT_S, Comment="telemetry topics: install",
+            )["Command"]["CommandId"]  # fmt: skip
+            print(f"installing on fleet host {host} (Run Command {command_id})", file=out, flush=True)
+            installed = _follow(ssm, command_id, host, poll_s=poll_s, clock=clock, sleep=sleep, out=out)
+        except BaseException:
+            if command_id:
+                _cancel(ssm, command_id, host, out)
+            raise
+        if installed["Status"] != "Success":
+            _fail(installed, host, "the install")
+        command_id = ""
+        credentials = assume_topic_admin(
+            environment, args.mfa_serial, read_code=read_code, session=session, duration_s=TOKEN_SESSION_S
+        )
         try:
             token, _expiry = msk_iam_token(environment.region, credentials)
             # Intelligent-Tiering: standard (4 KB) when the token fits, advanced (8 KB) when a long
@@ -312,11 +328,17 @@ def reconcile_on_fleet(
         return 0
     if status == "Failed" and code == EXIT_CANNOT_RECONCILE:
         return 1  # a difference Kafka cannot reconcile, printed above
+    _fail(result, host, "the reconcile")
+
+
+def _fail(result: dict, host: str, what: str):
+    """A Run Command invocation that did not succeed, as one line (its last stderr line)."""
+    status, code = result["Status"], result.get("ResponseCode", -1)
     errors = (result.get("StandardErrorContent") or "").strip().splitlines()
     reason = errors[-1] if errors else result.get("StatusDetails", status)
     if status == "Failed" and code == EXIT_INSTALL_FAILED:
         raise TopicError(f"fleet host {host} could not install the simulator package: {reason}")
-    raise TopicError(f"the reconcile on {host} ended {status} (exit {code}): {reason}")
+    raise TopicError(f"{what} on {host} ended {status} (exit {code}): {reason}")
 
 
 def _cancel(ssm, command_id: str, host: str, out) -> None:

@@ -380,8 +380,10 @@ def test_the_topics_step_reconciles_on_a_fleet_host_and_records_it(account):
     step = Topics(CONFIG, account, "arn:aws:iam::111111111111:mfa/ops", read_code=lambda serial: "123456")
     step.run()
     assert step.done().startswith("telemetry topics reconciled them at ")
-    (command,) = account.client("ssm").list_commands()["Commands"]
-    assert command["DocumentName"] == "telemetry-dev-manage-topics"
+    commands = account.client("ssm").list_commands()["Commands"]
+    assert {c["DocumentName"] for c in commands} == {"telemetry-dev-manage-topics"} and len(commands) == 2
+    (install,) = [c for c in commands if c["Parameters"] == {"installOnly": ["true"]}]  # first, with no token
+    (reconcile,) = [c for c in commands if "declaration" in c["Parameters"]]
     # The run's token parameter (under the path, named by the run) is gone.
     assert account.client("ssm").get_parameters_by_path(Path="/telemetry-dev/msk/topics-token")["Parameters"] == []
 

@@ -183,8 +183,28 @@ def expect_hosts(stubbed: Stubbed, ping: dict[str, str] | None = None) -> None:
     )  # fmt: skip
 
 
-def expect_host_and_token(stubbed: Stubbed, ping: dict[str, str] | None = None) -> None:
+INSTALL_ID = "1e2d3c4b-5a69-4788-9796-a5b4c3d2e1f0"
+INSTALLED = "installed in /opt/telemetry-simulator/0123456789abcdef\n"
+
+
+def expect_install(stubbed: Stubbed, host: str = "i-0aaaaaaaaaaaaaaaa", answer: dict | None = None) -> None:
+    """The install-only command, sent before any token exists, and its end."""
+    stubbed.stubbers["ssm"].add_response(
+        "send_command", {"Command": {"CommandId": INSTALL_ID}},
+        {"DocumentName": "telemetry-dev-manage-topics", "InstanceIds": [host], "Parameters": {"installOnly": ["true"]},
+         "TimeoutSeconds": 120, "Comment": "telemetry topics: install"},
+    )  # fmt: skip
+    stubbed.stubbers["ssm"].add_response(
+        "get_command_invocation",
+        {"CommandId": INSTALL_ID, "InstanceId": host,
+         **(answer or {"Status": "Success", "ResponseCode": 0, "StandardOutputContent": INSTALLED})},
+        {"CommandId": INSTALL_ID, "InstanceId": host},
+    )  # fmt: skip
+
+
+def expect_host_and_token(stubbed: Stubbed, ping: dict[str, str] | None = None, host: str = "i-0aaaaaaaaaaaaaaaa") -> None:
     expect_hosts(stubbed, ping)
+    expect_install(stubbed, host)
     stubbed.stubbers["sts"].add_response(
         "assume_role",
         {"Credentials": ASSUMED},
@@ -264,6 +284,7 @@ def test_reconcile_runs_on_the_first_host_says_it_waits_then_prints_its_output()
         status, printed = on_fleet(stubbed)
     assert status == 0
     assert printed == (
+        f"installing on fleet host i-0aaaaaaaaaaaaaaaa (Run Command {INSTALL_ID})\n" + INSTALLED +
         f"reconciling on fleet host i-0aaaaaaaaaaaaaaaa (Run Command {COMMAND_ID})\n"
         "  i-0aaaaaaaaaaaaaaaa: Pending, 0 s\n"
         "  i-0aaaaaaaaaaaaaaaa: InProgress, 10 s\n"
@@ -324,11 +345,29 @@ def test_a_failed_host_run_is_one_line_from_its_stderr():
     )
 
 
+def test_the_role_is_assumed_once_the_host_has_installed_so_the_token_lasts_for_the_kafka_work():
+    """Install, then MFA, then the token: the STS session and the token's 15 minutes start after
+    the install, however long it took."""
+    order: list[str] = []
+    with Stubbed() as stubbed:
+        expect_host_and_token(stubbed)
+        expect_command(stubbed)
+        expect_invocations(stubbed, {"Status": "Success", "ResponseCode": 0, "StandardOutputContent": ""})
+        expect_token_deleted(stubbed)
+        for name in ("ssm", "sts"):
+            stubbed.clients[name].meta.events.register(
+                f"provide-client-params.{name}", lambda params, model, **_: order.append(model.name))
+        on_fleet(stubbed)
+    assert order[:6] == ["DescribeInstanceInformation", "SendCommand", "GetCommandInvocation", "AssumeRole",
+                         "PutParameter", "SendCommand"]
+
+
 def test_a_host_whose_agent_is_not_online_is_passed_over():
     """A running instance whose SSM Agent lost its connection takes a SendCommand and waits out the
     delivery timeout (SSM User Guide, "Understanding command statuses"): the next host is used."""
     with Stubbed() as stubbed:
-        expect_host_and_token(stubbed, ping={"i-0aaaaaaaaaaaaaaaa": "ConnectionLost", "i-0bbbbbbbbbbbbbbbb": "Online"})
+        expect_host_and_token(stubbed, ping={"i-0aaaaaaaaaaaaaaaa": "ConnectionLost", "i-0bbbbbbbbbbbbbbbb": "Online"},
+                              host="i-0bbbbbbbbbbbbbbbb")
         stubbed.stubbers["ssm"].add_response("send_command", {"Command": {"CommandId": COMMAND_ID}}, {
             "DocumentName": "telemetry-dev-manage-topics", "InstanceIds": ["i-0bbbbbbbbbbbbbbbb"], "Parameters": ANY,
             "TimeoutSeconds": 120, "Comment": ANY})
@@ -337,7 +376,7 @@ def test_a_host_whose_agent_is_not_online_is_passed_over():
             {"CommandId": COMMAND_ID, "InstanceId": "i-0bbbbbbbbbbbbbbbb"})
         expect_token_deleted(stubbed)
         status, printed = on_fleet(stubbed)
-    assert status == 0 and printed.startswith("reconciling on fleet host i-0bbbbbbbbbbbbbbbb")
+    assert status == 0 and f"reconciling on fleet host i-0bbbbbbbbbbbbbbbb" in printed
 
 
 def test_no_host_online_is_one_line_naming_each_agents_status_and_no_token_is_made():
@@ -352,17 +391,16 @@ def test_no_host_online_is_one_line_naming_each_agents_status_and_no_token_is_ma
     )
 
 
-def test_a_host_that_could_not_install_says_so_not_that_a_topic_differs():
+def test_a_host_that_could_not_install_says_so_and_no_role_is_assumed():
     """The fleet document's install exits 3 with what failed (install_simulator.sh's ERR trap), so
-    a dnf, S3 or pip failure is not read as the reconcile's 1 (a difference Kafka cannot make)."""
+    a dnf, S3 or pip failure is not read as the reconcile's 1 (a difference Kafka cannot make). It
+    runs before the role is assumed: no MFA code is asked for, no token is made."""
     with Stubbed() as stubbed:
-        expect_host_and_token(stubbed)
-        expect_command(stubbed)
-        expect_invocations(stubbed, {
+        expect_hosts(stubbed)
+        expect_install(stubbed, answer={
             "Status": "Failed", "ResponseCode": 3, "StandardOutputContent": "",
             "StandardErrorContent": "Error: Failed to download metadata for repo 'amazonlinux'\n"
                                     "install failed (exit 1): dnf install -y -q python3.11 unzip\n"})
-        expect_token_deleted(stubbed)
         with pytest.raises(TopicError) as raised:
             on_fleet(stubbed)
     assert str(raised.value) == ("fleet host i-0aaaaaaaaaaaaaaaa could not install the simulator package: install failed "
@@ -417,9 +455,10 @@ def test_a_refused_send_still_deletes_the_token():
             on_fleet(stubbed)
 
 
-def test_a_refused_role_sends_nothing():
+def test_a_refused_role_makes_no_token():
     with Stubbed() as stubbed:
         expect_hosts(stubbed)
+        expect_install(stubbed)
         stubbed.stubbers["sts"].add_client_error(
             "assume_role", "AccessDenied", "MultiFactorAuthentication failed with invalid MFA one time pass code."
         )

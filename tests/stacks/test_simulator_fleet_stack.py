@@ -170,7 +170,7 @@ def test_topics_document_runs_the_hosts_reconcile_with_flags_it_accepts(synthesi
     environment = declared_environment("prod")
     sample = {
         "declaration": Declaration(environment.topics, environment.acls).text(), "dryRun": "true",
-        "timeoutSeconds": "30", "tokenParameter": "/telemetry-dev/msk/topics-token",
+        "timeoutSeconds": "30", "tokenParameter": "/telemetry-dev/msk/topics-token/5b1d2c3e", "installOnly": "false",
         "bootstrapParameter": "/telemetry-dev/msk/bootstrap-brokers-iam",
         "simulatorPackage": "s3://assets-bucket/abc.zip", "region": "eu-west-1",
     }  # fmt: skip
@@ -204,7 +204,7 @@ def test_a_failed_install_on_a_host_exits_3_naming_the_command(synthesized, tmp_
     package = f"s3://assets-bucket/{tmp_path.name}.zip"  # an install folder no run has made
     for name, value in {"simulatorPackage": package, "region": "eu-west-1", "dryRun": "false",
                         "bootstrapParameter": "/b", "tokenParameter": "/t", "declaration": "e30=",
-                        "timeoutSeconds": "30"}.items():
+                        "timeoutSeconds": "30", "installOnly": "true"}.items():
         script = script.replace("{{ " + name + " }}", value)
     fake = tmp_path / "bin"
     fake.mkdir()
