@@ -274,24 +274,27 @@ def reconcile_on_fleet(
     ssm = session.client("ssm")
     host = fleet_host(session.client("ec2"), environment.fleet, ssm)
     parameter = f"{environment.token_parameter}/{run_id or uuid.uuid4().hex}"
-    command_id = ""
     with signals_as_interrupts():
         # The host installs first (minutes, the first time): the role's 15-minute session and the
         # token signed with it then last for the Kafka work alone.
-        try:
-            command_id = ssm.send_command(
-                DocumentName=environment.topics_document, InstanceIds=[host], Parameters={"installOnly": ["true"]},
-                TimeoutSeconds=COMMAND_START_TIMEOUT_S, Comment="telemetry topics: install",
-            )["Command"]["CommandId"]  # fmt: skip
-            print(f"installing on fleet host {host} (Run Command {command_id})", file=out, flush=True)
-            installed = _follow(ssm, command_id, host, poll_s=poll_s, clock=clock, sleep=sleep, out=out)
-        except BaseException:
-            if command_id:
-                _cancel(ssm, command_id, host, out)
-            raise
+        def on_host(parameters: dict, comment: str, doing: str) -> dict:
+            """The document sent to the host and followed to its end; cancelled if interrupted."""
+            command_id = ""
+            try:
+                command_id = ssm.send_command(
+                    DocumentName=environment.topics_document, InstanceIds=[host], Parameters=parameters,
+                    TimeoutSeconds=COMMAND_START_TIMEOUT_S, Comment=comment,
+                )["Command"]["CommandId"]  # fmt: skip
+                print(f"{doing} on fleet host {host} (Run Command {command_id})", file=out, flush=True)
+                return _follow(ssm, command_id, host, poll_s=poll_s, clock=clock, sleep=sleep, out=out)
+            except BaseException:
+                if command_id:
+                    _cancel(ssm, command_id, host, out)
+                raise
+
+        installed = on_host({"installOnly": ["true"]}, "telemetry topics: install", "installing")
         if installed["Status"] != "Success":
             _fail(installed, host, "the install")
-        command_id = ""
         credentials = assume_topic_admin(
             environment, args.mfa_serial, read_code=read_code, session=session, duration_s=TOKEN_SESSION_S
         )
@@ -303,24 +306,12 @@ def reconcile_on_fleet(
                 Name=parameter, Value=token, Type="SecureString", Tier="Intelligent-Tiering",
                 Description="telemetry topics: the topic administrator's MSK IAM token, deleted when the command ends",
             )  # fmt: skip
-            command_id = ssm.send_command(
-                DocumentName=environment.topics_document,
-                InstanceIds=[host],
-                Parameters={
-                    "declaration": [Declaration(environment.topics, environment.acls).text()],
-                    "dryRun": ["true" if args.dry_run else "false"],
-                    "timeoutSeconds": [str(max(1, round(args.timeout)))],
-                    "tokenParameter": [parameter],
-                },
-                TimeoutSeconds=COMMAND_START_TIMEOUT_S,
-                Comment="telemetry topics" + (" --dry-run" if args.dry_run else ""),
-            )["Command"]["CommandId"]
-            print(f"reconciling on fleet host {host} (Run Command {command_id})", file=out, flush=True)
-            result = _follow(ssm, command_id, host, poll_s=poll_s, clock=clock, sleep=sleep, out=out)
-        except BaseException:
-            if command_id:
-                _cancel(ssm, command_id, host, out)
-            raise
+            result = on_host({
+                "declaration": [Declaration(environment.topics, environment.acls).text()],
+                "dryRun": ["true" if args.dry_run else "false"],
+                "timeoutSeconds": [str(max(1, round(args.timeout)))],
+                "tokenParameter": [parameter],
+            }, "telemetry topics" + (" --dry-run" if args.dry_run else ""), "reconciling")
         finally:
             _delete_token(ssm, parameter, out)
     status, code = result["Status"], result.get("ResponseCode", -1)

@@ -487,18 +487,25 @@ class Flink:
         detail = self.client.describe_application(ApplicationName=application)["ApplicationDetail"]
         return str(detail["ApplicationStatus"])
 
-    def _settled(self, application: str, waiting_for: str) -> str:
-        waited, status = 0.0, self._status(application)
-        while status in FLINK_TRANSITIONAL:
+    def _wait(self, read: Callable[[], str], busy: Callable[[str], bool], waiting: str, still: str) -> str:
+        """read() until busy(answer) is false, every FLINK_POLL_S, saying `waiting` once; after
+        FLINK_LIMIT_S, OperationFailed with `still` (formatted with the answer and the minutes)."""
+        waited, answer = 0.0, read()
+        while busy(answer):
             if waited >= FLINK_LIMIT_S:
-                raise OperationFailed(f"Flink application {application} is still {status} after "
-                                      f"{waited / 60:.0f} minutes; run again once it settles")
+                raise OperationFailed(still.format(answer=answer, minutes=f"{waited / 60:.0f}"))
             if waited == 0:
-                self.say(f"  {application}: {status}, waiting for {waiting_for}")
+                self.say(waiting.format(answer=answer))
             self.sleep(FLINK_POLL_S)
             waited += FLINK_POLL_S
-            status = self._status(application)
-        return status
+            answer = read()
+        return answer
+
+    def _settled(self, application: str, waiting_for: str) -> str:
+        return self._wait(lambda: self._status(application), lambda status: status in FLINK_TRANSITIONAL,
+                          f"  {application}: {{answer}}, waiting for {waiting_for}",
+                          f"Flink application {application} is still {{answer}} after {{minutes}} minutes; run again "
+                          "once it settles")
 
     def done(self) -> str:
         applications = self._applications()
@@ -533,19 +540,13 @@ class Flink:
         """The start operation's end: SUCCESSFUL, FAILED or CANCELLED (DescribeApplicationOperation;
         a failed start leaves the application READY, "Troubleshoot system rollback"). The status
         read right after StartApplication may still be READY, so it is not what is waited on."""
-        waited = 0.0
-        while True:
-            details = self.client.describe_application_operation(ApplicationName=application, OperationId=operation)[
-                "ApplicationOperationInfoDetails"]
-            if details["OperationStatus"] != "IN_PROGRESS":
-                return str(details["OperationStatus"])
-            if waited >= FLINK_LIMIT_S:
-                raise OperationFailed(f"the start of Flink application {application} (operation {operation}) is still "
-                                      f"in progress after {waited / 60:.0f} minutes; run again once it ends")
-            if waited == 0:
-                self.say(f"  {application}: waiting for the start to end")
-            self.sleep(FLINK_POLL_S)
-            waited += FLINK_POLL_S
+        def read() -> str:
+            return str(self.client.describe_application_operation(ApplicationName=application, OperationId=operation)[
+                "ApplicationOperationInfoDetails"]["OperationStatus"])
+
+        return self._wait(read, lambda status: status == "IN_PROGRESS", f"  {application}: waiting for the start to end",
+                          f"the start of Flink application {application} (operation {operation}) is still in progress "
+                          "after {minutes} minutes; run again once it ends")
 
     def _failure(self, application: str, operation: str) -> str:
         """What the operation's details say went wrong (DescribeApplicationOperation:
