@@ -183,6 +183,70 @@ def check_management_cidrs(config: EnvironmentConfig) -> Check:
     return Check("management CIDRs", OK, ", ".join(cidrs))
 
 
+# What `telemetry deploy` and the day-2 commands call with the operator's own credentials (the
+# stacks themselves are deployed by the CDK bootstrap's roles, which the operator assumes).
+OPERATOR_ACTIONS = (
+    "cloudformation:DescribeStacks", "cloudformation:GetTemplate",
+    "ec2:DescribeAvailabilityZones", "ec2:DescribeInstances",
+    "ssm:GetParameter", "ssm:PutParameter", "ssm:DeleteParameter", "ssm:SendCommand", "ssm:GetCommandInvocation",
+    "ssm:ListCommands", "ssm:CancelCommand", "ssm:DescribeInstanceInformation",
+    "secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue", "servicequotas:ListServiceQuotas",
+    "kinesisanalytics:DescribeApplication", "kinesisanalytics:StartApplication",
+    "kinesisanalytics:DescribeApplicationOperation", "kinesisanalytics:ListApplicationOperations",
+    "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities",
+    "autoscaling:UpdateAutoScalingGroup",
+)  # fmt: skip
+# The CDK bootstrap's roles the CLI assumes (default qualifier), and the topic administrator.
+CDK_ROLES = ("deploy-role", "file-publishing-role", "lookup-role")
+
+
+def caller_principal(iam, caller_arn: str) -> str | None:
+    """The IAM principal whose policies IAM simulates for these credentials: a user as it is, an
+    assumed role's role (its ARN, with its path, from GetRole); None for root or a federated user."""
+    kind, _, rest = caller_arn.split(":", 5)[5].partition("/")
+    if kind == "user":
+        return caller_arn
+    if kind == "assumed-role":
+        return str(iam.get_role(RoleName=rest.split("/")[0])["Role"]["Arn"])
+    return None
+
+
+def check_permissions(session, config: EnvironmentConfig) -> Check:
+    """IAM policy simulation of the caller (SimulatePrincipalPolicy: its identity policies,
+    permissions boundary and the Organizations SCPs that apply, IAM User Guide, "Testing IAM
+    policies with the IAM policy simulator"); resource policies are not in it."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from stacks.naming import topic_admin_role_name
+
+    iam = session.client("iam")
+    try:
+        caller = session.client("sts").get_caller_identity()["Arn"]
+        principal = caller_principal(iam, caller)
+        if principal is None:
+            return Check("your permissions", WARNING, f"{caller} cannot be simulated: the run finds out as it goes")
+        account = config.account
+        roles = [f"arn:aws:iam::{account}:role/cdk-hnb659fds-{role}-{account}-{config.region}" for role in CDK_ROLES]
+        roles.append(f"arn:aws:iam::{account}:role/{topic_admin_role_name(config)}")
+        denied: list[str] = []
+        for actions, resources in ((OPERATOR_ACTIONS, ["*"]), (("sts:AssumeRole",), roles)):
+            pages = iam.get_paginator("simulate_principal_policy").paginate(
+                PolicySourceArn=principal, ActionNames=list(actions), ResourceArns=resources)
+            for page in pages:
+                denied += [f"{r['EvalActionName']}" + (f" on {r['EvalResourceName']}" if resources != ["*"] else "")
+                           for r in page["EvaluationResults"] if r["EvalDecision"] != "allowed"]
+    except (BotoCoreError, ClientError) as error:
+        return Check("your permissions", WARNING, f"cannot simulate them ({one_line_error(error)}): the run finds out "
+                     "as it goes (iam:GetRole and iam:SimulatePrincipalPolicy let preflight check)")
+    if denied:
+        return Check("your permissions", BLOCKER, f"{principal} is not allowed {', '.join(sorted(set(denied)))}")
+    return Check("your permissions", OK, f"{principal}: every call of the journey allowed")
+
+
+def one_line_error(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
 def check_tools() -> Check:
     """What deploying from this machine runs: the CDK CLI on the checkout's Node, Maven and Java
     for the synthesis (scripts/telemetry/cdk_cli.py)."""
@@ -201,6 +265,7 @@ def preflight(config: EnvironmentConfig, session) -> list[Check]:
     return [
         check_tools(),
         check_account(session.client("sts"), config),
+        check_permissions(session, config),
         check_zones(ec2, config),
         check_bootstrap(session.client("ssm"), config),
         check_secret(secrets, fabric.cluster_certificate_secret, CLUSTER_SECRET_KEYS),

@@ -40,16 +40,43 @@ def moto_session(monkeypatch):
     import botocore.handlers
 
     ping_status: dict[str, str] = {}  # instance id -> PingStatus other than Online, set by a test
+    iam_denied: set[str] = set()  # actions IAM's simulation denies, set by a test
     # In every session made during the test (the tools make their own), as botocore's own handlers.
     monkeypatch.setattr(botocore.handlers, "BUILTIN_HANDLERS", [
         *botocore.handlers.BUILTIN_HANDLERS,
         ("provide-client-params.ssm.DescribeInstanceInformation", _keep_params),
         ("before-call.ssm.DescribeInstanceInformation", _instance_information(ping_status)),
+        ("provide-client-params.iam.SimulatePrincipalPolicy", _keep_params),
+        ("before-call.iam.SimulatePrincipalPolicy", _simulation(iam_denied)),
     ])
     with mock_aws():
         session = boto3.Session(region_name="eu-west-1")
         session.ping_status = ping_status
+        session.iam_denied = iam_denied
         yield session
+
+
+def _simulation(denied: set[str]):
+    """IAM's SimulatePrincipalPolicy, which moto does not implement: no policy is evaluated here.
+    Each action asked about is "allowed", or "implicitDeny" when the test put it in
+    moto_session.iam_denied (EvalDecision: allowed | explicitDeny | implicitDeny, IAM API
+    Reference), once per resource asked about; the answer is checked against the iam model."""
+    from botocore.awsrequest import AWSResponse
+    from botocore.validate import ParamValidator
+
+    def answer(model, context, **_):
+        params = context["api_params"]
+        results = [
+            {"EvalActionName": action, "EvalResourceName": resource,
+             "EvalDecision": "implicitDeny" if action in denied else "allowed"}
+            for action in params["ActionNames"] for resource in params.get("ResourceArns", ["*"])
+        ]  # fmt: skip
+        response = {"EvaluationResults": results, "IsTruncated": False}
+        report = ParamValidator().validate(response, model.output_shape)
+        assert not report.has_errors(), report.generate_report()
+        return AWSResponse(None, 200, {}, None), response
+
+    return answer
 
 
 def _keep_params(params, context, **_):

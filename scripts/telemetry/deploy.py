@@ -185,6 +185,8 @@ def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
     steps = [
         Step("preflight", [
             "check this machine has the CDK CLI on the checkout's Node, Maven and Java",
+            "check your credentials may make the journey's calls and assume the CDK bootstrap roles and the topic "
+            "administrator role (IAM policy simulation of your user or role)",
             f"check that the credentials are for account {config.account} and that {config.region} has "
             f"{', '.join(config.availability_zones)}",
             "check the account is CDK-bootstrapped, and the service quotas for the environment at its largest",

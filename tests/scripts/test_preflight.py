@@ -11,6 +11,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from scripts import preflight
+from stacks.config import load_environment, read_environments
 from tests.conftest import REPO
 
 ACCOUNT = "111111111111"  # the dev environment's account in cdk.json
@@ -86,7 +87,7 @@ def test_a_ready_account_has_no_blocker(account, capsys):
     code, rows, err = run(account, capsys)
     assert code == 0, err
     assert {name: result for name, (result, _) in rows.items()} == {
-        "tools": "ok", "account": "ok", "zones": "ok", "cdk bootstrap": "ok",
+        "tools": "ok", "account": "ok", "your permissions": "ok", "zones": "ok", "cdk bootstrap": "ok",
         "secret telemetry-dev/service-fabric/cluster-certificate": "ok",
         "secret telemetry-dev/service-fabric/admin-certificate": "ok",
         "on-demand standard vCPUs": "ok", "Elastic IPs (NAT)": "ok", "MSK brokers": "ok",
@@ -193,3 +194,42 @@ def test_a_machine_without_maven_or_the_cdk_cli_is_told_what_to_install(monkeypa
     assert "java not found on PATH" in check.detail
     monkeypatch.setattr(cdk_cli, "CDK_JS", tmp_path / "missing" / "cdk")
     assert preflight.check_tools().detail.startswith("the CDK CLI and its Node in .venv: run make synth")
+
+
+def test_calls_the_callers_policies_do_not_allow_are_a_blocker(account, capsys):
+    """IAM's policy simulation of the caller (moto answers it as tests/conftest.py says)."""
+    account.iam_denied.update({"ssm:SendCommand", "sts:AssumeRole"})
+    code, rows, _ = run(account, capsys)
+    assert code == 1
+    result, detail = rows["your permissions"]
+    assert result == "BLOCKER"
+    assert "is not allowed ssm:SendCommand, sts:AssumeRole on arn:aws:iam::" in detail
+    assert "role/telemetry-dev-msk-topic-admin" in detail and "role/cdk-hnb659fds-deploy-role-" in detail
+
+
+def test_an_assumed_role_is_simulated_as_its_role_with_its_path(moto_session):
+    from scripts.preflight import caller_principal
+
+    iam = moto_session.client("iam")
+    arn = iam.create_role(RoleName="platform-ops", Path="/team/", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    assert caller_principal(iam, "arn:aws:sts::123456789012:assumed-role/platform-ops/alice") == arn
+    assert caller_principal(iam, "arn:aws:iam::123456789012:user/bob") == "arn:aws:iam::123456789012:user/bob"
+    assert caller_principal(iam, "arn:aws:iam::123456789012:root") is None
+
+
+def test_a_caller_that_may_not_simulate_itself_gets_a_warning_not_a_blocker(moto_session):
+    from scripts import preflight
+
+    iam = moto_session.client("iam")
+    stubber = Stubber(iam)
+    stubber.add_client_error("simulate_principal_policy", "AccessDenied", "not authorized to perform "
+                             "iam:SimulatePrincipalPolicy", 403)
+
+    class OwnIam:
+        def client(self, name):
+            return iam if name == "iam" else moto_session.client(name)
+
+    with stubber:
+        check = preflight.check_permissions(OwnIam(), load_environment(read_environments(), "dev"))
+    assert check.result == preflight.WARNING
+    assert check.detail.startswith("cannot simulate them (An error occurred (AccessDenied)")
