@@ -240,6 +240,24 @@ def wait_for_command(
         sleep(poll_interval_s)
 
 
+# Where userdata/prepare_node.ps1 unpacks the standalone package on every node.
+STANDALONE_PACKAGE = "C:\\ServiceFabric\\Package"
+
+
+def cleanup_advice(config: EnvironmentConfig, seed_instance_ids: Sequence[str]) -> str:
+    """What to run when a create failed part way: the seeds may then hold part of a cluster, and
+    every rerun fails in TestConfiguration. CleanFabric.ps1 "cleans a standalone Service Fabric
+    installation off the current machine" (Microsoft, "Contents of Service Fabric Standalone
+    package for Windows Server"), so it runs on each seed, under Run Command's own account."""
+    command = f"& {STANDALONE_PACKAGE}\\CleanFabric.ps1"  # no spaces in the path: no quotes inside the shell's
+    return (
+        "if the seeds hold part of a cluster (a rerun then fails in TestConfiguration), clean each seed, then run "
+        "bootstrap again:\n"
+        f"  aws ssm send-command --region {config.region} --document-name AWS-RunPowerShellScript "
+        f"--instance-ids {' '.join(seed_instance_ids)} --parameters '{json.dumps({'commands': [command]})}'"
+    )
+
+
 def placeholder_thumbprint(secret: str) -> str:
     return f"<thumbprint of the certificate in secret {secret}>"
 
@@ -304,6 +322,8 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
         print(out.rstrip())
     if status != "Success":
         detail = err.strip().splitlines()[-1] if err.strip() else "see C:\\ServiceFabric\\Logs\\create-cluster.log"
+        if not status.startswith("still "):
+            print(cleanup_advice(config, [instances[s.name].instance_id for s in sorted(seeds, key=lambda s: s.index)]))
         print(f"error: cluster creation {status}: {detail}", file=sys.stderr)
         return 1
     print(f"cluster {cluster_config['name']} created with {len(seeds)} seed nodes")

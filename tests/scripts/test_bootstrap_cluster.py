@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
 import subprocess
 import sys
 
@@ -215,7 +216,14 @@ def test_a_failed_create_records_nothing_for_telemetry_deploy(aws, tmp_path, mon
     ssm = session.client("ssm")
     with pytest.raises(ssm.exceptions.ParameterNotFound):
         ssm.get_parameter(Name="/telemetry-prod/service-fabric/cluster-created")
-    assert capsys.readouterr().err.strip() == "error: cluster creation Failed: boom"
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "error: cluster creation Failed: boom"
+    # The way out of a half-made cluster, as a command to paste: CleanFabric.ps1 on every seed.
+    (advice,) = [line for line in captured.out.splitlines() if line.startswith("  aws ssm send-command")]
+    words = shlex.split(advice)
+    assert words[words.index("--document-name") + 1] == "AWS-RunPowerShellScript"
+    assert words[words.index("--instance-ids") + 1:words.index("--parameters")] == [s["instance_id"] for s in _seeds]
+    assert json.loads(words[words.index("--parameters") + 1]) == {"commands": ["& C:\\ServiceFabric\\Package\\CleanFabric.ps1"]}
 
 
 def test_a_rerun_while_the_create_still_runs_waits_for_it_and_sends_nothing(aws, tmp_path, monkeypatch, capsys):
