@@ -102,22 +102,20 @@ class Preflight:
 # what the pinned CDK CLI itself does (aws-cdk 2.1148.1, toolkit-lib api/stack-events/
 # stack-status.ts and api/deployments/deploy-stack.ts, read in .venv/cdk-cli's bundle) and the
 # CloudFormation User Guide ("Stack status codes"; "Continue rolling back an update").
-#   deploy: the CLI creates the stack. REVIEW_IN_PROGRESS counts as "does not exist" (a change set
-#     was made and never executed); ROLLBACK_COMPLETE and ROLLBACK_FAILED are its "creation
-#     failure": it deletes the stack, which a failed creation left holding nothing but what it
-#     retains, and creates it again.
+#   create: the CLI creates the stack. REVIEW_IN_PROGRESS counts as "does not exist" (a change set
+#     was made and never executed); ROLLBACK_COMPLETE is its "creation failure": it deletes the
+#     stack and creates it again, unless termination protection refuses the deletion (run()).
 #   settled: the stack can be updated; it is updated when its deployed template differs from the
-#     synthesized one, or when its last operation failed (UPDATE_ROLLBACK_COMPLETE,
-#     IMPORT_ROLLBACK_COMPLETE: rolled back to the previous template, so not what was asked).
+#     synthesized one, rolled back (UPDATE_ROLLBACK_COMPLETE, IMPORT_ROLLBACK_COMPLETE) or not:
+#     the CLI skips a stack whose template is the same and whose status is not *FAILED.
 #   wait: an operation is running (every *_IN_PROGRESS but REVIEW_IN_PROGRESS).
-#   advice: CloudFormation will not update it; what to do, and never a deletion of a stack that
-#     holds data.
+#   advice: CloudFormation will not update it, or the CLI's own way out would fail
+#     (ROLLBACK_FAILED); what to do, and never a deletion of a stack that holds data.
 # DELETE_COMPLETE: DescribeStacks by name does not find a deleted stack ("" here); by its id it
 # still answers that status.
 CREATE = frozenset({"", "DELETE_COMPLETE", "REVIEW_IN_PROGRESS", "ROLLBACK_COMPLETE"})
 SETTLED = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "IMPORT_COMPLETE", "UPDATE_ROLLBACK_COMPLETE",
                      "IMPORT_ROLLBACK_COMPLETE"})
-DEPLOYED = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "IMPORT_COMPLETE"})  # what was asked is in place
 ADVICE = {
     # A deployment with --no-rollback stopped on a failure (the CLI's "paused fail state": it rolls
     # back first, START_ROLLBACK).
@@ -145,6 +143,24 @@ ADVICE = {
                               "console, then run again",
 }
 WAIT_POLL_S, WAIT_LIMIT_S = 15.0, 3600.0
+
+
+def wait_while(
+    read: Callable[[], Any], busy: Callable[[Any], bool], *, say: Say, sleep: Callable[[float], None],
+    poll_s: float, limit_s: float, waiting: Callable[[Any], str], still: Callable[[Any, str], str],
+) -> Any:  # fmt: skip
+    """read() every poll_s while busy(answer), saying waiting(answer) once; past limit_s,
+    OperationFailed(still(answer, minutes waited)). The answer that is no longer busy."""
+    waited, answer = 0.0, read()
+    while busy(answer):
+        if waited >= limit_s:
+            raise OperationFailed(still(answer, f"{waited / 60:.0f}"))
+        if waited == 0:
+            say(waiting(answer))
+        sleep(poll_s)
+        waited += poll_s
+        answer = read()
+    return answer
 
 
 def differs(deployed: Any, synthesized: dict) -> bool:
@@ -219,19 +235,19 @@ class Stacks:
         stack = self._describe(name)
         return str(stack.get("StackStatus", "")), str(stack.get("StackStatusReason", ""))
 
-    def _settled(self, name: str) -> tuple[str, str]:
-        """Its status once no operation runs on it (waits, saying so, up to WAIT_LIMIT_S)."""
-        waited = 0.0
-        status, reason = self._status(name)
-        while status.endswith("_IN_PROGRESS") and status != "REVIEW_IN_PROGRESS":
-            if waited >= WAIT_LIMIT_S:
-                raise OperationFailed(f"stack {name} is still {status} after {waited / 60:.0f} minutes; run again once it settles")
-            if waited == 0:
-                self.say(f"  {name}: {status}, waiting for it to settle")
-            self.sleep(WAIT_POLL_S)
-            waited += WAIT_POLL_S
-            status, reason = self._status(name)
-        return status, reason
+    def _settled(self, name: str) -> dict:
+        """DescribeStacks' stack once no operation runs on it (waits, saying so, up to WAIT_LIMIT_S)."""
+
+        def busy(stack: dict) -> bool:
+            status = stack.get("StackStatus", "")
+            return status.endswith("_IN_PROGRESS") and status != "REVIEW_IN_PROGRESS"
+
+        return wait_while(
+            lambda: self._describe(name), busy, say=self.say, sleep=self.sleep, poll_s=WAIT_POLL_S, limit_s=WAIT_LIMIT_S,
+            waiting=lambda stack: f"  {name}: {stack['StackStatus']}, waiting for it to settle",
+            still=lambda stack, minutes: f"stack {name} is still {stack['StackStatus']} after {minutes} minutes; run "
+            "again once it settles",
+        )  # fmt: skip
 
     def _changed(self, stack: Any) -> bool:
         deployed = self.cloudformation.get_template(StackName=stack.name, TemplateStage="Original")["TemplateBody"]
@@ -249,7 +265,8 @@ class Stacks:
 
     def run(self) -> None:
         for stack in self.assembly():
-            status, reason = self._settled(stack.name)
+            deployed = self._settled(stack.name)
+            status, reason = deployed.get("StackStatus", ""), deployed.get("StackStatusReason", "")
             if status in ADVICE:
                 because = f" ({reason})" if reason else ""
                 raise OperationFailed(f"stack {stack.name} is {status}{because}: " + ADVICE[status].format(stack=stack.name))
@@ -260,7 +277,7 @@ class Stacks:
                 self.say(f"  {stack.name}: {status}, updating (its template changed)")
                 if self.config.production and not self.yes:
                     self._approve(stack.name)
-            elif status == "ROLLBACK_COMPLETE" and self._describe(stack.name).get("EnableTerminationProtection"):
+            elif status == "ROLLBACK_COMPLETE" and deployed.get("EnableTerminationProtection"):
                 # The CLI turns protection on before it creates, then deletes a failed creation
                 # without turning it off; CloudFormation refuses that deletion ("Protect
                 # CloudFormation stacks from being deleted").
@@ -269,11 +286,11 @@ class Stacks:
                     "and termination protection stops the CDK CLI from deleting it to create it again. Read its "
                     "events, then aws cloudformation update-termination-protection --no-enable-termination-protection "
                     f"--stack-name {stack.name} and run again (the CLI deletes it, creates it and protects it again)")
+            elif status == "ROLLBACK_COMPLETE":
+                self.say(f"  {stack.name}: {status}, creating it (the CDK CLI deletes a stack whose creation failed, "
+                         "then creates it again)")
             elif status in CREATE:
-                failed = status == "ROLLBACK_COMPLETE"
-                self.say(f"  {stack.name}: " + (f"{status}, creating it (the CDK CLI deletes a stack whose creation "
-                                                "failed, then creates it again)" if failed else
-                                                f"{status}, creating it" if status else "creating"))
+                self.say(f"  {stack.name}: {status}, creating it" if status else f"  {stack.name}: creating")
             else:  # a status CloudFormation added after this table was written
                 raise OperationFailed(f"stack {stack.name} is {status}, which telemetry deploy does not know; see its "
                                       "events in the CloudFormation console")
@@ -488,18 +505,11 @@ class Flink:
         return str(detail["ApplicationStatus"])
 
     def _wait(self, read: Callable[[], str], busy: Callable[[str], bool], waiting: str, still: str) -> str:
-        """read() until busy(answer) is false, every FLINK_POLL_S, saying `waiting` once; after
-        FLINK_LIMIT_S, OperationFailed with `still` (formatted with the answer and the minutes)."""
-        waited, answer = 0.0, read()
-        while busy(answer):
-            if waited >= FLINK_LIMIT_S:
-                raise OperationFailed(still.format(answer=answer, minutes=f"{waited / 60:.0f}"))
-            if waited == 0:
-                self.say(waiting.format(answer=answer))
-            self.sleep(FLINK_POLL_S)
-            waited += FLINK_POLL_S
-            answer = read()
-        return answer
+        """wait_while() at the Flink step's pace; `waiting` and `still` are formats of {answer}
+        and {minutes}."""
+        return wait_while(read, busy, say=self.say, sleep=self.sleep, poll_s=FLINK_POLL_S, limit_s=FLINK_LIMIT_S,
+                          waiting=lambda answer: waiting.format(answer=answer),
+                          still=lambda answer, minutes: still.format(answer=answer, minutes=minutes))
 
     def _settled(self, application: str, waiting_for: str) -> str:
         return self._wait(lambda: self._status(application), lambda status: status in FLINK_TRANSITIONAL,

@@ -248,9 +248,7 @@ def test_a_stack_the_cdk_cli_creates_again_is_deployed(one_stack, status):
     """REVIEW_IN_PROGRESS is "does not exist" to the CLI; ROLLBACK_COMPLETE is its "creation
     failure", which it deletes and creates again (deploy-stack.ts)."""
     step, account, cdk, lines = one_stack
-    account.status(status)
-    if status == "ROLLBACK_COMPLETE":
-        account.status(status)  # its termination protection, read before the CLI is let delete it
+    account.status(status)  # with its termination protection, read before the CLI is let delete it
     step.run()
     assert cdk.deployed == [account.name]
     assert lines[-1].startswith(f"  {account.name}: {status}, creating it")
@@ -263,7 +261,6 @@ def test_a_protected_stack_whose_creation_failed_says_how_the_cli_may_delete_it(
     being deleted")."""
     step, account, cdk, _ = one_stack
     account.status("ROLLBACK_COMPLETE", reason="The following resource(s) failed to create: [Cluster]", protected=True)
-    account.status("ROLLBACK_COMPLETE", protected=True)
     with pytest.raises(OperationFailed, match="update-termination-protection --no-enable-termination-protection"):
         step.run()
     assert cdk.deployed == []
