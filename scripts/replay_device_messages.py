@@ -69,7 +69,13 @@ from typing import Protocol
 from scripts.cluster_inventory import ToolError, deployed_outputs
 from scripts.provision_devices import device_gateway_stack_name
 from stacks.config import EnvironmentConfig, load_environment, read_environments
-from stacks.naming import FAILED_DELIVERIES_QUEUE_OUTPUT, device_rule_name, device_topic_filter
+from stacks.naming import (
+    FAILED_DELIVERIES_EXPIRY_WARNING_DAYS,
+    FAILED_DELIVERIES_QUEUE_OUTPUT,
+    SQS_MAX_RETENTION_DAYS,
+    device_rule_name,
+    device_topic_filter,
+)
 
 # ReceiveMessage: at most 10 messages per call; WaitTimeSeconds up to 20 makes it a long poll,
 # which "queries all of the servers" where a short poll samples some of them, so an empty answer
@@ -89,11 +95,8 @@ MAX_LEFT = 100_000
 # How long the replay waits after its last publish for the ones the Kafka action fails again.
 SETTLE_SECONDS = 30
 WORKERS = 16
-# The queue's retention and the age its Expiring alarm fires at (stacks/constructs/failed_deliveries.py).
-QUEUE_RETENTION_DAYS = 14
-EXPIRY_WARNING_DAYS = 10
-# The journal remembers an id a day longer than SQS keeps a message (14 days).
-JOURNAL_DAYS = 15
+# The journal remembers an id a day longer than SQS keeps a message.
+JOURNAL_DAYS = SQS_MAX_RETENTION_DAYS + 1
 RETRIES = {"retries": {"mode": "standard", "max_attempts": 8}}
 QOS = 1  # AWS IoT's Publish accepts 0 or 1; 1, as devices publish
 _RELATIVE = re.compile(r"^(?P<amount>\d+)(?P<unit>[mhd])$")
@@ -321,17 +324,19 @@ class Replay:
                 thread.join()
             raise
 
+    def _visible_messages(self) -> dict:
+        """GetQueueAttributes' answer for ApproximateNumberOfMessages (the messages visible)."""
+        return self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["ApproximateNumberOfMessages"])
+
     def _queue_clock(self) -> datetime | None:
-        answer = self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["ApproximateNumberOfMessages"])
-        date = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+        date = self._visible_messages().get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
         try:
             return parsedate_to_datetime(date).astimezone(timezone.utc) if date else None
         except (TypeError, ValueError):
             return None
 
     def _visible(self) -> int:
-        answer = self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["ApproximateNumberOfMessages"])
-        return int(answer["Attributes"]["ApproximateNumberOfMessages"])
+        return int(self._visible_messages()["Attributes"]["ApproximateNumberOfMessages"])
 
     def _worker(self) -> None:
         try:
@@ -365,9 +370,9 @@ class Replay:
         now = datetime.now(timezone.utc)
         try:
             for message in messages:
-                failed = parse(message, self.rule_name, self.pattern)
                 with self._left_lock:
                     seen = message["MessageId"] in self._left
+                failed = None if seen else parse(message, self.rule_name, self.pattern)
                 if seen:  # left earlier in this run and visible again: leave it, counted once
                     left.append(message)
                 elif failed is None:
@@ -426,11 +431,11 @@ class Replay:
         with self._left_lock:
             for message in messages:
                 self._left[message["MessageId"]] = message["ReceiptHandle"]
-        self._change_visibility([(m["MessageId"], m["ReceiptHandle"]) for m in messages], LEFT_VISIBILITY_SECONDS)
+        self._change_visibility([m["ReceiptHandle"] for m in messages], LEFT_VISIBILITY_SECONDS)
 
     def _show_left(self) -> None:
         with self._left_lock:
-            left = list(self._left.items())
+            left = list(self._left.values())
             self._left.clear()
         for start in range(0, len(left), RECEIVE_BATCH):
             try:
@@ -438,12 +443,12 @@ class Replay:
             except Exception:  # noqa: BLE001 - counted; they come back by themselves after LEFT_VISIBILITY_SECONDS
                 self.tally.add("visibility_failures", len(left[start : start + RECEIVE_BATCH]))
 
-    def _change_visibility(self, messages: Sequence[tuple[str, str]], seconds: int) -> None:
+    def _change_visibility(self, receipt_handles: Sequence[str], seconds: int) -> None:
         answer = self.sqs.change_message_visibility_batch(
             QueueUrl=self.queue_url,
             Entries=[
                 {"Id": str(n), "ReceiptHandle": handle, "VisibilityTimeout": seconds}
-                for n, (_, handle) in enumerate(messages)
+                for n, handle in enumerate(receipt_handles)
             ],
         )
         self.tally.add("visibility_failures", len(answer.get("Failed", [])))
@@ -568,9 +573,9 @@ def outcome(tally: Tally, rule_name: str) -> str:
     if tally.still_visible:
         problems.append(f"about {tally.still_visible:,} messages arrived or stayed visible without being received: "
                         "run again")
-    if tally.oldest_left_days >= EXPIRY_WARNING_DAYS:
+    if tally.oldest_left_days >= FAILED_DELIVERIES_EXPIRY_WARNING_DAYS:
         problems.append(f"a message left in the queue is {tally.oldest_left_days:g} days old and SQS deletes it at "
-                        f"{QUEUE_RETENTION_DAYS}: replay with an earlier --since")
+                        f"{SQS_MAX_RETENTION_DAYS}: replay with an earlier --since")
     return "; ".join(problems)
 
 

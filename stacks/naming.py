@@ -231,6 +231,11 @@ def device_failed_deliveries_queue_name(config: EnvironmentConfig) -> str:
 
 # The device gateway stack's output with that queue's URL (the replay reads it).
 FAILED_DELIVERIES_QUEUE_OUTPUT = "FailedDeliveriesQueueUrl"
+# The longest SQS keeps a message (SQS Developer Guide, "Amazon SQS message quotas": 14 days),
+# which the dead-letter queues keep; the age at which a failed device message is alarmed on (the
+# queue's Expiring alarm) and refused to be left behind (telemetry devices replay).
+SQS_MAX_RETENTION_DAYS = 14
+FAILED_DELIVERIES_EXPIRY_WARNING_DAYS = 10
 
 
 def device_credentials_path(config: EnvironmentConfig) -> str:

@@ -9,9 +9,9 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks.compliance import acknowledge
+from stacks.naming import SQS_MAX_RETENTION_DAYS
 
-# SQS Developer Guide, "Amazon SQS message quotas": message retention is at most 14 days.
-RETENTION = cdk.Duration.days(14)
+RETENTION = cdk.Duration.days(SQS_MAX_RETENTION_DAYS)
 
 
 def dead_letter_queue(

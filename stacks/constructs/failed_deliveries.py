@@ -27,10 +27,11 @@ from constructs import Construct
 
 from stacks.constructs.alarm_topic import notifying_alarm
 from stacks.constructs.dead_letter_queue import RETENTION, dead_letter_queue
+from stacks.naming import FAILED_DELIVERIES_EXPIRY_WARNING_DAYS
 
 # ApproximateAgeOfOldestMessage is in seconds (SQS Developer Guide, "Available CloudWatch metrics
 # for Amazon SQS"); the alarm leaves the operator four days to replay before SQS deletes.
-EXPIRY_WARNING = cdk.Duration.days(10)
+EXPIRY_WARNING = cdk.Duration.days(FAILED_DELIVERIES_EXPIRY_WARNING_DAYS)
 PERIOD = cdk.Duration.minutes(5)
 
 
