@@ -44,9 +44,9 @@ def moto_session(monkeypatch):
     # In every session made during the test (the tools make their own), as botocore's own handlers.
     monkeypatch.setattr(botocore.handlers, "BUILTIN_HANDLERS", [
         *botocore.handlers.BUILTIN_HANDLERS,
-        ("provide-client-params.ssm.DescribeInstanceInformation", _keep_params),
+        ("provide-client-params.ssm.DescribeInstanceInformation", keep_params),
         ("before-call.ssm.DescribeInstanceInformation", _instance_information(ping_status)),
-        ("provide-client-params.iam.SimulatePrincipalPolicy", _keep_params),
+        ("provide-client-params.iam.SimulatePrincipalPolicy", keep_params),
         ("before-call.iam.SimulatePrincipalPolicy", _simulation(iam_denied)),
     ])
     with mock_aws():
@@ -56,13 +56,22 @@ def moto_session(monkeypatch):
         yield session
 
 
+def model_answer(model, response: dict):
+    """`response` as the operation's answer in a before-call hook, after checking it against the
+    operation's output shape in the service's model, as botocore's Stubber checks its answers."""
+    from botocore.awsrequest import AWSResponse
+    from botocore.validate import ParamValidator
+
+    report = ParamValidator().validate(response, model.output_shape)
+    assert not report.has_errors(), report.generate_report()
+    return AWSResponse(None, 200, {}, None), response
+
+
 def _simulation(denied: set[str]):
     """IAM's SimulatePrincipalPolicy, which moto does not implement: no policy is evaluated here.
     Each action asked about is "allowed", or "implicitDeny" when the test put it in
     moto_session.iam_denied (EvalDecision: allowed | explicitDeny | implicitDeny, IAM API
     Reference), once per resource asked about; the answer is checked against the iam model."""
-    from botocore.awsrequest import AWSResponse
-    from botocore.validate import ParamValidator
 
     def answer(model, context, **_):
         params = context["api_params"]
@@ -71,15 +80,14 @@ def _simulation(denied: set[str]):
              "EvalDecision": "implicitDeny" if action in denied else "allowed"}
             for action in params["ActionNames"] for resource in params.get("ResourceArns", ["*"])
         ]  # fmt: skip
-        response = {"EvaluationResults": results, "IsTruncated": False}
-        report = ParamValidator().validate(response, model.output_shape)
-        assert not report.has_errors(), report.generate_report()
-        return AWSResponse(None, 200, {}, None), response
+        return model_answer(model, {"EvaluationResults": results, "IsTruncated": False})
 
     return answer
 
 
-def _keep_params(params, context, **_):
+def keep_params(params, context, **_):
+    """A provide-client-params hook: the call's API parameters, for a before-call hook to read in
+    context["api_params"] (before-call sees the serialized request only)."""
     context["api_params"] = dict(params)
 
 
@@ -89,8 +97,6 @@ def _instance_information(ping_status: dict[str, str]):
     another PingStatus (Online | ConnectionLost | Inactive, SSM API Reference) in
     moto_session.ping_status. Filters on tag:KEY and InstanceIds, as the API does; the answer is
     checked against the ssm model's output shape, as botocore's Stubber checks its answers."""
-    from botocore.awsrequest import AWSResponse
-    from botocore.validate import ParamValidator
 
     def answer(model, context, **_):
         filters = {f["Key"]: set(f["Values"]) for f in context["api_params"].get("Filters", [])}
@@ -107,10 +113,7 @@ def _instance_information(ping_status: dict[str, str]):
                 continue
             nodes.append({"InstanceId": instance["InstanceId"], "PingStatus": ping_status.get(
                 instance["InstanceId"], "Online"), "ResourceType": "EC2Instance", "PlatformType": "Linux"})
-        response = {"InstanceInformationList": nodes}
-        report = ParamValidator().validate(response, model.output_shape)
-        assert not report.has_errors(), report.generate_report()
-        return AWSResponse(None, 200, {}, None), response
+        return model_answer(model, {"InstanceInformationList": nodes})
 
     return answer
 

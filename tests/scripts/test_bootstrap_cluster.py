@@ -229,8 +229,7 @@ def test_a_failed_create_records_nothing_for_telemetry_deploy(aws, tmp_path, mon
 def test_a_rerun_while_the_create_still_runs_waits_for_it_and_sends_nothing(aws, tmp_path, monkeypatch, capsys):
     """An interrupted bootstrap left its command running (it may wait its delivery timeout and its
     execution timeout, and its scheduled task outlives it): the rerun follows that command."""
-    from botocore.awsrequest import AWSResponse
-    from botocore.validate import ParamValidator
+    from tests.conftest import keep_params, model_answer
 
     session, seeds = aws
     running = "0a1b2c3d-4e5f-4a6b-8c9d-0e1f2a3b4c5d"
@@ -238,19 +237,15 @@ def test_a_rerun_while_the_create_still_runs_waits_for_it_and_sends_nothing(aws,
 
     def list_commands(model, context, **_):
         """ListCommands as SSM answers while the create runs; checked against the ssm model."""
-        asked.append(context["params"])
+        asked.append(context["api_params"])
         response = {"Commands": [
             {"CommandId": "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a", "DocumentName": DOCUMENT, "Status": "InProgress",
              "InstanceIds": ["i-0123456789abcdef0"]},  # another environment's seed, say: not ours
             {"CommandId": running, "DocumentName": DOCUMENT, "Status": "Pending", "InstanceIds": [seeds[0]["instance_id"]]},
         ]}
-        assert not ParamValidator().validate(response, model.output_shape).has_errors()
-        return AWSResponse(None, 200, {}, None), response
+        return model_answer(model, response)
 
-    def keep(params, context, **_):
-        context["params"] = dict(params)
-
-    session.session.events.register("provide-client-params.ssm.ListCommands", keep)
+    session.session.events.register("provide-client-params.ssm.ListCommands", keep_params)
     session.session.events.register("before-call.ssm.ListCommands", list_commands)
     followed = []
     monkeypatch.setattr(bootstrap_cluster.Bootstrap, "invocation",

@@ -14,11 +14,11 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from botocore.awsrequest import AWSResponse
 from botocore.stub import Stubber
 
 from scripts import replay_device_messages as replay
 from scripts.telemetry import cli
+from tests.conftest import keep_params, model_answer
 from tests.iot_rule_bridge import KafkaRule
 from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
 
@@ -107,29 +107,31 @@ def test_every_failed_message_is_published_once_to_its_topic_with_its_bytes_and_
     assert queue.replay(Recorder(), tmp_path).replayed == 0
 
 
+def every_entry_fails(sqs, operation: str, times: int | None = None) -> None:
+    """`operation`, a batch call, answers 200 with every entry failed (API Reference,
+    DeleteMessageBatch and ChangeMessageVisibilityBatch: "check for batch errors even when the call
+    returns an HTTP status code of 200"), `times` times (every time when None)."""
+    answered = []
+
+    def refuse(model, context, **_):
+        if times is not None and len(answered) >= times:
+            return None
+        answered.append(operation)
+        failed = [{"Id": e["Id"], "SenderFault": True, "Code": "ReceiptHandleIsInvalid", "Message": "expired"}
+                  for e in context["api_params"]["Entries"]]
+        return model_answer(model, {"Successful": [], "Failed": failed})
+
+    sqs.meta.events.register(f"provide-client-params.sqs.{operation}", keep_params)
+    sqs.meta.events.register(f"before-call.sqs.{operation}", refuse)
+
+
 def test_a_message_published_but_not_deleted_is_deleted_by_the_next_run_not_published_again(queue, tmp_path, monkeypatch):
     """The journal: DeleteMessageBatch refused once (the receipt handle expired, or the call
     failed), the message comes back after its visibility timeout, and is only deleted."""
     monkeypatch.setattr(replay, "VISIBILITY_SECONDS", 1)
     for seq in range(5):
         queue.fail(*device_message(1, seq))
-    refused = []
-
-    def entries(params, context, **_):
-        context["entries"] = params["Entries"]
-
-    def refuse(context, **_):
-        """The first batch delete answers 200 with every entry failed (API Reference,
-        DeleteMessageBatch: "check for batch errors even when the call returns 200")."""
-        if refused:
-            return None
-        refused.append(True)
-        failed = [{"Id": e["Id"], "SenderFault": True, "Code": "ReceiptHandleIsInvalid", "Message": "expired"}
-                  for e in context["entries"]]
-        return AWSResponse(None, 200, {}, None), {"Successful": [], "Failed": failed}
-
-    queue.sqs.meta.events.register("provide-client-params.sqs.DeleteMessageBatch", entries)
-    queue.sqs.meta.events.register("before-call.sqs.DeleteMessageBatch", refuse)
+    every_entry_fails(queue.sqs, "DeleteMessageBatch", times=1)
     first = Recorder()
     tally = queue.replay(first, tmp_path, workers=1)
     assert (tally.replayed, tally.delete_failures, tally.stopped) == (5, 5, "")
@@ -355,7 +357,7 @@ def test_an_empty_receive_with_messages_still_visible_fails_the_replay(queue, tm
     for seq in range(4):
         queue.fail(*device_message(1, seq))
     queue.sqs.meta.events.register(
-        "before-call.sqs.ReceiveMessage", lambda **_: (AWSResponse(None, 200, {}, None), {"Messages": []})
+        "before-call.sqs.ReceiveMessage", lambda model, **_: model_answer(model, {"Messages": []})
     )
     recorder = Recorder()
     tally = queue.replay(recorder, tmp_path, workers=1)
@@ -375,18 +377,7 @@ def test_the_replay_stops_before_the_messages_it_leaves_fill_the_in_flight_limit
 
 def test_visibility_changes_sqs_refuses_are_counted(queue, tmp_path):
     queue.raw("not an error action message")
-
-    def entries(params, context, **_):
-        context["entries"] = params["Entries"]
-
-    def refuse(context, **_):
-        """200 with every entry failed (API Reference, ChangeMessageVisibilityBatch)."""
-        failed = [{"Id": e["Id"], "SenderFault": True, "Code": "ReceiptHandleIsInvalid", "Message": "expired"}
-                  for e in context["entries"]]
-        return AWSResponse(None, 200, {}, None), {"Successful": [], "Failed": failed}
-
-    queue.sqs.meta.events.register("provide-client-params.sqs.ChangeMessageVisibilityBatch", entries)
-    queue.sqs.meta.events.register("before-call.sqs.ChangeMessageVisibilityBatch", refuse)
+    every_entry_fails(queue.sqs, "ChangeMessageVisibilityBatch")
     tally = queue.replay(Recorder(), tmp_path, workers=1)
     assert (tally.unreadable, tally.visibility_failures) == (1, 2)  # hiding it, and showing it again
 
