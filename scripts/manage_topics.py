@@ -208,13 +208,10 @@ PROGRESS_EVERY_S = 15.0  # a line while the host works, at least this often
 def fleet_host(ec2, fleet: str, ssm) -> str:
     """One running host of the simulator fleet whose SSM Agent is Online (the first by id, so
     reruns use the same one while it stays reachable; scripts/ssm_hosts.py)."""
-    from scripts.ssm_hosts import reachable
+    from scripts.ssm_hosts import reachable, running_fleet_hosts
     from stacks.naming import FLEET_TAG
 
-    pages = ec2.get_paginator("describe_instances").paginate(
-        Filters=[{"Name": f"tag:{FLEET_TAG}", "Values": [fleet]}, {"Name": "instance-state-name", "Values": ["running"]}]
-    )
-    hosts = sorted(i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"])
+    hosts = running_fleet_hosts(ec2, fleet)
     if not hosts:
         raise TopicError(
             f"no running host in simulator fleet {fleet}: deploy the SimulatorFleet stack (telemetry deploy), "

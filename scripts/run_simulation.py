@@ -214,18 +214,9 @@ class Fleet:
     def running_hosts(self, fleet: str) -> list[str]:
         """The fleet's running hosts that Run Command can reach (SSM Agent Online), by id; the
         others are said once, as the run leaves them out (scripts/ssm_hosts.py)."""
-        from scripts.ssm_hosts import reachable
+        from scripts.ssm_hosts import reachable, running_fleet_hosts
 
-        pages = self._ec2.get_paginator("describe_instances").paginate(
-            Filters=[
-                {"Name": f"tag:{FLEET_TAG}", "Values": [fleet]},
-                {"Name": "instance-state-name", "Values": ["running"]},
-            ]
-        )
-        running = sorted(
-            i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]
-        )
-        online, self.unreachable = reachable(self._ssm, running, FLEET_TAG, fleet)
+        online, self.unreachable = reachable(self._ssm, running_fleet_hosts(self._ec2, fleet), FLEET_TAG, fleet)
         return online
 
     def results_bucket(self, document: str) -> str:

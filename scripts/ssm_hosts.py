@@ -15,6 +15,16 @@ from collections.abc import Sequence
 NOT_REGISTERED = "not registered with Systems Manager"
 
 
+def running_fleet_hosts(ec2, fleet: str) -> list[str]:
+    """The running instances of a simulator fleet (its FLEET_TAG), by id."""
+    from stacks.naming import FLEET_TAG
+
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": f"tag:{FLEET_TAG}", "Values": [fleet]}, {"Name": "instance-state-name", "Values": ["running"]}]
+    )
+    return sorted(i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"])
+
+
 def ping_statuses(ssm, tag_key: str, tag_value: str) -> dict[str, str]:
     """Instance id -> PingStatus of every managed node tagged tag_key=tag_value."""
     pages = ssm.get_paginator("describe_instance_information").paginate(
