@@ -404,20 +404,7 @@ def start_broker(
         data_dir, port, controller_port, libs_dir, sasl_users, super_user, extra_classpath, scram_port
     )
     log_path = state_dir / "broker.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            java_command(
-                "kafka.Kafka",
-                str(config),
-                libs_dir=libs_dir,
-                jvm_options=JVM_OPTIONS + ([] if full_jit else QUICK_JIT),
-                extra_classpath=extra_classpath,
-            ),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process = _launch(config, log_path, "wb", libs_dir, JVM_OPTIONS + ([] if full_jit else QUICK_JIT), extra_classpath)
     broker = Broker(
         pid=process.pid,
         port=port,
@@ -429,22 +416,48 @@ def start_broker(
         super_user_password=sasl_users[super_user] if sasl_users else None,
         scram_port=scram_port,
     )
-    Path(broker.state_file).write_text(json.dumps(dataclasses.asdict(broker), indent=2) + "\n")
+    _record(broker)
     login = (super_user, broker.super_user_password) if sasl_users else None
-    deadline = time.monotonic() + ready_timeout
+    failure = _await_ready(process, port, login, ready_timeout)
+    if failure:
+        stop_broker(state_dir)
+        raise LocalKafkaError(f"the broker {failure}; see {log_path}")
+    return broker
+
+
+def _launch(config: Path, log_path: Path, log_mode: str, libs_dir: Path, jvm_options: list[str],
+            extra_classpath: list[Path] = ()) -> subprocess.Popen:  # fmt: skip
+    """The broker's JVM on `config`, in a session of its own, its output into log_path."""
+    with open(log_path, log_mode) as log:
+        return subprocess.Popen(
+            java_command("kafka.Kafka", str(config), libs_dir=libs_dir, jvm_options=jvm_options,
+                         extra_classpath=extra_classpath),
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+def _record(broker: Broker) -> None:
+    Path(broker.state_file).write_text(json.dumps(dataclasses.asdict(broker), indent=2) + "\n")
+
+
+def _recorded(state_dir: Path) -> Broker:
+    return Broker(**json.loads((state_dir / "state.json").read_text()))
+
+
+def _await_ready(process: subprocess.Popen, port: int, login, timeout: float) -> str:
+    """"" once the broker answers on port; otherwise why not ("exited", "was not ready in time")."""
+    deadline = time.monotonic() + timeout
     while not broker_is_ready(port, sasl_plain=login):
         if process.poll() is not None or time.monotonic() > deadline:
-            stop_broker(state_dir)
-            reason = "exited" if process.returncode is not None else "was not ready in time"
-            raise LocalKafkaError(f"the broker {reason}; see {log_path}")
+            return "exited" if process.returncode is not None else "was not ready in time"
         time.sleep(0.2)
-    return broker
+    return ""
 
 
 def kill_broker(state_dir: Path) -> Broker:
     """Ends the broker's process as a lost machine would (SIGKILL: no controlled shutdown), keeping
     its data and its record for restart_broker(); returns the record."""
-    broker = Broker(**json.loads((state_dir / "state.json").read_text()))
+    broker = _recorded(state_dir)
     if _is_broker_process(broker.pid, broker.data_dir):
         os.kill(broker.pid, signal.SIGKILL)
         while _is_broker_process(broker.pid, broker.data_dir):
@@ -455,24 +468,17 @@ def kill_broker(state_dir: Path) -> Broker:
 def restart_broker(state_dir: Path, libs_dir: Path = LIBS_DIR, ready_timeout: float = READY_TIMEOUT_S) -> Broker:
     """Starts a killed plaintext broker again with its configuration and data, on its ports (a
     broker coming back); returns once it answers."""
-    broker = Broker(**json.loads((state_dir / "state.json").read_text()))
+    broker = _recorded(state_dir)
     if broker.super_user is not None:
         raise LocalKafkaError("restart_broker restarts the plaintext broker only")
     if _is_broker_process(broker.pid, broker.data_dir):
         return broker
-    with open(broker.log_path, "ab") as log:
-        process = subprocess.Popen(
-            java_command("kafka.Kafka", str(Path(broker.data_dir) / "server.properties"), libs_dir=libs_dir,
-                         jvm_options=JVM_OPTIONS + QUICK_JIT),
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    process = _launch(Path(broker.data_dir) / "server.properties", Path(broker.log_path), "ab", libs_dir,
+                      JVM_OPTIONS + QUICK_JIT)
     broker = dataclasses.replace(broker, pid=process.pid)
-    Path(broker.state_file).write_text(json.dumps(dataclasses.asdict(broker), indent=2) + "\n")
-    deadline = time.monotonic() + ready_timeout
-    while not broker_is_ready(broker.port):
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise LocalKafkaError(f"the restarted broker did not come back; see {broker.log_path}")
-        time.sleep(0.2)
+    _record(broker)
+    if _await_ready(process, broker.port, None, ready_timeout):
+        raise LocalKafkaError(f"the restarted broker did not come back; see {broker.log_path}")
     return broker
 
 
