@@ -278,9 +278,12 @@ def reconcile_on_fleet(
             """The document sent to the host and followed to its end; cancelled if interrupted."""
             command_id = ""
             try:
+                # $LATEST: the version the stack deployed last, whether or not its update made it
+                # the default (cloudformation-coverage-roadmap#2539: NewVersion reported complete
+                # without promoting it); the stack owns this document.
                 command_id = ssm.send_command(
-                    DocumentName=environment.topics_document, InstanceIds=[host], Parameters=parameters,
-                    TimeoutSeconds=COMMAND_START_TIMEOUT_S, Comment=comment,
+                    DocumentName=environment.topics_document, DocumentVersion="$LATEST", InstanceIds=[host],
+                    Parameters=parameters, TimeoutSeconds=COMMAND_START_TIMEOUT_S, Comment=comment,
                 )["Command"]["CommandId"]  # fmt: skip
                 print(f"{doing} on fleet host {host} (Run Command {command_id})", file=out, flush=True)
                 return _follow(ssm, command_id, host, poll_s=poll_s, clock=clock, sleep=sleep, out=out)

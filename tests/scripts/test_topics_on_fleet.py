@@ -191,7 +191,8 @@ def expect_install(stubbed: Stubbed, host: str = "i-0aaaaaaaaaaaaaaaa", answer: 
     """The install-only command, sent before any token exists, and its end."""
     stubbed.stubbers["ssm"].add_response(
         "send_command", {"Command": {"CommandId": INSTALL_ID}},
-        {"DocumentName": "telemetry-dev-manage-topics", "InstanceIds": [host], "Parameters": {"installOnly": ["true"]},
+        {"DocumentName": "telemetry-dev-manage-topics", "DocumentVersion": "$LATEST", "InstanceIds": [host],
+         "Parameters": {"installOnly": ["true"]},
          "TimeoutSeconds": 120, "Comment": "telemetry topics: install"},
     )  # fmt: skip
     stubbed.stubbers["ssm"].add_response(
@@ -222,7 +223,7 @@ def expect_command(stubbed: Stubbed, *, dry_run="false") -> None:
     stubbed.stubbers["ssm"].add_response(
         "send_command",
         {"Command": {"CommandId": COMMAND_ID}},
-        {"DocumentName": "telemetry-dev-manage-topics", "InstanceIds": ["i-0aaaaaaaaaaaaaaaa"],
+        {"DocumentName": "telemetry-dev-manage-topics", "DocumentVersion": "$LATEST", "InstanceIds": ["i-0aaaaaaaaaaaaaaaa"],
          "Parameters": {"declaration": [Declaration(ENVIRONMENT.topics, ENVIRONMENT.acls).text()],
                         "dryRun": [dry_run], "timeoutSeconds": ["30"], "tokenParameter": [TOKEN]},
          "TimeoutSeconds": 120, "Comment": ANY},
@@ -369,7 +370,8 @@ def test_a_host_whose_agent_is_not_online_is_passed_over():
         expect_host_and_token(stubbed, ping={"i-0aaaaaaaaaaaaaaaa": "ConnectionLost", "i-0bbbbbbbbbbbbbbbb": "Online"},
                               host="i-0bbbbbbbbbbbbbbbb")
         stubbed.stubbers["ssm"].add_response("send_command", {"Command": {"CommandId": COMMAND_ID}}, {
-            "DocumentName": "telemetry-dev-manage-topics", "InstanceIds": ["i-0bbbbbbbbbbbbbbbb"], "Parameters": ANY,
+            "DocumentName": "telemetry-dev-manage-topics", "DocumentVersion": "$LATEST", "InstanceIds": ["i-0bbbbbbbbbbbbbbbb"],
+            "Parameters": ANY,
             "TimeoutSeconds": 120, "Comment": ANY})
         stubbed.stubbers["ssm"].add_response(
             "get_command_invocation", {"Status": "Success", "ResponseCode": 0, "StandardOutputContent": ""},

@@ -167,6 +167,12 @@ def test_topics_document_runs_the_hosts_reconcile_with_flags_it_accepts(synthesi
     params = content["parameters"]
     assert "rendered" not in json.dumps(content)
     assert params["tokenParameter"]["default"] == "/telemetry-dev/msk/topics-token"
+    # Systems Manager fills in a default for a parameter a command leaves out (the install-only
+    # command sends installOnly alone): each must pass its own pattern.
+    for name, spec in params.items():
+        if isinstance(spec.get("default"), str):
+            assert re.fullmatch(spec["allowedPattern"], spec["default"]), name
+    assert Declaration.from_text(params["declaration"]["default"]) == Declaration([], [])
     environment = declared_environment("prod")
     sample = {
         "declaration": Declaration(environment.topics, environment.acls).text(), "dryRun": "true",
