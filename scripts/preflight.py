@@ -213,8 +213,11 @@ def caller_principal(iam, caller_arn: str) -> str | None:
 
 def check_permissions(session, config: EnvironmentConfig) -> Check:
     """IAM policy simulation of the caller (SimulatePrincipalPolicy: its identity policies,
-    permissions boundary and the Organizations SCPs that apply, IAM User Guide, "Testing IAM
-    policies with the IAM policy simulator"); resource policies are not in it."""
+    permissions boundary and the Organizations SCPs that apply, IAM API Reference); resource
+    policies are not in it. Only an explicit deny of an action is a blocker: an implicit deny may
+    be a policy scoped to the resources the journey will name (simulated here against "*"), or to
+    conditions the simulation is not told (MissingContextValues, such as aws:MultiFactorAuthPresent),
+    so it is a warning that lists the actions."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from stacks.naming import topic_admin_role_name
@@ -228,18 +231,25 @@ def check_permissions(session, config: EnvironmentConfig) -> Check:
         account = config.account
         roles = [f"arn:aws:iam::{account}:role/cdk-hnb659fds-{role}-{account}-{config.region}" for role in CDK_ROLES]
         roles.append(f"arn:aws:iam::{account}:role/{topic_admin_role_name(config)}")
-        denied: list[str] = []
+        denied: dict[str, list[str]] = {"explicitDeny": [], "implicitDeny": []}
         for actions, resources in ((OPERATOR_ACTIONS, ["*"]), (("sts:AssumeRole",), roles)):
             pages = iam.get_paginator("simulate_principal_policy").paginate(
                 PolicySourceArn=principal, ActionNames=list(actions), ResourceArns=resources)
             for page in pages:
-                denied += [f"{r['EvalActionName']}" + (f" on {r['EvalResourceName']}" if resources != ["*"] else "")
-                           for r in page["EvaluationResults"] if r["EvalDecision"] != "allowed"]
+                for result in page["EvaluationResults"]:
+                    if result["EvalDecision"] != "allowed":
+                        denied[result["EvalDecision"]].append(
+                            result["EvalActionName"] + (f" on {result['EvalResourceName']}" if resources != ["*"] else ""))
     except (BotoCoreError, ClientError) as error:
         return Check("your permissions", WARNING, f"cannot simulate them ({one_line_error(error)}): the run finds out "
                      "as it goes (iam:GetRole and iam:SimulatePrincipalPolicy let preflight check)")
-    if denied:
-        return Check("your permissions", BLOCKER, f"{principal} is not allowed {', '.join(sorted(set(denied)))}")
+    if denied["explicitDeny"]:
+        return Check("your permissions", BLOCKER,
+                     f"{principal} is explicitly denied {', '.join(sorted(set(denied['explicitDeny'])))}")
+    if denied["implicitDeny"]:
+        return Check("your permissions", WARNING,
+                     f"{principal} is not allowed {', '.join(sorted(set(denied['implicitDeny'])))} on any resource "
+                     "(a policy scoped to resources or conditions the simulation does not know may still allow them)")
     return Check("your permissions", OK, f"{principal}: every call of the journey allowed")
 
 

@@ -40,7 +40,7 @@ def moto_session(monkeypatch):
     import botocore.handlers
 
     ping_status: dict[str, str] = {}  # instance id -> PingStatus other than Online, set by a test
-    iam_denied: set[str] = set()  # actions IAM's simulation denies, set by a test
+    iam_denied: dict[str, str] = {}  # action -> EvalDecision other than allowed, set by a test
     # In every session made during the test (the tools make their own), as botocore's own handlers.
     monkeypatch.setattr(botocore.handlers, "BUILTIN_HANDLERS", [
         *botocore.handlers.BUILTIN_HANDLERS,
@@ -67,9 +67,9 @@ def model_answer(model, response: dict):
     return AWSResponse(None, 200, {}, None), response
 
 
-def _simulation(denied: set[str]):
+def _simulation(denied: dict[str, str]):
     """IAM's SimulatePrincipalPolicy, which moto does not implement: no policy is evaluated here.
-    Each action asked about is "allowed", or "implicitDeny" when the test put it in
+    Each action asked about is "allowed", or the decision the test gave it in
     moto_session.iam_denied (EvalDecision: allowed | explicitDeny | implicitDeny, IAM API
     Reference), once per resource asked about; the answer is checked against the iam model."""
 
@@ -77,7 +77,7 @@ def _simulation(denied: set[str]):
         params = context["api_params"]
         results = [
             {"EvalActionName": action, "EvalResourceName": resource,
-             "EvalDecision": "implicitDeny" if action in denied else "allowed"}
+             "EvalDecision": denied.get(action, "allowed")}
             for action in params["ActionNames"] for resource in params.get("ResourceArns", ["*"])
         ]  # fmt: skip
         return model_answer(model, {"EvaluationResults": results, "IsTruncated": False})

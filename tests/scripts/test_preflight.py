@@ -196,15 +196,25 @@ def test_a_machine_without_maven_or_the_cdk_cli_is_told_what_to_install(monkeypa
     assert preflight.check_tools().detail.startswith("the CDK CLI and its Node in .venv: run make synth")
 
 
-def test_calls_the_callers_policies_do_not_allow_are_a_blocker(account, capsys):
+def test_calls_the_callers_policies_explicitly_deny_are_a_blocker(account, capsys):
     """IAM's policy simulation of the caller (moto answers it as tests/conftest.py says)."""
-    account.iam_denied.update({"ssm:SendCommand", "sts:AssumeRole"})
+    account.iam_denied.update({"ssm:SendCommand": "explicitDeny", "sts:AssumeRole": "explicitDeny"})
     code, rows, _ = run(account, capsys)
     assert code == 1
     result, detail = rows["your permissions"]
     assert result == "BLOCKER"
-    assert "is not allowed ssm:SendCommand, sts:AssumeRole on arn:aws:iam::" in detail
+    assert "is explicitly denied ssm:SendCommand, sts:AssumeRole on arn:aws:iam::" in detail
     assert "role/telemetry-dev-msk-topic-admin" in detail and "role/cdk-hnb659fds-deploy-role-" in detail
+
+
+def test_calls_no_policy_allows_on_any_resource_are_a_warning(account, capsys):
+    """An implicit deny against "*" may be a policy scoped to the resources the journey names, or
+    to conditions (MFA) the simulation is not told: the run is not blocked on it."""
+    account.iam_denied.update({"ssm:SendCommand": "implicitDeny"})
+    code, rows, _ = run(account, capsys)
+    assert code == 0
+    result, detail = rows["your permissions"]
+    assert result == "warning" and "is not allowed ssm:SendCommand on any resource" in detail
 
 
 def test_an_assumed_role_is_simulated_as_its_role_with_its_path(moto_session):
