@@ -251,8 +251,9 @@ def cleanup_advice(config: EnvironmentConfig, seed_instance_ids: Sequence[str]) 
     package for Windows Server"), so it runs on each seed, under Run Command's own account."""
     command = f"& {STANDALONE_PACKAGE}\\CleanFabric.ps1"  # no spaces in the path: no quotes inside the shell's
     return (
-        "if the seeds hold part of a cluster (a rerun then fails in TestConfiguration), clean each seed, then run "
-        "bootstrap again:\n"
+        "if the seeds hold part of a cluster (a rerun then fails in TestConfiguration), clean each seed with this "
+        "(a POSIX shell's quoting), wait until its invocations succeed (aws ssm list-command-invocations "
+        "--command-id ID), then run bootstrap again:\n"
         f"  aws ssm send-command --region {config.region} --document-name AWS-RunPowerShellScript "
         f"--instance-ids {' '.join(seed_instance_ids)} --parameters '{json.dumps({'commands': [command]})}'"
     )
