@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Create the Service Fabric cluster of an environment on its seed nodes.
+"""`telemetry cluster bootstrap`: create the Service Fabric cluster of an environment on its seed nodes.
 
 Reads the seed topology (names, fixed addresses, fault and upgrade domains) and the certificate
 secret names from the Service Fabric stack's outputs, checks that every seed instance runs at its
@@ -12,7 +11,7 @@ create-cluster Run Command document on seed-0, printing its status until it fini
 ENV=<env>), writes the JSON with the certificate thumbprints left as placeholders naming their
 secrets (only a real run reads the secrets), and sends nothing.
 Exit codes: 0 cluster created (or dry run written); 1 cluster creation failed or timed out;
-2 refused (a seed not running at its address, bad config) or AWS errors.
+2 refused (a seed not running at its address, bad config); a failed AWS call is 1, missing credentials 2 (as every `telemetry` command).
 """
 
 from __future__ import annotations
@@ -21,36 +20,33 @@ import argparse
 import base64
 import datetime
 import json
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.cluster_inventory import (  # noqa: E402
+from scripts.cluster_inventory import (
     REPO,
     ClusterOutputs,
     NodeInstance,
     ToolError,
-    aws_session,
     deployed_outputs,
     node_instances,
     read_certificate_secret,
-    run_tool,
     service_fabric_stack_name,
     synthesized_outputs,
     thumbprint,
 )
-from stacks.config import EnvironmentConfig, ServiceFabricConfig, load_environment, read_environments  # noqa: E402
-from stacks.naming import (  # noqa: E402
+from scripts.telemetry.errors import OperationFailed
+from stacks.config import EnvironmentConfig, ServiceFabricConfig, load_environment, read_environments
+from stacks.naming import (
     SCALING_NODE_TYPE,
     SEED_NODE_TYPE,
     cluster_created_parameter_name,
     gateway_thumbprint_parameter_name,
     service_fabric_cluster_name,
 )
-from stacks.seed_addresses import SeedPlacement  # noqa: E402
+from stacks.seed_addresses import SeedPlacement
 
 DATA_ROOT = "D:\\SF"  # the data volume userdata/prepare_node.ps1 formats
 FINISHED = {"Success", "Failed", "Cancelled", "TimedOut", "Cancelling"}
@@ -325,8 +321,7 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
         detail = err.strip().splitlines()[-1] if err.strip() else "see C:\\ServiceFabric\\Logs\\create-cluster.log"
         if not status.startswith("still "):
             print(cleanup_advice(config, [instances[s.name].instance_id for s in sorted(seeds, key=lambda s: s.index)]))
-        print(f"error: cluster creation {status}: {detail}", file=sys.stderr)
-        return 1
+        raise OperationFailed(f"cluster creation {status}: {detail}")
     print(f"cluster {cluster_config['name']} created with {len(seeds)} seed nodes")
     aws.record_created(cluster_created_parameter_name(config), command_id, outputs.stack_id)
     return 0
@@ -347,23 +342,3 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
     return bootstrap(args, session_factory)
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Create an environment's Service Fabric cluster on its seed nodes.",
-        epilog="Exit codes: 0 created (or dry run written); 1 creation failed or timed out; 2 refused or AWS errors.",
-    )
-    parser.add_argument("--env", required=True, help="environment name in cdk.json")
-    add_arguments(parser)
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], object] | None = None) -> int:
-    args = parse_args(argv)
-
-    return run_tool(lambda: bootstrap(args, session_factory or aws_session))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

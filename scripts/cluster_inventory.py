@@ -16,18 +16,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-for path in (REPO, REPO / "lambdas"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
 
-from stacks.naming import CLUSTER_TAG, NODE_NAME_TAG, NODE_TYPE_TAG  # noqa: E402
-from stacks.seed_addresses import SeedPlacement, seeds_from_output  # noqa: E402
+from stacks.naming import CLUSTER_TAG, NODE_NAME_TAG, NODE_TYPE_TAG
+from stacks.seed_addresses import SeedPlacement, seeds_from_output
 
 SERVICE_FABRIC_STACK_PART = "ServiceFabric"
 
@@ -211,34 +207,6 @@ def gateway_client(args: argparse.Namespace, outputs: ClusterOutputs, secrets_cl
         cleanup()
         raise ToolError(str(error)) from None
     return client, cleanup
-
-
-def aws_session(region: str):
-    """The boto3 session a tool uses unless a test hands it another."""
-    import boto3
-
-    return boto3.Session(region_name=region)
-
-
-def run_tool(body: Callable[[], int]) -> int:
-    """Runs a tool's body; configuration, AWS and Service Fabric errors become one line and exit 2."""
-    from botocore.exceptions import BotoCoreError, ClientError
-    from sf_rest import FabricError
-
-    from stacks.config import ConfigError
-
-    try:
-        return body()
-    except (ToolError, ConfigError) as error:
-        message = str(error)
-    except (BotoCoreError, ClientError) as error:
-        message = f"AWS call failed: {error}"
-    except FabricError as error:
-        message = f"Service Fabric call failed: {error}"
-    except KeyboardInterrupt:
-        message = "interrupted"
-    print(f"error: {message}", file=sys.stderr)
-    return 2
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""One table of an environment's Service Fabric cluster: its nodes joined with their EC2 instances.
+"""`telemetry cluster status`: one table of an environment's Service Fabric cluster: its nodes joined with their EC2 instances.
 
 Service Fabric nodes (name, status, seed, type) come from the HTTP gateway through the shared
 REST client; instances (id, state, zone, address) from EC2 by the cluster tag. A node is matched
@@ -11,34 +10,29 @@ The HTTP gateway endpoint and the certificate secrets' names come from the stack
 --env. By default the admin client certificate comes from its secret and the gateway is verified
 by the cluster certificate's thumbprint (from the cluster certificate secret).
 
-Exit codes: 0 every node and instance accounted for; 1 something flagged; 2 bad input or errors.
+Exit codes: 0 every node and instance accounted for; 1 something flagged; 2 bad input; a failed AWS call is 1, missing credentials 2 (as every `telemetry` command).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.cluster_inventory import (  # noqa: E402
+from scripts.cluster_inventory import (
     NodeInstance,
     add_gateway_arguments,
     check_gateway_arguments,
-    aws_session,
     deployed_outputs,
     format_table,
     gateway_client,
     node_instances,
-    run_tool,
     service_fabric_stack_name,
 )
-from stacks.config import load_environment, read_environments  # noqa: E402
-from stacks.naming import service_fabric_cluster_name  # noqa: E402
+from stacks.config import load_environment, read_environments
+from stacks.naming import service_fabric_cluster_name
 
 ZOMBIE = "ZOMBIE"
 NOT_JOINED = "NOT JOINED"
@@ -143,25 +137,3 @@ def check_arguments(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
     args.json = getattr(args, "json", False) or getattr(args, "format", "text") == "json"
     return status(args, session_factory)
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Show an environment's Service Fabric nodes joined with their EC2 instances; flag zombies "
-        "and instances that never joined.",
-        epilog="Exit codes: 0 all accounted for; 1 something flagged; 2 bad input or errors. Changes nothing.",
-    )
-    parser.add_argument("--env", required=True, help="environment name in cdk.json")
-    add_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], object] | None = None) -> int:
-    args = parse_args(argv)
-
-    return run_tool(lambda: run(args, session_factory or aws_session))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Drain one Service Fabric node out of the cluster, from an operator's shell.
+"""`telemetry cluster drain`: drain one Service Fabric node out of the cluster, from an operator's shell.
 
 Runs the scale-in steps of the node lifecycle state machine (lambdas/node_lifecycle)
 with the same REST client, looping their wait steps itself, in the order Microsoft
@@ -24,15 +23,9 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
-from typing import NoReturn
 from urllib.parse import urlsplit
-
-# Runnable from any working directory: the shared logic lives in lambdas/.
-LAMBDAS = Path(__file__).resolve().parent.parent / "lambdas"
-for _path in (LAMBDAS, LAMBDAS.parent):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
 
 from node_lifecycle import (
     FabricHost,
@@ -61,9 +54,9 @@ from sf_rest import FabricError, ServiceFabricClient, TlsError
 from sf_rest.cluster_config import for_removal, node_names, nodes_to_be_removed
 from sf_rest.gateway import normalise_thumbprint
 
-from scripts.telemetry.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError, one_line, worded
+from scripts.telemetry.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError, one_line, worded
 
-PROG = "drain_node.py"
+PROG = "telemetry cluster drain"
 EXIT_REFUSED = EXIT_FAILED  # a seed node: nothing changed, the message says so
 EXIT_TIMED_OUT = EXIT_FAILED  # re-run to go on, the message says so
 PROGRESS_EVERY_SECONDS = 30.0
@@ -73,30 +66,10 @@ class UnknownNode(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
-        raise UsageError(message)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=PROG,
-        description=__doc__.split("\n\n")[1].replace("\n", " "),
-        epilog=__doc__.split("\n\n")[2].replace("\n", " "),
-    )
-    parser.add_argument(
-        "--env",
-        help="environment name in cdk.json: the endpoint, certificates and region come from its stack outputs "
-        "and secrets (each flag below still overrides)",
-    )
-    add_arguments(parser)
-    parser.add_argument("--region", help="AWS region for SSM (default: the AWS environment's)")
-    return parser
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Everything but --env and --region, which `telemetry` gives every subcommand."""
-    parser.add_argument("--endpoint", help="HTTP gateway, https://HOST:19080 (required without --env)")
+    parser.add_argument("--endpoint", help="HTTP gateway, https://HOST:19080 (default: the stack's HttpGatewayEndpoint "
+                        "output); with the client certificate and a way to trust the gateway, no AWS call is made")
     parser.add_argument("--node", required=True, help="Service Fabric node name to drain")
     parser.add_argument("--client-cert", metavar="PEM", help="admin client certificate")
     parser.add_argument("--client-key", metavar="PEM", help="its private key")
@@ -134,10 +107,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    return check_arguments(build_parser().parse_args(argv))
-
-
 def check_arguments(args: argparse.Namespace) -> argparse.Namespace:
     if bool(args.client_cert) != bool(args.client_key):
         raise UsageError("--client-cert and --client-key go together")
@@ -145,14 +114,10 @@ def check_arguments(args: argparse.Namespace) -> argparse.Namespace:
         path = getattr(args, flag)
         if path and not Path(path).is_file():
             raise UsageError(f"--{flag.replace('_', '-')} {path}: no such file")
-    if not (args.env or args.endpoint):
-        raise UsageError("give --env ENV (the cluster from its stack outputs) or --endpoint https://HOST:19080")
     if args.endpoint:
         scheme = urlsplit(args.endpoint).scheme
         if scheme not in ("http", "https") or not urlsplit(args.endpoint).netloc:
             raise UsageError(f"--endpoint must be https://HOST:PORT, got {args.endpoint!r}")
-        if scheme == "https" and not (args.env or args.ca_bundle or args.server_thumbprint or args.insecure):
-            raise UsageError("an https endpoint needs --ca-bundle PEM, --server-thumbprint HEX or --insecure")
     if args.server_thumbprint:
         try:
             normalise_thumbprint(args.server_thumbprint)  # the check the client makes itself
@@ -360,9 +325,19 @@ def dry_run(client: ServiceFabricClient, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def connect(args: argparse.Namespace) -> tuple[ServiceFabricClient, Callable[[], None]]:
+def standalone(args: argparse.Namespace) -> bool:
+    """The flags name the whole connection (endpoint, client certificate, how to trust the
+    gateway): nothing is read from the stack outputs or the certificate secrets."""
+    if not args.endpoint:
+        return False
+    if urlsplit(args.endpoint).scheme == "http":
+        return True
+    return bool(args.client_cert and (args.ca_bundle or args.server_thumbprint or args.insecure))
+
+
+def connect(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> tuple[ServiceFabricClient, Callable[[], None]]:
     """The gateway client and a cleanup for any certificate files written for it."""
-    if not args.env:
+    if standalone(args):
         cert = (args.client_cert, args.client_key) if args.client_cert else None
         client = ServiceFabricClient(
             args.endpoint,
@@ -372,30 +347,29 @@ def connect(args: argparse.Namespace) -> tuple[ServiceFabricClient, Callable[[],
             insecure=args.insecure,
         )
         return client, lambda: None
-    # With --env, the operator tools' shared lookups: stack outputs, then the certificate secrets.
-    sys.path.insert(0, str(LAMBDAS.parent))
-    from scripts.cluster_inventory import aws_session, deployed_outputs, gateway_client, service_fabric_stack_name
-    from stacks.config import load_environment, read_environments
+    # Otherwise the operator tools' shared lookups: stack outputs, then the certificate secrets.
+    from scripts.cluster_inventory import deployed_outputs, gateway_client, service_fabric_stack_name
 
-    config = load_environment(read_environments(), args.env)
-    args.region = args.region or config.region
-    session = aws_session(config.region)
-    outputs = deployed_outputs(session.client("cloudformation"), service_fabric_stack_name(config))
+    session = session_factory(environment(args).region)
+    outputs = deployed_outputs(session.client("cloudformation"), service_fabric_stack_name(environment(args)))
     return gateway_client(args, outputs, lambda: session.client("secretsmanager"))
 
 
-def make_fabric_host(args: argparse.Namespace) -> FabricHost | None:
+def environment(args: argparse.Namespace) -> Any:
+    from stacks.config import load_environment, read_environments
+
+    return load_environment(read_environments(), args.env)
+
+
+def make_fabric_host(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> FabricHost | None:
     if not args.instance_id:
         return None
-    try:  # only operators who stop Fabric over SSM need the AWS SDK
-        import boto3
-        from botocore.exceptions import BotoCoreError, ClientError
-    except ImportError as err:
-        raise LifecycleError("--instance-id needs boto3 (pip install boto3)") from err
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from node_lifecycle.fabric_host import SsmFabricHost
 
     try:
-        host = SsmFabricHost(boto3.client("ssm", region_name=args.region))
+        host = SsmFabricHost(session_factory(environment(args).region).client("ssm"))
         host.check_access(args.instance_id)
     except (BotoCoreError, ClientError) as err:
         raise LifecycleError(f"cannot use SSM Run Command for {args.instance_id}: {err}") from err
@@ -409,20 +383,12 @@ def fail(code: int, kind: str, message: object = None, *, prog: str = PROG) -> i
     return code
 
 
-def main(argv: list[str] | None = None) -> int:
-    try:
-        args = parse_args(argv)
-    except UsageError as err:
-        return fail(EXIT_USAGE, "error", err)
-    return drain(args)
-
-
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
-    """`telemetry cluster drain`: the profile reaches boto3 through AWS_PROFILE."""
-    return drain(args, prog="telemetry cluster drain")
+    """`telemetry cluster drain`."""
+    return drain(args, session_factory)
 
 
-def drain(args: argparse.Namespace, *, prog: str = PROG) -> int:
+def drain(args: argparse.Namespace, session_factory: Callable[[str], object], *, prog: str = PROG) -> int:
     # Retry notes from the client go to stdout with the progress, so stderr only ever
     # holds the one line that says why we failed.
     logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="  note: %(message)s")
@@ -431,14 +397,14 @@ def drain(args: argparse.Namespace, *, prog: str = PROG) -> int:
         say("warning: --insecure: the gateway's certificate is not verified")
     cleanup: Callable[[], None] = lambda: None
     try:
-        client, cleanup = connect(args)
+        client, cleanup = connect(args, session_factory)
         with client:
             early = precheck(client, args.node)
             if early is not None:
                 return early
             if args.dry_run:
                 return dry_run(client, args)
-            return Drain(client, args, make_fabric_host(args)).run()
+            return Drain(client, args, make_fabric_host(args, session_factory)).run()
     except SeedNodeRefused as err:
         return fail(EXIT_REFUSED, "refused", err, prog=prog)
     except WaitTimedOut as err:
@@ -463,6 +429,3 @@ def drain(args: argparse.Namespace, *, prog: str = PROG) -> int:
     finally:
         cleanup()
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Create or update an environment's Kafka topics as `msk.topics` in cdk.json declares them.
+"""`telemetry topics`: create or update an environment's Kafka topics as `msk.topics` in cdk.json declares them.
 
 Idempotent: missing topics are created, existing ones get more partitions or a new retention when
 the declaration asks for it, and a second run changes nothing. Kafka cannot take partitions away
@@ -40,15 +39,13 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.cluster_inventory import RUN_COMMAND_UNFINISHED  # noqa: E402
-from simulator.kafka_config import SASL_PASSWORD_ENV, connection_settings  # noqa: E402
-from simulator.topic_admin import (  # noqa: E402, F401  (the Kafka side, re-exported for callers)
+from scripts.cluster_inventory import RUN_COMMAND_UNFINISHED
+from simulator.kafka_config import SASL_PASSWORD_ENV, connection_settings
+from simulator.topic_admin import (  # noqa: F401  (the Kafka side, re-exported for callers)
     AclChange,
     AclSpec,
     Declaration,
@@ -441,23 +438,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Create or update the Kafka topics declared in cdk.json (msk.topics) for one environment, "
-        "and the ACLs of its SASL/SCRAM users (device_gateway).",
-        epilog="Exit codes: 0 topics match; 1 a difference Kafka cannot reconcile remains; 2 bad input or "
-        "an unreachable cluster.",
-    )
-    parser.add_argument(
-        "--env", required=True, help="environment name in cdk.json (dev, staging, prod)"
-    )
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    problem = usage_problem(args)
-    if problem:
-        parser.exit(2, f"{parser.prog}: error: {problem}\n")
-    return args
-
 
 def check_arguments(args: argparse.Namespace) -> None:
     from scripts.telemetry.errors import UsageError
@@ -566,15 +546,3 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], object] | Non
     if status == 0 and not args.dry_run and args.security_protocol == "SASL_SSL":  # MSK, not a local broker
         record_reconciled(environment)
     return status
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        return run(parse_args(argv))
-    except TopicError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

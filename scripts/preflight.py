@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Check an AWS account the way an environment's first deployment will meet it, before deploying.
+"""`telemetry preflight`: check an AWS account the way an environment's first deployment will meet it, before deploying.
 
 One row per check, in one table: the credentials are for the configured account; the configured
 zones exist in the region; the account is CDK-bootstrapped (version 6 or later); the certificate
@@ -20,12 +19,10 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.cluster_inventory import CERTIFICATE_KEYS, aws_session, format_table, run_tool  # noqa: E402
-from stacks.config import EnvironmentConfig, load_environment, read_environments  # noqa: E402
+from scripts.cluster_inventory import CERTIFICATE_KEYS, format_table
+from stacks.config import EnvironmentConfig, load_environment, read_environments
 
 OK, BLOCKER, WARNING = "ok", "BLOCKER", "warning"
 # Every synthesized template asserts it (Rules.CheckBootstrapVersion: "CDK bootstrap stack version 6
@@ -296,12 +293,6 @@ def report(config: EnvironmentConfig, checks: Sequence[Check]) -> int:
     return 1 if blockers else 0
 
 
-DESCRIPTION = (
-    "Check an account before an environment's first deployment: credentials, zones, CDK bootstrap, "
-    "certificate secrets, service quotas, management exposure. Changes nothing."
-)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Nothing beyond the environment (`telemetry preflight --env ENV`)."""
 
@@ -315,22 +306,3 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> i
     print(json.dumps({"environment": config.name, "account": config.account, "region": config.region,
                       "checks": [asdict(c) for c in checks], "blockers": blockers}, indent=2))
     return 1 if blockers else 0
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=DESCRIPTION,
-        epilog="Exit codes: 0 no blocker; 1 blockers (one line each); 2 bad input or no usable credentials.",
-    )
-    parser.add_argument("--env", required=True, help="environment name in cdk.json")
-    add_arguments(parser)
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], object] | None = None) -> int:
-    args = parse_args(argv)
-    return run_tool(lambda: run(args, session_factory or aws_session))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,13 +1,13 @@
-#!/usr/bin/env python3
-"""Create, remove or export the AWS IoT things and certificates of an environment's simulated devices.
+"""`telemetry devices provision|delete|export`: create, remove or export the AWS IoT things and certificates of an environment's simulated devices.
 
-  --env ENV --count N [--dry-run]     make sure devices 1..N exist with stored credentials; creates
-                                      only what is missing and never touches devices above N
-  --env ENV --delete [--dry-run]      remove every device of ENV and its stored credentials
-  --env ENV --export DIR [--first I] [--count N]
-                                      write <thing>.cert.pem and <thing>.key.pem (0600, directory
-                                      0700) for the simulator on a fleet host; DIR may not be
-                                      inside a git repository
+  telemetry devices provision --env ENV --count N [--dry-run]
+      make sure devices 1..N exist with stored credentials; creates only what is missing and never
+      touches devices above N
+  telemetry devices delete --env ENV [--dry-run]
+      remove every device of ENV and its stored credentials
+  telemetry devices export --env ENV --dir DIR [--first I] [--count N]
+      write <thing>.cert.pem and <thing>.key.pem (0600, directory 0700) for the simulator on a
+      fleet host; DIR may not be inside a git repository
 
 A device is an IoT thing named <resource prefix>-device-NNNNNN with the attribute
 fleet=<resource prefix>-simulator (the tool lists its own things by that attribute and name, so it
@@ -26,9 +26,9 @@ complete ("unchanged") without more calls: the policy and the certificate's stat
 again, so a certificate deactivated by hand stays so. AWS calls retry throttling with botocore's
 standard retry mode.
 
-Exit codes: 0 done (or dry run); 1 some devices failed (the others are done; run again to
-finish); 2 bad input, missing stack output or policy, or AWS not reachable (nothing changed by
-this device or later ones).
+Exit codes, as every `telemetry` command: 0 done (or dry run); 1 some devices failed (the others
+are done; run again to finish) or an AWS call failed; 2 bad input, a missing stack output or
+policy, or no credentials (nothing changed by this device or later ones).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import re
 import stat
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -44,14 +43,12 @@ from pathlib import Path
 
 from botocore.exceptions import ClientError
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from scripts.cluster_inventory import ToolError, aws_session, deployed_outputs, run_tool  # noqa: E402
-from simulator.device_certificates import write_device  # noqa: E402
-from simulator.device_credentials import Credentials  # noqa: E402
-from simulator.device_credentials import read as read_credentials  # noqa: E402
-from stacks.config import EnvironmentConfig, load_environment, read_environments  # noqa: E402
-from stacks.naming import (  # noqa: E402
+from scripts.cluster_inventory import ToolError, deployed_outputs
+from simulator.device_certificates import write_device
+from simulator.device_credentials import Credentials
+from simulator.device_credentials import read as read_credentials
+from stacks.config import EnvironmentConfig, load_environment, read_environments
+from stacks.naming import (
     device_credentials_path,
     device_policy_name,
     device_thing_name,
@@ -513,13 +510,6 @@ def botocore_config():
     return Config(**RETRIES)
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """Bad input is one line on stderr and exit 2, like every other refusal of the tool."""
-
-    def error(self, message: str):
-        self.exit(2, f"error: {message} (see --help)\n")
-
-
 def _device_number(value: str) -> int:
     try:
         number = int(value)
@@ -563,44 +553,3 @@ def _past_the_last_device(args: argparse.Namespace) -> str:
     if args.export and args.count is not None and args.first + args.count - 1 > MAX_DEVICES:
         return f"--first {args.first} --count {args.count} goes past device {MAX_DEVICES:,}"
     return ""
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = OneLineParser(
-        description="Create, delete or export the AWS IoT things and certificates of an environment's simulated devices.",
-        epilog="Exit codes: 0 done (or dry run); 1 some devices failed, run again to finish; 2 bad input, "
-        "missing stack output or policy, or AWS not reachable.",
-    )
-    parser.add_argument("--env", required=True, help="environment name in cdk.json")
-    parser.add_argument("--count", type=_device_number, metavar="N",
-                        help=f"create: devices 1..N (1-{MAX_DEVICES:,}); export: N devices from --first")
-    parser.add_argument("--delete", action="store_true", help="remove every device of the environment and its stored credentials")
-    parser.add_argument("--export", type=Path, metavar="DIR",
-                        help="write each device's certificate and key into DIR (0700, outside any git repository)")
-    parser.add_argument("--first", type=_device_number, metavar="I", help="export: first device number (default 1)")
-    parser.add_argument("--dry-run", action="store_true", help="print what would be created or deleted; change nothing")
-    args = parser.parse_args(argv)
-    if args.delete and args.export:
-        parser.error("choose one of --count N (create), --delete and --export DIR")
-    if args.delete and args.count is not None:
-        parser.error("--delete removes every device of the environment; --count does not apply")
-    if not (args.delete or args.export) and args.count is None:
-        parser.error("say what to do: --count N (create devices 1..N), --delete or --export DIR")
-    if args.first is not None and not args.export:
-        parser.error("--first applies to --export only")
-    if args.export and args.dry_run:
-        parser.error("--dry-run applies to create and --delete; --export changes nothing in AWS")
-    args.first = args.first or 1
-    problem = _past_the_last_device(args)
-    if problem:
-        parser.error(problem)
-    return args
-
-
-def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], object] | None = None) -> int:
-    args = parse_args(argv)
-    return run_tool(lambda: run(args, session_factory or aws_session))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Run an environment's simulator fleet over SSM Run Command and print one merged fleet report.
+"""`telemetry simulate`: run an environment's simulator fleet over SSM Run Command and print one merged fleet report.
 
 Finds the fleet's running hosts by tag, splits the total rate over them, sends the Run Command
 document to all of them at once, follows their progress, downloads every host report from the
@@ -15,7 +14,7 @@ IoT counted over the run in CloudWatch: publishes and connects throttled, messag
 engine throttled, Kafka action failures and messages kept by the error action. Any of them fails
 the verdict: a message IoT did not deliver is one the hosts may not even see as lost.
 
-Exit codes: 0 the run passed its SLO; 1 it did not (or hosts failed); 2 bad input or AWS errors.
+Exit codes: 0 the run passed its SLO; 1 it did not (or hosts failed); 2 bad input; a failed AWS call is 1, missing credentials 2 (as every `telemetry` command).
 """
 
 from __future__ import annotations
@@ -24,22 +23,20 @@ import argparse
 import datetime
 import json
 import re
-import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-from scripts.cluster_inventory import RUN_COMMAND_UNFINISHED, ToolError, aws_session  # noqa: E402
-from simulator.errors import SimulatorError  # noqa: E402
-from simulator.flags import add_slo_flags, given_thresholds  # noqa: E402
-from simulator.slo import thresholds_of  # noqa: E402
-from simulator.report import format_summary, merge_reports, write_report  # noqa: E402
-from stacks.config import ConfigError, EnvironmentConfig, load_environment, read_environments  # noqa: E402
-from stacks.naming import (  # noqa: E402
+from scripts.cluster_inventory import RUN_COMMAND_UNFINISHED, ToolError
+from simulator.errors import SimulatorError
+from simulator.flags import add_slo_flags, given_thresholds
+from simulator.slo import thresholds_of
+from simulator.report import format_summary, merge_reports, write_report
+from stacks.config import ConfigError, EnvironmentConfig, load_environment, read_environments
+from stacks.naming import (
     FLEET_TAG,
     IOT_ERROR_ACTION_TYPES,
     IOT_KAFKA_ACTION_TYPES,
@@ -579,33 +576,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_slo_flags(parser, None)
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Run the simulator fleet of one environment and print the merged fleet report.",
-        epilog="Exit codes: 0 the run passed its SLO; 1 it did not, or a host failed; 2 bad input or AWS errors.",
-    )
-    parser.add_argument("--env", required=True, help="environment name in cdk.json")
-    add_arguments(parser)
-    return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    from scripts.telemetry.errors import worded
-
-    try:
-        return run(parse_args(argv))
-    except (ConfigError, RunError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except (BotoCoreError, ClientError) as error:
-        code, message = worded(error)
-        print(f"error: {message}", file=sys.stderr)
-        return code
-
-
-def run(args: argparse.Namespace, session_factory: Callable[[str], object] | None = None) -> int:
+def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
     """The fleet run; a problem is raised as RunError or ConfigError, worded for the operator."""
     config = load_environment(read_environments(), args.env)
     if args.plan:
@@ -620,7 +593,7 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], object] | Non
     # AWS errors go up as botocore raised them: telemetry (and main) word them, so missing
     # credentials say how to give them and a failed call exits 1, as in every other command.
     timeout = args.timeout or args.warmup + args.duration + SETUP_ALLOWANCE_S
-    fleet = Fleet((session_factory or aws_session)(config.region))
+    fleet = Fleet(session_factory(config.region))
     report = run_fleet(
         plan,
         fleet,
@@ -645,7 +618,3 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], object] | Non
         print(f"host {failed['instance_id']} FAILED ({failed['status']}): {failed['reason']}")
     print(f"wrote {report_path} and {plot_path}")
     return 0 if report["slo"]["passed"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Scale an environment's Service Fabric scaling node group and wait until it is steady.
+"""`telemetry cluster scale`: scale an environment's Service Fabric scaling node group and wait until it is steady.
 
 The stack creates the group empty (no instance can join before the cluster exists); run this
 after bootstrap_cluster.py without --desired to bring the group to its configured baseline
@@ -11,24 +10,22 @@ lifecycle hook (Pending:Wait, Terminating:Wait, ...), and no scaling activity in
 group but a Service Fabric scaling node group (tag sf:nodetype ScalingNodeType) is refused.
 
 Exit codes: 0 steady at the desired size (or dry run); 1 not steady before the timeout;
-2 refused (outside min/max, not a scaling node group, unknown group) or AWS errors.
+2 refused (outside min/max, not a scaling node group, unknown group); a failed AWS call is 1, missing credentials 2 (as every `telemetry` command).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.cluster_inventory import ToolError, aws_session, run_tool  # noqa: E402
-from stacks.config import load_environment, read_environments  # noqa: E402
-from stacks.naming import NODE_TYPE_TAG, SCALING_NODE_TYPE, scaling_group_name  # noqa: E402
+from scripts.cluster_inventory import ToolError
+from scripts.telemetry.errors import OperationFailed
+from stacks.config import load_environment, read_environments
+from stacks.naming import NODE_TYPE_TAG, SCALING_NODE_TYPE, scaling_group_name
 
 UNFINISHED_ACTIVITIES = {"PendingSpotBidPlacement", "WaitingForSpotInstanceRequestId", "WaitingForSpotInstanceId",
                          "WaitingForInstanceId", "PreInService", "InProgress", "WaitingForELBConnectionDraining",
@@ -151,9 +148,8 @@ def scale(args: argparse.Namespace, session_factory: Callable[[str], object]) ->
     if wait_until_steady(groups, name, desired, timeout_s=args.timeout, poll_interval_s=args.poll_interval):
         print(f"{name} is steady with {desired} node(s) in service")
         return 0
-    print(f"error: {name} not steady after {args.timeout:.0f} s; the node lifecycle automation may be stuck "
-          "(check its alarms and the group's activity history)", file=sys.stderr)
-    return 1
+    raise OperationFailed(f"{name} not steady after {args.timeout:.0f} s; the node lifecycle automation may be stuck "
+                          "(check its alarms and the group's activity history)")
 
 
 def _count(value: str) -> int:
@@ -180,23 +176,3 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
     return scale(args, session_factory)
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Set the desired size of an environment's Service Fabric scaling node group and wait until it is steady.",
-        epilog="Exit codes: 0 steady (or dry run); 1 not steady in time; 2 refused or AWS errors.",
-    )
-    parser.add_argument("--env", required=True, help="environment name in cdk.json")
-    add_arguments(parser)
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], object] | None = None) -> int:
-    args = parse_args(argv)
-
-    return run_tool(lambda: scale(args, session_factory or aws_session))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

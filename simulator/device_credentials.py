@@ -80,7 +80,7 @@ def fetch(ssm, path: str, names: Sequence[str]) -> dict[str, Credentials]:
     if missing:
         raise CredentialsError(
             f"{len(missing)} of {len(names)} devices have no credentials under {path} "
-            f"(first: {sorted(missing)[0]}); provision them: scripts/provision_devices.py --count N"
+            f"(first: {sorted(missing)[0]}); provision them: telemetry devices provision --env ENV --count N"
         )
     return found
 

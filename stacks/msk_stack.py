@@ -84,5 +84,5 @@ class MskStack(Stack):
             self,
             "TopicAdministratorRoleArn",
             value=self.topic_administrator.role.role_arn,
-            description="Role operators assume (with MFA) to run scripts/manage_topics.py --assume-role",
+            description="Role operators assume (with MFA) to run telemetry topics",
         )

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m tests.bench_membership [--poll-interval 15] [--report FILE]
 
-A drain runs scripts/drain_node.py over REST alone; a join is AddNode.ps1 (the emulator's
+A drain runs `telemetry cluster drain` over REST alone; a join is AddNode.ps1 (the emulator's
 machine side) followed by the same steps the scale-out state machine runs (wait for Up, the
 registration upgrade, wait for it). Time is the emulator's logical clock, so "seconds" is the
 number of poll waits times the poll interval (what the state machine's Wait states would take
@@ -33,6 +33,7 @@ from node_lifecycle import (  # noqa: E402
 from sf_rest import NodeStatus, ServiceFabricClient  # noqa: E402
 
 from scripts import drain_node  # noqa: E402
+from scripts.telemetry import cli  # noqa: E402
 from tests.sf_emulator import SfEmulator, make_pki, standard_cluster  # noqa: E402
 
 
@@ -50,9 +51,9 @@ def bench_drain(pki: Any, interval: float) -> dict[str, Any]:
         drain_node.time.sleep = lambda seconds: waits.append(seconds)
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                code = drain_node.main(
+                code = cli.main(
                     [
-                        "--endpoint", emulator.endpoint, "--node", "scale-0",
+                        "cluster", "drain", "--env", "dev", "--endpoint", emulator.endpoint, "--node", "scale-0",
                         "--client-cert", pki.client.cert_path, "--client-key", pki.client.key_path,
                         "--ca-bundle", pki.ca_path, "--poll-interval", str(interval),
                     ]

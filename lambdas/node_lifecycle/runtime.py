@@ -116,7 +116,7 @@ def gateway_thumbprint(ssm: Any, parameter: str) -> str:
         value = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
     except ssm.exceptions.ParameterNotFound:
         raise SettingsError(
-            f"SSM parameter {parameter} does not exist; scripts/bootstrap_cluster.py publishes it"
+            f"SSM parameter {parameter} does not exist; telemetry cluster bootstrap publishes it"
         ) from None
     try:
         return normalise_thumbprint(value)

@@ -351,7 +351,7 @@ def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
     """After any failure: give the lock up, count it, word the alarm (published next). Needs
     neither the gateway nor a well-formed event, and fails on nothing it calls. The lifecycle
     action is not completed: the state machine holds the instance with heartbeats so an
-    operator can finish the drain with scripts/drain_node.py before the instance goes."""
+    operator can finish the drain with telemetry cluster drain before the instance goes."""
     found = _hook_or_none(state)
     _try_keep_alive(runtime, found)
     lock_note = _release_for_failure(runtime, state)

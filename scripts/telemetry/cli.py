@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, NoReturn
 
-from scripts.telemetry.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, one_line, worded
+from scripts.telemetry.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError, one_line, worded
 
 PROG = "telemetry"
 
@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     return root
 
 
-def session_factory(args: argparse.Namespace) -> Callable[[str], Any]:
+def profile_sessions(args: argparse.Namespace) -> Callable[[str], Any]:
     """boto3 sessions for the tools: the named profile, in the environment's region."""
 
     def make(region: str) -> Any:
@@ -161,7 +161,9 @@ def check_globals(args: argparse.Namespace) -> None:
         checker(args)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], Any] | None = None) -> int:
+    """The command as typed; `session_factory` (region -> boto3 session) replaces the profile's
+    sessions, for tests that answer through moto or botocore's Stubber."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     profile_before = os.environ.get("AWS_PROFILE")
@@ -170,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_globals(args)
         if args.profile:
             os.environ["AWS_PROFILE"] = args.profile  # for the tools that build their own clients
-        return int(args.module.run(args, session_factory(args)))
+        return int(args.module.run(args, session_factory or profile_sessions(args)))
     except SystemExit as exit_:  # --help, or a tool that exits by itself
         return int(exit_.code or 0)
     except KeyboardInterrupt:

@@ -408,8 +408,7 @@ class Bootstrap:
 
         args = argparse.Namespace(env=self.config.name, output=None, timeout=3600.0, poll_interval=15.0,
                                   dry_run=False, cdk_out=REPO / "cdk.out")
-        if bootstrap(args, lambda region: self.session) != 0:
-            raise OperationFailed("the cluster was not created (the reason is above)")
+        bootstrap(args, lambda region: self.session)  # OperationFailed says why it was not created
 
 
 @dataclass

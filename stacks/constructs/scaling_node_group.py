@@ -5,7 +5,7 @@ the cluster or drained it out.
 The group is created empty, with its hooks in its own definition (LifecycleHookSpecificationList):
 a hook created as a separate resource after the group does not cover the instances the group
 launched before it existed, and before the cluster is bootstrapped no instance could join
-anyway. `scripts/scale.py --env ENV` brings the group to its configured size once the cluster
+anyway. `telemetry cluster scale --env ENV` brings the group to its configured size once the cluster
 runs, and every instance it launches goes through the join.
 
 Scale-out follows CPU by target tracking. Scale-in is a separate simple scaling policy that
@@ -73,7 +73,7 @@ class ScalingNodeGroup(Construct):
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             launch_template=launch_template,
             auto_scaling_group_name=group_name,
-            # Empty until scripts/scale.py applies the configured sizes after bootstrap; with no
+            # Empty until telemetry cluster scale (or telemetry deploy) applies the configured sizes after bootstrap; with no
             # DesiredCapacity in the template, a later deployment leaves the live sizes alone.
             min_capacity=0,
             max_capacity=max_nodes,

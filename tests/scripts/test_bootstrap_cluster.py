@@ -1,4 +1,4 @@
-"""scripts/bootstrap_cluster.py against moto's EC2, Secrets Manager and SSM, with the seed topology
+"""`telemetry cluster bootstrap` (scripts/bootstrap_cluster.py) against moto's EC2, Secrets Manager and SSM, with the seed topology
 of the synthesized prod template (its Seeds output, the network stack's subnets), and the stack
 outputs served by CloudFormation's DescribeStacks through botocore's Stubber (which checks the
 request and the response against the real API model)."""
@@ -10,13 +10,14 @@ import json
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from scripts import bootstrap_cluster
 from scripts.cluster_inventory import thumbprint
+from scripts.telemetry import cli
 from stacks.constructs.node_scripts import render_create_cluster_document
-from tests.conftest import REPO
 from tests.scripts.stack_outputs import StubbedStackSession, stack_id
 from tests.sf_emulator.certs import make_pki
 
@@ -106,7 +107,7 @@ def aws(moto_session, synthesized, pki):
 
 
 def run(argv, session) -> int:
-    return bootstrap_cluster.main(argv, session_factory=lambda region: session)
+    return cli.main(["cluster", "bootstrap", *argv], session_factory=lambda region: session)
 
 
 def sent_commands(session) -> list[dict]:
@@ -170,7 +171,7 @@ def test_dry_run_needs_no_credentials_and_writes_the_synthesized_topology(synthe
 
     output = tmp_path / "ClusterConfig.json"
     argv = ["--env", "prod", "--dry-run", "--output", str(output), "--cdk-out", str(synthesized("prod").outdir)]
-    assert bootstrap_cluster.main(argv, session_factory=no_session) == 0
+    assert cli.main(["cluster", "bootstrap", *argv], session_factory=no_session) == 0
     check_cluster_config(
         json.loads(output.read_text()), template_seeds(synthesized),
         cluster_thumbprint="<thumbprint of the certificate in secret telemetry-prod/service-fabric/cluster-certificate>",
@@ -181,9 +182,9 @@ def test_dry_run_needs_no_credentials_and_writes_the_synthesized_topology(synthe
 
 def test_dry_run_without_a_synthesized_template_says_what_to_run(tmp_path, capsys):
     argv = ["--env", "prod", "--dry-run", "--cdk-out", str(tmp_path)]
-    assert bootstrap_cluster.main(argv, session_factory=lambda region: None) == 2
+    assert cli.main(["cluster", "bootstrap", *argv], session_factory=lambda region: None) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: ") and line.endswith("does not exist; run make synth ENV=<env> first")
+    assert line.startswith("telemetry: error: ") and line.endswith("does not exist; run make synth ENV=<env> first")
 
 
 def test_creates_the_cluster_on_seed_0_from_the_stack_outputs(aws, pki, tmp_path, capsys):
@@ -217,7 +218,7 @@ def test_a_failed_create_records_nothing_for_telemetry_deploy(aws, tmp_path, mon
     with pytest.raises(ssm.exceptions.ParameterNotFound):
         ssm.get_parameter(Name="/telemetry-prod/service-fabric/cluster-created")
     captured = capsys.readouterr()
-    assert captured.err.strip() == "error: cluster creation Failed: boom"
+    assert captured.err.strip() == "telemetry: error: cluster creation Failed: boom"
     # The way out of a half-made cluster, as a command to paste: CleanFabric.ps1 on every seed.
     (advice,) = [line for line in captured.out.splitlines() if line.startswith("  aws ssm send-command")]
     words = shlex.split(advice)
@@ -269,7 +270,7 @@ def test_refuses_when_a_seed_is_not_running(aws, capsys):
     session, seeds = aws
     session.client("ec2").terminate_instances(InstanceIds=[seeds[4]["instance_id"]])
     line = refused(session, capsys)
-    assert line == f"error: cannot create {CLUSTER}: seed-4 has no running instance"
+    assert line == f"telemetry: error: cannot create {CLUSTER}: seed-4 has no running instance"
 
 
 def test_refuses_a_seed_that_is_not_at_its_fixed_address(aws, capsys):
@@ -284,14 +285,14 @@ def test_refuses_a_seed_that_is_not_at_its_fixed_address(aws, capsys):
             {"Key": "sf:nodename", "Value": "seed-2"}]}],
     )["Instances"][0]
     line = refused(session, capsys)
-    assert line == (f"error: cannot create {CLUSTER}: seed-2 ({stray['InstanceId']}) runs at "
+    assert line == (f"telemetry: error: cannot create {CLUSTER}: seed-2 ({stray['InstanceId']}) runs at "
                     f"{stray['PrivateIpAddress']}, not {seeds[2]['address']}")
 
 
 def test_an_environment_not_deployed_is_one_clear_line(aws, capsys):
     session, _ = aws
     line = refused(StubbedStackSession(session.session, STACK, None), capsys)
-    assert line == f"error: stack {STACK} is not deployed in this account and region; run make deploy"
+    assert line == f"telemetry: error: stack {STACK} is not deployed in this account and region; run make deploy"
 
 
 def test_a_missing_certificate_secret_is_one_clear_line(aws, capsys):
@@ -335,7 +336,7 @@ def test_thumbprint_is_windows_sha1_of_the_certificate(pki):
 
 
 def test_help_describes_every_option():
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "bootstrap_cluster.py"), "--help"],
+    result = subprocess.run([str(Path(sys.executable).parent / "telemetry"), "cluster", "bootstrap", "--help"],
                             capture_output=True, text=True, check=True)
     for option in ("--env", "--output", "--timeout", "--poll-interval", "--dry-run", "--cdk-out"):
         assert option in result.stdout

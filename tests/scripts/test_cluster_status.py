@@ -1,4 +1,4 @@
-"""scripts/cluster_status.py: nodes from the HTTPS Service Fabric gateway emulator, instances from
+"""`telemetry cluster status` (scripts/cluster_status.py): nodes from the HTTPS Service Fabric gateway emulator, instances from
 moto's EC2, certificates from moto's Secrets Manager."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from scripts import cluster_status
-from tests.conftest import REPO
+from scripts.telemetry import cli
 from tests.scripts.stack_outputs import StubbedStackSession, dev_gateway
 
 REGION = "eu-west-1"
@@ -50,7 +50,7 @@ def aws(moto_session, sf_pki, sf_emulator):
 def run(argv, aws) -> int:
     session, _, outputs = aws
     stubbed = StubbedStackSession(session, STACK, outputs)
-    return cluster_status.main(argv, session_factory=lambda region: stubbed)
+    return cli.main(["cluster", "status", *argv], session_factory=lambda region: stubbed)
 
 
 def rows_by_node(output: str) -> dict[str, list[str]]:
@@ -83,7 +83,7 @@ def test_a_healthy_cluster_exits_0(aws, sf_emulator, sf_pki, capsys):
     session, ids, _ = aws
     session.client("ec2").terminate_instances(InstanceIds=[ids["never-joined"]])
     argv = ["--env", "dev", "--endpoint", sf_emulator.endpoint, "--client-cert", sf_pki.client.cert_path,
-            "--client-key", sf_pki.client.key_path, "--ca-bundle", sf_pki.ca_path, "--json"]
+            "--client-key", sf_pki.client.key_path, "--ca-bundle", sf_pki.ca_path, "--format", "json"]
     assert run(argv, aws) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["node"] for r in rows] == ["seed-0", "seed-1", "seed-2", "scale-0", "scale-1"]
@@ -103,7 +103,7 @@ def test_half_a_client_certificate_is_refused(aws, sf_emulator, sf_pki, capsys):
     session, _, _ = aws
     assert run(["--env", "dev", "--endpoint", sf_emulator.endpoint, "--client-cert", sf_pki.client.cert_path], aws) == 2
     err = capsys.readouterr().err
-    assert err.strip() == "error: pass both --client-cert and --client-key, or neither (to use the admin certificate secret)"
+    assert err.strip() == "telemetry: error: pass both --client-cert and --client-key, or neither (to use the admin certificate secret)"
 
 
 def test_a_gateway_that_refuses_the_client_is_one_line(aws, sf_emulator, sf_pki, capsys):
@@ -111,15 +111,15 @@ def test_a_gateway_that_refuses_the_client_is_one_line(aws, sf_emulator, sf_pki,
     # The server certificate is no client certificate the gateway accepts.
     argv = ["--env", "dev", "--endpoint", sf_emulator.endpoint, "--client-cert", sf_pki.server.cert_path,
             "--client-key", sf_pki.server.key_path, "--ca-bundle", sf_pki.ca_path]
-    assert run(argv, aws) == 2
+    assert run(argv, aws) == 1
     err = capsys.readouterr().err
-    assert err.startswith("error: Service Fabric call failed") and "Traceback" not in err
+    assert err.startswith("telemetry: error: Service Fabric call failed") and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
 
 
 def test_help_describes_every_option():
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "cluster_status.py"), "--help"],
+    result = subprocess.run([str(Path(sys.executable).parent / "telemetry"), "cluster", "status", "--help"],
                             capture_output=True, text=True, check=True)
     for option in ("--env", "--endpoint", "--client-cert", "--client-key", "--ca-bundle", "--server-thumbprint",
-                   "--insecure", "--json"):
+                   "--insecure", "--format {text,json}"):
         assert option in result.stdout

@@ -1,12 +1,14 @@
-"""scripts/drain_node.py end to end: run as an operator would, against the HTTPS emulator.
+"""`telemetry cluster drain` (scripts/drain_node.py) end to end: run as an operator would, against
+the HTTPS emulator.
 
 The drain's order (README, "Node lifecycle"): deactivate -> wait Disabled -> the removal
 upgrade while the node's machine still runs (waiting out others) -> wait until done -> node
 gone; a clean-up (stop the host, RemoveNodeState) only when the upgrade leaves the node listed.
 
-Most drains run in-process through `drain_node.main` (fast, and the emulator's cluster can be
-watched while they run); the operator-facing edges (usage, help, seed, TLS, a timeout) run the
-script in a fresh interpreter from outside the repository.
+Most drains run in-process through the command's `cli.main` (fast, and the emulator's cluster can
+be watched while they run); the operator-facing edges (usage, help, seed, TLS, a timeout) run the
+installed `telemetry` command in a fresh interpreter from outside the repository. The endpoint,
+the client certificate and the CA (or thumbprint) are given as flags, so no AWS call is made.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,11 +33,15 @@ from moto import mock_aws
 from sf_rest.cluster_config import node_names, nodes_to_be_removed
 
 from scripts import drain_node
+from scripts.telemetry import cli
+from scripts.telemetry.errors import EXIT_USAGE
 from tests.sf_emulator import make_pki
 
 pytestmark = pytest.mark.integration  # starts the HTTPS emulator and subprocesses
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "drain_node.py"
+TELEMETRY = Path(sys.executable).parent / "telemetry"
+DRAIN = ("cluster", "drain", "--env", "dev")
+PROG = "telemetry cluster drain"
 INSTANCE = "i-0123456789abcdef0"
 SEEDS = ["seed-0", "seed-1", "seed-2"]
 FAST = ("--poll-interval", "0.02", "--timeout", "20")
@@ -78,7 +85,7 @@ def drain(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, str(SCRIPT), *args],
+            [str(TELEMETRY), *DRAIN, *args],
             check=False,
             capture_output=True,
             text=True,
@@ -92,11 +99,12 @@ def drain(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
 
 @pytest.fixture
 def run(capsys) -> Callable[..., Run]:
-    """Runs `drain_node.main` in this process; stdout and stderr as the operator sees them."""
+    """Runs the command in this process; stdout and stderr as the operator sees them. With
+    `session`, AWS is reached through it (its region -> session factory)."""
 
-    def go(*args: str) -> Run:
+    def go(*args: str, session: Any = None) -> Run:
         capsys.readouterr()
-        code = drain_node.main(list(args))
+        code = cli.main([*DRAIN, *args], session_factory=(lambda region: session) if session else None)
         out, err = capsys.readouterr()
         return Run(code, out, err)
 
@@ -467,7 +475,7 @@ def test_a_drain_that_runs_out_of_time_says_where_it_stopped(
     assert result.returncode == drain_node.EXIT_TIMED_OUT, result.stdout
     line = one_line(result.stderr)
     assert line.startswith(
-        "drain_node.py: timed out: --timeout 1 s passed waiting for scale-0 to be Disabled"
+        f"{PROG}: timed out: --timeout 1 s passed waiting for scale-0 to be Disabled"
     )
     assert "SafetyCheckInProgress" in line
     assert starts(sf_emulator) == []
@@ -590,7 +598,7 @@ def test_a_node_whose_host_is_down_is_refused_and_nothing_is_sent(
 
     assert result.returncode == drain_node.EXIT_FAILED, result.stdout
     line = one_line(result.stderr)
-    assert line.startswith("drain_node.py: error: not removing scale-1: it is Down")
+    assert line.startswith(f"{PROG}: error: not removing scale-1: it is Down")
     assert posts(sf_emulator) == []
     assert_still_member(sf_cluster, "scale-1")
     assert sf_cluster.node("scale-1").status == "Down"
@@ -650,7 +658,7 @@ def test_a_wrong_thumbprint_is_one_line_and_nothing_is_sent(
     )
 
     assert result.returncode == drain_node.EXIT_FAILED
-    assert one_line(result.stderr).startswith("drain_node.py: error: TLS with https://127.0.0.1")
+    assert one_line(result.stderr).startswith(f"{PROG}: error: TLS with https://127.0.0.1")
     assert sf_emulator.requests == []
     assert sf_cluster.node("scale-0").status == "Up"
 
@@ -683,7 +691,7 @@ def test_a_wrong_thumbprint_is_one_line_and_nothing_is_sent(
         ),
         (["--client-cert", "{cert}"], "--client-cert and --client-key go together"),
         (["--insecure", "--timeout", "-5"], "must be positive"),
-        ([], "needs --ca-bundle PEM, --server-thumbprint HEX or --insecure"),
+        (["--insecure", "--endpoint", "ftp://127.0.0.1:19080"], "--endpoint must be https://HOST:PORT"),
     ],
 )
 def test_bad_flags_are_one_line(drain, sf_emulator, sf_pki, flags, message):
@@ -696,7 +704,7 @@ def test_bad_flags_are_one_line(drain, sf_emulator, sf_pki, flags, message):
 
     result = drain("--endpoint", sf_emulator.endpoint, "--node", "scale-0", *flags)
 
-    assert result.returncode == drain_node.EXIT_USAGE
+    assert result.returncode == EXIT_USAGE
     assert message in one_line(result.stderr)
     assert sf_emulator.requests == []
 
@@ -719,7 +727,7 @@ def test_help_describes_the_interface(drain):
         "--dry-run",
     ):
         assert flag in result.stdout
-    assert "exit status, as every `telemetry` subcommand: 0 the node is out of the cluster" in " ".join(result.stdout.split())
+    assert "Reaches the cluster's HTTP gateway (19080): from the VPC or a management CIDR" in " ".join(result.stdout.split())
 
 
 def test_a_seed_node_is_refused_with_one_line_and_nothing_changed(
@@ -728,7 +736,7 @@ def test_a_seed_node_is_refused_with_one_line_and_nothing_changed(
     result = drain(*gateway, "--node", "seed-1", *FAST)
 
     assert result.returncode == drain_node.EXIT_REFUSED
-    assert one_line(result.stderr).startswith("drain_node.py: refused: seed-1 is a seed node")
+    assert one_line(result.stderr).startswith(f"{PROG}: refused: seed-1 is a seed node")
     assert posts(sf_emulator) == []
     assert sf_cluster.node("seed-1").status == "Up"
 
@@ -808,7 +816,7 @@ def test_a_dry_run_picks_up_where_the_node_is(
         "  - wait until the upgrade has rolled forward and scale-1 left the node list",
     ]
     assert down.returncode == drain_node.EXIT_FAILED
-    assert one_line(down.stderr).startswith("drain_node.py: error: scale-0 is Down")
+    assert one_line(down.stderr).startswith(f"{PROG}: error: scale-0 is Down")
     assert posts(sf_emulator) == []
     assert sf_cluster.upgrade_requests == []
 
@@ -822,7 +830,6 @@ def test_with_env_the_endpoint_and_certificates_come_from_the_stack_outputs(
     """No --endpoint and no certificate flags: the gateway from the HttpGatewayEndpoint output
     (DescribeStacks through botocore's Stubber), the admin certificate from its secret, the
     gateway pinned to the cluster certificate's thumbprint."""
-    from scripts import cluster_inventory
     from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
 
     secrets = moto_session.client("secretsmanager")
@@ -837,17 +844,13 @@ def test_with_env_the_endpoint_and_certificates_come_from_the_stack_outputs(
         "ClusterCertificateSecret": "telemetry-dev/service-fabric/cluster-certificate",
         "AdminCertificateSecret": "telemetry-dev/service-fabric/admin-certificate",
     }))
-    monkeypatch.setattr(cluster_inventory, "aws_session", lambda region: stubbed)
-
-    result = run("--env", "dev", "--node", "scale-0", "--dry-run")
+    result = run("--node", "scale-0", "--dry-run", session=stubbed)
     assert result.returncode == drain_node.EXIT_OK, result.stderr
     assert "dry run: nothing was changed" in result.stdout
     stubbed.stubber.assert_no_pending_responses()
 
 
-def test_without_env_or_endpoint_is_one_usage_line(run):
-    result = run("--node", "scale-0")
-    assert result.returncode == drain_node.EXIT_USAGE
-    assert one_line(result.stderr).endswith(
-        "give --env ENV (the cluster from its stack outputs) or --endpoint https://HOST:19080"
-    )
+def test_without_env_is_one_usage_line(capsys):
+    assert cli.main(["cluster", "drain", "--node", "scale-0"]) == EXIT_USAGE
+    assert one_line(capsys.readouterr().err) == (
+        "telemetry: error: the following arguments are required: --env (see telemetry cluster drain --help)")

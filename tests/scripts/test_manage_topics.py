@@ -1,4 +1,4 @@
-"""scripts/manage_topics.py against a real local Kafka broker."""
+"""`telemetry topics` (scripts/manage_topics.py) against a real local Kafka broker."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import io
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,7 @@ from scripts.manage_topics import (
     plan,
     reconcile,
 )
+from scripts.telemetry import cli
 from simulator.kafka_config import connection_settings
 from tests.conftest import REPO
 
@@ -84,8 +86,10 @@ def test_reconcile_creates_then_updates_then_changes_nothing(topics):
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
+    """`telemetry topics`, the installed command, as an operator types it."""
     return subprocess.run(
-        [sys.executable, "scripts/manage_topics.py", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+        [str(Path(sys.executable).parent / "telemetry"), "topics", *args], cwd=REPO, capture_output=True, text=True,
+        timeout=120,
     )
 
 
@@ -110,13 +114,13 @@ def test_command_reports_a_refusal_from_kafka_in_one_line(kafka_broker):
     )
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("error: create telemetry failed:") and "replication factor" in line.lower()
+    assert line.startswith("telemetry: error: create telemetry failed:") and "replication factor" in line.lower()
 
 
-def test_unknown_environment_is_one_line():
-    result = run_script("--env", "qa", "--bootstrap-servers", "127.0.0.1:1", "--security-protocol", "PLAINTEXT")
-    assert result.returncode == 2
-    assert result.stderr.strip() == "error: unknown environment 'qa'; known environments: dev, prod, staging"
+def test_unknown_environment_is_one_line(capsys):
+    assert cli.main(["topics", "--env", "qa", "--bootstrap-servers", "127.0.0.1:1", "--security-protocol", "PLAINTEXT"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "telemetry: error: unknown environment 'qa'; known environments: dev, prod, staging")
 
 
 @pytest.mark.integration
@@ -126,7 +130,7 @@ def test_unreachable_cluster_is_one_line():
     )
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("error: cannot reach the cluster:")
+    assert line.startswith("telemetry: error: cannot reach the cluster:")
 
 
 @pytest.mark.parametrize(
@@ -147,10 +151,9 @@ def test_unreachable_cluster_is_one_line():
          "--assume-role goes with --here: on a fleet host the topic administrator role is always used"),
     ],
 )
-def test_bad_flag_combinations_are_one_line(flags, line):
-    result = run_script("--env", "dev", *flags)
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [f"manage_topics.py: error: {line}"]
+def test_bad_flag_combinations_are_one_line(flags, line, capsys):
+    assert cli.main(["topics", "--env", "dev", *flags]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"telemetry: error: {line}"]
 
 
 def stubbed_sts():

@@ -13,6 +13,7 @@ import io
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -130,7 +131,7 @@ def test_the_command_runs_as_a_sasl_user_of_a_local_broker(admin, secured_kafka,
     user, password = secured_kafka.new_identity(lambda principal: acls_for_grants(grants, principal))
     result = subprocess.run(
         [
-            sys.executable, "scripts/manage_topics.py", "--env", ENV, "--dry-run",
+            str(Path(sys.executable).parent / "telemetry"), "topics", "--env", ENV, "--dry-run",
             "--bootstrap-servers", secured_kafka.bootstrap_servers,
             "--security-protocol", "SASL_PLAINTEXT", "--sasl-username", user,
         ],

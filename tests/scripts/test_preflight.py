@@ -1,4 +1,4 @@
-"""scripts/preflight.py against moto (STS, EC2, SSM, Secrets Manager, MSK) with Service Quotas
+"""`telemetry preflight` (scripts/preflight.py) against moto (STS, EC2, SSM, Secrets Manager, MSK) with Service Quotas
 answered through botocore's Stubber, which checks requests and responses against the real model."""
 
 from __future__ import annotations
@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from botocore.stub import ANY, Stubber
 
 from scripts import preflight
 from stacks.config import load_environment, read_environments
-from tests.conftest import REPO
+from scripts.telemetry import cli
 
 ACCOUNT = "111111111111"  # the dev environment's account in cdk.json
 QUOTAS = {
@@ -67,7 +68,7 @@ def account(monkeypatch, moto_session):
 
 def run(session, capsys, quotas=QUOTAS) -> tuple[int, dict[str, tuple[str, str]], str]:
     stubbed = Session(session, quotas)
-    code = preflight.main(["--env", "dev"], session_factory=lambda region: stubbed)
+    code = cli.main(["preflight", "--env", "dev"], session_factory=lambda region: stubbed)
     out, err = capsys.readouterr()
     rows = {}
     for line in out.strip().splitlines()[1:-1]:
@@ -163,22 +164,22 @@ def test_no_credentials_is_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    code = preflight.main(["--env", "dev"], session_factory=lambda region: boto3.Session(region_name=region))
+    code = cli.main(["preflight", "--env", "dev"], session_factory=lambda region: boto3.Session(region_name=region))
     assert code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: AWS call failed: Unable to locate credentials")
+    assert line.startswith("telemetry: error: Unable to locate credentials: this command calls AWS; pass --profile")
 
 
 def test_an_unknown_environment_is_one_line(capsys):
-    assert preflight.main(["--env", "nope"], session_factory=lambda region: ANY) == 2
+    assert cli.main(["preflight", "--env", "nope"], session_factory=lambda region: ANY) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: ") and "nope" in line
+    assert line.startswith("telemetry: error: ") and "nope" in line
 
 
 def test_help_describes_the_tool():
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "preflight.py"), "--help"],
+    result = subprocess.run([str(Path(sys.executable).parent / "telemetry"), "preflight", "--help"],
                             capture_output=True, text=True, check=True)
-    assert "--env" in result.stdout and "Changes nothing" in result.stdout
+    assert "--env" in result.stdout and "changes nothing" in result.stdout
 
 
 def test_a_machine_without_maven_or_the_cdk_cli_is_told_what_to_install(monkeypatch, tmp_path):

@@ -1,4 +1,4 @@
-"""scripts/provision_devices.py against moto's IoT, SSM and KMS, with the DeviceGateway stack's
+"""`telemetry devices provision|delete|export` (scripts/provision_devices.py) against moto's IoT, SSM and KMS, with the DeviceGateway stack's
 DescribeStacks answered by botocore's Stubber."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from botocore.awsrequest import AWSResponse
@@ -15,6 +16,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from scripts import provision_devices
+from scripts.telemetry import cli
 from tests.conftest import REPO
 from tests.msk_authorization import resolve
 from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
@@ -49,7 +51,7 @@ class Aws:
     def run(self, argv, *, outputs: dict[str, str] | None = None, stack: bool = True) -> int:
         env = argv[argv.index("--env") + 1]
         values = {"DeviceCredentialsKeyArn": self.keys.get(env, "")} if outputs is None else outputs
-        return provision_devices.main(
+        return cli.main(
             argv,
             session_factory=lambda region: StubbedStackSession(
                 self.session, f"Telemetry-{env}-DeviceGateway", outputs_list(values) if stack else None
@@ -114,14 +116,14 @@ def lines(capsys) -> list[str]:
 
 
 def test_creates_devices_and_a_rerun_creates_nothing(aws, capsys):
-    assert aws.run(["--env", "dev", "--count", "3"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "3"]) == 0
     out = lines(capsys)
     assert [line.split(",")[0] for line in out[:3]] == [f"{thing(i)}: created" for i in (1, 2, 3)]
     assert out[-1] == "devices 1-3: 3 created, 0 repaired, 0 unchanged, 0 failed"
     assert aws.things() == [thing(1), thing(2), thing(3)]
     certificates = aws.certificates()
 
-    assert aws.run(["--env", "dev", "--count", "3"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "3"]) == 0
     out = lines(capsys)
     assert [line.split(",")[0] for line in out[:3]] == [f"{thing(i)}: unchanged" for i in (1, 2, 3)]
     assert out[-1] == "devices 1-3: 0 created, 0 repaired, 3 unchanged, 0 failed"
@@ -129,22 +131,22 @@ def test_creates_devices_and_a_rerun_creates_nothing(aws, capsys):
 
 
 def test_extending_the_fleet_creates_only_the_new_devices(aws, capsys):
-    assert aws.run(["--env", "dev", "--count", "3"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "3"]) == 0
     before = set(aws.certificates())
     capsys.readouterr()
-    assert aws.run(["--env", "dev", "--count", "5"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "5"]) == 0
     assert lines(capsys)[-1] == "devices 1-5: 2 created, 0 repaired, 3 unchanged, 0 failed"
     assert aws.things() == [thing(i) for i in range(1, 6)]
     assert len(set(aws.certificates()) - before) == 2
 
     # Asking for fewer never deletes the devices above.
-    assert aws.run(["--env", "dev", "--count", "2"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "2"]) == 0
     assert "3 device(s) above --count 2 exist and were left as they are" in capsys.readouterr().out
     assert len(aws.things()) == 5
 
 
 def test_each_device_has_its_own_active_certificate_with_the_device_policy_and_a_stored_key(aws):
-    assert aws.run(["--env", "dev", "--count", "2"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "2"]) == 0
     iot, ssm = aws.client("iot"), aws.client("ssm")
     stored = aws.stored()
     metadata = {p["Name"]: p for p in ssm.describe_parameters(
@@ -181,7 +183,7 @@ def test_a_certificate_whose_key_was_never_stored_is_replaced(aws, capsys):
     iot.attach_policy(policyName="telemetry-dev-device", target=orphan)
     iot.attach_thing_principal(thingName=thing(1), principal=orphan)
 
-    assert aws.run(["--env", "dev", "--count", "1"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "1"]) == 0
     out = lines(capsys)
     assert out[0].startswith(f"{thing(1)}: repaired (retire certificate {orphan.rsplit('/', 1)[1][:12]} (its key is not stored)")
     assert orphan not in aws.certificates()
@@ -193,12 +195,12 @@ def test_a_certificate_whose_key_was_never_stored_is_replaced(aws, capsys):
 @pytest.mark.parametrize("error", [None, "AccessDeniedException"], ids=["interrupted", "refused"])
 def test_no_active_certificate_is_left_when_its_key_cannot_be_stored(aws, capsys, error):
     cured = aws.fail("ssm", "PutParameter", lambda params: params["Name"] == parameter(2), error=error)
-    code = aws.run(["--env", "dev", "--count", "3"])
+    code = aws.run(["devices", "provision", "--env", "dev", "--count", "3"])
     out = capsys.readouterr()
     assert aws.active_without_stored_key() == set()
     assert aws.client("iot").list_thing_principals(thingName=thing(2))["principals"] == []
     if error is None:  # Ctrl-C: the run stops at device 2
-        assert (code, out.err.strip()) == (2, "error: interrupted")
+        assert (code, out.err.strip()) == (130, "telemetry: interrupted")
         assert list(aws.stored()) == [parameter(1)]
     else:  # AWS refused: device 2 failed, the others are done
         assert code == 1
@@ -207,7 +209,7 @@ def test_no_active_certificate_is_left_when_its_key_cannot_be_stored(aws, capsys
         assert list(aws.stored()) == [parameter(1), parameter(3)]
 
     cured()
-    assert aws.run(["--env", "dev", "--count", "3"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "3"]) == 0
     assert f"{thing(2)}: repaired" in capsys.readouterr().out
     assert sorted(aws.stored()) == [parameter(i) for i in (1, 2, 3)]
     assert aws.active_without_stored_key() == set()
@@ -215,13 +217,13 @@ def test_no_active_certificate_is_left_when_its_key_cannot_be_stored(aws, capsys
 
 def test_a_run_stopped_before_attaching_is_finished_with_the_stored_certificate(aws, capsys):
     cured = aws.fail("iot", "AttachThingPrincipal", lambda params: params["thingName"] == thing(1))
-    assert aws.run(["--env", "dev", "--count", "2"]) == 2
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "2"]) == 130  # interrupted
     stored = aws.stored()[parameter(1)]["certificate_arn"]
     assert aws.client("iot").list_thing_principals(thingName=thing(1))["principals"] == []
     capsys.readouterr()
 
     cured()
-    assert aws.run(["--env", "dev", "--count", "2"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "2"]) == 0
     out = capsys.readouterr().out
     assert f"{thing(1)}: repaired (attach stored certificate {stored.rsplit('/', 1)[1][:12]} to policy and thing)" in out
     assert f"{thing(2)}: created" in out
@@ -230,8 +232,8 @@ def test_a_run_stopped_before_attaching_is_finished_with_the_stored_certificate(
 
 
 def test_delete_removes_every_device_of_the_environment_and_nothing_of_another(aws, capsys):
-    assert aws.run(["--env", "dev", "--count", "3"]) == 0
-    assert aws.run(["--env", "staging", "--count", "2"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "3"]) == 0
+    assert aws.run(["devices", "provision", "--env", "staging", "--count", "2"]) == 0
     staging = {arn: status for arn, status in aws.certificates().items()
                if arn in {v["certificate_arn"] for v in aws.stored("staging").values()}}
     # A dev device whose thing is gone but whose certificate and parameter remain (a delete stopped
@@ -243,7 +245,7 @@ def test_delete_removes_every_device_of_the_environment_and_nothing_of_another(a
     iot.create_thing(thingName="telemetry-dev-gateway-probe", attributePayload={"attributes": {"fleet": "telemetry-dev-simulator"}})
     capsys.readouterr()
 
-    assert aws.run(["--env", "dev", "--delete"]) == 0
+    assert aws.run(["devices", "delete", "--env", "dev"]) == 0
     out = lines(capsys)
     assert out[-1] == "deleted 3 device(s) of telemetry-dev-simulator, 0 failed"
     assert out[2].startswith(f"{thing(3)}: deleted certificate ") and out[2].endswith("stored credentials")
@@ -254,24 +256,24 @@ def test_delete_removes_every_device_of_the_environment_and_nothing_of_another(a
     assert sorted(aws.stored("staging")) == [parameter(1, "staging"), parameter(2, "staging")]
     assert set(staging.values()) == {"ACTIVE"}
 
-    assert aws.run(["--env", "dev", "--delete"]) == 0
+    assert aws.run(["devices", "delete", "--env", "dev"]) == 0
     assert lines(capsys)[-1] == "deleted 0 device(s) of telemetry-dev-simulator, 0 failed"
 
 
 def test_dry_runs_change_nothing(aws, capsys):
-    assert aws.run(["--env", "dev", "--count", "2", "--dry-run"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "2", "--dry-run"]) == 0
     out = lines(capsys)
     assert out[0] == f"{thing(1)}: would create: thing, certificate, stored credentials, policy and thing attachments"
     assert out[-1] == "dry run, nothing changed: devices 1-2: 2 to create, 0 to repair, 0 unchanged, 0 failed"
     assert (aws.things(), aws.stored(), aws.certificates()) == ([], {}, {})
 
-    assert aws.run(["--env", "dev", "--count", "2"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "2"]) == 0
     before = (aws.things(), aws.stored(), aws.certificates())
     capsys.readouterr()
-    assert aws.run(["--env", "dev", "--count", "3", "--dry-run"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "3", "--dry-run"]) == 0
     assert lines(capsys)[:3] == [f"{thing(1)}: unchanged", f"{thing(2)}: unchanged",
                                 f"{thing(3)}: would create: thing, certificate, stored credentials, policy and thing attachments"]
-    assert aws.run(["--env", "dev", "--delete", "--dry-run"]) == 0
+    assert aws.run(["devices", "delete", "--env", "dev", "--dry-run"]) == 0
     out = lines(capsys)
     assert out[0].startswith(f"{thing(1)}: would delete certificate ") and out[0].endswith(", thing, stored credentials")
     assert out[-1] == "dry run, nothing changed: would delete 2 device(s) of telemetry-dev-simulator, 0 failed"
@@ -279,10 +281,10 @@ def test_dry_runs_change_nothing(aws, capsys):
 
 
 def test_export_writes_private_files_for_the_simulator(aws, tmp_path, capsys):
-    assert aws.run(["--env", "dev", "--count", "3"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "3"]) == 0
     stored = aws.stored()
     target = tmp_path / "fleet" / "keys"
-    assert aws.run(["--env", "dev", "--export", str(target), "--first", "2", "--count", "2"]) == 0
+    assert aws.run(["devices", "export", "--env", "dev", "--dir", str(target), "--first", "2", "--count", "2"]) == 0
     assert sorted(p.name for p in target.iterdir()) == sorted(
         f"{thing(i)}.{kind}.pem" for i in (2, 3) for kind in ("cert", "key"))
     assert stat.S_IMODE(target.stat().st_mode) == 0o700
@@ -294,25 +296,25 @@ def test_export_writes_private_files_for_the_simulator(aws, tmp_path, capsys):
     assert "exported 2 device(s)" in capsys.readouterr().out
 
     # Without --count: every stored device from --first on; a device never created fails the run.
-    assert aws.run(["--env", "dev", "--export", str(target)]) == 0
+    assert aws.run(["devices", "export", "--env", "dev", "--dir", str(target)]) == 0
     assert len(list(target.iterdir())) == 6
-    assert aws.run(["--env", "dev", "--export", str(target), "--first", "3", "--count", "2"]) == 1
+    assert aws.run(["devices", "export", "--env", "dev", "--dir", str(target), "--first", "3", "--count", "2"]) == 1
     assert f"{thing(4)}: failed: no stored credentials" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("where", ["repository", "open directory"])
 def test_export_refuses_a_directory_inside_the_repository_or_open_to_others(aws, tmp_path, capsys, where):
-    assert aws.run(["--env", "dev", "--count", "1"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "1"]) == 0
     capsys.readouterr()
     if where == "repository":
         target = REPO / "tests" / "exported-keys"
-        expected = f"error: {target} is inside the git repository {REPO}; export private keys outside any repository"
+        expected = f"telemetry: error: {target} is inside the git repository {REPO}; export private keys outside any repository"
     else:
         target = tmp_path / "shared"
         target.mkdir(mode=0o755)
         target.chmod(0o755)
-        expected = f"error: {target} is open to group or others (mode 0755); chmod 700 it or name a new directory"
-    assert aws.run(["--env", "dev", "--export", str(target)]) == 2
+        expected = f"telemetry: error: {target} is open to group or others (mode 0755); chmod 700 it or name a new directory"
+    assert aws.run(["devices", "export", "--env", "dev", "--dir", str(target)]) == 2
     captured = capsys.readouterr()
     assert captured.err.strip() == expected
     assert not (target.exists() and any(target.iterdir()))
@@ -321,21 +323,25 @@ def test_export_refuses_a_directory_inside_the_repository_or_open_to_others(aws,
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--env", "nope", "--count", "1"], "error: unknown environment 'nope'; known environments: dev, prod, staging"),
-        (["--env", "dev", "--count", "0"], "error: argument --count: must be 1-10,000, got 0 (see --help)"),
-        (["--env", "dev", "--count", "10001"], "error: argument --count: must be 1-10,000, got 10001 (see --help)"),
-        (["--env", "dev", "--delete", "--export", "/tmp/x"],
-         "error: choose one of --count N (create), --delete and --export DIR (see --help)"),
-        (["--env", "dev", "--delete", "--count", "3"],
-         "error: --delete removes every device of the environment; --count does not apply (see --help)"),
-        (["--env", "dev"], "error: say what to do: --count N (create devices 1..N), --delete or --export DIR (see --help)"),
-        (["--env", "dev", "--count", "2", "--first", "2"], "error: --first applies to --export only (see --help)"),
+        (["provision", "--env", "nope", "--count", "1"],
+         "unknown environment 'nope'; known environments: dev, prod, staging"),
+        (["provision", "--env", "dev", "--count", "0"],
+         "argument --count: must be 1-10,000, got 0 (see telemetry devices provision --help)"),
+        (["provision", "--env", "dev", "--count", "10001"],
+         "argument --count: must be 1-10,000, got 10001 (see telemetry devices provision --help)"),
+        (["provision", "--env", "dev"],
+         "the following arguments are required: --count (see telemetry devices provision --help)"),
+        (["delete", "--env", "dev", "--count", "3"], "unrecognized arguments: --count 3 (see telemetry --help)"),
+        (["export", "--env", "dev", "--dir", "/tmp/x", "--dry-run"], "unrecognized arguments: --dry-run (see telemetry --help)"),
+        (["export", "--env", "dev", "--dir", "/tmp/x", "--first", "9999", "--count", "3"],
+         "--first 9999 --count 3 goes past device 10,000"),
     ],
-    ids=["unknown-env", "count-0", "count-above-10000", "two-modes", "delete-with-count", "no-mode", "first-without-export"],
+    ids=["unknown-env", "count-0", "count-above-10000", "no-count", "delete-with-count", "export-dry-run",
+         "export-past-the-last"],
 )
 def test_bad_input_is_one_line_and_exit_2(aws, capsys, argv, message):
-    assert aws.exit_code(argv) == 2
-    assert refusal(capsys) == message
+    assert aws.exit_code(["devices", *argv]) == 2
+    assert refusal(capsys) == f"telemetry: error: {message}"
     assert (aws.things(), aws.certificates()) == ([], {})
 
 
@@ -347,38 +353,34 @@ def refusal(capsys) -> str:
 
 
 def test_a_missing_stack_or_stack_output_is_one_line_and_exit_2(aws, capsys):
-    assert aws.exit_code(["--env", "dev", "--count", "1"], stack=False) == 2
+    assert aws.exit_code(["devices", "provision", "--env", "dev", "--count", "1"], stack=False) == 2
     assert refusal(capsys) == (
-        "error: stack Telemetry-dev-DeviceGateway is not deployed in this account and region; run make deploy")
-    assert aws.exit_code(["--env", "dev", "--count", "1", "--dry-run"], outputs={"TopicRuleName": "x"}) == 2
-    assert refusal(capsys) == "error: stack Telemetry-dev-DeviceGateway has no output DeviceCredentialsKeyArn; redeploy the stack"
+        "telemetry: error: stack Telemetry-dev-DeviceGateway is not deployed in this account and region; run make deploy")
+    assert aws.exit_code(["devices", "provision", "--env", "dev", "--count", "1", "--dry-run"], outputs={"TopicRuleName": "x"}) == 2
+    assert refusal(capsys) == "telemetry: error: stack Telemetry-dev-DeviceGateway has no output DeviceCredentialsKeyArn; redeploy the stack"
     assert (aws.things(), aws.certificates()) == ([], {})
 
 
 def test_a_missing_device_policy_is_one_line_and_exit_2(aws, capsys):
     aws.client("iot").delete_policy(policyName="telemetry-dev-device")
-    assert aws.exit_code(["--env", "dev", "--count", "1"]) == 2
-    assert refusal(capsys) == "error: IoT policy telemetry-dev-device does not exist; deploy the DeviceGateway stack first"
+    assert aws.exit_code(["devices", "provision", "--env", "dev", "--count", "1"]) == 2
+    assert refusal(capsys) == "telemetry: error: IoT policy telemetry-dev-device does not exist; deploy the DeviceGateway stack first"
     assert (aws.things(), aws.certificates()) == ([], {})
 
 
-def test_the_command_line_refuses_in_one_line_without_a_traceback():
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "provision_devices.py"), "--env", "dev", "--count", "0"],
-        capture_output=True, text=True, cwd=REPO, timeout=60,
-    )
+def test_the_installed_command_refuses_in_one_line_and_documents_each_mode():
+    telemetry = str(Path(sys.executable).parent / "telemetry")
+    result = subprocess.run([telemetry, "devices", "provision", "--env", "dev", "--count", "0"],
+                            capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 2
-    assert result.stderr.splitlines() == ["error: argument --count: must be 1-10,000, got 0 (see --help)"]
-
-
-def test_help_documents_the_modes_and_exit_codes():
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "provision_devices.py"), "--help"],
-        capture_output=True, text=True, cwd=REPO, timeout=60,
-    )
-    assert result.returncode == 0
-    for option in ("--env", "--count", "--delete", "--export", "--first", "--dry-run", "Exit codes"):
-        assert option in result.stdout
+    assert result.stderr.splitlines() == [
+        "telemetry: error: argument --count: must be 1-10,000, got 0 (see telemetry devices provision --help)"]
+    for mode, options in (("provision", ("--count", "--dry-run")), ("delete", ("--dry-run",)),
+                          ("export", ("--dir", "--first", "--count"))):
+        shown = subprocess.run([telemetry, "devices", mode, "--help"], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0
+        for option in ("--env", *options, "Needs: AWS credentials"):
+            assert option in shown.stdout, (mode, option)
 
 
 def test_throttled_calls_are_retried_up_to_ten_attempts(aws, monkeypatch, capsys):
@@ -397,7 +399,7 @@ def test_throttled_calls_are_retried_up_to_ten_attempts(aws, monkeypatch, capsys
         return None
 
     aws.session.events.register_first("before-send.iot.CreateThing", throttle)
-    assert aws.run(["--env", "dev", "--count", "1"]) == 0
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "1"]) == 0
     assert len(throttled) == 6 and len(delays) == 6
     assert aws.things() == [thing(1)]
 

@@ -260,11 +260,10 @@ class Gateway(StubbedStackSession):
 
 
 def run_command(argv, factory, monkeypatch) -> int:
-    monkeypatch.setattr(cli, "session_factory", lambda args: factory)
     monkeypatch.setattr(replay, "SETTLE_SECONDS", 0)
     next_second()
     monkeypatch.setattr(replay, "WAIT_SECONDS", 0)  # moto's long poll of an empty queue waits it out
-    return cli.main(argv)
+    return cli.main(argv, session_factory=factory)
 
 
 def test_the_command_replays_through_iot_data_publish_and_answers_json(queue, moto_session, tmp_path, monkeypatch, capsys):

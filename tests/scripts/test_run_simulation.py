@@ -1,25 +1,27 @@
-"""scripts/run_simulation.py against moto's EC2, SSM, S3 and CloudWatch Logs."""
+"""`telemetry simulate` (scripts/run_simulation.py) against moto's EC2, SSM, S3 and CloudWatch Logs."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from scripts import run_simulation
 from scripts.run_simulation import Fleet, RunError, RunPlan, embedded_metrics, run_fleet, split_rate
+from scripts.telemetry import cli
 from simulator import histograms, slo
 from simulator.config import SloThresholds
 from simulator.report import REPORT_VERSION
 from stacks.constructs.simulator_fleet import render_run_document
 from stacks.config import load_environment, read_environments
-from tests.conftest import REPO
 
 REGION = "eu-west-1"
 FLEET = "telemetry-dev-simulator"
@@ -156,7 +158,8 @@ def test_the_fleet_verdict_takes_the_thresholds_given_to_the_run(aws):
     hosts = fleet_ids(aws)
     for n, host in enumerate(hosts):  # e2e up to about 30 ms: over the default 10 ms p99
         upload(aws, "run-2", host, host_report(host, list(range(200, 30_000 + n, 50)), run_id="run-2", rate=3000))
-    args = run_simulation.parse_args(["--env", "dev", "--rate", "9000", "--duration", "10", "--slo-p99-ms", "50"])
+    args = cli.build_parser().parse_args(["simulate", "--env", "dev", "--rate", "9000", "--duration", "10",
+                                          "--slo-p99-ms", "50"])
     loose = dataclasses.replace(plan("run-2"), slo_overrides=run_simulation.make_plan(
         load_environment(read_environments(), "dev"), args).slo_overrides)
 
@@ -305,10 +308,10 @@ def test_main_writes_report_and_plot_and_exits_on_the_verdict(aws, tmp_path, cap
     hosts = fleet_ids(aws)
     for host in hosts:
         upload(aws, "run-6", host, host_report(host, [700] * 100, run_id="run-6", rate=3000, min_rate=5000))
-    code = run_simulation.main([
-        "--env", "dev", "--rate", "9000", "--duration", "10", "--run-id", "run-6", "--poll-interval", "0",
+    code = cli.main([
+        "simulate", "--env", "dev", "--rate", "9000", "--duration", "10", "--run-id", "run-6", "--poll-interval", "0",
         "--report", str(tmp_path / "fleet.json"),
-    ])
+    ], session_factory=lambda region: aws)
     out = capsys.readouterr().out
     assert "SLO" in out and "wrote" in out
     report = json.loads((tmp_path / "fleet.json").read_text())
@@ -318,13 +321,12 @@ def test_main_writes_report_and_plot_and_exits_on_the_verdict(aws, tmp_path, cap
     assert code == 1
 
 
-def run_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "scripts/run_simulation.py", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
-
-
 def test_dry_run_prints_the_plan_for_the_configured_fleet_without_aws():
-    result = run_script("--env", "prod", "--rate", "10000", "--duration", "60", "--run-id", "plan-1", "--dry-run")
+    """The installed command, run as typed, with no AWS credentials anywhere."""
+    telemetry = str(Path(sys.executable).parent / "telemetry")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    result = subprocess.run([telemetry, "simulate", "--env", "prod", "--rate", "10000", "--duration", "60", "--run-id", "plan-1", "--dry-run"],
+                            capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 0, result.stderr
     assert "fleet telemetry-prod-simulator, document telemetry-prod-run-simulator" in result.stdout
     assert "10,000 msg/s in total over 3 host(s)" in result.stdout
@@ -336,12 +338,12 @@ def test_dry_run_prints_the_plan_for_the_configured_fleet_without_aws():
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--env", "qa", "--rate", "1", "--duration", "1", "--dry-run"], "error: unknown environment 'qa'"),
+        (["--env", "qa", "--rate", "1", "--duration", "1", "--dry-run"], "telemetry: error: unknown environment 'qa'"),
         (["--env", "dev", "--rate", "-5", "--duration", "1"], "argument --rate: must be at least 0"),
         (["--env", "dev", "--rate", "5", "--duration", "1", "--run-id", "bad id!"], "argument --run-id: use 1-64"),
     ],
 )
-def test_bad_input_is_one_line(args, expected):
-    result = run_script(*args)
-    assert result.returncode == 2
-    assert expected in result.stderr and "Traceback" not in result.stderr
+def test_bad_input_is_one_line(args, expected, capsys):
+    assert cli.main(["simulate", *args]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

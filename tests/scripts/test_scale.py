@@ -1,15 +1,16 @@
-"""scripts/scale.py against moto's Auto Scaling (and scripted group states for lifecycle waits)."""
+"""`telemetry cluster scale` (scripts/scale.py) against moto's Auto Scaling (and scripted group states for lifecycle waits)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from scripts import scale
 from scripts.scale import GroupState
-from tests.conftest import REPO
+from scripts.telemetry import cli
 
 REGION = "eu-west-1"
 SCALING = "telemetry-dev-sf-scaling"
@@ -38,7 +39,7 @@ def aws(moto_session):
 
 
 def run(argv, session) -> int:
-    return scale.main(argv, session_factory=lambda region: session)
+    return cli.main(["cluster", "scale", *argv], session_factory=lambda region: session)
 
 
 def group(session, name=SCALING) -> dict:
@@ -81,7 +82,7 @@ def test_the_configured_minimum_is_applied_to_the_environments_group(aws, monkey
     monkeypatch.setattr(scale, "load_environment", with_minimum)
     assert run(["--env", "dev", "--desired", "2", "--poll-interval", "0"], aws) == 0
     assert (group(aws)["MinSize"], group(aws)["DesiredCapacity"]) == (1, 2)
-    assert refused(aws, capsys, ["--env", "dev", "--desired", "0"]) == f"error: 0 is outside {SCALING}'s limits 1-3"
+    assert refused(aws, capsys, ["--env", "dev", "--desired", "0"]) == f"telemetry: error: 0 is outside {SCALING}'s limits 1-3"
 
 
 def test_scales_in(aws):
@@ -104,19 +105,19 @@ def refused(session, capsys, argv) -> str:
 
 
 def test_refuses_a_size_outside_the_limits(aws, capsys):
-    assert refused(aws, capsys, ["--env", "dev", "--desired", "4"]) == f"error: 4 is outside {SCALING}'s limits 0-3"
+    assert refused(aws, capsys, ["--env", "dev", "--desired", "4"]) == f"telemetry: error: 4 is outside {SCALING}'s limits 0-3"
     assert group(aws)["DesiredCapacity"] == 1
 
 
 def test_refuses_any_group_but_the_scaling_node_group(aws, capsys):
     line = refused(aws, capsys, ["--env", "dev", "--desired", "0", "--group", OTHER])
-    assert line.startswith(f"error: {OTHER} is not a Service Fabric scaling node group (sf:nodetype is 'PrimaryNodeType'")
+    assert line.startswith(f"telemetry: error: {OTHER} is not a Service Fabric scaling node group (sf:nodetype is 'PrimaryNodeType'")
     assert group(aws, OTHER)["DesiredCapacity"] == 1
 
 
 def test_unknown_group_is_one_line(aws, capsys):
     line = refused(aws, capsys, ["--env", "dev", "--desired", "1", "--group", "nope"])
-    assert line == "error: Auto Scaling group nope does not exist; is the ServiceFabric stack deployed?"
+    assert line == "telemetry: error: Auto Scaling group nope does not exist; is the ServiceFabric stack deployed?"
 
 
 class ScriptedGroups:
@@ -153,11 +154,11 @@ def test_a_stuck_drain_times_out_with_exit_1(aws, monkeypatch, capsys):
     monkeypatch.setattr(scale.ScalingGroups, "set_size", lambda self, name, minimum, desired: None)
     assert run(["--env", "dev", "--desired", "0", "--timeout", "0", "--poll-interval", "0"], aws) == 1
     err = capsys.readouterr().err
-    assert f"error: {SCALING} not steady after 0 s" in err and "Traceback" not in err
+    assert f"telemetry: error: {SCALING} not steady after 0 s" in err and "Traceback" not in err
 
 
 def test_help_describes_every_option():
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "scale.py"), "--help"],
+    result = subprocess.run([str(Path(sys.executable).parent / "telemetry"), "cluster", "scale", "--help"],
                             capture_output=True, text=True, check=True)
     for option in ("--env", "--desired", "--group", "--timeout", "--poll-interval", "--dry-run"):
         assert option in result.stdout

@@ -99,6 +99,24 @@ def test_every_subcommand_says_what_it_needs_and_where_it_runs(capsys):
         assert ("Runs anywhere" in help_text) or ("run it on" in help_text), command.path
 
 
+def test_telemetry_is_the_one_front_door():
+    """No operator module keeps a command line of its own beside `telemetry` (issue 29): none is
+    run as a script, and every module that declares options is a subcommand."""
+    import ast
+
+    served = {command.module for command in cli.COMMANDS}
+    for path in sorted((REPO / "scripts").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        top = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        runs_as_script = any(isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) for node in tree.body)
+        assert not runs_as_script or module == "scripts.telemetry.cli", f"{module} runs as a script"
+        assert not {"main", "parse_args"} & top or module == "scripts.telemetry.cli", f"{module} has its own main"
+        if "add_arguments" in top:
+            assert module in served, f"{module} declares options but is no telemetry subcommand"
+        assert not path.read_text().startswith("#!"), f"{module} still has a shebang"
+
+
 def test_debug_adds_the_traceback(no_aws, capsys):
     assert cli.main(["preflight", "--env", "dev", "--debug"]) == 2
     err = capsys.readouterr().err

@@ -653,9 +653,8 @@ def test_a_first_deployment_without_mfa_is_refused_before_anything_is_deployed(a
     of stacks."""
     from scripts.telemetry import cli
 
-    monkeypatch.setattr(cli, "session_factory", lambda args: lambda region: account)
     monkeypatch.setattr(deploy, "synthesized_stacks", lambda *a: pytest.fail("nothing is synthesized or deployed"))
-    assert cli.main(["deploy", "--env", "dev"]) == 2
+    assert cli.main(["deploy", "--env", "dev"], session_factory=lambda region: account) == 2
     assert capsys.readouterr().err.strip() == (
         "telemetry: error: the topics of dev are not reconciled yet, which the topic administrator role does with "
         "MFA: add --mfa-serial ARN (your MFA device)")

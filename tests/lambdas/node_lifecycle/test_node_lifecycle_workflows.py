@@ -297,7 +297,7 @@ def test_the_gateway_connection_skips_a_dead_seed_and_pins_the_published_thumbpr
         SecretString=json.dumps({"certificate": sf_pki.client.cert_pem, "private_key": sf_pki.client.key_pem}),
     )
     parameter = "/telemetry-test/service-fabric/gateway-thumbprint"
-    with pytest.raises(SettingsError, match=f"SSM parameter {parameter} does not exist; scripts/bootstrap_cluster.py"):
+    with pytest.raises(SettingsError, match=f"SSM parameter {parameter} does not exist; telemetry cluster bootstrap"):
         connect_gateway(settings(gateway_endpoints=(sf_emulator.endpoint,)), secrets, ssm)
     ssm.put_parameter(Name=parameter, Value=sf_pki.server.sha1_thumbprint.lower(), Type="String")
     dead = "https://127.0.0.1:9"  # nothing listens on the discard port
