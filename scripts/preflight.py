@@ -192,6 +192,8 @@ OPERATOR_ACTIONS = (
     "kinesisanalytics:DescribeApplicationOperation", "kinesisanalytics:ListApplicationOperations",
     "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities",
     "autoscaling:UpdateAutoScalingGroup",
+    # The fleet's reports, and the smoke run's records read back from the telemetry bucket (its KMS key).
+    "s3:ListBucket", "s3:GetObject", "kms:Decrypt",
 )  # fmt: skip
 # The CDK bootstrap's roles the CLI assumes (default qualifier), and the topic administrator.
 CDK_ROLES = ("deploy-role", "file-publishing-role", "lookup-role")

@@ -146,6 +146,12 @@ CLOCK_OUT_OF_RANGE_METRIC = "ClockOutOfRangeRecords"
 TELEMETRY_PREFIX = "telemetry"
 DEAD_LETTER_PREFIX = "dead-letter"
 ATHENA_RESULTS_PREFIX = "athena-results"
+# Records of `telemetry deploy`'s smoke runs (run ids starting with SMOKE_RUN_PREFIX, the Flink job's
+# SinkJobConfig.SMOKE_RUN_PREFIX): the sink writes them here, beside the table's prefix, and they
+# expire after SMOKE_EXPIRE_DAYS, so a deployment's check never leaves data in the lake.
+SMOKE_PREFIX = "smoke"
+SMOKE_RUN_PREFIX = "smoke-"
+SMOKE_EXPIRE_DAYS = 1
 
 
 def telemetry_sink_application_name(config: EnvironmentConfig) -> str:

@@ -23,6 +23,8 @@ from stacks.constructs.telemetry_sink_monitoring import TelemetrySinkMonitoring
 from stacks.naming import (
     ATHENA_RESULTS_PREFIX,
     DEAD_LETTER_PREFIX,
+    SMOKE_EXPIRE_DAYS,
+    SMOKE_PREFIX,
     TELEMETRY_PREFIX,
     TELEMETRY_TABLE_NAME,
     athena_workgroup_name,
@@ -87,7 +89,12 @@ class TelemetrySinkStack(Stack):
                     id="ExpireAthenaResults",
                     prefix=f"{ATHENA_RESULTS_PREFIX}/",
                     expiration=Duration.days(settings.athena_results_expire_after_days),
-                )
+                ),
+                s3.LifecycleRule(
+                    id="ExpireSmokeRuns",
+                    prefix=f"{SMOKE_PREFIX}/",
+                    expiration=Duration.days(SMOKE_EXPIRE_DAYS),
+                ),
             ],
         )
         self.bucket = storage.bucket
@@ -121,6 +128,8 @@ class TelemetrySinkStack(Stack):
                 "Sink": {
                     "output.path": f"s3://{self.bucket.bucket_name}/{TELEMETRY_PREFIX}",
                     "dead.letter.path": f"s3://{self.bucket.bucket_name}/{DEAD_LETTER_PREFIX}",
+                    # Smoke runs' records (telemetry deploy) go here, outside the table's prefix.
+                    "smoke.path": f"s3://{self.bucket.bucket_name}/{SMOKE_PREFIX}",
                     "max.part.size.mb": str(settings.max_part_size_mb),
                     # Readings whose device clock falls outside the table's projection are filed by
                     # their ingest time (flink/, DeviceClock).
@@ -143,8 +152,8 @@ class TelemetrySinkStack(Stack):
                 f"arn:{PARTITION}:kafka:{config.region}:{config.account}:group/{kafka.cluster_name}/*/{consumer_group}"
             ),
         )
-        storage.grant_write_under(self.sink.role, [TELEMETRY_PREFIX, DEAD_LETTER_PREFIX])
-        for prefix in (TELEMETRY_PREFIX, DEAD_LETTER_PREFIX):
+        storage.grant_write_under(self.sink.role, [TELEMETRY_PREFIX, DEAD_LETTER_PREFIX, SMOKE_PREFIX])
+        for prefix in (TELEMETRY_PREFIX, DEAD_LETTER_PREFIX, SMOKE_PREFIX):
             acknowledge(
                 self.sink.role,
                 "AwsSolutions-IAM5",

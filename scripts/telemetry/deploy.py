@@ -12,8 +12,8 @@ The steps, in order, each named as `--dry-run` prints them:
     bootstrap  the Service Fabric cluster on its seed nodes
     scale      the scaling node group brought to its configured size, every node joined
     flink      the telemetry sink's Flink application started
-    smoke      brokers reachable from a fleet host, a short simulator run through the platform,
-               the cluster healthy
+    smoke      a short simulator fleet run through MSK, every record back through the Flink sink
+               (beside the lake, not in it), every seed node Up
 
 The plan comes from the configuration and the synthesized templates (cdk.out, or a synthesis
 made here when cdk.out holds no stacks of the environment), offline and without credentials.
@@ -35,7 +35,6 @@ from scripts.telemetry.errors import UsageError
 
 REPO = Path(__file__).resolve().parent.parent.parent
 STEPS = ("preflight", "deploy", "topics", "bootstrap", "scale", "flink", "smoke")
-SMOKE_RATE, SMOKE_SECONDS = 1000, 30
 
 
 @dataclass(frozen=True)
@@ -172,7 +171,10 @@ def in_dependency_order(stacks: Sequence[Stack]) -> list[Stack]:
 
 
 def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
+    from scripts.telemetry.journey import SMOKE_RATE, SMOKE_SECONDS, smoke_read_back_bound
     from stacks.naming import (
+        SMOKE_EXPIRE_DAYS,
+        SMOKE_PREFIX,
         bootstrap_parameter_name,
         gateway_thumbprint_parameter_name,
         manage_topics_document_name,
@@ -228,7 +230,10 @@ def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
         ]),
         Step("smoke", [
             f"run the simulator fleet over Kafka (IAM) for {SMOKE_SECONDS} s at {SMOKE_RATE:,} msg/s into topic "
-            f"{config.simulator_fleet.topic} and require no message lost (the sink delivers these records to the lake)",
+            f"{config.simulator_fleet.topic} as run smoke-<time>, and require no message lost",
+            f"require every acknowledged record back through the Flink sink within "
+            f"{smoke_read_back_bound(config):.0f} s, under s3://<telemetry bucket>/{SMOKE_PREFIX}/: the sink files "
+            f"smoke runs there, outside the telemetry table, and they expire after {SMOKE_EXPIRE_DAYS} day",
             f"require all {fabric.seed_node_count} seed nodes Up at the cluster's HTTP gateway (from this machine: it "
             "must be in service_fabric.management_cidrs)",
         ]),

@@ -22,8 +22,10 @@ The steps and how each knows it is done:
     flink      the Flink application is running (RUNNING, AUTOSCALING or MAINTENANCE); a READY one
                is started and waited for, and a start that falls back to READY fails with the
                reason its operation gives
-    smoke      never "done": a short simulator fleet run through the platform must lose
-               nothing, and every seed node must be Up at the cluster's gateway
+    smoke      never "done": a short simulator fleet run through MSK must lose nothing, every
+               record it acknowledged must come back through the Flink sink into S3 within the
+               bound smoke_read_back_bound() gives (beside the lake, under smoke/, never in its
+               table), and every seed node must be Up at the cluster's gateway
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from scripts.telemetry.errors import OperationFailed
 
 REPO = Path(__file__).resolve().parent.parent.parent
 SMOKE_RATE, SMOKE_SECONDS = 1000, 30
+# Beyond two checkpoint intervals: the S3 listing, and a slow first checkpoint of a fresh start.
+SMOKE_READ_BACK_MARGIN_S, SMOKE_POLL_S = 120.0, 15.0
 
 Say = Callable[[str], None]
 Runner = Callable[[Sequence[str]], int]  # runs a command with this terminal, returns its exit code
@@ -580,6 +584,8 @@ class Smoke:
     config: Any
     session: Any
     say: Say
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
     name: str = "smoke"
 
     def done(self) -> str:
@@ -597,14 +603,91 @@ class Smoke:
                                   slo_min_rate=SMOKE_RATE * 0.95, slo_p99_ms=60_000.0, slo_max_ms=60_000.0,
                                   slo_max_lost=0, slo_max_delivery_errors=0)
         plan = make_plan(self.config, args)
+        started = time.time()
         report = run_fleet(plan, Fleet(self.session), hosts=None, poll_interval_s=10.0,
                            timeout_s=SMOKE_SECONDS + 600, metrics_delay_s=0.0, say=self.say)
         rate, lost = report.get("throughput_msgs_per_s", 0.0), report.get("lost", 0)
         if not report["slo"]["passed"]:
             failed = [c["name"] for c in report["slo"]["checks"] if not c["passed"]]
             raise OperationFailed(f"the smoke run failed {', '.join(failed)}: {rate:,.0f} msg/s, {lost} lost")
-        self.say(f"  smoke run: {rate:,.0f} msg/s through the platform, nothing lost")
+        self.say(f"  smoke run {args.run_id}: {rate:,.0f} msg/s through MSK, nothing lost")
+        acked = int(report.get("acked") or 0)
+        bound = smoke_read_back_bound(self.config)
+        self.say(f"  waiting up to {bound:.0f} s for its {acked:,} records in the sink's smoke/ prefix")
+        stored = SmokeRecords(self.config, self.session, args.run_id, since=started - 300.0,
+                              sleep=self.sleep, clock=self.clock).wait_for(acked, bound)
+        if stored < acked:
+            raise OperationFailed(
+                f"the Flink sink stored {stored:,} of the smoke run's {acked:,} acknowledged records within {bound:.0f} s "
+                "(see the sink's alarms and dashboard: a job that does not checkpoint commits nothing)")
+        extra = f", and {stored - acked:,} more (duplicates)" if stored > acked else ""
+        self.say(f"  sink: all {acked:,} records in S3{extra} (smoke/, outside the telemetry table; expires in a day)")
         self.say(f"  cluster: {seeds_up(self.config, self.session)}")
+
+
+def smoke_read_back_bound(config: Any) -> float:
+    """How long a smoke record may take from the topic to a committed file: the sink commits its
+    Parquet files on each completed checkpoint (bulk formats roll on checkpoint, Flink "File Sink"
+    documentation), so a record is visible within one checkpoint interval plus that checkpoint's
+    own time; two intervals and a margin cover one failed checkpoint."""
+    return 2.0 * config.telemetry_sink.checkpoint_interval_seconds + SMOKE_READ_BACK_MARGIN_S
+
+
+@dataclass
+class SmokeRecords:
+    """A smoke run's records as the sink committed them under the bucket's smoke/ prefix: each
+    committed part file (Flink names them part-<uuid>-<n>.parquet; in-progress parts are hidden
+    multipart uploads or dot-files) read once, its rows of this run counted with DuckDB."""
+
+    config: Any
+    session: Any
+    run_id: str
+    since: float  # epoch seconds; older objects are not read
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    counted: dict[str, int] = field(default_factory=dict)  # part file -> rows of this run
+    bucket: str | None = None
+
+    def wait_for(self, expected: int, bound_s: float) -> int:
+        deadline = self.clock() + bound_s
+        while True:
+            stored = self.count()
+            if stored >= expected or self.clock() >= deadline:
+                return stored
+            self.sleep(SMOKE_POLL_S)
+
+    def count(self) -> int:
+        import datetime
+        import tempfile
+
+        from scripts.cluster_inventory import deployed_outputs
+        from stacks.naming import SMOKE_PREFIX
+
+        if self.bucket is None:
+            self.bucket = deployed_outputs(self.session.client("cloudformation"),
+                                           f"{self.config.stack_prefix}-TelemetrySink").get("TelemetryBucket")
+        bucket, s3 = self.bucket, self.session.client("s3")
+        since = datetime.datetime.fromtimestamp(self.since, datetime.timezone.utc)
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{SMOKE_PREFIX}/"):
+            for item in page.get("Contents", []):
+                key, name = item["Key"], item["Key"].rsplit("/", 1)[-1]
+                if key in self.counted or not (name.startswith("part-") and name.endswith(".parquet")):
+                    continue
+                if item["LastModified"] < since:
+                    continue
+                with tempfile.NamedTemporaryFile(suffix=".parquet") as local:
+                    s3.download_fileobj(bucket, key, local)
+                    local.flush()
+                    self.counted[key] = rows_of_run(Path(local.name), self.run_id)
+        return sum(self.counted.values())
+
+
+def rows_of_run(parquet: Path, run_id: str) -> int:
+    import duckdb
+
+    with duckdb.connect() as db:
+        return int(db.execute("SELECT count(*) FROM read_parquet(?) WHERE run_id = ?", [str(parquet), run_id])
+                   .fetchone()[0])
 
 
 def seeds_up(config: Any, session: Any) -> str:
@@ -652,7 +735,9 @@ def seeds_up(config: Any, session: Any) -> str:
 def _smoke_run_id() -> str:
     import datetime
 
-    return "smoke-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    from stacks.naming import SMOKE_RUN_PREFIX  # the sink files these runs' records beside the lake
+
+    return SMOKE_RUN_PREFIX + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
 
 
 def journey(

@@ -148,6 +148,12 @@ def test_the_installed_command_plans_a_first_deployment_offline(tmp_path):
     assert deploys.index("Telemetry-dev-Network") < deploys.index("Telemetry-dev-Msk") < deploys.index(
         "Telemetry-dev-ServiceFabric") < deploys.index("Telemetry-dev-NodeLifecycle")
     assert len(deploys) == len(list((REPO / "stacks").glob("*_stack.py")))
+    # The smoke step says what it proves, and where its records go: beside the lake, not in it.
+    smoke = plan["steps"][-1]["does"]
+    assert "as run smoke-<time>, and require no message lost" in smoke[0]
+    assert "back through the Flink sink within 240 s, under s3://<telemetry bucket>/smoke/" in smoke[1]
+    assert "outside the telemetry table, and they expire after 1 day" in smoke[1]
+    assert smoke[2].startswith("require all 3 seed nodes Up") and len(smoke) == 3
 
 
 @pytest.mark.integration

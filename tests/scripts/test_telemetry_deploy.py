@@ -601,27 +601,99 @@ def test_a_gateway_out_of_reach_fails_the_smoke_check_saying_from_where_it_is_re
         seeds_up(CONFIG, gateway)
 
 
-@pytest.mark.parametrize("lost", [0, 5])
-def test_the_smoke_step_runs_the_fleet_then_checks_the_seeds(gateway, monkeypatch, lost):
-    """The whole step: the fleet run over moto's Run Command (each host's report in S3 as the
-    simulator writes one) judged by the smoke thresholds, then the seeds at the gateway emulator."""
+SMOKE_BUCKET = "telemetry-dev-telemetrybucket"
+
+
+@pytest.fixture
+def smoke_account(moto_session, sf_pki, sf_emulator):
+    """What the smoke step reads: the TelemetrySink stack's bucket output, then the ServiceFabric
+    stack's gateway outputs (DescribeStacks through the Stubber, in the order the step asks), the
+    bucket in moto's S3, one simulator fleet host and the gateway emulator."""
+    from tests.scripts.stack_outputs import StubbedStackSession, dev_gateway, outputs_list, stack_id
+    from tests.scripts.test_run_simulation import deployed_fleet
+
+    gateway_outputs = dev_gateway(moto_session, sf_pki, sf_emulator.endpoint)
+    account = StubbedStackSession(moto_session, "Telemetry-dev-TelemetrySink", outputs_list({"TelemetryBucket": SMOKE_BUCKET}))
+    account.stubber.add_response("describe_stacks", {"Stacks": [{
+        "StackName": "Telemetry-dev-ServiceFabric", "StackId": stack_id("Telemetry-dev-ServiceFabric"),
+        "CreationTime": "2026-11-23T00:00:00Z", "StackStatus": "CREATE_COMPLETE", "Outputs": gateway_outputs,
+    }]}, {"StackName": "Telemetry-dev-ServiceFabric"})
+    moto_session.client("s3").create_bucket(Bucket=SMOKE_BUCKET, CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+    deployed_fleet(moto_session, hosts=1)
+    return account
+
+
+def committed_smoke_file(session, tmp_path, key: str, runs: dict[str, int]) -> None:
+    """A part file under smoke/ with `runs` rows per run id. Written by DuckDB with the sink's
+    run_id column (a string, as TelemetryParquet declares it and flink/'s integration test reads
+    back); the sink's routing of smoke runs into smoke/ is that Java test's."""
+    import duckdb
+
+    local = tmp_path / key.replace("/", "_")
+    rows = " UNION ALL ".join(f"SELECT '{run}' AS run_id, range AS seq FROM range({count})" for run, count in runs.items())
+    with duckdb.connect() as db:
+        db.execute(f"COPY ({rows}) TO '{local}' (FORMAT parquet)")
+    session.client("s3").upload_file(str(local), SMOKE_BUCKET, key)
+
+
+def fleet_reported(session, monkeypatch, *, lost: int = 0, acked: int = 10_000) -> None:
+    """The smoke run's one host reports `acked` messages (1,000 msg/s for 10 s) to the results bucket."""
     from scripts.run_simulation import Fleet
     from scripts.telemetry import journey
-    from tests.scripts.test_run_simulation import deployed_fleet, host_report, upload
+    from tests.scripts.test_run_simulation import host_report, upload
 
-    deployed_fleet(gateway.session, hosts=1)
     monkeypatch.setattr(journey, "_smoke_run_id", lambda: "smoke-test")
-    (host,) = Fleet(gateway.session).running_hosts("telemetry-dev-simulator")
-    latencies = list(range(2_000, 12_000))  # 10,000 messages in the report's 10 s: 1,000 msg/s
-    upload(gateway.session, "smoke-test", host, host_report(host, latencies, run_id="smoke-test", rate=1000, lost=lost))
+    (host,) = Fleet(session).running_hosts("telemetry-dev-simulator")
+    latencies = list(range(2_000, 2_000 + acked))
+    upload(session, "smoke-test", host, host_report(host, latencies, run_id="smoke-test", rate=1000, lost=lost))
+
+
+def test_the_smoke_step_runs_the_fleet_finds_every_record_in_the_sinks_smoke_prefix_then_checks_the_seeds(
+        smoke_account, monkeypatch, tmp_path):
+    """The whole step: the fleet run over moto's Run Command (the host's report in S3 as the
+    simulator writes one), its acknowledged records found in committed part files under smoke/
+    (other runs' rows, in-progress files and the table's prefix not counted), then the seeds at the
+    gateway emulator."""
+    from scripts.telemetry import journey
+
+    fleet_reported(smoke_account.session, monkeypatch)
+    committed_smoke_file(smoke_account.session, tmp_path, "smoke/dt=2026-11-26/hour=06/part-a-0.parquet",
+                         {"smoke-test": 6_000, "smoke-earlier": 500})
+    committed_smoke_file(smoke_account.session, tmp_path, "smoke/dt=2026-11-26/hour=06/part-b-0.parquet", {"smoke-test": 4_000})
+    committed_smoke_file(smoke_account.session, tmp_path, "smoke/dt=2026-11-26/hour=06/.part-c-1.parquet.inprogress.d",
+                         {"smoke-test": 7})
+    committed_smoke_file(smoke_account.session, tmp_path, "telemetry/dt=2026-11-26/hour=06/part-d-0.parquet", {"smoke-test": 9})
     said: list[str] = []
-    step = journey.Smoke(CONFIG, gateway, said.append)
-    if lost:
-        with pytest.raises(OperationFailed, match=r"^the smoke run failed .*: 1,000 msg/s, 5 lost$"):
-            step.run()
-        return
-    step.run()
-    assert said[-2:] == ["  smoke run: 1,000 msg/s through the platform, nothing lost", "  cluster: 3 of 3 seed nodes Up"]
+    journey.Smoke(CONFIG, smoke_account, said.append, sleep=lambda s: pytest.fail("every record was there")).run()
+    assert said[-4:] == [
+        "  smoke run smoke-test: 1,000 msg/s through MSK, nothing lost",
+        f"  waiting up to {journey.smoke_read_back_bound(CONFIG):.0f} s for its 10,000 records in the sink's smoke/ prefix",
+        "  sink: all 10,000 records in S3 (smoke/, outside the telemetry table; expires in a day)",
+        "  cluster: 3 of 3 seed nodes Up",
+    ]
+
+
+def test_records_the_sink_has_not_committed_within_the_bound_fail_the_smoke_step(smoke_account, monkeypatch, tmp_path):
+    from scripts.telemetry import journey
+
+    fleet_reported(smoke_account.session, monkeypatch)
+    committed_smoke_file(smoke_account.session, tmp_path, "smoke/dt=2026-11-26/hour=06/part-a-0.parquet", {"smoke-test": 9_990})
+    waits: list[float] = []
+    step = journey.Smoke(CONFIG, smoke_account, lambda line: None, sleep=waits.append, clock=lambda: sum(waits))
+    bound = journey.smoke_read_back_bound(CONFIG)
+    with pytest.raises(OperationFailed, match=rf"^the Flink sink stored 9,990 of the smoke run's 10,000 acknowledged "
+                                              rf"records within {bound:.0f} s \(see the sink's alarms"):
+        step.run()
+    assert waits and all(w == journey.SMOKE_POLL_S for w in waits)
+    assert sum(waits) == bound  # looked again every SMOKE_POLL_S until the bound, then gave up
+
+
+def test_a_smoke_run_that_lost_messages_fails_before_the_sink_is_read(smoke_account, monkeypatch):
+    from scripts.telemetry import journey
+
+    fleet_reported(smoke_account.session, monkeypatch, lost=5)
+    with pytest.raises(OperationFailed, match=r"^the smoke run failed .*: 1,000 msg/s, 5 lost$"):
+        journey.Smoke(CONFIG, smoke_account, lambda line: None).run()
 
 
 def test_the_scale_step_brings_the_empty_group_to_its_configured_size_once(moto_session):

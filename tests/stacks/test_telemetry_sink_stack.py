@@ -77,12 +77,13 @@ def test_property_groups_are_exactly_what_the_job_reads(synthesized):
     parameter = synthesized("prod").stacks["telemetry_sink"]["Parameters"][brokers]
     assert parameter["Type"] == "AWS::SSM::Parameter::Value<String>"
     assert parameter["Default"] == "/telemetry-prod/msk/bootstrap-brokers-iam"
-    assert set(sink) == {"output.path", "dead.letter.path", "max.part.size.mb", "earliest.event.date", "max.clock.ahead.seconds"}
+    assert set(sink) == {"output.path", "dead.letter.path", "smoke.path", "max.part.size.mb", "earliest.event.date",
+                         "max.clock.ahead.seconds"}
     assert sink["max.part.size.mb"] == "256"
     # The job files a reading by its device's time only inside the table's projection.
     assert sink["earliest.event.date"] == "2025-01-01"
     assert sink["max.clock.ahead.seconds"] == "300"
-    for key, prefix in (("output.path", "/telemetry"), ("dead.letter.path", "/dead-letter")):
+    for key, prefix in (("output.path", "/telemetry"), ("dead.letter.path", "/dead-letter"), ("smoke.path", "/smoke")):
         parts = sink[key]["Fn::Join"][1]
         assert parts[0] == "s3://" and parts[-1] == prefix
         assert parts[1]["Ref"].startswith("TelemetryBucket")
@@ -157,6 +158,9 @@ def test_lifecycle_moves_data_to_infrequent_access_then_glacier_ir(synthesized, 
     assert "ExpirationInDays" not in main  # telemetry is kept; only Athena results expire
     results = next(r for r in rules if r.get("Prefix") == "athena-results/")
     assert results["ExpirationInDays"] == (7 if env == "dev" else 30)
+    # Smoke runs' records (telemetry deploy) sit outside the table's prefix and expire in a day.
+    smoke = next(r for r in rules if r.get("Prefix") == "smoke/")
+    assert smoke["ExpirationInDays"] == 1 and smoke["Status"] == "Enabled"
 
 
 @pytest.mark.parametrize("env", ["dev", "staging", "prod"])
@@ -237,9 +241,10 @@ def test_role_is_least_privilege(synthesized):
     by_action = {a: s for s in statements for a in actions_of(s)}
     assert by_action["s3:PutObject"]["Resource"] == by_action["s3:DeleteObject"]["Resource"]
     prefixes = sorted(r["Fn::Join"][1][-1] for r in by_action["s3:PutObject"]["Resource"])
-    assert prefixes == ["/dead-letter/*", "/telemetry/*"]
+    assert prefixes == ["/dead-letter/*", "/smoke/*", "/telemetry/*"]
     listing = by_action["s3:ListBucket"]
-    assert listing["Condition"]["StringLike"]["s3:prefix"] == ["telemetry", "telemetry/*", "dead-letter", "dead-letter/*"]
+    assert listing["Condition"]["StringLike"]["s3:prefix"] == [
+        "telemetry", "telemetry/*", "dead-letter", "dead-letter/*", "smoke", "smoke/*"]
     # The job's code: the one object the application runs, read only.
     code_key = application_config(synthesized, "prod")["ApplicationCodeConfiguration"]["CodeContent"][
         "S3ContentLocation"

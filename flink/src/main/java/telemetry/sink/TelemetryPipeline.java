@@ -30,6 +30,7 @@ public final class TelemetryPipeline {
     static final String SOURCE_UID = "telemetry-kafka-source";
     static final String PARSE_UID = "parse-telemetry";
     static final String TELEMETRY_SINK_UID = "telemetry-parquet-sink";
+    static final String SMOKE_SINK_UID = "smoke-parquet-sink";
     static final String DEAD_LETTER_SINK_UID = "dead-letter-sink";
     static final String DEAD_LETTER_COUNT_UID = "count-dead-letters";
     static final String CLOCK_COUNT_UID = "count-clock-out-of-range";
@@ -56,11 +57,19 @@ public final class TelemetryPipeline {
         SingleOutputStreamOperator<TelemetryRecord> records = env
                 .fromSource(kafkaSource(config, stoppingOffsets), WatermarkStrategy.noWatermarks(), "telemetry topic")
                 .uid(SOURCE_UID)
-                .process(new ParseTelemetry(config.deviceClock()))
+                .process(new ParseTelemetry(config.deviceClock(),
+                        config.smokePath == null ? null : SinkJobConfig.SMOKE_RUN_PREFIX))
                 .name("parse telemetry")
                 .uid(PARSE_UID);
 
-        records.sinkTo(telemetrySink(config)).name("telemetry parquet").uid(TELEMETRY_SINK_UID);
+        records.sinkTo(telemetrySink(config, config.outputPath)).name("telemetry parquet").uid(TELEMETRY_SINK_UID);
+        if (config.smokePath != null) {
+            // The same Parquet files and hour partitions, under a prefix the table never reads.
+            records.getSideOutput(ParseTelemetry.SMOKE)
+                    .sinkTo(telemetrySink(config, config.smokePath))
+                    .name("smoke parquet")
+                    .uid(SMOKE_SINK_UID);
+        }
         // Dead letters are rare: one task counts them all and writes them.
         records.getSideOutput(ParseTelemetry.DEAD_LETTERS)
                 .map(new CountedInOneTask<String>(ParseTelemetry.DEAD_LETTER_METRIC))
@@ -111,8 +120,8 @@ public final class TelemetryPipeline {
         }
     }
 
-    static FileSink<TelemetryRecord> telemetrySink(SinkJobConfig config) {
-        return FileSink.forBulkFormat(new Path(config.outputPath), TelemetryParquet.writerFactory())
+    static FileSink<TelemetryRecord> telemetrySink(SinkJobConfig config, String basePath) {
+        return FileSink.forBulkFormat(new Path(basePath), TelemetryParquet.writerFactory())
                 .withBucketAssigner(new EventHourBucketAssigner())
                 .withRollingPolicy(new SizeOrCheckpointRollingPolicy<>(config.maxPartSizeBytes()))
                 .withOutputFileConfig(OutputFileConfig.builder().withPartPrefix("part").withPartSuffix(".parquet").build())

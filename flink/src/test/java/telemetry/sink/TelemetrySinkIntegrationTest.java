@@ -44,6 +44,7 @@ class TelemetrySinkIntegrationTest {
     private static final long START_NS = Instant.parse("2025-11-23T23:58:00Z").toEpochMilli() * 1_000_000L;
     private static final long STEP_NS = 4_000_000_000L; // 4 s between a device's messages
     private static final long LATE_NS = Duration.ofHours(5).toNanos();
+    private static final int SMOKE_MESSAGES = 60;
 
     @Test
     void everyValidMessageLandsOnceInItsEventHourAndEveryMalformedOneIsADeadLetter(
@@ -69,6 +70,12 @@ class TelemetrySinkIntegrationTest {
                     messages.render(0, device, 0, wrongClocks.get(i))));
         }
         int valid = records.size();
+        // A deployment's smoke run (telemetry deploy names them smoke-...): beside the lake, not in it.
+        SimulatorMessages smoke = new SimulatorMessages(SinkJobConfig.SMOKE_RUN_PREFIX + "20261126-061500", "smoke-host", 300);
+        for (long seq = 0; seq < SMOKE_MESSAGES; seq++) {
+            records.add(new ProducerRecord<>(TOPIC, smoke.deviceId(0).getBytes(StandardCharsets.UTF_8),
+                    smoke.render(0, 0, seq, START_NS + seq * STEP_NS)));
+        }
         int position = 0;
         for (String value : malformed.keySet()) {
             // Spread among the valid messages, so parsing carries on after a bad one.
@@ -85,8 +92,10 @@ class TelemetrySinkIntegrationTest {
 
         Path output = dir.resolve("telemetry");
         Path deadLetters = dir.resolve("dead-letters");
+        Path smokeOutput = dir.resolve("smoke");
         SinkJobConfig config = TestJobs.config(kafka.bootstrapServers(), TOPIC, output, deadLetters,
-                Map.of("earliest.event.date", "2025-01-01", "max.clock.ahead.seconds", "300"));
+                Map.of("earliest.event.date", "2025-01-01", "max.clock.ahead.seconds", "300",
+                        "smoke.path", smokeOutput.toUri().toString()));
         Configuration metrics = new Configuration();
         metrics.setString("metrics.reporter.counters.factory.class", JobCounters.Factory.class.getName());
         JobCounters.reset();
@@ -96,6 +105,7 @@ class TelemetrySinkIntegrationTest {
         try {
             TestJobs.awaitUntil(Duration.ofSeconds(90),
                     () -> SinkOutput.committedRowCount(output) >= valid
+                            && SinkOutput.committedRowCount(smokeOutput) >= SMOKE_MESSAGES
                             && SinkOutput.committedFiles(deadLetters, ".jsonl").size() > 0
                             && deadLetterCount(deadLetters) >= malformed.size(),
                     () -> "committed rows " + SinkOutput.committedRowCount(output) + " of " + valid
@@ -110,6 +120,12 @@ class TelemetrySinkIntegrationTest {
         System.out.printf("integration: records in %d (%d valid, %d malformed), records out %d, dead letters %d%n",
                 records.size(), valid, malformed.size(), rows.size(), deadLetterCount(deadLetters));
         assertThat(rows).hasSize(valid);
+        assertThat(rows).noneMatch(r -> r.runId().startsWith(SinkJobConfig.SMOKE_RUN_PREFIX));
+        List<SinkOutput.Row> smokeRows = SinkOutput.readRows(smokeOutput);
+        assertThat(smokeRows).hasSize(SMOKE_MESSAGES)
+                .allMatch(r -> r.runId().equals(SinkJobConfig.SMOKE_RUN_PREFIX + "20261126-061500"));
+        assertThat(smokeRows.stream().map(SinkOutput.Row::partition).collect(Collectors.toSet()))
+                .containsExactlyInAnyOrder("dt=2025-11-23/hour=23", "dt=2025-11-24/hour=00");
         assertThat(rows.stream().map(SinkOutput.Row::key).distinct().count()).isEqualTo(valid);
         for (SinkOutput.Row row : rows) {
             assertThat(row.eventTimeMillis()).isEqualTo(row.sentNs() / 1_000_000L);

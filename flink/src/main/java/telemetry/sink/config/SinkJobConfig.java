@@ -29,8 +29,13 @@ public final class SinkJobConfig implements Serializable {
             Set.of("bootstrap.servers", "topic", "group.id", "security.protocol", "starting.offsets",
                     "sasl.username", "sasl.password");
     static final Set<String> SINK_KEYS =
-            Set.of("output.path", "dead.letter.path", "max.part.size.mb", "checkpoint.interval.ms",
+            Set.of("output.path", "dead.letter.path", "smoke.path", "max.part.size.mb", "checkpoint.interval.ms",
                     "earliest.event.date", "max.clock.ahead.seconds");
+    /**
+     * The run id prefix of the deployment's smoke runs (`telemetry deploy`'s smoke step names its
+     * runs smoke-YYYYmmdd-HHMMSS): their records go to smoke.path, never into the table.
+     */
+    public static final String SMOKE_RUN_PREFIX = "smoke-";
     static final Set<String> PATH_SCHEMES = Set.of("s3", "s3a", "file");
 
     public static final int DEFAULT_MAX_PART_SIZE_MB = 128;
@@ -52,6 +57,11 @@ public final class SinkJobConfig implements Serializable {
     public final StartingOffsets startingOffsets;
     public final String outputPath;
     public final String deadLetterPath;
+    /**
+     * Where records of smoke runs ({@link #SMOKE_RUN_PREFIX}) go, outside output.path; null: no
+     * such separation, they are filed with every other record.
+     */
+    public final String smokePath;
     public final int maxPartSizeMb;
     /** Used only when the job runs locally; Managed Flink configures checkpointing itself. */
     public final long checkpointIntervalMs;
@@ -105,6 +115,14 @@ public final class SinkJobConfig implements Serializable {
                     "property Sink.dead.letter.path (" + deadLetterPath + ") and Sink.output.path ("
                             + outputPath + ") must not contain one another: the telemetry table reads"
                             + " everything under output.path");
+        }
+        String smoke = sink.getProperty("smoke.path");
+        smokePath = smoke == null || smoke.isBlank() ? null : path(sink, "smoke.path");
+        if (smokePath != null && (nested(outputPath, smokePath) || nested(deadLetterPath, smokePath))) {
+            throw new InvalidPropertyException(
+                    "property Sink.smoke.path (" + smokePath + ") must not contain or be inside Sink.output.path ("
+                            + outputPath + ") or Sink.dead.letter.path (" + deadLetterPath
+                            + "): smoke records are kept out of the telemetry table");
         }
         maxPartSizeMb = (int) integer(SINK_GROUP, sink, "max.part.size.mb", DEFAULT_MAX_PART_SIZE_MB,
                 1, MAX_MAX_PART_SIZE_MB);
@@ -274,6 +292,7 @@ public final class SinkJobConfig implements Serializable {
                 + (saslUsername == null ? "" : ", sasl.username=" + saslUsername)
                 + ", starting.offsets=" + startingOffsets.propertyValue
                 + ", output.path=" + outputPath + ", dead.letter.path=" + deadLetterPath
+                + (smokePath == null ? "" : ", smoke.path=" + smokePath)
                 + ", max.part.size.mb=" + maxPartSizeMb + ", checkpoint.interval.ms=" + checkpointIntervalMs
                 + ", earliest.event.date=" + earliestEventDate + ", max.clock.ahead.seconds=" + maxClockAheadSeconds + "}";
     }

@@ -25,6 +25,7 @@ class SinkJobConfigTest {
         assertThat(config.maxPartSizeMb).isEqualTo(SinkJobConfig.DEFAULT_MAX_PART_SIZE_MB);
         assertThat(config.checkpointIntervalMs).isEqualTo(SinkJobConfig.DEFAULT_LOCAL_CHECKPOINT_INTERVAL_MS);
         assertThat(config.outputPath).isEqualTo("s3://bucket/telemetry");
+        assertThat(config.smokePath).isNull(); // smoke runs' records filed with the others
         assertThat(config.kafkaClientProperties())
                 .containsEntry("security.protocol", "SASL_SSL")
                 .containsEntry("sasl.mechanism", "AWS_MSK_IAM")
@@ -41,7 +42,11 @@ class SinkJobConfigTest {
             {"Sink", "max.part.size.mb", "64"},
             {"Sink", "checkpoint.interval.ms", "2500"},
             {"Sink", "output.path", "file:///tmp/out/"},
+            {"Sink", "smoke.path", "file:///tmp/smoke/"},
         }));
+
+        assertThat(config.smokePath).isEqualTo("file:///tmp/smoke");
+        assertThat(config.toString()).contains("smoke.path=file:///tmp/smoke");
 
         assertThat(config.securityProtocol).isEqualTo(SecurityProtocol.PLAINTEXT);
         assertThat(config.kafkaClientProperties()).containsOnlyKeys("security.protocol");
@@ -66,6 +71,9 @@ class SinkJobConfigTest {
         "Sink|output.path|gs://bucket/x|property Sink.output.path is \"gs://bucket/x\"; expected a URI such as s3://bucket/prefix or file:///tmp/telemetry (schemes: s3, s3a, file)",
         "Sink|dead.letter.path|s3:///no-bucket|property Sink.dead.letter.path is \"s3:///no-bucket\"; expected a URI such as s3://bucket/prefix or file:///tmp/telemetry (schemes: s3, s3a, file)",
         "Sink|dead.letter.path|s3://bucket/telemetry/dead|property Sink.dead.letter.path (s3://bucket/telemetry/dead) and Sink.output.path (s3://bucket/telemetry) must not contain one another: the telemetry table reads everything under output.path",
+        "Sink|smoke.path|s3://bucket/telemetry/smoke|property Sink.smoke.path (s3://bucket/telemetry/smoke) must not contain or be inside Sink.output.path (s3://bucket/telemetry) or Sink.dead.letter.path (s3://bucket/dead-letters): smoke records are kept out of the telemetry table",
+        "Sink|smoke.path|s3://bucket|property Sink.smoke.path (s3://bucket) must not contain or be inside Sink.output.path (s3://bucket/telemetry) or Sink.dead.letter.path (s3://bucket/dead-letters): smoke records are kept out of the telemetry table",
+        "Sink|smoke.path|smoke/|property Sink.smoke.path is \"smoke/\"; expected a URI such as s3://bucket/prefix or file:///tmp/telemetry (schemes: s3, s3a, file)",
         "Sink|max.part.size.mb|0|property Sink.max.part.size.mb is \"0\"; expected an integer from 1 to 4096",
         "Sink|max.part.size.mb|1.5|property Sink.max.part.size.mb is \"1.5\"; expected an integer from 1 to 4096",
         "Sink|checkpoint.interval.ms|10|property Sink.checkpoint.interval.ms is \"10\"; expected an integer >= 100",
