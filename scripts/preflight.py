@@ -194,6 +194,12 @@ OPERATOR_ACTIONS = (
     "autoscaling:UpdateAutoScalingGroup",
     # The fleet's reports, and the smoke run's records read back from the telemetry bucket (its KMS key).
     "s3:ListBucket", "s3:GetObject", "kms:Decrypt",
+    # The smoke run over MQTT: its devices provisioned if missing (their keys in SecureString
+    # parameters under the device credentials key), IoT's endpoint and counts of the run.
+    "iot:ListThings", "iot:GetPolicy", "iot:CreateThing", "iot:CreateKeysAndCertificate", "iot:AttachPolicy",
+    "iot:AttachThingPrincipal", "iot:ListThingPrincipals", "iot:ListAttachedPolicies", "iot:ListPrincipalThings",
+    "iot:DescribeCertificate", "iot:DescribeEndpoint", "ssm:GetParametersByPath",
+    "kms:Encrypt", "kms:GenerateDataKey", "cloudwatch:GetMetricData",
 )  # fmt: skip
 # The CDK bootstrap's roles the CLI assumes (default qualifier), and the topic administrator.
 CDK_ROLES = ("deploy-role", "file-publishing-role", "lookup-role")

@@ -490,18 +490,29 @@ def one_line(error: BaseException) -> str:
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
     config = load_environment(read_environments(), args.env)
-    fleet = Fleet(config)
     session = session_factory(config.region)
-    iot = session.client("iot", config=botocore_config())
-    provisioner = Provisioner(fleet, DeviceRegistry(iot), CredentialStore(session.client("ssm", config=botocore_config()), fleet))
     if args.export:
-        return provisioner.export(args.export, args.first, args.count)
+        return provisioner_for(config, session).export(args.export, args.first, args.count)
     if args.delete:
-        return provisioner.delete(dry_run=args.dry_run)
+        return provisioner_for(config, session).delete(dry_run=args.dry_run)
+    return ensure_devices(config, session, args.count, dry_run=args.dry_run)
+
+
+def provisioner_for(config: EnvironmentConfig, session, say: Callable[[str], None] = print) -> Provisioner:
+    fleet = Fleet(config)
+    return Provisioner(fleet, DeviceRegistry(session.client("iot", config=botocore_config())),
+                       CredentialStore(session.client("ssm", config=botocore_config()), fleet), say=say)
+
+
+def ensure_devices(config: EnvironmentConfig, session, count: int, *, dry_run: bool = False,
+                   say: Callable[[str], None] = print) -> int:
+    """Devices 1..count exist with stored credentials (what is missing is created, what an
+    interrupted run left is repaired); 0 when every one is, 1 when some failed."""
+    provisioner = provisioner_for(config, session, say)
     outputs = deployed_outputs(session.client("cloudformation", config=botocore_config()), device_gateway_stack_name(config))
     key_arn = outputs.get(CREDENTIALS_KEY_OUTPUT)
-    provisioner.registry.require_policy(fleet.policy)
-    return provisioner.create(args.count, key_arn=key_arn, dry_run=args.dry_run)
+    provisioner.registry.require_policy(provisioner.fleet.policy)
+    return provisioner.create(count, key_arn=key_arn, dry_run=dry_run)
 
 
 def botocore_config():

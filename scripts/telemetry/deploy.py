@@ -12,8 +12,9 @@ The steps, in order, each named as `--dry-run` prints them:
     bootstrap  the Service Fabric cluster on its seed nodes
     scale      the scaling node group brought to its configured size, every node joined
     flink      the telemetry sink's Flink application started
-    smoke      a short simulator fleet run through MSK, every record back through the Flink sink
-               (beside the lake, not in it), every seed node Up
+    smoke      short simulator fleet runs over Kafka and, as provisioned devices, through AWS IoT
+               Core; every record back through the Flink sink (beside the lake, not in it); every
+               seed node Up
 
 The plan comes from the configuration and the synthesized templates (cdk.out, or a synthesis
 made here when cdk.out holds no stacks of the environment), offline and without credentials.
@@ -171,11 +172,18 @@ def in_dependency_order(stacks: Sequence[Stack]) -> list[Stack]:
 
 
 def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
-    from scripts.telemetry.journey import SMOKE_RATE, SMOKE_SECONDS, smoke_read_back_bound
+    from scripts.telemetry.journey import (
+        SMOKE_MQTT_DEVICES,
+        SMOKE_MQTT_RATE,
+        SMOKE_RATE,
+        SMOKE_SECONDS,
+        smoke_read_back_bound,
+    )
     from stacks.naming import (
         SMOKE_EXPIRE_DAYS,
         SMOKE_PREFIX,
         bootstrap_parameter_name,
+        device_rule_name,
         gateway_thumbprint_parameter_name,
         manage_topics_document_name,
         scaling_group_name,
@@ -230,8 +238,12 @@ def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
         ]),
         Step("smoke", [
             f"run the simulator fleet over Kafka (IAM) for {SMOKE_SECONDS} s at {SMOKE_RATE:,} msg/s into topic "
-            f"{config.simulator_fleet.topic} as run smoke-<time>, and require no message lost",
-            f"require every acknowledged record back through the Flink sink within "
+            f"{config.simulator_fleet.topic} as run smoke-<time>-kafka, and require no message lost",
+            f"make sure devices 1-{SMOKE_MQTT_DEVICES} of the simulator fleet are provisioned in AWS IoT (created if "
+            f"missing), then publish as them from one fleet host over MQTT for {SMOKE_SECONDS} s at {SMOKE_MQTT_RATE} "
+            f"msg/s through AWS IoT Core and rule {device_rule_name(config)} as run smoke-<time>-mqtt, and require "
+            "no message lost",
+            f"require every acknowledged record of both runs back through the Flink sink within "
             f"{smoke_read_back_bound(config):.0f} s, under s3://<telemetry bucket>/{SMOKE_PREFIX}/: the sink files "
             f"smoke runs there, outside the telemetry table, and they expire after {SMOKE_EXPIRE_DAYS} day",
             f"require all {fabric.seed_node_count} seed nodes Up at the cluster's HTTP gateway (from this machine: it "

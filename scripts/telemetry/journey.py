@@ -22,10 +22,11 @@ The steps and how each knows it is done:
     flink      the Flink application is running (RUNNING, AUTOSCALING or MAINTENANCE); a READY one
                is started and waited for, and a start that falls back to READY fails with the
                reason its operation gives
-    smoke      never "done": a short simulator fleet run through MSK must lose nothing, every
-               record it acknowledged must come back through the Flink sink into S3 within the
-               bound smoke_read_back_bound() gives (beside the lake, under smoke/, never in its
-               table), and every seed node must be Up at the cluster's gateway
+    smoke      never "done": two short simulator fleet runs, one producing to MSK, one publishing
+               as provisioned devices through AWS IoT Core, must lose nothing; every record they
+               acknowledged must come back through the Flink sink into S3 within the bound
+               smoke_read_back_bound() gives (beside the lake, under smoke/, never in its table);
+               every seed node must be Up at the cluster's gateway
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from scripts.telemetry.errors import OperationFailed
 
 REPO = Path(__file__).resolve().parent.parent.parent
 SMOKE_RATE, SMOKE_SECONDS = 1000, 30
+# The MQTT leg: a few provisioned devices on one host, each well under AWS IoT Core's 100
+# publishes per second per connection (AWS IoT Core endpoints and quotas).
+SMOKE_MQTT_DEVICES, SMOKE_MQTT_RATE = 5, 100
 # Beyond two checkpoint intervals: the S3 listing, and a slow first checkpoint of a fresh start.
 SMOKE_READ_BACK_MARGIN_S, SMOKE_POLL_S = 120.0, 15.0
 
@@ -592,37 +596,52 @@ class Smoke:
         return ""
 
     def run(self) -> None:
+        from scripts.provision_devices import ensure_devices
+
+        run_id = _smoke_run_id()
+        started = time.time()
+        acked = {f"{run_id}-kafka": self._leg(f"{run_id}-kafka", "kafka", SMOKE_RATE, devices=100)}
+        # Over MQTT as provisioned devices (created here if missing; the fleet's own identities),
+        # one host, through AWS IoT Core and the device gateway's rule into the same topic.
+        if ensure_devices(self.config, self.session, SMOKE_MQTT_DEVICES, say=lambda line: self.say(f"  {line}")) != 0:
+            raise OperationFailed(f"devices 1-{SMOKE_MQTT_DEVICES} of the simulator fleet could not be provisioned "
+                                  "(the lines above say why); telemetry devices provision repairs them")
+        acked[f"{run_id}-mqtt"] = self._leg(f"{run_id}-mqtt", "mqtt", SMOKE_MQTT_RATE, devices=SMOKE_MQTT_DEVICES, hosts=1)
+        bound = smoke_read_back_bound(self.config)
+        self.say(f"  waiting up to {bound:.0f} s for their {sum(acked.values()):,} records in the sink's smoke/ prefix")
+        stored = SmokeRecords(self.config, self.session, since=started - 300.0, sleep=self.sleep,
+                              clock=self.clock).wait_for(acked, bound)
+        short = [f"{run}: {stored.get(run, 0):,} of {count:,}" for run, count in acked.items()
+                 if stored.get(run, 0) < count]
+        if short:
+            raise OperationFailed(
+                f"the Flink sink did not store every acknowledged smoke record within {bound:.0f} s ({'; '.join(short)}); "
+                "see the sink's alarms and dashboard (a job that does not checkpoint commits nothing) and, for "
+                "mqtt, the device gateway's failed deliveries (telemetry devices replay)")
+        extra = sum(stored.values()) - sum(acked.values())
+        self.say(f"  sink: all {sum(acked.values()):,} records in S3" + (f", and {extra:,} more (duplicates)" if extra else "")
+                 + " (smoke/, outside the telemetry table; expires in a day)")
+        self.say(f"  cluster: {seeds_up(self.config, self.session)}")
+
+    def _leg(self, run_id: str, transport: str, rate: int, *, devices: int, hosts: int | None = None) -> int:
+        """One fleet run of SMOKE_SECONDS; the records it acknowledged, or OperationFailed. It
+        checks that messages flow and none is lost, not latency: the latency thresholds are set out
+        of reach (telemetry simulate judges latency)."""
         import argparse
 
         from scripts.run_simulation import Fleet, make_plan, run_fleet
 
-        # A smoke run checks that messages flow and none is lost, not latency: the latency
-        # thresholds are set out of reach (telemetry simulate judges latency).
-        args = argparse.Namespace(rate=SMOKE_RATE, duration=SMOKE_SECONDS, hosts=None, run_id=_smoke_run_id(),
-                                  warmup=5, processes=0, message_bytes=512, devices=100, transport="kafka",
-                                  slo_min_rate=SMOKE_RATE * 0.95, slo_p99_ms=60_000.0, slo_max_ms=60_000.0,
-                                  slo_max_lost=0, slo_max_delivery_errors=0)
-        plan = make_plan(self.config, args)
-        started = time.time()
-        report = run_fleet(plan, Fleet(self.session), hosts=None, poll_interval_s=10.0,
+        args = argparse.Namespace(rate=rate, duration=SMOKE_SECONDS, hosts=hosts, run_id=run_id, warmup=5, processes=0,
+                                  message_bytes=512, devices=devices, transport=transport, slo_min_rate=rate * 0.95,
+                                  slo_p99_ms=60_000.0, slo_max_ms=60_000.0, slo_max_lost=0, slo_max_delivery_errors=0)
+        report = run_fleet(make_plan(self.config, args), Fleet(self.session), hosts=hosts, poll_interval_s=10.0,
                            timeout_s=SMOKE_SECONDS + 600, metrics_delay_s=0.0, say=self.say)
-        rate, lost = report.get("throughput_msgs_per_s", 0.0), report.get("lost", 0)
+        rate_seen, lost = report.get("throughput_msgs_per_s", 0.0), report.get("lost", 0)
         if not report["slo"]["passed"]:
             failed = [c["name"] for c in report["slo"]["checks"] if not c["passed"]]
-            raise OperationFailed(f"the smoke run failed {', '.join(failed)}: {rate:,.0f} msg/s, {lost} lost")
-        self.say(f"  smoke run {args.run_id}: {rate:,.0f} msg/s through MSK, nothing lost")
-        acked = int(report.get("acked") or 0)
-        bound = smoke_read_back_bound(self.config)
-        self.say(f"  waiting up to {bound:.0f} s for its {acked:,} records in the sink's smoke/ prefix")
-        stored = SmokeRecords(self.config, self.session, args.run_id, since=started - 300.0,
-                              sleep=self.sleep, clock=self.clock).wait_for(acked, bound)
-        if stored < acked:
-            raise OperationFailed(
-                f"the Flink sink stored {stored:,} of the smoke run's {acked:,} acknowledged records within {bound:.0f} s "
-                "(see the sink's alarms and dashboard: a job that does not checkpoint commits nothing)")
-        extra = f", and {stored - acked:,} more (duplicates)" if stored > acked else ""
-        self.say(f"  sink: all {acked:,} records in S3{extra} (smoke/, outside the telemetry table; expires in a day)")
-        self.say(f"  cluster: {seeds_up(self.config, self.session)}")
+            raise OperationFailed(f"the smoke run {run_id} failed {', '.join(failed)}: {rate_seen:,.0f} msg/s, {lost} lost")
+        self.say(f"  smoke run {run_id}: {rate_seen:,.0f} msg/s over {transport}, nothing lost")
+        return int(report.get("acked") or 0)
 
 
 def smoke_read_back_bound(config: Any) -> float:
@@ -635,28 +654,28 @@ def smoke_read_back_bound(config: Any) -> float:
 
 @dataclass
 class SmokeRecords:
-    """A smoke run's records as the sink committed them under the bucket's smoke/ prefix: each
+    """Smoke runs' records as the sink committed them under the bucket's smoke/ prefix: each
     committed part file (Flink names them part-<uuid>-<n>.parquet; in-progress parts are hidden
-    multipart uploads or dot-files) read once, its rows of this run counted with DuckDB."""
+    multipart uploads or dot-files) read once, its rows counted per run id with DuckDB."""
 
     config: Any
     session: Any
-    run_id: str
     since: float  # epoch seconds; older objects are not read
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
-    counted: dict[str, int] = field(default_factory=dict)  # part file -> rows of this run
+    counted: dict[str, dict[str, int]] = field(default_factory=dict)  # part file -> rows per run id
     bucket: str | None = None
 
-    def wait_for(self, expected: int, bound_s: float) -> int:
+    def wait_for(self, expected: dict[str, int], bound_s: float) -> dict[str, int]:
+        """Rows per run id of `expected`, once each has its count or the bound has passed."""
         deadline = self.clock() + bound_s
         while True:
-            stored = self.count()
-            if stored >= expected or self.clock() >= deadline:
+            stored = self.count(list(expected))
+            if all(stored[run] >= count for run, count in expected.items()) or self.clock() >= deadline:
                 return stored
             self.sleep(SMOKE_POLL_S)
 
-    def count(self) -> int:
+    def count(self, runs: list[str]) -> dict[str, int]:
         import datetime
         import tempfile
 
@@ -678,16 +697,17 @@ class SmokeRecords:
                 with tempfile.NamedTemporaryFile(suffix=".parquet") as local:
                     s3.download_fileobj(bucket, key, local)
                     local.flush()
-                    self.counted[key] = rows_of_run(Path(local.name), self.run_id)
-        return sum(self.counted.values())
+                    self.counted[key] = rows_per_run(Path(local.name), runs)
+        return {run: sum(rows.get(run, 0) for rows in self.counted.values()) for run in runs}
 
 
-def rows_of_run(parquet: Path, run_id: str) -> int:
+def rows_per_run(parquet: Path, runs: list[str]) -> dict[str, int]:
     import duckdb
 
     with duckdb.connect() as db:
-        return int(db.execute("SELECT count(*) FROM read_parquet(?) WHERE run_id = ?", [str(parquet), run_id])
-                   .fetchone()[0])
+        found = db.execute("SELECT run_id, count(*) FROM read_parquet(?) WHERE list_contains(?, run_id) GROUP BY run_id",
+                           [str(parquet), runs]).fetchall()
+    return {run: int(count) for run, count in found}
 
 
 def seeds_up(config: Any, session: Any) -> str:

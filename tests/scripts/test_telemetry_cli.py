@@ -150,10 +150,12 @@ def test_the_installed_command_plans_a_first_deployment_offline(tmp_path):
     assert len(deploys) == len(list((REPO / "stacks").glob("*_stack.py")))
     # The smoke step says what it proves, and where its records go: beside the lake, not in it.
     smoke = plan["steps"][-1]["does"]
-    assert "as run smoke-<time>, and require no message lost" in smoke[0]
-    assert "back through the Flink sink within 240 s, under s3://<telemetry bucket>/smoke/" in smoke[1]
-    assert "outside the telemetry table, and they expire after 1 day" in smoke[1]
-    assert smoke[2].startswith("require all 3 seed nodes Up") and len(smoke) == 3
+    assert "over Kafka (IAM) for 30 s at 1,000 msg/s into topic telemetry as run smoke-<time>-kafka" in smoke[0]
+    assert smoke[1].startswith("make sure devices 1-5 of the simulator fleet are provisioned in AWS IoT")
+    assert "over MQTT for 30 s at 100 msg/s through AWS IoT Core and rule telemetry_dev_device_telemetry" in smoke[1]
+    assert "of both runs back through the Flink sink within 240 s, under s3://<telemetry bucket>/smoke/" in smoke[2]
+    assert "outside the telemetry table, and they expire after 1 day" in smoke[2]
+    assert smoke[3].startswith("require all 3 seed nodes Up") and len(smoke) == 4
 
 
 @pytest.mark.integration

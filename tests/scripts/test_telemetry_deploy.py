@@ -604,20 +604,31 @@ def test_a_gateway_out_of_reach_fails_the_smoke_check_saying_from_where_it_is_re
 SMOKE_BUCKET = "telemetry-dev-telemetrybucket"
 
 
+def describe_stack_response(stack: str, outputs: list[dict]) -> dict:
+    from tests.scripts.stack_outputs import stack_id
+
+    return {"Stacks": [{"StackName": stack, "StackId": stack_id(stack), "CreationTime": "2026-11-23T00:00:00Z",
+                        "StackStatus": "CREATE_COMPLETE", "Outputs": outputs}]}
+
+
 @pytest.fixture
 def smoke_account(moto_session, sf_pki, sf_emulator):
-    """What the smoke step reads: the TelemetrySink stack's bucket output, then the ServiceFabric
-    stack's gateway outputs (DescribeStacks through the Stubber, in the order the step asks), the
-    bucket in moto's S3, one simulator fleet host and the gateway emulator."""
-    from tests.scripts.stack_outputs import StubbedStackSession, dev_gateway, outputs_list, stack_id
+    """What the smoke step reads, in the order it asks: the DeviceGateway stack's device credentials
+    key (provisioning the MQTT leg's devices), the TelemetrySink stack's bucket, the ServiceFabric
+    stack's gateway (DescribeStacks through the Stubber); the device policy, the bucket and one
+    simulator fleet host in moto; the gateway emulator."""
+    from tests.scripts.stack_outputs import StubbedStackSession, dev_gateway, outputs_list
     from tests.scripts.test_run_simulation import deployed_fleet
 
+    key = moto_session.client("kms").create_key(Description="telemetry-dev device credentials")["KeyMetadata"]["Arn"]
+    # Provisioning only checks that the device gateway's policy exists (its statements: the stack's tests).
+    moto_session.client("iot").create_policy(policyName="telemetry-dev-device", policyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "iot:Connect", "Resource": "*"}]}))
     gateway_outputs = dev_gateway(moto_session, sf_pki, sf_emulator.endpoint)
-    account = StubbedStackSession(moto_session, "Telemetry-dev-TelemetrySink", outputs_list({"TelemetryBucket": SMOKE_BUCKET}))
-    account.stubber.add_response("describe_stacks", {"Stacks": [{
-        "StackName": "Telemetry-dev-ServiceFabric", "StackId": stack_id("Telemetry-dev-ServiceFabric"),
-        "CreationTime": "2026-11-23T00:00:00Z", "StackStatus": "CREATE_COMPLETE", "Outputs": gateway_outputs,
-    }]}, {"StackName": "Telemetry-dev-ServiceFabric"})
+    account = StubbedStackSession(moto_session, "Telemetry-dev-DeviceGateway", outputs_list({"DeviceCredentialsKeyArn": key}))
+    for stack, outputs in (("Telemetry-dev-TelemetrySink", outputs_list({"TelemetryBucket": SMOKE_BUCKET})),
+                           ("Telemetry-dev-ServiceFabric", gateway_outputs)):
+        account.stubber.add_response("describe_stacks", describe_stack_response(stack, outputs), {"StackName": stack})
     moto_session.client("s3").create_bucket(Bucket=SMOKE_BUCKET, CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
     deployed_fleet(moto_session, hosts=1)
     return account
@@ -636,39 +647,50 @@ def committed_smoke_file(session, tmp_path, key: str, runs: dict[str, int]) -> N
     session.client("s3").upload_file(str(local), SMOKE_BUCKET, key)
 
 
-def fleet_reported(session, monkeypatch, *, lost: int = 0, acked: int = 10_000) -> None:
-    """The smoke run's one host reports `acked` messages (1,000 msg/s for 10 s) to the results bucket."""
+def fleet_reported(session, monkeypatch, *, lost: dict[str, int] | None = None) -> None:
+    """Each leg's one host reports 10,000 acknowledged messages (1,000 msg/s for 10 s) to the
+    results bucket, for run ids smoke-test-kafka and smoke-test-mqtt."""
     from scripts.run_simulation import Fleet
     from scripts.telemetry import journey
     from tests.scripts.test_run_simulation import host_report, upload
 
     monkeypatch.setattr(journey, "_smoke_run_id", lambda: "smoke-test")
     (host,) = Fleet(session).running_hosts("telemetry-dev-simulator")
-    latencies = list(range(2_000, 2_000 + acked))
-    upload(session, "smoke-test", host, host_report(host, latencies, run_id="smoke-test", rate=1000, lost=lost))
+    latencies = list(range(2_000, 12_000))
+    for leg, rate in (("kafka", journey.SMOKE_RATE), ("mqtt", journey.SMOKE_MQTT_RATE)):
+        run = f"smoke-test-{leg}"
+        upload(session, run, host, host_report(host, latencies, run_id=run, rate=rate, lost=(lost or {}).get(leg, 0)))
 
 
-def test_the_smoke_step_runs_the_fleet_finds_every_record_in_the_sinks_smoke_prefix_then_checks_the_seeds(
+def test_the_smoke_step_runs_both_legs_finds_every_record_in_the_sinks_smoke_prefix_then_checks_the_seeds(
         smoke_account, monkeypatch, tmp_path):
-    """The whole step: the fleet run over moto's Run Command (the host's report in S3 as the
-    simulator writes one), its acknowledged records found in committed part files under smoke/
-    (other runs' rows, in-progress files and the table's prefix not counted), then the seeds at the
-    gateway emulator."""
+    """The whole step: the Kafka leg and the MQTT leg (its devices provisioned in moto's IoT first)
+    over moto's Run Command, each host's report in S3 as the simulator writes one; their
+    acknowledged records found in committed part files under smoke/ (other runs' rows, in-progress
+    files and the table's prefix not counted); then the seeds at the gateway emulator."""
     from scripts.telemetry import journey
 
     fleet_reported(smoke_account.session, monkeypatch)
     committed_smoke_file(smoke_account.session, tmp_path, "smoke/dt=2026-11-26/hour=06/part-a-0.parquet",
-                         {"smoke-test": 6_000, "smoke-earlier": 500})
-    committed_smoke_file(smoke_account.session, tmp_path, "smoke/dt=2026-11-26/hour=06/part-b-0.parquet", {"smoke-test": 4_000})
+                         {"smoke-test-kafka": 6_000, "smoke-earlier-kafka": 500, "smoke-test-mqtt": 10_000})
+    committed_smoke_file(smoke_account.session, tmp_path, "smoke/dt=2026-11-26/hour=06/part-b-0.parquet",
+                         {"smoke-test-kafka": 4_000})
     committed_smoke_file(smoke_account.session, tmp_path, "smoke/dt=2026-11-26/hour=06/.part-c-1.parquet.inprogress.d",
-                         {"smoke-test": 7})
-    committed_smoke_file(smoke_account.session, tmp_path, "telemetry/dt=2026-11-26/hour=06/part-d-0.parquet", {"smoke-test": 9})
+                         {"smoke-test-kafka": 7})
+    committed_smoke_file(smoke_account.session, tmp_path, "telemetry/dt=2026-11-26/hour=06/part-d-0.parquet",
+                         {"smoke-test-mqtt": 9})
     said: list[str] = []
     journey.Smoke(CONFIG, smoke_account, said.append, sleep=lambda s: pytest.fail("every record was there")).run()
-    assert said[-4:] == [
-        "  smoke run smoke-test: 1,000 msg/s through MSK, nothing lost",
-        f"  waiting up to {journey.smoke_read_back_bound(CONFIG):.0f} s for its 10,000 records in the sink's smoke/ prefix",
-        "  sink: all 10,000 records in S3 (smoke/, outside the telemetry table; expires in a day)",
+    things = smoke_account.session.client("iot").list_things()["things"]
+    assert sorted(t["thingName"] for t in things) == [f"telemetry-dev-device-{n:06d}" for n in range(1, 6)]
+    assert "  devices 1-5: 5 created, 0 repaired, 0 unchanged, 0 failed" in said
+    assert [line for line in said if line.startswith("  smoke run")] == [
+        "  smoke run smoke-test-kafka: 1,000 msg/s over kafka, nothing lost",
+        "  smoke run smoke-test-mqtt: 1,000 msg/s over mqtt, nothing lost",
+    ]
+    assert said[-3:] == [
+        f"  waiting up to {journey.smoke_read_back_bound(CONFIG):.0f} s for their 20,000 records in the sink's smoke/ prefix",
+        "  sink: all 20,000 records in S3 (smoke/, outside the telemetry table; expires in a day)",
         "  cluster: 3 of 3 seed nodes Up",
     ]
 
@@ -677,22 +699,24 @@ def test_records_the_sink_has_not_committed_within_the_bound_fail_the_smoke_step
     from scripts.telemetry import journey
 
     fleet_reported(smoke_account.session, monkeypatch)
-    committed_smoke_file(smoke_account.session, tmp_path, "smoke/dt=2026-11-26/hour=06/part-a-0.parquet", {"smoke-test": 9_990})
+    committed_smoke_file(smoke_account.session, tmp_path, "smoke/dt=2026-11-26/hour=06/part-a-0.parquet",
+                         {"smoke-test-kafka": 10_000, "smoke-test-mqtt": 9_990})
     waits: list[float] = []
     step = journey.Smoke(CONFIG, smoke_account, lambda line: None, sleep=waits.append, clock=lambda: sum(waits))
     bound = journey.smoke_read_back_bound(CONFIG)
-    with pytest.raises(OperationFailed, match=rf"^the Flink sink stored 9,990 of the smoke run's 10,000 acknowledged "
-                                              rf"records within {bound:.0f} s \(see the sink's alarms"):
+    with pytest.raises(OperationFailed, match=rf"^the Flink sink did not store every acknowledged smoke record within "
+                                              rf"{bound:.0f} s \(smoke-test-mqtt: 9,990 of 10,000\); see the sink's"):
         step.run()
     assert waits and all(w == journey.SMOKE_POLL_S for w in waits)
     assert sum(waits) == bound  # looked again every SMOKE_POLL_S until the bound, then gave up
 
 
-def test_a_smoke_run_that_lost_messages_fails_before_the_sink_is_read(smoke_account, monkeypatch):
+@pytest.mark.parametrize("leg", ["kafka", "mqtt"])
+def test_a_smoke_leg_that_lost_messages_fails_before_the_sink_is_read(smoke_account, monkeypatch, leg):
     from scripts.telemetry import journey
 
-    fleet_reported(smoke_account.session, monkeypatch, lost=5)
-    with pytest.raises(OperationFailed, match=r"^the smoke run failed .*: 1,000 msg/s, 5 lost$"):
+    fleet_reported(smoke_account.session, monkeypatch, lost={leg: 5})
+    with pytest.raises(OperationFailed, match=rf"^the smoke run smoke-test-{leg} failed .*: 1,000 msg/s, 5 lost$"):
         journey.Smoke(CONFIG, smoke_account, lambda line: None).run()
 
 
