@@ -5,7 +5,9 @@ zones exist in the region; the account is CDK-bootstrapped (version 6 or later);
 secrets exist and hold the keys the nodes and tools read; the Service Quotas leave room for the
 environment at its largest (On-Demand Standard vCPUs for seeds, scaling nodes at their maximum and
 the simulator fleet; Elastic IPs for the NAT gateways; MSK brokers); cluster management is not open
-to the internet in production. Reads only; changes nothing.
+to the internet in production; this machine has the tools; the caller's own permissions (IAM
+policy simulation); with --mfa-serial, that the MFA device assumes the topic administrator role
+(one AssumeRole, its credentials dropped). Reads only; changes nothing.
 
 Exit codes: 0 no blocker; 1 at least one blocker (each is one line under the table); 2 bad
 input (unknown environment, invalid config) or no usable credentials.
@@ -262,6 +264,37 @@ def one_line_error(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
+def check_topic_admin(session, config: EnvironmentConfig, mfa_serial: str | None,
+                      read_code: Callable[[str], str] | None = None) -> Check:
+    """The MFA device can assume the topic administrator role, as `telemetry topics` will: one
+    AssumeRole with the device's code (15 minutes, the credentials dropped at once). Its trust
+    policy requires MFA, which a policy simulation cannot prove (the caller's MFA is not in the
+    request). Skipped, with what to pass, without --mfa-serial; a warning before the Msk stack
+    has created the role."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from scripts.manage_topics import assume_topic_admin, declared_environment
+    from simulator.errors import SimulatorError
+    from stacks.naming import topic_admin_role_name
+
+    label, role = "topic administrator (MFA)", topic_admin_role_name(config)
+    if not mfa_serial:
+        return Check(label, WARNING, f"not checked: pass --mfa-serial ARN and preflight assumes {role} once with a code")
+    iam = session.client("iam")
+    try:
+        iam.get_role(RoleName=role)
+    except iam.exceptions.NoSuchEntityException:
+        return Check(label, WARNING, f"{role} does not exist yet (the Msk stack creates it): check again after deploying")
+    except (BotoCoreError, ClientError) as error:
+        return Check(label, WARNING, f"cannot read {role} ({one_line_error(error)}); trying to assume it")
+    try:
+        assume_topic_admin(declared_environment(config.name), mfa_serial, read_code=read_code, session=session,
+                           duration_s=900)
+    except SimulatorError as error:  # TopicError: one line naming the role and STS's answer
+        return Check(label, BLOCKER, str(error))
+    return Check(label, OK, f"{mfa_serial} assumed {role} (the credentials were dropped)")
+
+
 def check_tools() -> Check:
     """What deploying from this machine runs: the CDK CLI on the checkout's Node, Maven and Java
     for the synthesis (scripts/telemetry/cdk_cli.py)."""
@@ -273,7 +306,8 @@ def check_tools() -> Check:
     return Check("tools", OK, "CDK CLI on .venv's Node, mvn, java")
 
 
-def preflight(config: EnvironmentConfig, session) -> list[Check]:
+def preflight(config: EnvironmentConfig, session, mfa_serial: str | None = None,
+              read_code: Callable[[str], str] | None = None) -> list[Check]:
     ec2, quotas = session.client("ec2"), ServiceQuotas(session.client("service-quotas"))
     secrets = session.client("secretsmanager")
     fabric = config.service_fabric
@@ -281,6 +315,7 @@ def preflight(config: EnvironmentConfig, session) -> list[Check]:
         check_tools(),
         check_account(session.client("sts"), config),
         check_permissions(session, config),
+        check_topic_admin(session, config, mfa_serial, read_code),
         check_zones(ec2, config),
         check_bootstrap(session.client("ssm"), config),
         check_secret(secrets, fabric.cluster_certificate_secret, CLUSTER_SECRET_KEYS),
@@ -302,12 +337,14 @@ def report(config: EnvironmentConfig, checks: Sequence[Check]) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Nothing beyond the environment (`telemetry preflight --env ENV`)."""
+    parser.add_argument("--mfa-serial", metavar="ARN",
+                        help="your MFA device: preflight then assumes the topic administrator role once, as "
+                        "telemetry topics will (the code is read from the terminal)")
 
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
     config = load_environment(read_environments(), args.env)
-    checks = preflight(config, session_factory(config.region))
+    checks = preflight(config, session_factory(config.region), getattr(args, "mfa_serial", None))
     if getattr(args, "format", "text") != "json":
         return report(config, checks)
     blockers = sum(1 for c in checks if c.result == BLOCKER)

@@ -3,6 +3,7 @@ answered through botocore's Stubber, which checks requests and responses against
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -51,6 +52,9 @@ class Session:
     def client(self, name):
         return self.quotas if name == "service-quotas" else self.session.client(name)
 
+    def __getattr__(self, name):  # get_partition_for_region, events: the moto session's
+        return getattr(self.session, name)
+
 
 @pytest.fixture
 def account(monkeypatch, moto_session):
@@ -66,9 +70,9 @@ def account(monkeypatch, moto_session):
     return session
 
 
-def run(session, capsys, quotas=QUOTAS) -> tuple[int, dict[str, tuple[str, str]], str]:
+def run(session, capsys, quotas=QUOTAS, *flags: str) -> tuple[int, dict[str, tuple[str, str]], str]:
     stubbed = Session(session, quotas)
-    code = cli.main(["preflight", "--env", "dev"], session_factory=lambda region: stubbed)
+    code = cli.main(["preflight", "--env", "dev", *flags], session_factory=lambda region: stubbed)
     out, err = capsys.readouterr()
     rows = {}
     for line in out.strip().splitlines()[1:-1]:
@@ -92,9 +96,64 @@ def test_a_ready_account_has_no_blocker(account, capsys):
         "secret telemetry-dev/service-fabric/cluster-certificate": "ok",
         "secret telemetry-dev/service-fabric/admin-certificate": "ok",
         "on-demand standard vCPUs": "ok", "Elastic IPs (NAT)": "ok", "MSK brokers": "ok",
-        "management CIDRs": "ok",
+        "management CIDRs": "ok", "topic administrator (MFA)": "warning",
     }
+    assert rows["topic administrator (MFA)"][1] == (
+        "not checked: pass --mfa-serial ARN and preflight assumes telemetry-dev-msk-topic-admin once with a code")
     assert err == ""
+
+
+MFA_SERIAL = f"arn:aws:iam::{ACCOUNT}:mfa/operator"
+
+
+@pytest.fixture
+def topic_admin_role(account):
+    """The role as the Msk stack creates it: trusting the account with MFA (its statements: the
+    stack's tests; STS's answer is what this check reads)."""
+    trust = {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, "Action": "sts:AssumeRole",
+        "Condition": {"Bool": {"aws:MultiFactorAuthPresent": "true"}}}]}
+    account.client("iam").create_role(RoleName="telemetry-dev-msk-topic-admin", AssumeRolePolicyDocument=json.dumps(trust))
+    return account
+
+
+def test_the_mfa_device_assumes_the_topic_administrator_once(topic_admin_role, capsys, monkeypatch):
+    asked: list[dict] = []
+    topic_admin_role.events.register("provide-client-params.sts.AssumeRole", lambda params, **_: asked.append(params))
+    monkeypatch.setattr("sys.stdin", io.StringIO("123456\n"))
+    code, rows, err = run(topic_admin_role, capsys, QUOTAS, "--mfa-serial", MFA_SERIAL)
+    assert code == 0, err
+    assert rows["topic administrator (MFA)"] == ("ok", f"{MFA_SERIAL} assumed telemetry-dev-msk-topic-admin (the credentials "
+                                                       "were dropped)")
+    (request,) = asked
+    assert (request["SerialNumber"], request["TokenCode"], request["DurationSeconds"]) == (MFA_SERIAL, "123456", 900)
+    assert request["RoleArn"] == f"arn:aws:iam::{ACCOUNT}:role/telemetry-dev-msk-topic-admin"
+    assert err == f"MFA code for {MFA_SERIAL}: "
+
+
+def test_a_refused_mfa_assumption_is_a_blocker_with_what_sts_said(topic_admin_role, capsys, monkeypatch):
+    """STS answers a refused AssumeRole with AccessDenied, HTTP 403 (STS API Reference, AssumeRole
+    and Common Errors): here through botocore's own parsing of that answer."""
+    from botocore.awsrequest import AWSResponse
+
+    message = (f"User: arn:aws:iam::{ACCOUNT}:user/operator is not authorized to perform: sts:AssumeRole on "
+               f"resource: arn:aws:iam::{ACCOUNT}:role/telemetry-dev-msk-topic-admin")
+    topic_admin_role.events.register("before-call.sts.AssumeRole", lambda **_: (
+        AWSResponse(None, 403, {}, None), {"Error": {"Code": "AccessDenied", "Message": message}}))
+    monkeypatch.setattr("sys.stdin", io.StringIO("654321\n"))
+    code, rows, err = run(topic_admin_role, capsys, QUOTAS, "--mfa-serial", MFA_SERIAL)
+    assert code == 1
+    assert rows["topic administrator (MFA)"][0] == "BLOCKER"
+    assert err.rstrip().endswith(f"blocker: topic administrator (MFA): cannot assume "
+                                    f"arn:aws:iam::{ACCOUNT}:role/telemetry-dev-msk-topic-admin: AccessDenied: {message}")
+
+
+def test_before_the_msk_stack_the_mfa_check_waits_for_the_role(account, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # never asked for a code
+    code, rows, err = run(account, capsys, QUOTAS, "--mfa-serial", MFA_SERIAL)
+    assert code == 0, err
+    assert rows["topic administrator (MFA)"] == (
+        "warning", "telemetry-dev-msk-topic-admin does not exist yet (the Msk stack creates it): check again after deploying")
 
 
 def test_vcpus_needed_are_the_environment_at_its_largest_plus_what_runs(account, capsys):
