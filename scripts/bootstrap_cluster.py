@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime
+import functools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +38,7 @@ from scripts.cluster_inventory import (
     synthesized_outputs,
     thumbprint,
 )
+from scripts.run_command_output import cloudwatch_output, whole_output
 from scripts.telemetry.errors import OperationFailed
 from stacks.config import EnvironmentConfig, ServiceFabricConfig, load_environment, read_environments
 from stacks.naming import (
@@ -44,12 +46,14 @@ from stacks.naming import (
     SEED_NODE_TYPE,
     cluster_created_parameter_name,
     gateway_thumbprint_parameter_name,
+    node_log_group_name,
     service_fabric_cluster_name,
 )
 from stacks.seed_addresses import SeedPlacement
 
 DATA_ROOT = "D:\\SF"  # the data volume userdata/prepare_node.ps1 formats
 FINISHED = {"Success", "Failed", "Cancelled", "TimedOut", "Cancelling"}
+CREATE_STEP = "createCluster"  # the create-cluster document's one step (stacks/documents/create_cluster.yaml)
 
 
 def node_type(name: str, settings: ServiceFabricConfig, *, primary: bool) -> dict:
@@ -151,12 +155,16 @@ def seed_instances(
 
 
 class Bootstrap:
-    """The AWS calls the bootstrap makes (EC2, Secrets Manager, SSM)."""
+    """The AWS calls the bootstrap makes (EC2, Secrets Manager, SSM; CloudWatch Logs for an output
+    GetCommandInvocation cut short). `log_group`: where the seed writes the document's whole output
+    (the nodes' log group, which their role may write)."""
 
-    def __init__(self, session) -> None:
+    def __init__(self, session, log_group: str = "") -> None:
         self.ec2 = session.client("ec2")
         self.secrets = session.client("secretsmanager")
         self.ssm = session.client("ssm")
+        self.log_group = log_group
+        self._session = session
 
     def publish_thumbprint(self, parameter: str, value: str) -> None:
         self.ssm.put_parameter(
@@ -186,6 +194,7 @@ class Bootstrap:
             Parameters={"clusterConfig": [encoded], "timeoutSeconds": [str(timeout_s)]},
             TimeoutSeconds=600,
             Comment=f"create Service Fabric cluster {cluster_config['name']}"[:100],
+            **({"CloudWatchOutputConfig": cloudwatch_output(self.log_group)} if self.log_group else {}),
         )
         return response["Command"]["CommandId"]
 
@@ -210,7 +219,12 @@ class Bootstrap:
             result = self.ssm.get_command_invocation(CommandId=command_id, InstanceId=instance_id)
         except self.ssm.exceptions.InvocationDoesNotExist:
             return "Pending", "", ""  # SSM takes a moment to register a new invocation
-        return result["Status"], result.get("StandardOutputContent") or "", result.get("StandardErrorContent") or ""
+        out, err = result.get("StandardOutputContent") or "", result.get("StandardErrorContent") or ""
+        if self.log_group and result["Status"] in FINISHED:
+            logs = functools.partial(self._session.client, "logs")
+            out = whole_output(logs, self.log_group, command_id, instance_id, CREATE_STEP, "stdout", out)
+            err = whole_output(logs, self.log_group, command_id, instance_id, CREATE_STEP, "stderr", err)
+        return result["Status"], out, err
 
 
 def wait_for_command(
@@ -286,7 +300,7 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
     if args.dry_run:
         return dry_run(args, config)
     session = session_factory(config.region)
-    aws = Bootstrap(session)
+    aws = Bootstrap(session, node_log_group_name(config))
     outputs: ClusterOutputs = deployed_outputs(session.client("cloudformation"), service_fabric_stack_name(config))
     seeds = outputs.seeds
     instances = seed_instances(config, seeds, node_instances(aws.ec2, service_fabric_cluster_name(config)))

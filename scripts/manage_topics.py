@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 
 from scripts.cluster_inventory import RUN_COMMAND_UNFINISHED
+from scripts.run_command_output import cloudwatch_output, last_line, whole_output
 from simulator.kafka_config import SASL_PASSWORD_ENV, connection_settings
 from simulator.topic_admin import (  # noqa: F401  (the Kafka side, re-exported for callers)
     AclChange,
@@ -67,6 +68,8 @@ from simulator.topic_admin import (  # noqa: F401  (the Kafka side, re-exported 
 )
 
 MS_PER_HOUR = 3_600_000
+TOPICS_STEP = "manageTopics"  # the document's one step (stacks/documents/manage_topics.yaml)
+OUTPUT_FIELDS = {"stdout": "StandardOutputContent", "stderr": "StandardErrorContent"}
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class Environment:
     fleet: str = ""  # the simulator fleet whose hosts reach the brokers (their FLEET_TAG value)
     topics_document: str = ""  # the fleet's Run Command document that reconciles on a host
     token_parameter: str = ""  # the path under which each run's token parameter is made (<path>/<run>)
+    command_log_group: str = ""  # where the fleet hosts write the document's whole output
 
 
 def declared_environment(environment: str) -> Environment:
@@ -88,6 +92,7 @@ def declared_environment(environment: str) -> Environment:
     from stacks.naming import (
         bootstrap_parameter_name,
         manage_topics_document_name,
+        simulator_fleet_commands_log_group_name,
         simulator_fleet_name,
         topic_admin_role_name,
         topics_reconciled_parameter_name,
@@ -113,6 +118,7 @@ def declared_environment(environment: str) -> Environment:
         simulator_fleet_name(config),
         manage_topics_document_name(config),
         topics_token_parameter_name(config),
+        simulator_fleet_commands_log_group_name(config),
     )
 
 
@@ -281,9 +287,16 @@ def reconcile_on_fleet(
                 command_id = ssm.send_command(
                     DocumentName=environment.topics_document, DocumentVersion="$LATEST", InstanceIds=[host],
                     Parameters=parameters, TimeoutSeconds=COMMAND_START_TIMEOUT_S, Comment=comment,
+                    CloudWatchOutputConfig=cloudwatch_output(environment.command_log_group),
                 )["Command"]["CommandId"]  # fmt: skip
                 print(f"{doing} on fleet host {host} (Run Command {command_id})", file=out, flush=True)
-                return _follow(ssm, command_id, host, poll_s=poll_s, clock=clock, sleep=sleep, out=out)
+
+                def output(result: dict, which: str) -> str:
+                    return whole_output(lambda: session.client("logs"), environment.command_log_group, command_id,
+                                        host, TOPICS_STEP, which, result.get(OUTPUT_FIELDS[which]) or "",
+                                        sleep=sleep, clock=clock)
+
+                return _follow(ssm, command_id, host, poll_s=poll_s, clock=clock, sleep=sleep, out=out, output=output)
             except BaseException:
                 if command_id:
                     _cancel(ssm, command_id, host, out)
@@ -291,7 +304,7 @@ def reconcile_on_fleet(
 
         installed = on_host({"installOnly": ["true"]}, "telemetry topics: install", "installing")
         if installed["Status"] != "Success":
-            _fail(installed, host, "the install")
+            _fail(installed, host, "the install", out)
         credentials = assume_topic_admin(
             environment, args.mfa_serial, read_code=read_code, session=session, duration_s=TOKEN_SESSION_S
         )
@@ -316,14 +329,17 @@ def reconcile_on_fleet(
         return 0
     if status == "Failed" and code == EXIT_CANNOT_RECONCILE:
         return 1  # a difference Kafka cannot reconcile, printed above
-    _fail(result, host, "the reconcile")
+    _fail(result, host, "the reconcile", out)
 
 
-def _fail(result: dict, host: str, what: str):
-    """A Run Command invocation that did not succeed, as one line (its last stderr line)."""
+def _fail(result: dict, host: str, what: str, out):
+    """A Run Command invocation that did not succeed: its whole stderr printed (read back from
+    CloudWatch Logs by _follow), then one line, its last."""
     status, code = result["Status"], result.get("ResponseCode", -1)
-    errors = (result.get("StandardErrorContent") or "").strip().splitlines()
-    reason = errors[-1] if errors else result.get("StatusDetails", status)
+    errors = result.get("WholeStandardError", "")
+    if errors.strip():
+        print(f"stderr of {what} on {host}:\n{errors.rstrip()}", file=out, flush=True)
+    reason = last_line(errors) or result.get("StatusDetails", status)
     if status == "Failed" and code == EXIT_INSTALL_FAILED:
         raise TopicError(f"fleet host {host} could not install the simulator package: {reason}")
     raise TopicError(f"{what} on {host} ended {status} (exit {code}): {reason}")
@@ -341,13 +357,16 @@ def _cancel(ssm, command_id: str, host: str, out) -> None:
               f"--command-id {command_id}", file=out, flush=True)
 
 
-def _follow(ssm, command_id: str, host: str, *, poll_s: float, clock, sleep, out) -> dict:
-    """Polls the invocation until it ends, saying so while it waits, then prints its output.
+def _follow(ssm, command_id: str, host: str, *, poll_s: float, clock, sleep, out, output=None) -> dict:
+    """Polls the invocation until it ends, saying so while it waits, then prints its whole stdout
+    (`output(result, "stdout"|"stderr")`: from CloudWatch Logs) and keeps its whole stderr in the
+    result as WholeStandardError.
 
     GetCommandInvocation gives no output while a command runs: StandardOutputContent is "the
     first 24,000 characters written by the plugin to stdout. If the command hasn't finished
     running, if ExecutionStatus is neither Succeeded nor Failed, then this string is empty" (SSM
-    API Reference, GetCommandInvocation). A reconcile writes a few lines."""
+    API Reference, GetCommandInvocation)."""
+    output = output or (lambda result, which: result.get(OUTPUT_FIELDS[which]) or "")
     started = clock()
     deadline = started + COMMAND_START_TIMEOUT_S + COMMAND_STEP_TIMEOUT_S
     said, said_at = "", started
@@ -358,9 +377,9 @@ def _follow(ssm, command_id: str, host: str, *, poll_s: float, clock, sleep, out
             result = {"Status": "Pending"}  # SSM takes a moment to register a new invocation
         status = result["Status"]
         if status not in RUN_COMMAND_UNFINISHED:
-            output = result.get("StandardOutputContent") or ""
-            print(output, end="" if output.endswith("\n") or not output else "\n", file=out, flush=True)
-            return result
+            text = output(result, "stdout")
+            print(text, end="" if text.endswith("\n") or not text else "\n", file=out, flush=True)
+            return {**result, "WholeStandardError": output(result, "stderr") if status != "Success" else ""}
         now = clock()
         if now > deadline:
             raise TopicError(f"Run Command {command_id} on {host} has not ended after {now - started:.0f} s")

@@ -202,6 +202,8 @@ OPERATOR_ACTIONS = (
     "iot:AttachThingPrincipal", "iot:ListThingPrincipals", "iot:ListAttachedPolicies", "iot:ListPrincipalThings",
     "iot:DescribeCertificate", "iot:DescribeEndpoint", "ssm:GetParametersByPath",
     "kms:Encrypt", "kms:GenerateDataKey", "cloudwatch:GetMetricData",
+    # A Run Command output GetCommandInvocation cut short, read whole from its log group.
+    "logs:GetLogEvents",
 )  # fmt: skip
 # The CDK bootstrap's roles the CLI assumes (default qualifier), and the topic administrator.
 CDK_ROLES = ("deploy-role", "file-publishing-role", "lookup-role")

@@ -31,6 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 from scripts.cluster_inventory import RUN_COMMAND_UNFINISHED, ToolError
+from scripts.run_command_output import cloudwatch_output, whole_output
 from simulator.errors import SimulatorError
 from simulator.flags import add_slo_flags, given_thresholds
 from simulator.slo import thresholds_of
@@ -44,10 +45,12 @@ from stacks.naming import (
     device_rule_name,
     SIMULATOR_METRICS_NAMESPACE,
     run_simulator_document_name,
+    simulator_fleet_commands_log_group_name,
     simulator_fleet_name,
     simulator_runs_log_group_name,
 )
 
+RUN_STEP = "runSimulator"  # the run document's one step (stacks/documents/run_simulator.yaml)
 RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9-]{0,63}"  # the Run Command document's allowedPattern
 # Installing the simulator on a fresh host takes a minute or two; allow for it beyond the run.
 SETUP_ALLOWANCE_S = 600
@@ -75,6 +78,7 @@ class RunPlan:
     rule_name: str = ""  # the device gateway's topic rule (mqtt runs)
     topic_partitions: int = 0  # partitions of the simulator's topic (cdk.json msk.topics)
     connect_quota: int = 500  # the account's AWS IoT CONNECTs/s (cdk.json device_gateway.connect_quota_per_s)
+    command_log_group: str = ""  # where the hosts write the run document's whole output
     # SLO thresholds given to the run (--slo-*), over the hosts' own for the fleet's verdict.
     slo_overrides: Mapping[str, float] = field(default_factory=dict)
 
@@ -225,22 +229,29 @@ class Fleet:
             f"document {document} names no results bucket; is the SimulatorFleet stack deployed?"
         )
 
-    def send(self, document: str, instance_ids: list[str], parameters: dict, timeout_s: int) -> str:
+    def send(self, document: str, instance_ids: list[str], parameters: dict, timeout_s: int, log_group: str = "") -> str:
+        """The run document to the hosts; with `log_group`, each host's whole output goes there."""
         response = self._ssm.send_command(
             DocumentName=document,
             InstanceIds=instance_ids,
             Parameters=parameters,
             TimeoutSeconds=max(30, min(2_592_000, timeout_s)),
             Comment=f"simulator run {parameters['runId'][0]}"[:100],
+            **({"CloudWatchOutputConfig": cloudwatch_output(log_group)} if log_group else {}),
         )
         return response["Command"]["CommandId"]
 
-    def invocation(self, command_id: str, instance_id: str) -> tuple[str, str]:
+    def invocation(self, command_id: str, instance_id: str, log_group: str = "") -> tuple[str, str]:
+        """The invocation's status and, once it has ended, its whole stderr (from `log_group` when
+        GetCommandInvocation cut it short)."""
         try:
             result = self._ssm.get_command_invocation(CommandId=command_id, InstanceId=instance_id)
         except self._ssm.exceptions.InvocationDoesNotExist:
             return "Pending", ""  # SSM takes a moment to register a new invocation
-        return result["Status"], (result.get("StandardErrorContent") or "").strip()
+        stderr = result.get("StandardErrorContent") or ""
+        if log_group and result["Status"] not in RUN_COMMAND_UNFINISHED:
+            stderr = whole_output(lambda: self._logs, log_group, command_id, instance_id, RUN_STEP, "stderr", stderr)
+        return result["Status"], stderr.strip()
 
     def report(self, bucket: str, key: str) -> dict | None:
         try:
@@ -386,7 +397,7 @@ def run_fleet(
             o.instance_id for o in outcomes if (o.rate, o.first_device, o.share) == (rate, first, share)
         ]
         parameters = plan.parameters(rate, first_device=first, mqtt_endpoint=endpoint, share=share, hosts=wanted)
-        command = fleet.send(plan.document, same, parameters, int(timeout_s))
+        command = fleet.send(plan.document, same, parameters, int(timeout_s), plan.command_log_group)
         commands.update(dict.fromkeys(same, command))
     say(f"sent run {plan.run_id} to {wanted} host(s): {', '.join(o.instance_id for o in outcomes)}")
 
@@ -395,7 +406,7 @@ def run_fleet(
         for outcome in outcomes:
             if outcome.status in RUN_COMMAND_UNFINISHED:
                 outcome.status, outcome.detail = fleet.invocation(
-                    commands[outcome.instance_id], outcome.instance_id
+                    commands[outcome.instance_id], outcome.instance_id, plan.command_log_group
                 )
         running = [o for o in outcomes if o.status in RUN_COMMAND_UNFINISHED]
         elapsed = clock() - started
@@ -490,6 +501,7 @@ def make_plan(config: EnvironmentConfig, args: argparse.Namespace) -> RunPlan:
             t.partitions for t in config.msk.topics if t.name == config.simulator_fleet.topic
         ),
         connect_quota=config.device_gateway.connect_quota_per_s,
+        command_log_group=simulator_fleet_commands_log_group_name(config),
         slo_overrides=given_thresholds(args),
     )
 

@@ -48,6 +48,12 @@ def simulator_runs_log_group_name(config: EnvironmentConfig) -> str:
     return f"/{config.resource_prefix}/simulator-runs"
 
 
+def simulator_fleet_commands_log_group_name(config: EnvironmentConfig) -> str:
+    """Where the fleet hosts' SSM agent writes the whole output of the Run Command documents the
+    operator command sends them (scripts/run_command_output.py)."""
+    return f"/{config.resource_prefix}/simulator-fleet/commands"
+
+
 # Service Fabric cluster: tags and names the stack sets and the operator tools and node lifecycle
 # automation look instances, groups and hooks up by.
 NODE_NAME_TAG = "sf:nodename"

@@ -8,7 +8,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from stacks.compliance import PARTITION, acknowledge, wildcard_resource_finding
+from stacks.compliance import PARTITION, acknowledge, attribute_ref, wildcard_resource_finding
 from stacks.config import EnvironmentConfig
 from stacks.constructs.log_group import log_group
 from stacks.constructs.msk_cluster import MskCluster
@@ -20,6 +20,7 @@ from stacks.naming import (
     manage_topics_document_name,
     run_simulator_document_name,
     simulator_fleet_name,
+    simulator_fleet_commands_log_group_name,
     simulator_runs_log_group_name,
     topics_token_parameter_name,
 )
@@ -99,6 +100,25 @@ class SimulatorFleetStack(Stack):
             log_group_name=simulator_runs_log_group_name(config),
             retention_days=config.simulator_fleet.results_retention_days,
             removal_policy=removal_policy(config),
+        )
+
+        # The whole output of the documents sent to the hosts (telemetry simulate, topics and the
+        # deploy's smoke runs: SendCommand's CloudWatchOutputConfig, scripts/run_command_output.py).
+        # The hosts' SSM agent creates a stream per command, instance and step, and writes it.
+        commands = log_group(
+            self,
+            "CommandsLogGroup",
+            log_group_name=simulator_fleet_commands_log_group_name(config),
+            retention_days=config.simulator_fleet.results_retention_days,
+            removal_policy=removal_policy(config),
+        )
+        commands.grant_write(fleet.role)
+        acknowledge(
+            fleet.role,
+            "AwsSolutions-IAM5",
+            "The SSM agent names a stream per command it runs (<command id>/<instance id>/<step>/stdout), so "
+            "the grant covers the streams of that one log group, create and write only",
+            finding=wildcard_resource_finding(f"{attribute_ref(commands, 'Arn')}:*"),
         )
 
         dashboard.add_widgets(

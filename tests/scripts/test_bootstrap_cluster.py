@@ -195,6 +195,9 @@ def test_creates_the_cluster_on_seed_0_from_the_stack_outputs(aws, pki, tmp_path
     (command,) = sent
     assert command["DocumentName"] == DOCUMENT
     assert command["InstanceIds"] == [seeds[0]["instance_id"]]
+    # Its whole output goes to the nodes' log group, which the seed role may write.
+    assert command["CloudWatchOutputConfig"] == {"CloudWatchLogGroupName": "/telemetry-prod/service-fabric/nodes",
+                                                 "CloudWatchOutputEnabled": True}
     sent_config = json.loads(base64.b64decode(command["Parameters"]["clusterConfig"][0]))
     assert sent_config == json.loads((tmp_path / "c.json").read_text())
     check_cluster_config(sent_config, seeds, cluster_thumbprint=pki.server.sha1_thumbprint,

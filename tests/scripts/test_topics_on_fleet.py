@@ -138,7 +138,7 @@ class Stubbed:
             aws_access_key_id="AKIAOPERATOR", aws_secret_access_key="operator", region_name="eu-west-1"
         )
         self.session = session
-        self.clients = {name: session.client(name) for name in ("ec2", "sts", "ssm")}
+        self.clients = {name: session.client(name) for name in ("ec2", "sts", "ssm", "logs")}
         self.stubbers = {name: Stubber(client) for name, client in self.clients.items()}
 
     def client(self, name):
@@ -183,6 +183,8 @@ def expect_hosts(stubbed: Stubbed, ping: dict[str, str] | None = None) -> None:
     )  # fmt: skip
 
 
+# Each document's whole output goes to the fleet's commands log group (scripts/run_command_output.py).
+OUTPUT_CONFIG = {"CloudWatchLogGroupName": "/telemetry-dev/simulator-fleet/commands", "CloudWatchOutputEnabled": True}
 INSTALL_ID = "1e2d3c4b-5a69-4788-9796-a5b4c3d2e1f0"
 INSTALLED = "installed in /opt/telemetry-simulator/0123456789abcdef\n"
 
@@ -193,7 +195,7 @@ def expect_install(stubbed: Stubbed, host: str = "i-0aaaaaaaaaaaaaaaa", answer: 
         "send_command", {"Command": {"CommandId": INSTALL_ID}},
         {"DocumentName": "telemetry-dev-manage-topics", "DocumentVersion": "$LATEST", "InstanceIds": [host],
          "Parameters": {"installOnly": ["true"]},
-         "TimeoutSeconds": 120, "Comment": "telemetry topics: install"},
+         "TimeoutSeconds": 120, "Comment": "telemetry topics: install", "CloudWatchOutputConfig": OUTPUT_CONFIG},
     )  # fmt: skip
     stubbed.stubbers["ssm"].add_response(
         "get_command_invocation",
@@ -226,7 +228,7 @@ def expect_command(stubbed: Stubbed, *, dry_run="false") -> None:
         {"DocumentName": "telemetry-dev-manage-topics", "DocumentVersion": "$LATEST", "InstanceIds": ["i-0aaaaaaaaaaaaaaaa"],
          "Parameters": {"declaration": [Declaration(ENVIRONMENT.topics, ENVIRONMENT.acls).text()],
                         "dryRun": [dry_run], "timeoutSeconds": ["30"], "tokenParameter": [TOKEN]},
-         "TimeoutSeconds": 120, "Comment": ANY},
+         "TimeoutSeconds": 120, "Comment": ANY, "CloudWatchOutputConfig": OUTPUT_CONFIG},
     )  # fmt: skip
 
 
@@ -250,8 +252,8 @@ def arguments(**overrides) -> argparse.Namespace:
     return argparse.Namespace(**values)
 
 
-def on_fleet(stubbed, **overrides) -> tuple[int, str]:
-    out, now = io.StringIO(), [0.0]
+def on_fleet(stubbed, out: io.StringIO | None = None, **overrides) -> tuple[int, str]:
+    out, now = out or io.StringIO(), [0.0]
 
     def sleep(seconds: float) -> None:
         now[0] += seconds
@@ -372,7 +374,7 @@ def test_a_host_whose_agent_is_not_online_is_passed_over():
         stubbed.stubbers["ssm"].add_response("send_command", {"Command": {"CommandId": COMMAND_ID}}, {
             "DocumentName": "telemetry-dev-manage-topics", "DocumentVersion": "$LATEST", "InstanceIds": ["i-0bbbbbbbbbbbbbbbb"],
             "Parameters": ANY,
-            "TimeoutSeconds": 120, "Comment": ANY})
+            "TimeoutSeconds": 120, "Comment": ANY, "CloudWatchOutputConfig": OUTPUT_CONFIG})
         stubbed.stubbers["ssm"].add_response(
             "get_command_invocation", {"Status": "Success", "ResponseCode": 0, "StandardOutputContent": ""},
             {"CommandId": COMMAND_ID, "InstanceId": "i-0bbbbbbbbbbbbbbbb"})
@@ -407,6 +409,43 @@ def test_a_host_that_could_not_install_says_so_and_no_role_is_assumed():
             on_fleet(stubbed)
     assert str(raised.value) == ("fleet host i-0aaaaaaaaaaaaaaaa could not install the simulator package: install failed "
                                  "(exit 1): dnf install -y -q python3.11 unzip")
+
+
+def agent_cut(text: str, limit: int) -> str:
+    """What GetCommandInvocation returns of an output of `limit` bytes or more: the SSM agent's
+    pluginutil.StringPrefix keeps the start and ends it in "--output truncated--"."""
+    suffix = "--output truncated--"
+    return text if len(text) < limit else text[: limit - len(suffix)] + suffix
+
+
+def test_an_install_failure_past_8000_characters_is_read_whole_from_cloudwatch_logs():
+    """pip's output fills the 8,000 characters GetCommandInvocation keeps of stderr; the reason is
+    at the end. The whole stderr comes from the stream the agent wrote in the fleet's commands log
+    group (<command>/<instance>/<step>/stderr), once its upload has caught up."""
+    noise = "".join(f"Collecting package-{n}==1.0 (from -r requirements.txt (line {n}))\n" for n in range(200))
+    stderr = noise + "install failed (exit 1): pip install --require-hashes -r requirements.txt\n"
+    with Stubbed() as stubbed:
+        expect_hosts(stubbed)
+        expect_install(stubbed, answer={"Status": "Failed", "ResponseCode": 3, "StandardOutputContent": "",
+                                        "StandardErrorContent": agent_cut(stderr, 8000)})
+        logs, stream = stubbed.stubbers["logs"], f"{INSTALL_ID}/i-0aaaaaaaaaaaaaaaa/manageTopics/stderr"
+        where = {"logGroupName": "/telemetry-dev/simulator-fleet/commands", "logStreamName": stream, "startFromHead": True}
+        logs.add_client_error("get_log_events", "ResourceNotFoundException", "The specified log stream does not exist.",
+                              400, where)  # the agent has not created it yet
+        lines = stderr.splitlines()
+        logs.add_response("get_log_events", {"events": [{"timestamp": 1, "message": line} for line in lines[:150]],
+                                             "nextForwardToken": "f/1", "nextBackwardToken": "b/0"}, where)
+        logs.add_response("get_log_events", {"events": [{"timestamp": 2, "message": line} for line in lines[150:]],
+                                             "nextForwardToken": "f/2", "nextBackwardToken": "b/1"},
+                          {**where, "nextToken": "f/1"})
+        logs.add_response("get_log_events", {"events": [], "nextForwardToken": "f/2", "nextBackwardToken": "b/2"},
+                          {**where, "nextToken": "f/2"})  # the same token back: the end of the stream
+        printed = io.StringIO()
+        with pytest.raises(TopicError) as raised:
+            on_fleet(stubbed, printed)
+    assert str(raised.value) == ("fleet host i-0aaaaaaaaaaaaaaaa could not install the simulator package: install failed "
+                                 "(exit 1): pip install --require-hashes -r requirements.txt")
+    assert len(stderr) > 8000 and printed.getvalue().endswith(f"stderr of the install on i-0aaaaaaaaaaaaaaaa:\n{stderr}")
 
 
 @pytest.mark.parametrize("interrupt", ["ctrl-c", "SIGTERM"])

@@ -307,3 +307,58 @@ def test_hosts_may_read_the_token_parameter_the_workstation_writes_and_nothing_n
         assert not permitted("ssm:GetParameter", name), name
     # The document the workstation sends reads that same parameter by default.
     assert fleet_document(synthesized, "manage-topics", env)["parameters"]["tokenParameter"]["default"] == environment.token_parameter
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_hosts_may_write_run_command_output_to_their_commands_log_group_alone(synthesized, env):
+    """Where the workstation's SendCommand sends the documents' whole output (CloudWatchOutputConfig,
+    scripts/run_command_output.py): the SSM agent creates one stream per command, instance and step
+    in that existing group and writes it (aws/amazon-ssm-agent, CloudWatchLogsService.StreamData:
+    CreateLogStream, PutLogEvents). Evaluated by moto's IAM policy evaluator against the stream ARN
+    the agent writes, the group's Arn attribute as CloudFormation documents it for AWS::Logs::LogGroup
+    (arn:...:log-group:NAME:*)."""
+    from moto.iam.access_control import IAMPolicy, PermissionResult
+
+    from scripts.run_command_output import stream_name
+    from stacks.config import load_environment, read_environments
+    from tests.msk_authorization import resolve, role_policy_statements
+
+    config = load_environment(read_environments(), env)
+    template = synthesized(env).stacks["simulator_fleet"]
+    name = f"/telemetry-{env}/simulator-fleet/commands"
+    (group,) = [lid for lid, r in template["Resources"].items()
+                if r["Type"] == "AWS::Logs::LogGroup" and r["Properties"].get("LogGroupName") == name]
+    assert template["Resources"][group]["Properties"]["RetentionInDays"] == config.simulator_fleet.results_retention_days
+    arn = f"arn:aws:logs:{config.region}:{config.account}:log-group:"
+    (role,) = [lid for lid, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role"
+               and "ec2.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
+    pseudo = {"AWS::Partition": "aws", "AWS::Region": config.region, "AWS::AccountId": config.account,
+              "AWS::URLSuffix": "amazonaws.com"}
+    attributes = _Known({f"{group}.Arn": f"{arn}{name}:*"})
+    statements = [resolve(s, pseudo=pseudo, imports=Elsewhere(), attributes=attributes)
+                  for s in role_policy_statements(template, role)
+                  if any(a.startswith("logs:") for a in as_list(s.get("Action", [])))]
+    policy = IAMPolicy(json.dumps({"Version": "2012-10-17", "Statement": statements}))
+
+    def permitted(action: str, resource: str) -> bool:
+        return policy.is_action_permitted(action, resource) == PermissionResult.PERMITTED
+
+    stream = stream_name("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "i-0aaaaaaaaaaaaaaaa", "manageTopics", "stderr")
+    assert permitted("logs:CreateLogStream", f"{arn}{name}:log-stream:{stream}")
+    assert permitted("logs:PutLogEvents", f"{arn}{name}:log-stream:{stream}")
+    assert not permitted("logs:DeleteLogStream", f"{arn}{name}:log-stream:{stream}")
+    assert not permitted("logs:CreateLogStream", f"{arn}/telemetry-{env}/simulator-runs:log-stream:{stream}")
+    assert not permitted("logs:CreateLogGroup", f"{arn}{name}:*")
+
+
+class _Known(dict):
+    """The attributes given, and anything else as Elsewhere names it."""
+
+    def __init__(self, known: dict) -> None:
+        super().__init__(known)
+
+    def __contains__(self, name) -> bool:
+        return True
+
+    def __getitem__(self, name: str) -> str:
+        return dict.get(self, name) or f"elsewhere:{name}"
