@@ -42,6 +42,8 @@ from scripts.run_command_output import cloudwatch_output, whole_output
 from scripts.telemetry.errors import OperationFailed
 from stacks.config import EnvironmentConfig, ServiceFabricConfig, load_environment, read_environments
 from stacks.naming import (
+    CLIENT_CONNECTION_PORT,
+    HTTP_GATEWAY_PORT,
     SCALING_NODE_TYPE,
     SEED_NODE_TYPE,
     cluster_created_parameter_name,
@@ -59,11 +61,11 @@ CREATE_STEP = "createCluster"  # the create-cluster document's one step (stacks/
 def node_type(name: str, settings: ServiceFabricConfig, *, primary: bool) -> dict:
     return {
         "name": name,
-        "clientConnectionEndpointPort": "19000",
+        "clientConnectionEndpointPort": str(CLIENT_CONNECTION_PORT),
         "clusterConnectionEndpointPort": "19001",
         "leaseDriverEndpointPort": "19002",
         "serviceConnectionEndpointPort": "19003",
-        "httpGatewayEndpointPort": "19080",
+        "httpGatewayEndpointPort": str(HTTP_GATEWAY_PORT),
         "reverseProxyEndpointPort": "19081",
         "applicationPorts": {"startPort": str(settings.application_port_start), "endPort": str(settings.application_port_end)},
         "ephemeralPorts": {"startPort": str(settings.ephemeral_port_start), "endPort": str(settings.ephemeral_port_end)},
@@ -175,13 +177,13 @@ class Bootstrap:
             Description="SHA-1 thumbprint of the Service Fabric cluster certificate (HTTP gateway identity)",
         )
 
-    def record_created(self, parameter: str, command_id: str, stack_id: str) -> None:
+    def record_created(self, parameter: str, how: str, stack_id: str) -> None:
         """Tells `telemetry deploy` the cluster of this ServiceFabric stack exists (Run Command's
         own history of the create command is not kept forever). The stack's id names which
         stack: one deleted and deployed again has a new id and a cluster still to create."""
         stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         self.ssm.put_parameter(
-            Name=parameter, Value=f"{stamp} command {command_id} stack {stack_id}", Type="String", Overwrite=True,
+            Name=parameter, Value=f"{stamp} {how} stack {stack_id}", Type="String", Overwrite=True,
             Description="When telemetry cluster bootstrap created the Service Fabric cluster",
         )  # fmt: skip
         print(f"recorded in {parameter}")
@@ -210,7 +212,8 @@ class Bootstrap:
         )
         for page in pages:
             for command in page["Commands"]:
-                if instance_id in command.get("InstanceIds", []):
+                # The filter already keeps this document's; moto's ListCommands ignores filters.
+                if command["DocumentName"] == document and instance_id in command.get("InstanceIds", []):
                     return command["CommandId"]
         return ""
 
@@ -248,6 +251,31 @@ def wait_for_command(
         if elapsed >= timeout_s:
             return f"still {status} after {timeout_s:.0f} s", out, err
         sleep(poll_interval_s)
+
+
+def cluster_answers(session, config: EnvironmentConfig, outputs: ClusterOutputs, seed_ids: Sequence[str]) -> bool:
+    """Whether a cluster with every seed already answers a seed (scripts/cluster_nodes.py): then a
+    create, which would fail on the nodes it finds in use, is not sent. Anything else (no cluster,
+    part of one, no seed Run Command can reach) is said and left to the create and its checks."""
+    from scripts.cluster_nodes import ask_a_seed, describe, seed_statuses
+
+    try:
+        seen = ask_a_seed(session, config, outputs)
+    except ToolError as error:
+        print(f"could not ask a seed whether a cluster runs ({error}); going on with the create")
+        return False
+    if not seen.exists:
+        print(f"no cluster answered {seen.seed}: {seen.reason}")
+        return False
+    seeds, not_up = seed_statuses(seen)
+    print(f"{seen.seed} lists a cluster of {describe(seen.nodes or [])}: {len(seeds)} of {len(seed_ids)} seeds"
+          + (f" ({', '.join(not_up)} not Up)" if not_up else ""))
+    if len(seeds) == len(seed_ids):
+        print("the cluster already exists: nothing to create")
+        return True
+    print(cleanup_advice(config, seed_ids))
+    raise OperationFailed(f"{seen.seed} lists {len(seeds)} of {len(seed_ids)} seed nodes: part of a cluster, which a "
+                          "create would fail on (see telemetry cluster status, and the cleanup above)")
 
 
 # Where userdata/prepare_node.ps1 unpacks the standalone package on every node.
@@ -319,6 +347,10 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
     first_seed = min(seeds, key=lambda s: s.index)
     first = instances[first_seed.name]
     document = outputs.get("CreateClusterDocumentName")
+    seed_ids = [instances[s.name].instance_id for s in sorted(seeds, key=lambda s: s.index)]
+    if cluster_answers(session, config, outputs, seed_ids):
+        aws.record_created(cluster_created_parameter_name(config), "found running", outputs.stack_id)
+        return 0
     command_id = aws.running_create(document, first.instance_id)
     if command_id:
         print(f"{document} is still running on {first.instance_id} ({first_seed.name}), command {command_id}: "
@@ -334,10 +366,10 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
     if status != "Success":
         detail = err.strip().splitlines()[-1] if err.strip() else "see C:\\ServiceFabric\\Logs\\create-cluster.log"
         if not status.startswith("still "):
-            print(cleanup_advice(config, [instances[s.name].instance_id for s in sorted(seeds, key=lambda s: s.index)]))
+            print(cleanup_advice(config, seed_ids))
         raise OperationFailed(f"cluster creation {status}: {detail}")
     print(f"cluster {cluster_config['name']} created with {len(seeds)} seed nodes")
-    aws.record_created(cluster_created_parameter_name(config), command_id, outputs.stack_id)
+    aws.record_created(cluster_created_parameter_name(config), f"command {command_id}", outputs.stack_id)
     return 0
 
 

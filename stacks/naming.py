@@ -58,6 +58,10 @@ def simulator_fleet_commands_log_group_name(config: EnvironmentConfig) -> str:
 # automation look instances, groups and hooks up by.
 NODE_NAME_TAG = "sf:nodename"
 NODE_TYPE_TAG = "sf:nodetype"
+# The nodes' client connection endpoint and HTTP gateway (ClusterConfig.json's node types, the
+# firewall, the load balancers and the operator tools all use these).
+CLIENT_CONNECTION_PORT = 19000
+HTTP_GATEWAY_PORT = 19080
 CLUSTER_TAG = "sf:cluster"
 SEED_NODE_TYPE = "PrimaryNodeType"
 SCALING_NODE_TYPE = "ScalingNodeType"
@@ -134,6 +138,11 @@ def application_load_balancer_name(config: EnvironmentConfig) -> str:
 
 def create_cluster_document_name(config: EnvironmentConfig) -> str:
     return f"{config.resource_prefix}-create-sf-cluster"
+
+
+def cluster_nodes_document_name(config: EnvironmentConfig) -> str:
+    """The read-only document that lists the cluster's nodes as a seed sees them (scripts/cluster_nodes.py)."""
+    return f"{config.resource_prefix}-sf-cluster-nodes"
 
 
 def node_log_group_name(config: EnvironmentConfig) -> str:

@@ -21,14 +21,20 @@ from stacks.constructs.load_balancers import NodeLoadBalancer
 from stacks.constructs.log_group import log_group
 from stacks.constructs.msk_cluster import MskCluster
 from stacks.constructs.node_instance import NodeRole
-from stacks.constructs.node_scripts import render_create_cluster_document, render_user_data
-from stacks.constructs.node_security import CLIENT_CONNECTION_PORT, HTTP_GATEWAY_PORT, NodeSecurity, firewall_ports
+from stacks.constructs.node_scripts import (
+    render_cluster_nodes_document,
+    render_create_cluster_document,
+    render_user_data,
+)
+from stacks.constructs.node_security import NodeSecurity, firewall_ports
 from stacks.constructs.scaling_node_group import ScalingNodeGroup
 from stacks.constructs.secure_bucket import SecureBucket
 from stacks.constructs.seed_nodes import SeedNodes, seed_alarm_name
 from stacks.constructs.shared_storage import ROOT_VOLUME_PATH, SharedStorage
 from stacks.naming import (
+    CLIENT_CONNECTION_PORT,
     DEPLOYMENT_ACCOUNT,
+    HTTP_GATEWAY_PORT,
     LAUNCH_HOOK_NAME,
     NODE_PREPARATION_STATUS_FILE,
     SCALING_NODE_TYPE,
@@ -36,6 +42,7 @@ from stacks.naming import (
     SERVICE_FABRIC_METRICS_NAMESPACE,
     TERMINATE_HOOK_NAME,
     application_load_balancer_name,
+    cluster_nodes_document_name,
     create_cluster_document_name,
     management_load_balancer_name,
     node_log_group_name,
@@ -227,6 +234,16 @@ class ServiceFabricStack(Stack):
             ),
         )
 
+        # Read only: the cluster's nodes as a seed sees them (scripts/cluster_nodes.py).
+        ssm.CfnDocument(
+            self,
+            "ClusterNodesDocument",
+            name=cluster_nodes_document_name(config),
+            document_type="Command",
+            update_method="NewVersion",
+            content=render_cluster_nodes_document(),
+        )
+
         ClusterMonitoring(
             self,
             "Monitoring",
@@ -269,3 +286,4 @@ class ServiceFabricStack(Stack):
         CfnOutput(self, "ClusterCertificateSecret", value=settings.cluster_certificate_secret)
         CfnOutput(self, "AdminCertificateSecret", value=settings.admin_certificate_secret)
         CfnOutput(self, "CreateClusterDocumentName", value=create_cluster_document_name(config))
+        CfnOutput(self, "ClusterNodesDocumentName", value=cluster_nodes_document_name(config))

@@ -621,7 +621,7 @@ class Smoke:
         extra = sum(stored.values()) - sum(acked.values())
         self.say(f"  sink: all {sum(acked.values()):,} records in S3" + (f", and {extra:,} more (duplicates)" if extra else "")
                  + " (smoke/, outside the telemetry table; expires in a day)")
-        self.say(f"  cluster: {seeds_up(self.config, self.session)}")
+        self.say(f"  cluster: {seeds_up(self.config, self.session, self.say)}")
 
     def _leg(self, run_id: str, transport: str, rate: int, *, devices: int, hosts: int | None = None) -> int:
         """One fleet run of SMOKE_SECONDS; the records it acknowledged, or OperationFailed. It
@@ -710,46 +710,29 @@ def rows_per_run(parquet: Path, runs: list[str]) -> dict[str, int]:
     return {run: int(count) for run, count in found}
 
 
-def seeds_up(config: Any, session: Any) -> str:
-    """Every seed node Up, as the cluster's HTTP gateway lists them (reached as `telemetry cluster
-    status` does: the stack's endpoint, the admin certificate, the gateway pinned to the cluster
-    certificate); what it found, or OperationFailed naming the seeds that are not."""
-    import argparse
-
-    from sf_rest import FabricError
-
-    from scripts.cluster_inventory import (
-        add_gateway_arguments,
-        deployed_outputs,
-        gateway_client,
-        service_fabric_stack_name,
-    )
+def seeds_up(config: Any, session: Any, say: Say = print) -> str:
+    """Every seed node Up, as a seed lists the cluster's nodes over Run Command (scripts/
+    cluster_nodes.py: from inside the VPC, so this machine need not reach the gateway); what it
+    found, or OperationFailed naming the seeds that are not."""
+    from scripts.cluster_inventory import ToolError, deployed_outputs, service_fabric_stack_name
+    from scripts.cluster_nodes import ask_a_seed, seed_statuses
 
     outputs = deployed_outputs(session.client("cloudformation"), service_fabric_stack_name(config))
-    gateway_flags = argparse.ArgumentParser(add_help=False)
-    add_gateway_arguments(gateway_flags)
-    defaults = gateway_flags.parse_args([])  # every default: from the stack outputs and secrets
-    client, cleanup = gateway_client(defaults, outputs, lambda: session.client("secretsmanager"))
     try:
-        with client:
-            nodes = client.get_node_info_list(status_filter="all")
-    except FabricError as error:
-        raise OperationFailed(
-            f"cannot list the cluster's nodes at {outputs.get('HttpGatewayEndpoint')}: {error} (this machine must "
-            "be in service_fabric.management_cidrs)"
-        ) from None
-    finally:
-        cleanup()
+        seen = ask_a_seed(session, config, outputs, say=lambda line: say(f"  {line}"))
+    except ToolError as error:
+        raise OperationFailed(f"cannot ask a seed for the cluster's nodes: {error}") from None
+    if not seen.exists:
+        raise OperationFailed(f"no cluster answered {seen.seed} ({seen.instance_id}): {seen.reason}")
     expected = config.service_fabric.seed_node_count
-    seeds = sorted((node.name, node.status) for node in nodes if node.is_seed_node)
-    not_up = [f"{name} {status}" for name, status in seeds if status != "Up"]
+    seeds, not_up = seed_statuses(seen)
     if not_up or len(seeds) != expected:
         raise OperationFailed(
             f"{len(seeds) - len(not_up)} of {expected} seed nodes are Up"
             + (f" ({', '.join(not_up)})" if not_up else f" ({len(seeds)} listed)")
             + ": see telemetry cluster status"
         )
-    return f"{expected} of {expected} seed nodes Up"
+    return f"{expected} of {expected} seed nodes Up (as {seen.seed} lists them)"
 
 
 def _smoke_run_id() -> str:

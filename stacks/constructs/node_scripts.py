@@ -20,6 +20,7 @@ USERDATA = REPO / "userdata"
 DOCUMENTS = REPO / "stacks" / "documents"
 CREATE_CLUSTER_DOCUMENT = DOCUMENTS / "create_cluster.yaml"
 ADD_NODE_DOCUMENT = DOCUMENTS / "add_node.yaml"
+CLUSTER_NODES_DOCUMENT = DOCUMENTS / "cluster_nodes.yaml"
 
 PLACEHOLDER = re.compile(r"'\{\{\s*([A-Za-z][A-Za-z0-9_]*)\s*\}\}'")
 LOOKS_LIKE_PLACEHOLDER = re.compile(r"\{\{.*?\}\}")
@@ -77,6 +78,10 @@ def render_command_document(path: Path, defaults: Mapping[str, str]) -> dict:
 
 def render_create_cluster_document(defaults: Mapping[str, str]) -> dict:
     return render_command_document(CREATE_CLUSTER_DOCUMENT, defaults)
+
+
+def render_cluster_nodes_document() -> dict:
+    return render_command_document(CLUSTER_NODES_DOCUMENT, {})
 
 
 def render_add_node_document(defaults: Mapping[str, str]) -> dict:

@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+from stacks.naming import HTTP_GATEWAY_PORT
+
 # (protocol, first port, last port) of node-to-node traffic besides the configured ranges.
 CLUSTER_PORTS = (
     ("tcp", 19000, 19003),  # client connection, cluster, lease driver, service connection
@@ -17,8 +19,6 @@ CLUSTER_PORTS = (
     ("tcp", 139, 139),  # NetBIOS session
     ("tcp", 445, 445),  # SMB (cluster setup copies the runtime to every node)
 )
-CLIENT_CONNECTION_PORT = 19000
-HTTP_GATEWAY_PORT = 19080
 
 
 def port_range(protocol: str, first: int, last: int) -> ec2.Port:

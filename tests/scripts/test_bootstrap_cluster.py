@@ -17,7 +17,8 @@ import pytest
 from scripts import bootstrap_cluster
 from scripts.cluster_inventory import thumbprint
 from scripts.telemetry import cli
-from stacks.constructs.node_scripts import render_create_cluster_document
+from stacks.constructs.node_scripts import render_cluster_nodes_document, render_create_cluster_document
+from tests.scripts.seed_commands import seeds_answer
 from tests.scripts.stack_outputs import StubbedStackSession, stack_id
 from tests.sf_emulator.certs import make_pki
 
@@ -103,6 +104,11 @@ def aws(moto_session, synthesized, pki):
     })
     session.client("ssm").create_document(Name=DOCUMENT, Content=json.dumps(content),
                                           DocumentType="Command", DocumentFormat="JSON")
+    # Asked first whether a cluster answers: by default none does (the seeds answer NOCLUSTER).
+    session.client("ssm").create_document(Name="telemetry-prod-sf-cluster-nodes", DocumentType="Command",
+                                          Content=json.dumps(render_cluster_nodes_document()), DocumentFormat="JSON")
+    session.cluster_nodes = None  # or a list of nodes (Name, NodeStatus, IsSeedNode), as Get-ServiceFabricNode lists them
+    seeds_answer(session, lambda: session.cluster_nodes)
     yield StubbedStackSession(session, STACK, deployed_outputs(synthesized)), seeds
 
 
@@ -111,8 +117,10 @@ def run(argv, session) -> int:
 
 
 def sent_commands(session) -> list[dict]:
+    """The create-cluster commands sent (the read-only cluster-nodes one is the stand-in's)."""
     sent: list[dict] = []
-    session.events.register("provide-client-params.ssm.SendCommand", lambda params, **_: sent.append(dict(params)))
+    session.events.register("provide-client-params.ssm.SendCommand",
+                            lambda params, **_: sent.append(dict(params)) if params["DocumentName"] == DOCUMENT else None)
     return sent
 
 
@@ -209,8 +217,8 @@ def test_creates_the_cluster_on_seed_0_from_the_stack_outputs(aws, pki, tmp_path
     assert "create cluster on" in out and "created with 5 seed nodes" in out
     # telemetry deploy's bootstrap step is done for as long as this parameter exists.
     created = session.client("ssm").get_parameter(Name="/telemetry-prod/service-fabric/cluster-created")
-    commands = session.client("ssm").list_commands()["Commands"]
-    assert created["Parameter"]["Value"].endswith(f" command {commands[0]['CommandId']} stack {stack_id(STACK)}")
+    (create,) = [c for c in session.client("ssm").list_commands()["Commands"] if c["DocumentName"] == DOCUMENT]
+    assert created["Parameter"]["Value"].endswith(f" command {create['CommandId']} stack {stack_id(STACK)}")
 
 
 def test_a_failed_create_records_nothing_for_telemetry_deploy(aws, tmp_path, monkeypatch, capsys):
@@ -267,6 +275,33 @@ def refused(session, capsys, argv=("--env", "prod")) -> str:
     assert "Traceback" not in captured.err
     (line,) = captured.err.strip().splitlines()
     return line
+
+
+def test_a_cluster_that_already_answers_with_every_seed_is_recorded_and_nothing_is_sent(aws, tmp_path, capsys):
+    """A rerun after the create succeeded but before it was recorded (or Run Command forgot it):
+    the first seed Online lists every seed, so no second create is sent."""
+    session, seeds = aws
+    session.session.cluster_nodes = [{"Name": s["name"], "NodeStatus": "Up", "IsSeedNode": True} for s in seeds] + [
+        {"Name": "scale-0", "NodeStatus": "Up", "IsSeedNode": False}]
+    sent = sent_commands(session.session)
+    assert run(["--env", "prod", "--output", str(tmp_path / "c.json"), "--poll-interval", "0"], session) == 0
+    assert sent == []
+    out = capsys.readouterr().out
+    assert "seed-0 lists a cluster of 6 node(s), 6 Up: 5 of 5 seeds" in out and "nothing to create" in out
+    created = session.client("ssm").get_parameter(Name="/telemetry-prod/service-fabric/cluster-created")
+    assert created["Parameter"]["Value"].endswith(f" found running stack {stack_id(STACK)}")
+
+
+def test_part_of_a_cluster_answering_stops_with_the_cleanup_and_sends_no_create(aws, tmp_path, capsys):
+    session, seeds = aws
+    session.session.cluster_nodes = [{"Name": s["name"], "NodeStatus": "Up", "IsSeedNode": True} for s in seeds[:2]]
+    sent = sent_commands(session.session)
+    assert run(["--env", "prod", "--output", str(tmp_path / "c.json"), "--poll-interval", "0"], session) == 1
+    assert sent == []
+    captured = capsys.readouterr()
+    assert "CleanFabric.ps1" in captured.out
+    assert captured.err.strip() == ("telemetry: error: seed-0 lists 2 of 5 seed nodes: part of a cluster, which a create "
+                                    "would fail on (see telemetry cluster status, and the cleanup above)")
 
 
 def test_refuses_when_a_seed_is_not_running(aws, capsys):

@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from botocore.stub import Stubber
@@ -570,35 +571,68 @@ def test_steps_already_done_are_skipped_and_said(capsys):
 
 
 @pytest.fixture
-def gateway(moto_session, sf_pki, sf_emulator):
-    """The deployed ServiceFabric stack's outputs naming the HTTPS gateway emulator, and the two
-    certificate secrets in moto, as `telemetry cluster status` finds them."""
-    from tests.scripts.stack_outputs import StubbedStackSession, dev_gateway
+def seeds(moto_session, synthesized, sf_cluster):
+    """dev's seeds running in moto, answering the cluster-nodes document with what the Service
+    Fabric emulator's cluster lists (tests/scripts/seed_commands.py); the ServiceFabric stack's
+    outputs as DescribeStacks returns them (through the Stubber)."""
+    from tests.scripts.seed_commands import launch_seeds, seeds_answer, service_fabric_outputs
+    from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
 
-    outputs = dev_gateway(moto_session, sf_pki, sf_emulator.endpoint)
-    return StubbedStackSession(moto_session, "Telemetry-dev-ServiceFabric", outputs)
+    launched = launch_seeds(moto_session, synthesized, "dev")
+    cluster: dict = {"up": True}
+    sent = seeds_answer(moto_session, lambda: sf_cluster.list_nodes("", "all", 1000)["Items"] if cluster["up"] else None)
+    account = StubbedStackSession(moto_session, "Telemetry-dev-ServiceFabric",
+                                  outputs_list(service_fabric_outputs(synthesized, "dev")))
+    return SimpleNamespace(account=account, instances=launched, sent=sent, cluster=cluster)
 
 
-def test_the_smoke_check_finds_every_seed_up_at_the_gateway(gateway):
+def test_the_smoke_check_asks_the_first_online_seed_and_finds_every_seed_up(seeds, synthesized):
     from scripts.telemetry.journey import seeds_up
 
-    assert seeds_up(CONFIG, gateway) == "3 of 3 seed nodes Up"
+    said: list[str] = []
+    assert seeds_up(CONFIG, seeds.account, said.append) == "3 of 3 seed nodes Up (as seed-0 lists them)"
+    (request,) = seeds.sent
+    assert request["DocumentName"] == "telemetry-dev-sf-cluster-nodes" and request["InstanceIds"] == [seeds.instances["seed-0"]]
+    # The seed's own client endpoint, its fixed address (the Seeds output), port 19000.
+    seed_0 = json.loads(synthesized("dev").stacks["service_fabric"]["Outputs"]["Seeds"]["Value"])[0]
+    assert request["Parameters"] == {"clientConnectionEndpoint": [f"{seed_0['address']}:19000"]}
+    assert request["CloudWatchOutputConfig"]["CloudWatchLogGroupName"] == "/telemetry-dev/service-fabric/nodes"
+    assert said[0].startswith(f"  asking seed-0 ({seeds.instances['seed-0']}) for the cluster's nodes over Run Command ")
 
 
-def test_a_seed_down_fails_the_smoke_check_naming_it(gateway, sf_cluster):
+def test_a_seed_down_fails_the_smoke_check_naming_it(seeds, sf_cluster):
     from scripts.telemetry.journey import seeds_up
 
     sf_cluster.stop_host("seed-1")
     with pytest.raises(OperationFailed, match=r"^2 of 3 seed nodes are Up \(seed-1 Down\): see telemetry cluster status$"):
-        seeds_up(CONFIG, gateway)
+        seeds_up(CONFIG, seeds.account, lambda line: None)
 
 
-def test_a_gateway_out_of_reach_fails_the_smoke_check_saying_from_where_it_is_reached(gateway, sf_emulator):
+def test_a_seed_whose_agent_is_offline_is_passed_over(seeds, moto_session):
     from scripts.telemetry.journey import seeds_up
 
-    sf_emulator.stop()
-    with pytest.raises(OperationFailed, match="cannot list the cluster's nodes at https://.*management_cidrs"):
-        seeds_up(CONFIG, gateway)
+    moto_session.ping_status[seeds.instances["seed-0"]] = "ConnectionLost"
+    assert seeds_up(CONFIG, seeds.account, lambda line: None) == "3 of 3 seed nodes Up (as seed-1 lists them)"
+    assert [r["InstanceIds"] for r in seeds.sent] == [[seeds.instances["seed-1"]]]
+
+
+def test_no_cluster_answering_the_seed_fails_the_smoke_check_with_its_reason(seeds):
+    from scripts.telemetry.journey import seeds_up
+
+    seeds.cluster["up"] = False
+    with pytest.raises(OperationFailed, match=rf"^no cluster answered seed-0 \({seeds.instances['seed-0']}\): No cluster "
+                                              "endpoint is reachable"):
+        seeds_up(CONFIG, seeds.account, lambda line: None)
+
+
+def test_no_seed_online_fails_the_smoke_check_naming_each_agents_status(seeds, moto_session):
+    from scripts.telemetry.journey import seeds_up
+
+    for instance in seeds.instances.values():
+        moto_session.ping_status[instance] = "Inactive"
+    with pytest.raises(OperationFailed, match=r"^cannot ask a seed for the cluster's nodes: no seed of telemetry-dev-sf can "
+                                              r"take a Run Command \(i-\w+ Inactive, "):
+        seeds_up(CONFIG, seeds.account, lambda line: None)
 
 
 SMOKE_BUCKET = "telemetry-dev-telemetrybucket"
@@ -612,22 +646,22 @@ def describe_stack_response(stack: str, outputs: list[dict]) -> dict:
 
 
 @pytest.fixture
-def smoke_account(moto_session, sf_pki, sf_emulator):
+def smoke_account(moto_session, seeds, synthesized):
     """What the smoke step reads, in the order it asks: the DeviceGateway stack's device credentials
     key (provisioning the MQTT leg's devices), the TelemetrySink stack's bucket, the ServiceFabric
-    stack's gateway (DescribeStacks through the Stubber); the device policy, the bucket and one
-    simulator fleet host in moto; the gateway emulator."""
-    from tests.scripts.stack_outputs import StubbedStackSession, dev_gateway, outputs_list
+    stack's outputs (DescribeStacks through the Stubber); the device policy, the bucket and one
+    simulator fleet host in moto; dev's seeds answering the cluster-nodes document."""
+    from tests.scripts.seed_commands import service_fabric_outputs
+    from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
     from tests.scripts.test_run_simulation import deployed_fleet
 
     key = moto_session.client("kms").create_key(Description="telemetry-dev device credentials")["KeyMetadata"]["Arn"]
     # Provisioning only checks that the device gateway's policy exists (its statements: the stack's tests).
     moto_session.client("iot").create_policy(policyName="telemetry-dev-device", policyDocument=json.dumps(
         {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "iot:Connect", "Resource": "*"}]}))
-    gateway_outputs = dev_gateway(moto_session, sf_pki, sf_emulator.endpoint)
     account = StubbedStackSession(moto_session, "Telemetry-dev-DeviceGateway", outputs_list({"DeviceCredentialsKeyArn": key}))
     for stack, outputs in (("Telemetry-dev-TelemetrySink", outputs_list({"TelemetryBucket": SMOKE_BUCKET})),
-                           ("Telemetry-dev-ServiceFabric", gateway_outputs)):
+                           ("Telemetry-dev-ServiceFabric", outputs_list(service_fabric_outputs(synthesized, "dev")))):
         account.stubber.add_response("describe_stacks", describe_stack_response(stack, outputs), {"StackName": stack})
     moto_session.client("s3").create_bucket(Bucket=SMOKE_BUCKET, CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
     deployed_fleet(moto_session, hosts=1)
@@ -663,7 +697,7 @@ def fleet_reported(session, monkeypatch, *, lost: dict[str, int] | None = None) 
 
 
 def test_the_smoke_step_runs_both_legs_finds_every_record_in_the_sinks_smoke_prefix_then_checks_the_seeds(
-        smoke_account, monkeypatch, tmp_path):
+        smoke_account, seeds, monkeypatch, tmp_path):
     """The whole step: the Kafka leg and the MQTT leg (its devices provisioned in moto's IoT first)
     over moto's Run Command, each host's report in S3 as the simulator writes one; their
     acknowledged records found in committed part files under smoke/ (other runs' rows, in-progress
@@ -688,11 +722,13 @@ def test_the_smoke_step_runs_both_legs_finds_every_record_in_the_sinks_smoke_pre
         "  smoke run smoke-test-kafka: 1,000 msg/s over kafka, nothing lost",
         "  smoke run smoke-test-mqtt: 1,000 msg/s over mqtt, nothing lost",
     ]
-    assert said[-3:] == [
+    assert said[-4:-1] == [
         f"  waiting up to {journey.smoke_read_back_bound(CONFIG):.0f} s for their 20,000 records in the sink's smoke/ prefix",
         "  sink: all 20,000 records in S3 (smoke/, outside the telemetry table; expires in a day)",
-        "  cluster: 3 of 3 seed nodes Up",
+        f"  asking seed-0 ({seeds.instances['seed-0']}) for the cluster's nodes over Run Command {seeds.sent and ''}"
+        + said[-2].rsplit(" ", 1)[-1],
     ]
+    assert said[-1] == "  cluster: 3 of 3 seed nodes Up (as seed-0 lists them)"
 
 
 def test_records_the_sink_has_not_committed_within_the_bound_fail_the_smoke_step(smoke_account, monkeypatch, tmp_path):

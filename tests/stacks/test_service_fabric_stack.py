@@ -373,9 +373,9 @@ def test_dashboard_shows_the_cluster_by_literal_names(synthesized):
 
 
 def test_create_cluster_document_is_rendered_with_this_environment(synthesized):
-    (document,) = resources(synthesized, "prod", "AWS::SSM::Document").values()
-    props = document["Properties"]
-    assert props["Name"] == "telemetry-prod-create-sf-cluster"
+    documents = {d["Properties"]["Name"]: d for d in resources(synthesized, "prod", "AWS::SSM::Document").values()}
+    assert set(documents) == {"telemetry-prod-create-sf-cluster", "telemetry-prod-sf-cluster-nodes"}
+    props = documents["telemetry-prod-create-sf-cluster"]["Properties"]
     params = props["Content"]["parameters"]
     assert "rendered" not in json.dumps(params)
     assert params["certificateSecret"]["default"] == "telemetry-prod/service-fabric/cluster-certificate"

@@ -259,7 +259,10 @@ def test_nodes_download_the_pinned_runtime_and_refuse_a_cab_without_a_valid_sign
 
 
 def synthesized_document(synthesized, part: str) -> dict:
-    (document,) = [r for r in synthesized("prod").stacks[part]["Resources"].values() if r["Type"] == "AWS::SSM::Document"]
+    """The stack's document that installs the runtime (the service fabric stack also has the
+    read-only cluster-nodes one)."""
+    (document,) = [r for r in synthesized("prod").stacks[part]["Resources"].values() if r["Type"] == "AWS::SSM::Document"
+                   and not r["Properties"]["Name"].endswith("-sf-cluster-nodes")]
     return document["Properties"]["Content"]
 
 
@@ -604,3 +607,31 @@ def test_create_cluster_task_script_judges_test_configuration_by_exit_status_and
     assert passes("Passed", "True")
     assert not passes("Passed", "False")
     assert not passes("RpcCheckPassed", "False")
+
+
+def test_cluster_nodes_document_parses_once_substituted_and_prints_the_lines_the_workstation_reads(synthesized):
+    """The read-only document scripts/cluster_nodes.py sends to a seed: valid PowerShell once SSM
+    substitutes the seed's endpoint (its allowedPattern admits exactly ADDRESS:PORT), connecting
+    the way add_node.yaml does, and printing the NODE=/NOCLUSTER= lines cluster_nodes.parse reads."""
+    import re
+
+    from scripts.cluster_nodes import parse
+    from stacks.constructs.node_scripts import render_cluster_nodes_document
+
+    document = render_cluster_nodes_document()
+    pattern = document["parameters"]["clientConnectionEndpoint"]["allowedPattern"]
+    seeds = json.loads(synthesized("prod").stacks["service_fabric"]["Outputs"]["Seeds"]["Value"])
+    for seed in seeds:
+        assert re.fullmatch(pattern, f"{seed['address']}:19000")
+    for hostile in ("10.0.1.10:19000'; Remove-Item C:\\ -Recurse; '", "localhost:19000", "10.0.1.10"):
+        assert not re.fullmatch(pattern, hostile)
+    (step,) = document["mainSteps"]
+    assert step["name"] == "clusterNodes"  # the stream the workstation reads: <command>/<instance>/clusterNodes/...
+    script = step["inputs"]["runCommand"][0].replace("{{ clientConnectionEndpoint }}", f"{seeds[0]['address']}:19000")
+    assert "{{" not in script
+    assert syntax_errors(script) == []
+    assert "Connect-ServiceFabricCluster @connection" in script and "Get-ServiceFabricNode" in script
+    assert "'NODE=' + $_.NodeName + '|' + $_.NodeStatus + '|' + $_.IsSeedNode" in script
+    # What those lines read as: PowerShell renders a bool as True/False and NodeStatus by its name.
+    assert parse("NODE=seed-0|Up|True\nNODE=scale-0|Down|False\n")[0][1].status == "Down"
+    assert parse("NOCLUSTER=No cluster endpoint is reachable\n") == (None, "No cluster endpoint is reachable")

@@ -1,0 +1,87 @@
+"""A deployed environment's seeds in moto, and what they answer to the cluster-nodes document.
+
+The seeds run in moto's EC2 as the ServiceFabric stack launches them (their fixed addresses, the
+sf:* tags), the document exists in moto's SSM as the stack renders it, and GetCommandInvocation of
+that document is answered with the lines stacks/documents/cluster_nodes.yaml prints, for the nodes
+the Service Fabric emulator lists: NODE=<NodeName>|<NodeStatus>|<IsSeedNode> per node
+(Get-ServiceFabricNode lists the Failover Manager's view, the same one the REST API's
+GetNodeInfoList returns: tests/sf_emulator, EmulatedCluster.list_nodes), or NOCLUSTER=<reason>
+when no cluster answers. PowerShell cannot run here: that the script prints these lines is a claim
+(its syntax is parsed by tree-sitter in tests/stacks/test_service_fabric_stack.py); the Service
+Fabric cmdlets' behaviour is Microsoft's PowerShell reference, not run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from stacks.constructs.node_scripts import render_cluster_nodes_document
+
+
+def launch_seeds(session, synthesized, env: str) -> dict[str, str]:
+    """The environment's seeds as running instances at their fixed addresses: seed name -> id."""
+    ec2 = session.client("ec2")
+    seeds = json.loads(synthesized(env).stacks["service_fabric"]["Outputs"]["Seeds"]["Value"])
+    first = seeds[0]["address"].split(".")
+    vpc = ec2.create_vpc(CidrBlock=f"{first[0]}.{first[1]}.0.0/16")["Vpc"]["VpcId"]
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    subnets: dict[str, str] = {}
+    launched = {}
+    for seed in seeds:
+        cidr = ".".join(seed["address"].split(".")[:3]) + ".0/24"
+        if cidr not in subnets:
+            subnets[cidr] = ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=seed["availability_zone"])[
+                "Subnet"]["SubnetId"]
+        launched[seed["name"]] = ec2.run_instances(
+            ImageId=image, MinCount=1, MaxCount=1, SubnetId=subnets[cidr], PrivateIpAddress=seed["address"],
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                {"Key": "sf:cluster", "Value": f"telemetry-{env}-sf"}, {"Key": "sf:nodetype", "Value": "PrimaryNodeType"},
+                {"Key": "sf:nodename", "Value": seed["name"]}]}],
+        )["Instances"][0]["InstanceId"]
+    session.client("ssm").create_document(
+        Name=f"telemetry-{env}-sf-cluster-nodes", Content=json.dumps(render_cluster_nodes_document()),
+        DocumentType="Command", DocumentFormat="JSON")
+    return launched
+
+
+def service_fabric_outputs(synthesized, env: str) -> dict[str, str]:
+    """The ServiceFabric stack's literal outputs (what DescribeStacks returns for them)."""
+    outputs = synthesized(env).stacks["service_fabric"]["Outputs"]
+    return {key: o["Value"] for key, o in outputs.items() if isinstance(o["Value"], str)}
+
+
+def seeds_answer(session, listed: Callable[[], list[dict[str, Any]] | None]) -> list[dict]:
+    """Registers, on `session` before its clients are made, the seeds' answer to the cluster-nodes
+    document: `listed()` gives the nodes (NodeName/Name, NodeStatus, IsSeedNode) or None for no
+    cluster. Returns the SendCommand requests of that document, as they were made."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ssm.models import ssm_backends
+
+    from tests.conftest import keep_params, model_answer
+
+    sent: list[dict] = []
+
+    def record(params, **_):
+        if params.get("DocumentName", "").endswith("-sf-cluster-nodes"):
+            sent.append(dict(params))
+
+    def answer(model, context, **_):
+        params = context["api_params"]
+        command = ssm_backends[DEFAULT_ACCOUNT_ID]["eu-west-1"].get_command_by_id(params["CommandId"])
+        if not command.document_name.endswith("-sf-cluster-nodes"):
+            return None  # moto answers every other document
+        nodes = listed()
+        lines = ([f"NODE={n.get('Name') or n['NodeName']}|{n['NodeStatus']}|{n['IsSeedNode']}" for n in nodes]
+                 if nodes is not None else ["NOCLUSTER=No cluster endpoint is reachable, please check if there is "
+                                            "connectivity/firewall/DNS issue."])
+        return model_answer(model, {
+            "CommandId": params["CommandId"], "InstanceId": params["InstanceId"], "DocumentName": command.document_name,
+            "PluginName": "clusterNodes", "ResponseCode": 0, "Status": "Success", "StatusDetails": "Success",
+            "StandardOutputContent": "\n".join(lines) + "\n", "StandardErrorContent": ""})
+
+    session.events.register("provide-client-params.ssm.SendCommand", record)
+    session.events.register("provide-client-params.ssm.GetCommandInvocation", keep_params)
+    session.events.register("before-call.ssm.GetCommandInvocation", answer)
+    return sent
