@@ -38,7 +38,7 @@ from scripts.cluster_inventory import (
     synthesized_outputs,
     thumbprint,
 )
-from scripts.run_command_output import cloudwatch_output, whole_output
+from scripts.run_command_output import cloudwatch_output, reason, whole_output
 from scripts.telemetry.errors import OperationFailed
 from stacks.config import EnvironmentConfig, ServiceFabricConfig, load_environment, read_environments
 from stacks.naming import (
@@ -364,7 +364,7 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
     if out.strip():
         print(out.rstrip())
     if status != "Success":
-        detail = err.strip().splitlines()[-1] if err.strip() else "see C:\\ServiceFabric\\Logs\\create-cluster.log"
+        detail = reason(err) or "see C:\\ServiceFabric\\Logs\\create-cluster.log"
         if not status.startswith("still "):
             print(cleanup_advice(config, seed_ids))
         raise OperationFailed(f"cluster creation {status}: {detail}")

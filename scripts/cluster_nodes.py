@@ -66,7 +66,7 @@ def ask_a_seed(
     """Sends the cluster-nodes document to the first seed (in index order) whose agent is Online and
     returns what it saw. ToolError when no seed can be reached, or the command fails."""
     from scripts.cluster_inventory import node_instances
-    from scripts.run_command_output import cloudwatch_output, last_line, whole_output
+    from scripts.run_command_output import cloudwatch_output, reason, whole_output
     from scripts.ssm_hosts import reachable
     from stacks.naming import (
         CLIENT_CONNECTION_PORT,
@@ -112,7 +112,7 @@ def ask_a_seed(
         errors = whole_output(logs, log_group, command_id, instance, STEP, "stderr",
                               result.get("StandardErrorContent") or "", sleep=sleep, clock=clock)
         raise ToolError(f"reading the cluster's nodes on {seed.name} ({instance}) ended {result['Status']}: "
-                        f"{last_line(errors) or result.get('StatusDetails', '')}")
+                        f"{reason(errors) or result.get('StatusDetails', '')}")
     output = whole_output(logs, log_group, command_id, instance, STEP, "stdout",
                           result.get("StandardOutputContent") or "", sleep=sleep, clock=clock)
     nodes, reason = parse(output)

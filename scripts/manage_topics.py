@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 
 from scripts.cluster_inventory import RUN_COMMAND_UNFINISHED
-from scripts.run_command_output import cloudwatch_output, last_line, whole_output
+from scripts.run_command_output import cloudwatch_output, reason, whole_output
 from simulator.kafka_config import SASL_PASSWORD_ENV, connection_settings
 from simulator.topic_admin import (  # noqa: F401  (the Kafka side, re-exported for callers)
     AclChange,
@@ -339,10 +339,10 @@ def _fail(result: dict, host: str, what: str, out):
     errors = result.get("WholeStandardError", "")
     if errors.strip():
         print(f"stderr of {what} on {host}:\n{errors.rstrip()}", file=out, flush=True)
-    reason = last_line(errors) or result.get("StatusDetails", status)
+    why = reason(errors) or result.get("StatusDetails", status)
     if status == "Failed" and code == EXIT_INSTALL_FAILED:
-        raise TopicError(f"fleet host {host} could not install the simulator package: {reason}")
-    raise TopicError(f"{what} on {host} ended {status} (exit {code}): {reason}")
+        raise TopicError(f"fleet host {host} could not install the simulator package: {why}")
+    raise TopicError(f"{what} on {host} ended {status} (exit {code}): {why}")
 
 
 def _cancel(ssm, command_id: str, host: str, out) -> None:

@@ -201,6 +201,10 @@ OPERATOR_ACTIONS = (
     "iot:ListThings", "iot:GetPolicy", "iot:CreateThing", "iot:CreateKeysAndCertificate", "iot:AttachPolicy",
     "iot:AttachThingPrincipal", "iot:ListThingPrincipals", "iot:ListAttachedPolicies", "iot:ListPrincipalThings",
     "iot:DescribeCertificate", "iot:DescribeEndpoint", "ssm:GetParametersByPath",
+    # ... and repaired if an interrupted run left one half made.
+    "iot:DetachPolicy", "iot:DetachThingPrincipal", "iot:UpdateCertificate", "iot:DeleteCertificate",
+    # The fleet document's results bucket; the topic administrator role checked before assuming it.
+    "ssm:DescribeDocument", "iam:GetRole",
     "kms:Encrypt", "kms:GenerateDataKey", "cloudwatch:GetMetricData",
     # A Run Command output GetCommandInvocation cut short, read whole from its log group.
     "logs:GetLogEvents",
@@ -294,7 +298,9 @@ def check_topic_admin(session, config: EnvironmentConfig, mfa_serial: str | None
                            duration_s=900)
     except SimulatorError as error:  # TopicError: one line naming the role and STS's answer
         return Check(label, BLOCKER, str(error))
-    return Check(label, OK, f"{mfa_serial} assumed {role} (the credentials were dropped)")
+    # STS is reported to refuse a code it has already accepted (no API page says so): say to wait.
+    return Check(label, OK, f"{mfa_serial} assumed {role} (the credentials were dropped; telemetry topics "
+                 "needs the next code)")
 
 
 def check_tools() -> Check:

@@ -5,10 +5,15 @@ its stderr (SSM API Reference, GetCommandInvocation: StandardOutputContent, Stan
 and a failing install or cluster creation writes its reason last. So every document the operator
 command sends goes out with CloudWatchOutputConfig naming a log group of the stack that owns the
 instances (SendCommand, CloudWatchOutputConfig), and an output GetCommandInvocation cut short is
-read back whole from its stream. The agent cuts it with pluginutil.StringPrefix: an output of
-MaxStdoutLength (24,000) or MaxStderrLength (8,000) bytes or more keeps its start and ends in
-"--output truncated--" (framework/processor/executer/iohandler/iohandler.go DefaultOutputConfig);
-a shorter one is whole already.
+read back whole from its stream. The agent cuts both outputs at MaxStdoutLength, 24,000, with
+pluginutil.StringPrefix, which keeps the start and ends it in "--output truncated--"
+(framework/runpluginutil/runpluginutil.go RunPlugins, iohandler.go DefaultOutputConfig); the API
+documents stderr as its first 8,000 characters. So stdout ending in that marker, or stderr of
+8,000 characters less the marker's length or more, is taken as cut; a shorter one is whole.
+
+A script that exits non-zero gets a line of the agent's own appended to its stderr, "failed to run
+commands: exit status N" (plugins/runscript/runscript.go, MarkAsFailed); reason() skips it, so the
+line an error quotes is the script's.
 
 Stream names, as the SSM agent builds them (aws/amazon-ssm-agent, messageservice/utils/
 messageutil.go generateCloudWatchLogStreamPrefix: "<CommandID>/<InstanceID>"; framework/
@@ -23,12 +28,15 @@ already returned is read again for a little while.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 UPLOAD_GRACE_S, UPLOAD_POLL_S = 30.0, 2.0
 TRUNCATED = "--output truncated--"
+LIMITS = {"stdout": 24_000, "stderr": 8_000}  # GetCommandInvocation: StandardOutputContent, StandardErrorContent
+AGENT_FAILURE_LINE = re.compile(r"^failed to run commands: ")
 
 
 def cloudwatch_output(log_group: str) -> dict[str, Any]:
@@ -55,7 +63,7 @@ def read_stream(logs: Any, log_group: str, stream: str) -> str | None:
         try:
             page = logs.get_log_events(**request)
         except logs.exceptions.ResourceNotFoundException:
-            return None
+            return None  # any other refusal (AccessDeniedException: no logs:GetLogEvents) goes up
         lines += [event["message"].rstrip("\n") for event in page["events"]]
         if page["nextForwardToken"] == token:
             return "\n".join(lines) + ("\n" if lines else "")
@@ -70,12 +78,17 @@ def whole_output(
     agent cut it, else the stream in CloudWatch Logs (`logs()` makes the client), waited for while it
     is still shorter than what was returned; with a note when the stream never holds it (a role that
     may not write the group)."""
-    if not returned.endswith(TRUNCATED):
+    if not cut(returned, which):
         return returned
+    from botocore.exceptions import BotoCoreError, ClientError
+
     stream, client = stream_name(command_id, instance_id, step, which), logs()
     deadline = clock() + UPLOAD_GRACE_S
     while True:
-        text = read_stream(client, log_group, stream) or ""
+        try:
+            text = read_stream(client, log_group, stream) or ""
+        except (BotoCoreError, ClientError) as error:
+            return returned + f"\n(the rest is in CloudWatch Logs {log_group}, stream {stream}, which could not be read: {error})\n"
         if len(text) > len(returned) - len(TRUNCATED):
             return text
         if clock() >= deadline:
@@ -83,6 +96,12 @@ def whole_output(
         sleep(UPLOAD_POLL_S)
 
 
-def last_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[-1] if lines else ""
+def cut(returned: str, which: str) -> bool:
+    """Whether GetCommandInvocation's stdout or stderr may be only the start of the output."""
+    return returned.endswith(TRUNCATED) or len(returned) >= LIMITS[which] - len(TRUNCATED)
+
+
+def reason(stderr: str) -> str:
+    """The last line the script wrote to stderr: the agent's own failure line skipped."""
+    lines = [line for line in stderr.strip().splitlines() if line.strip() and not AGENT_FAILURE_LINE.match(line)]
+    return lines[-1].strip() if lines else ""

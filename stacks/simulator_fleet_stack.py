@@ -10,7 +10,7 @@ from constructs import Construct
 
 from stacks.compliance import PARTITION, acknowledge, attribute_ref, wildcard_resource_finding
 from stacks.config import EnvironmentConfig
-from stacks.constructs.log_group import log_group
+from stacks.constructs.log_group import grant_run_command_output, log_group
 from stacks.constructs.msk_cluster import MskCluster
 from stacks.constructs.simulator_fleet import SimulatorFleet
 from stacks.naming import (
@@ -112,12 +112,13 @@ class SimulatorFleetStack(Stack):
             retention_days=config.simulator_fleet.results_retention_days,
             removal_policy=removal_policy(config),
         )
-        commands.grant_write(fleet.role)
+        grant_run_command_output(commands, fleet.role, simulator_fleet_commands_log_group_name(config))
         acknowledge(
             fleet.role,
             "AwsSolutions-IAM5",
             "The SSM agent names a stream per command it runs (<command id>/<instance id>/<step>/stdout), so "
-            "the grant covers the streams of that one log group, create and write only",
+            "the grant covers the streams of that one log group: create the (existing) group, create, list and "
+            "write its streams",
             finding=wildcard_resource_finding(f"{attribute_ref(commands, 'Arn')}:*"),
         )
 

@@ -90,10 +90,20 @@ class TelemetrySinkStack(Stack):
                     prefix=f"{ATHENA_RESULTS_PREFIX}/",
                     expiration=Duration.days(settings.athena_results_expire_after_days),
                 ),
+                # The bucket is versioned: an expiration only adds a delete marker, so the versions
+                # it hides expire a day later too, and the markers left alone are removed (S3 User
+                # Guide, "Lifecycle configuration elements": NoncurrentVersionExpiration,
+                # ExpiredObjectDeleteMarker, which cannot share a rule with Expiration in days).
                 s3.LifecycleRule(
                     id="ExpireSmokeRuns",
                     prefix=f"{SMOKE_PREFIX}/",
                     expiration=Duration.days(SMOKE_EXPIRE_DAYS),
+                    noncurrent_version_expiration=Duration.days(SMOKE_EXPIRE_DAYS),
+                ),
+                s3.LifecycleRule(
+                    id="RemoveSmokeDeleteMarkers",
+                    prefix=f"{SMOKE_PREFIX}/",
+                    expired_object_delete_marker=True,
                 ),
             ],
         )

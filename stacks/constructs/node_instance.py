@@ -17,6 +17,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from stacks.compliance import acknowledge, attribute_ref, managed_policy_finding, wildcard_resource_finding
+from stacks.constructs.log_group import grant_run_command_output
 
 WINDOWS_ROOT_DEVICE = "/dev/sda1"
 DATA_DEVICE = "xvdb"  # appears as the first RAW disk, which userdata/prepare_node.ps1 formats as D:
@@ -34,7 +35,8 @@ class NodeRole(Construct):
         *,
         description: str,
         certificate_secret_name: str,
-        log_group: logs.ILogGroup,
+        log_group: logs.LogGroup,
+        log_group_name: str,
         metrics_namespace: str,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -68,12 +70,15 @@ class NodeRole(Construct):
             ),
         )
 
-        log_group.grant_write(self.role)
+        # The CloudWatch agent's streams, and the SSM agent's for Run Command output (create-cluster,
+        # cluster-nodes: scripts/run_command_output.py).
+        grant_run_command_output(log_group, self.role, log_group_name)
         acknowledge(
             self.role,
             "AwsSolutions-IAM5",
-            "The CloudWatch agent writes one stream per instance and source into the node log group; "
-            "streams are named at run time, so the grant covers the streams of that one group",
+            "The CloudWatch agent writes one stream per instance and source into the node log group, and "
+            "the SSM agent one per Run Command and step; streams are named at run time, so the grant covers "
+            "the streams of that one group (create the existing group, create, list and write its streams)",
             finding=wildcard_resource_finding(f"{attribute_ref(log_group, 'Arn')}:*"),
         )
         self._resource_star_reasons = [

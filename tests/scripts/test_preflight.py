@@ -124,7 +124,7 @@ def test_the_mfa_device_assumes_the_topic_administrator_once(topic_admin_role, c
     code, rows, err = run(topic_admin_role, capsys, QUOTAS, "--mfa-serial", MFA_SERIAL)
     assert code == 0, err
     assert rows["topic administrator (MFA)"] == ("ok", f"{MFA_SERIAL} assumed telemetry-dev-msk-topic-admin (the credentials "
-                                                       "were dropped)")
+                                                       "were dropped; telemetry topics needs the next code)")
     (request,) = asked
     assert (request["SerialNumber"], request["TokenCode"], request["DurationSeconds"]) == (MFA_SERIAL, "123456", 900)
     assert request["RoleArn"] == f"arn:aws:iam::{ACCOUNT}:role/telemetry-dev-msk-topic-admin"

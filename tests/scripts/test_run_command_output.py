@@ -66,3 +66,35 @@ def test_a_stream_that_never_comes_leaves_what_was_returned_and_says_where_to_lo
 
 def test_a_missing_stream_reads_as_none(logs):
     assert read_stream(logs, GROUP, "no/such/stream/stdout") is None
+
+
+def test_a_stderr_the_api_kept_8000_characters_of_is_read_whole(logs):
+    """GetCommandInvocation keeps the first 8,000 characters of stderr, without the agent's marker
+    (which the agent adds at 24,000): that length alone says it may be cut."""
+    lines = [f"warning {n}: deprecated option" for n in range(1_000)] + ["error: the reason, last"]
+    written(logs, "createCluster", "stderr", lines)
+    returned = "\n".join(lines)[:8000]
+    assert whole_output(lambda: logs, GROUP, COMMAND, INSTANCE, "createCluster", "stderr", returned).splitlines() == lines
+
+
+def test_the_reason_is_the_scripts_last_line_not_the_agents():
+    from scripts.run_command_output import reason
+
+    stderr = "noise\ninstall failed (exit 1): dnf install -y -q python3.11\nfailed to run commands: exit status 3\n"
+    assert reason(stderr) == "install failed (exit 1): dnf install -y -q python3.11"
+    assert reason("failed to run commands: exit status 1\n") == ""
+
+
+def test_a_stream_this_machine_may_not_read_is_said_at_once(moto_session):
+    """An operator without logs:GetLogEvents: CloudWatch Logs answers AccessDeniedException (a
+    common error of its API); the output returned is kept with where the rest is, no waiting."""
+    from botocore.stub import Stubber
+
+    client = moto_session.client("logs")
+    with Stubber(client) as stubber:
+        stubber.add_client_error("get_log_events", "AccessDeniedException", "not authorized to perform logs:GetLogEvents",
+                                 400)
+        returned = "x" * 7990
+        text = whole_output(lambda: client, GROUP, COMMAND, INSTANCE, "runSimulator", "stderr", returned,
+                            sleep=lambda s: pytest.fail("an access error is not waited out"))
+    assert text.startswith(returned) and "which could not be read: An error occurred (AccessDeniedException)" in text

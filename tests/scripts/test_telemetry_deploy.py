@@ -747,6 +747,26 @@ def test_records_the_sink_has_not_committed_within_the_bound_fail_the_smoke_step
     assert sum(waits) == bound  # looked again every SMOKE_POLL_S until the bound, then gave up
 
 
+def test_a_leg_on_a_topic_the_sink_does_not_read_is_said_and_not_awaited(smoke_account, seeds, monkeypatch, tmp_path):
+    """The simulator fleet may write a test topic of its own: its records never reach the sink, so
+    only the MQTT leg (the device gateway's topic, the sink's) is read back."""
+    from scripts.telemetry import journey
+
+    tests_topic = CONFIG.msk.topics[0].model_copy(update={"name": "fleet-tests"})
+    elsewhere = CONFIG.model_copy(update={
+        "simulator_fleet": CONFIG.simulator_fleet.model_copy(update={"topic": "fleet-tests"}),
+        "msk": CONFIG.msk.model_copy(update={"topics": (*CONFIG.msk.topics, tests_topic)}),
+    })
+    fleet_reported(smoke_account.session, monkeypatch)
+    committed_smoke_file(smoke_account.session, tmp_path, "smoke/dt=2026-11-26/hour=06/part-a-0.parquet",
+                         {"smoke-test-mqtt": 10_000})
+    said: list[str] = []
+    journey.Smoke(elsewhere, smoke_account, said.append, sleep=lambda s: pytest.fail("the mqtt leg was all there")).run()
+    assert ("  smoke-test-kafka wrote topic fleet-tests, which the sink does not read (telemetry): not read back"
+            in said)
+    assert f"  waiting up to {journey.smoke_read_back_bound(CONFIG):.0f} s for their 10,000 records in the sink's smoke/ prefix" in said
+
+
 @pytest.mark.parametrize("leg", ["kafka", "mqtt"])
 def test_a_smoke_leg_that_lost_messages_fails_before_the_sink_is_read(smoke_account, monkeypatch, leg):
     from scripts.telemetry import journey

@@ -338,7 +338,7 @@ def test_a_failed_host_run_is_one_line_from_its_stderr():
         expect_invocations(
             stubbed,
             {"Status": "Failed", "ResponseCode": 2, "StandardOutputContent": "",
-             "StandardErrorContent": "some noise\nerror: cannot reach the cluster: timed out\n"},
+             "StandardErrorContent": "some noise\nerror: cannot reach the cluster: timed out\n" + agent_failed(2)},
         )  # fmt: skip
         expect_token_deleted(stubbed)
         with pytest.raises(TopicError) as raised:
@@ -404,18 +404,24 @@ def test_a_host_that_could_not_install_says_so_and_no_role_is_assumed():
         expect_install(stubbed, answer={
             "Status": "Failed", "ResponseCode": 3, "StandardOutputContent": "",
             "StandardErrorContent": "Error: Failed to download metadata for repo 'amazonlinux'\n"
-                                    "install failed (exit 1): dnf install -y -q python3.11 unzip\n"})
+                                    "install failed (exit 1): dnf install -y -q python3.11 unzip\n" + agent_failed(3)})
         with pytest.raises(TopicError) as raised:
             on_fleet(stubbed)
     assert str(raised.value) == ("fleet host i-0aaaaaaaaaaaaaaaa could not install the simulator package: install failed "
                                  "(exit 1): dnf install -y -q python3.11 unzip")
 
 
-def agent_cut(text: str, limit: int) -> str:
-    """What GetCommandInvocation returns of an output of `limit` bytes or more: the SSM agent's
-    pluginutil.StringPrefix keeps the start and ends it in "--output truncated--"."""
-    suffix = "--output truncated--"
-    return text if len(text) < limit else text[: limit - len(suffix)] + suffix
+def stderr_returned(text: str) -> str:
+    """What GetCommandInvocation returns of a stderr: its first 8,000 characters (SSM API
+    Reference, StandardErrorContent); the agent's own cut, at 24,000 with "--output truncated--"
+    (pluginutil.StringPrefix), is further on."""
+    return text[:8000]
+
+
+# The line the SSM agent appends to the stderr of a script that exits non-zero
+# (aws/amazon-ssm-agent, plugins/runscript/runscript.go: MarkAsFailed).
+def agent_failed(code: int) -> str:
+    return f"failed to run commands: exit status {code}\n"
 
 
 def test_an_install_failure_past_8000_characters_is_read_whole_from_cloudwatch_logs():
@@ -423,11 +429,11 @@ def test_an_install_failure_past_8000_characters_is_read_whole_from_cloudwatch_l
     at the end. The whole stderr comes from the stream the agent wrote in the fleet's commands log
     group (<command>/<instance>/<step>/stderr), once its upload has caught up."""
     noise = "".join(f"Collecting package-{n}==1.0 (from -r requirements.txt (line {n}))\n" for n in range(200))
-    stderr = noise + "install failed (exit 1): pip install --require-hashes -r requirements.txt\n"
+    stderr = noise + "install failed (exit 1): pip install --require-hashes -r requirements.txt\n" + agent_failed(3)
     with Stubbed() as stubbed:
         expect_hosts(stubbed)
         expect_install(stubbed, answer={"Status": "Failed", "ResponseCode": 3, "StandardOutputContent": "",
-                                        "StandardErrorContent": agent_cut(stderr, 8000)})
+                                        "StandardErrorContent": stderr_returned(stderr)})
         logs, stream = stubbed.stubbers["logs"], f"{INSTALL_ID}/i-0aaaaaaaaaaaaaaaa/manageTopics/stderr"
         where = {"logGroupName": "/telemetry-dev/simulator-fleet/commands", "logStreamName": stream, "startFromHead": True}
         logs.add_client_error("get_log_events", "ResourceNotFoundException", "The specified log stream does not exist.",

@@ -347,8 +347,13 @@ def test_hosts_may_write_run_command_output_to_their_commands_log_group_alone(sy
     assert permitted("logs:CreateLogStream", f"{arn}{name}:log-stream:{stream}")
     assert permitted("logs:PutLogEvents", f"{arn}{name}:log-stream:{stream}")
     assert not permitted("logs:DeleteLogStream", f"{arn}{name}:log-stream:{stream}")
+    assert permitted("logs:DescribeLogStreams", f"{arn}{name}:*")
+    # The agent's first call: CreateLogGroup on the existing group (ResourceAlreadyExists is its
+    # success); without it the agent sends nothing. Either ARN form IAM may evaluate it against.
+    assert permitted("logs:CreateLogGroup", f"{arn}{name}") and permitted("logs:CreateLogGroup", f"{arn}{name}:*")
     assert not permitted("logs:CreateLogStream", f"{arn}/telemetry-{env}/simulator-runs:log-stream:{stream}")
-    assert not permitted("logs:CreateLogGroup", f"{arn}{name}:*")
+    assert not permitted("logs:CreateLogGroup", f"{arn}/telemetry-{env}/simulator-runs")
+    assert not permitted("logs:CreateLogGroup", f"{arn}{name}-other")
 
 
 class _Known(dict):

@@ -159,8 +159,11 @@ def test_lifecycle_moves_data_to_infrequent_access_then_glacier_ir(synthesized, 
     results = next(r for r in rules if r.get("Prefix") == "athena-results/")
     assert results["ExpirationInDays"] == (7 if env == "dev" else 30)
     # Smoke runs' records (telemetry deploy) sit outside the table's prefix and expire in a day.
-    smoke = next(r for r in rules if r.get("Prefix") == "smoke/")
-    assert smoke["ExpirationInDays"] == 1 and smoke["Status"] == "Enabled"
+    smoke = {r["Id"]: r for r in rules if r.get("Prefix") == "smoke/"}
+    assert smoke["ExpireSmokeRuns"]["ExpirationInDays"] == 1 and smoke["ExpireSmokeRuns"]["Status"] == "Enabled"
+    # Versioned bucket: the hidden versions go a day later, and the delete markers after them.
+    assert smoke["ExpireSmokeRuns"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}
+    assert smoke["RemoveSmokeDeleteMarkers"]["ExpiredObjectDeleteMarker"] is True
 
 
 @pytest.mark.parametrize("env", ["dev", "staging", "prod"])
