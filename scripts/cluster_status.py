@@ -137,3 +137,9 @@ def check_arguments(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
     args.json = getattr(args, "json", False) or getattr(args, "format", "text") == "json"
     return status(args, session_factory)
+
+
+if __name__ == "__main__":  # run by path, as before the one front door
+    from scripts.telemetry.errors import moved
+
+    raise SystemExit(moved("cluster status"))

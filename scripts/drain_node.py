@@ -429,3 +429,8 @@ def drain(args: argparse.Namespace, session_factory: Callable[[str], object], *,
     finally:
         cleanup()
 
+
+if __name__ == "__main__":  # run by path, as before the one front door
+    from scripts.telemetry.errors import moved
+
+    raise SystemExit(moved("cluster drain"))

@@ -564,3 +564,9 @@ def _past_the_last_device(args: argparse.Namespace) -> str:
     if args.export and args.count is not None and args.first + args.count - 1 > MAX_DEVICES:
         return f"--first {args.first} --count {args.count} goes past device {MAX_DEVICES:,}"
     return ""
+
+
+if __name__ == "__main__":  # run by path, as before the one front door
+    from scripts.telemetry.errors import moved
+
+    raise SystemExit(moved("devices provision"))

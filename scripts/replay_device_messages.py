@@ -589,3 +589,9 @@ def report(tally: Tally, output_format: str) -> None:
         f"the replay, {tally.unreadable:,} unreadable (oldest {tally.oldest_left_days:g} days); deletes to retry "
         f"next run {tally.delete_failures:,}; visibility changes refused {tally.visibility_failures:,}"
     )
+
+
+if __name__ == "__main__":  # run by path, as before the one front door
+    from scripts.telemetry.errors import moved
+
+    raise SystemExit(moved("devices replay"))

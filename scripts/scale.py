@@ -176,3 +176,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
     return scale(args, session_factory)
+
+
+if __name__ == "__main__":  # run by path, as before the one front door
+    from scripts.telemetry.errors import moved
+
+    raise SystemExit(moved("cluster scale"))

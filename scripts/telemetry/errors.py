@@ -59,3 +59,13 @@ def worded(error: BaseException) -> tuple[int, str]:
     if isinstance(error, FabricError):
         return EXIT_FAILED, f"Service Fabric call failed: {error}"
     return EXIT_FAILED, f"internal error: {type(error).__name__}: {error}"
+
+
+def moved(command: str) -> int:
+    """What an operator module says when run by its path, as the blueprint's older releases ran
+    it: the one line naming the command that replaced it; exit 2 (bad usage)."""
+    import sys
+
+    print(f"this script has no command line of its own any more: run `telemetry {command} --help` "
+          "(.venv/bin/telemetry, installed by make synth)", file=sys.stderr)
+    return EXIT_USAGE

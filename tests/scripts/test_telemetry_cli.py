@@ -109,12 +109,24 @@ def test_telemetry_is_the_one_front_door():
         tree = ast.parse(path.read_text())
         module = ".".join(path.relative_to(REPO).with_suffix("").parts)
         top = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-        runs_as_script = any(isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) for node in tree.body)
-        assert not runs_as_script or module == "scripts.telemetry.cli", f"{module} runs as a script"
+        as_script = [node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
+        # Run by path, a module only says which command replaced it.
+        assert all("moved(" in ast.unparse(node) and "parse_args" not in ast.unparse(node) for node in as_script) \
+            or module == "scripts.telemetry.cli", f"{module} runs as a script"
         assert not {"main", "parse_args"} & top or module == "scripts.telemetry.cli", f"{module} has its own main"
         if "add_arguments" in top:
             assert module in served, f"{module} declares options but is no telemetry subcommand"
         assert not path.read_text().startswith("#!"), f"{module} still has a shebang"
+
+
+def test_a_module_run_by_its_old_path_names_the_command_that_replaced_it():
+    import sys
+
+    result = subprocess.run([sys.executable, "scripts/drain_node.py", "--env", "dev", "--node", "scale-0"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["this script has no command line of its own any more: run `telemetry cluster "
+                                          "drain --help` (.venv/bin/telemetry, installed by make synth)"]
 
 
 def test_debug_adds_the_traceback(no_aws, capsys):
