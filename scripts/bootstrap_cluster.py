@@ -254,28 +254,35 @@ def wait_for_command(
 
 
 def cluster_answers(session, config: EnvironmentConfig, outputs: ClusterOutputs, seed_ids: Sequence[str]) -> bool:
-    """Whether a cluster with every seed already answers a seed (scripts/cluster_nodes.py): then a
-    create, which would fail on the nodes it finds in use, is not sent. Anything else (no cluster,
-    part of one, no seed Run Command can reach) is said and left to the create and its checks."""
-    from scripts.cluster_nodes import ask_a_seed, describe, seed_statuses
+    """Whether the cluster already runs with every seed Up, as the seeds answer (scripts/
+    cluster_nodes.py): then nothing is sent. False only when no seed reached a cluster and none has
+    Service Fabric installed: a fresh create. Anything between stops the run without a create: a
+    cluster whose seeds are not all Up, or Service Fabric installed where no cluster answers (a
+    cluster that is down, or a create that stopped half way) is for an operator to look at, and
+    CleanFabric.ps1 would remove a running cluster's node as well."""
+    from scripts.cluster_nodes import ask_the_seeds, describe, seed_statuses
 
     try:
-        seen = ask_a_seed(session, config, outputs)
+        seen = ask_the_seeds(session, config, outputs)
     except ToolError as error:
-        print(f"could not ask a seed whether a cluster runs ({error}); going on with the create")
+        raise OperationFailed(f"cannot ask the seeds whether a cluster runs, so no create is sent: {error}") from None
+    if seen.fresh:
+        print(f"no seed has Service Fabric installed and no cluster answered ({seen.why_not()})")
         return False
     if not seen.exists:
-        print(f"no cluster answered {seen.seed}: {seen.reason}")
-        return False
+        print(cleanup_advice(config, seed_ids))
+        raise OperationFailed(
+            f"Service Fabric is installed on a seed but no cluster answered ({seen.why_not()}): either the cluster is "
+            "down (see the seeds' FabricHostSvc and C:\\ServiceFabric\\Logs) or a create stopped half way (then the "
+            "cleanup above, and bootstrap again); no create was sent")
     seeds, not_up = seed_statuses(seen)
-    print(f"{seen.seed} lists a cluster of {describe(seen.nodes or [])}: {len(seeds)} of {len(seed_ids)} seeds"
-          + (f" ({', '.join(not_up)} not Up)" if not_up else ""))
-    if len(seeds) == len(seed_ids):
+    print(f"{seen.listing.seed} lists a cluster of {describe(seen.nodes or [])}: {len(seeds) - len(not_up)} of "
+          f"{len(seed_ids)} seeds Up" + (f" ({', '.join(not_up)})" if not_up else ""))
+    if not not_up and len(seeds) == len(seed_ids):
         print("the cluster already exists: nothing to create")
         return True
-    print(cleanup_advice(config, seed_ids))
-    raise OperationFailed(f"{seen.seed} lists {len(seeds)} of {len(seed_ids)} seed nodes: part of a cluster, which a "
-                          "create would fail on (see telemetry cluster status, and the cleanup above)")
+    raise OperationFailed(f"the cluster runs without every seed Up ({len(seeds) - len(not_up)} of {len(seed_ids)}): "
+                          "see telemetry cluster status; no create was sent and nothing recorded")
 
 
 # Where userdata/prepare_node.ps1 unpacks the standalone package on every node.
@@ -289,9 +296,10 @@ def cleanup_advice(config: EnvironmentConfig, seed_instance_ids: Sequence[str]) 
     package for Windows Server"), so it runs on each seed, under Run Command's own account."""
     command = f"& {STANDALONE_PACKAGE}\\CleanFabric.ps1"  # no spaces in the path: no quotes inside the shell's
     return (
-        "if the seeds hold part of a cluster (a rerun then fails in TestConfiguration), clean each seed with this "
-        "(a POSIX shell's quoting), wait until its invocations succeed (aws ssm list-command-invocations "
-        "--command-id ID), then run bootstrap again:\n"
+        "if the seeds hold part of a cluster that never ran (a rerun then fails in TestConfiguration), clean each "
+        "seed with this (a POSIX shell's quoting; never while a cluster runs: it removes the node from it), wait "
+        "until its invocations succeed (aws ssm list-command-invocations --command-id ID), then run bootstrap "
+        "again:\n"
         f"  aws ssm send-command --region {config.region} --document-name AWS-RunPowerShellScript "
         f"--instance-ids {' '.join(seed_instance_ids)} --parameters '{json.dumps({'commands': [command]})}'"
     )
@@ -348,13 +356,14 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
     first = instances[first_seed.name]
     document = outputs.get("CreateClusterDocumentName")
     seed_ids = [instances[s.name].instance_id for s in sorted(seeds, key=lambda s: s.index)]
-    if cluster_answers(session, config, outputs, seed_ids):
-        aws.record_created(cluster_created_parameter_name(config), "found running", outputs.stack_id)
-        return 0
+    # A create still running first: while it runs the seeds may list part of a cluster.
     command_id = aws.running_create(document, first.instance_id)
     if command_id:
         print(f"{document} is still running on {first.instance_id} ({first_seed.name}), command {command_id}: "
               "waiting for it instead of sending another")
+    elif cluster_answers(session, config, outputs, seed_ids):
+        aws.record_created(cluster_created_parameter_name(config), "found running", outputs.stack_id)
+        return 0
     else:
         command_id = aws.send_create(document, first.instance_id, cluster_config, int(args.timeout))
         print(f"sent {document} to {first.instance_id} ({first_seed.name}), command {command_id}")

@@ -1,11 +1,13 @@
 """The Service Fabric cluster's nodes as a seed sees them, asked over Run Command from anywhere.
 
-The ServiceFabric stack's read-only document `<prefix>-cluster-nodes` (stacks/documents/
-cluster_nodes.yaml) runs on one seed whose SSM agent is Online, connects to that seed's own client
-endpoint with the cluster certificate and prints a line per node. Nothing here needs the
+The ServiceFabric stack's read-only document `<prefix>-sf-cluster-nodes` (stacks/documents/
+cluster_nodes.yaml) runs on every seed whose SSM agent is Online, connects to any of the seeds'
+client endpoints with the cluster certificate and prints a line per node, or why no cluster
+answered and whether Service Fabric is installed on that seed. Nothing here needs the
 operator's machine inside the management CIDRs, unlike the HTTP gateway (telemetry cluster status):
 `telemetry deploy`'s smoke step reads the seeds' status this way, and `telemetry cluster bootstrap`
-asks it whether a cluster already answers before it sends a create.
+asks it whether a cluster already answers (or a machine already has Service Fabric installed)
+before it sends a create.
 """
 
 from __future__ import annotations
@@ -30,41 +32,72 @@ class SeenNode:
 
 
 @dataclass(frozen=True)
-class SeenCluster:
-    """What one seed answered: the nodes, or why no cluster answered it (`nodes` is then None)."""
+class Answer:
+    """What one seed answered: the nodes, or why no cluster answered it."""
 
     seed: str  # the seed's node name
     instance_id: str
     nodes: list[SeenNode] | None = None
+    unreachable: bool = False  # no cluster answered and Service Fabric is installed on that seed
     reason: str = ""
-    unreachable: list[str] = field(default_factory=list)  # seeds passed over: "<name> <instance> <status>"
+
+
+@dataclass(frozen=True)
+class SeenCluster:
+    """What the seeds answered: the nodes, as the first seed that reached a cluster lists them."""
+
+    answers: list[Answer]
+    passed_over: list[str] = field(default_factory=list)  # seeds Run Command cannot reach: "<id> <status>"
+
+    @property
+    def listing(self) -> Answer | None:
+        return next((a for a in self.answers if a.nodes is not None), None)
+
+    @property
+    def nodes(self) -> list[SeenNode] | None:
+        return self.listing.nodes if self.listing else None
 
     @property
     def exists(self) -> bool:
-        return self.nodes is not None
+        return self.listing is not None
+
+    @property
+    def fresh(self) -> bool:
+        """No seed reached a cluster, and none has Service Fabric installed: nothing was created."""
+        return not self.exists and not any(a.unreachable for a in self.answers)
+
+    def why_not(self) -> str:
+        """The seeds' answers, those alike together: "seed-1 (Service Fabric installed): <reason>"."""
+        alike: dict[tuple[bool, str], list[str]] = {}
+        for answer in self.answers:
+            alike.setdefault((answer.unreachable, answer.reason), []).append(answer.seed)
+        return "; ".join(f"{', '.join(seeds)}{' (Service Fabric installed)' if installed else ''}: {why}"
+                         for (installed, why), seeds in alike.items())
 
 
-def parse(output: str) -> tuple[list[SeenNode] | None, str]:
-    """The document's lines: NODE=<name>|<status>|<True/False> per node, or NOCLUSTER=<reason>."""
-    nodes, reason = [], ""
+def parse(output: str) -> tuple[list[SeenNode] | None, bool, str]:
+    """The document's lines: NODE=<name>|<status>|<True/False> per node, or UNREACHABLE=<reason>
+    (Service Fabric installed there) or NOCLUSTER=<reason>. (nodes or None, unreachable, reason)."""
+    nodes, unreachable, reason = [], False, ""
     for line in output.splitlines():
         kind, _, value = line.strip().partition("=")
         if kind == "NODE":
             name, status, seed = value.split("|")
             nodes.append(SeenNode(name, status, seed.strip().lower() == "true"))
-        elif kind == "NOCLUSTER":
-            reason = value.strip() or "no cluster answered"
+        elif kind in ("UNREACHABLE", "NOCLUSTER"):
+            unreachable, reason = kind == "UNREACHABLE", value.strip() or "no cluster answered"
     if nodes:
-        return nodes, ""
-    return None, reason or "the seed listed no node"
+        return nodes, False, ""
+    return None, unreachable, reason or "the seed listed no node"
 
 
-def ask_a_seed(
+def ask_the_seeds(
     session: Any, config: Any, outputs: Any, *, say: Callable[[str], None] = print,
     sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
 ) -> SeenCluster:  # fmt: skip
-    """Sends the cluster-nodes document to the first seed (in index order) whose agent is Online and
-    returns what it saw. ToolError when no seed can be reached, or the command fails."""
+    """Sends the cluster-nodes document to every seed whose agent is Online, each trying every
+    seed's endpoint, and returns what they answered. ToolError when no seed can be reached, or a
+    command fails."""
     from scripts.cluster_inventory import node_instances
     from scripts.run_command_output import cloudwatch_output, reason, whole_output
     from scripts.ssm_hosts import reachable
@@ -77,46 +110,47 @@ def ask_a_seed(
     )
 
     cluster = service_fabric_cluster_name(config)
-    document = outputs.get("ClusterNodesDocumentName")
     running = {i.node_name: i.instance_id for i in node_instances(session.client("ec2"), cluster)
                if i.node_type == SEED_NODE_TYPE and i.state == "running"}
-    seeds = [s for s in sorted(outputs.seeds, key=lambda s: s.index) if s.name in running]
+    seeds = sorted(outputs.seeds, key=lambda s: s.index)
     ssm = session.client("ssm")
-    online, others = reachable(ssm, [running[s.name] for s in seeds], CLUSTER_TAG, cluster)
+    online, others = reachable(ssm, [running[s.name] for s in seeds if s.name in running], CLUSTER_TAG, cluster)
     if not online:
         raise ToolError(f"no seed of {cluster} can take a Run Command"
                         + (f" ({', '.join(others)})" if others else " (none is running)"))
-    seed = next(s for s in seeds if running[s.name] == online[0])
-    instance = online[0]
+    names = {running[s.name]: s.name for s in seeds if s.name in running}
     log_group = node_log_group_name(config)
     command_id = ssm.send_command(
-        DocumentName=document, DocumentVersion="$LATEST", InstanceIds=[instance],
-        Parameters={"clientConnectionEndpoint": [f"{seed.address}:{CLIENT_CONNECTION_PORT}"]},
+        DocumentName=outputs.get("ClusterNodesDocumentName"), DocumentVersion="$LATEST", InstanceIds=online,
+        Parameters={"clientConnectionEndpoints": [",".join(f"{s.address}:{CLIENT_CONNECTION_PORT}" for s in seeds)]},
         TimeoutSeconds=120, Comment=f"telemetry: the nodes of {cluster}"[:100],
         CloudWatchOutputConfig=cloudwatch_output(log_group),
     )["Command"]["CommandId"]  # fmt: skip
-    say(f"asking {seed.name} ({instance}) for the cluster's nodes over Run Command {command_id}")
-    started = clock()
-    while True:
-        try:
-            result = ssm.get_command_invocation(CommandId=command_id, InstanceId=instance)
-        except ssm.exceptions.InvocationDoesNotExist:
-            result = {"Status": "Pending"}  # SSM takes a moment to register a new invocation
-        if result["Status"] not in RUN_COMMAND_UNFINISHED:
-            break
-        if clock() - started > LIMIT_S:
-            raise ToolError(f"Run Command {command_id} on {seed.name} ({instance}) has not ended after {LIMIT_S:.0f} s")
-        sleep(POLL_S)
+    say(f"asking {len(online)} seed(s) for the cluster's nodes over Run Command {command_id}")
     logs = functools.partial(session.client, "logs")  # made only for an output cut short
-    if result["Status"] != "Success":
-        errors = whole_output(logs, log_group, command_id, instance, STEP, "stderr",
-                              result.get("StandardErrorContent") or "", sleep=sleep, clock=clock)
-        raise ToolError(f"reading the cluster's nodes on {seed.name} ({instance}) ended {result['Status']}: "
-                        f"{reason(errors) or result.get('StatusDetails', '')}")
-    output = whole_output(logs, log_group, command_id, instance, STEP, "stdout",
-                          result.get("StandardOutputContent") or "", sleep=sleep, clock=clock)
-    nodes, reason = parse(output)
-    return SeenCluster(seed.name, instance, nodes, reason, others)
+    started, answers = clock(), []
+    for instance in online:
+        while True:
+            try:
+                result = ssm.get_command_invocation(CommandId=command_id, InstanceId=instance)
+            except ssm.exceptions.InvocationDoesNotExist:
+                result = {"Status": "Pending"}  # SSM takes a moment to register a new invocation
+            if result["Status"] not in RUN_COMMAND_UNFINISHED:
+                break
+            if clock() - started > LIMIT_S:
+                raise ToolError(f"Run Command {command_id} on {names[instance]} ({instance}) has not ended after "
+                                f"{LIMIT_S:.0f} s")
+            sleep(POLL_S)
+        if result["Status"] != "Success":
+            errors = whole_output(logs, log_group, command_id, instance, STEP, "stderr",
+                                  result.get("StandardErrorContent") or "", sleep=sleep, clock=clock)
+            raise ToolError(f"reading the cluster's nodes on {names[instance]} ({instance}) ended {result['Status']}: "
+                            f"{reason(errors) or result.get('StatusDetails', '')}")
+        output = whole_output(logs, log_group, command_id, instance, STEP, "stdout",
+                              result.get("StandardOutputContent") or "", sleep=sleep, clock=clock)
+        nodes, unreachable, why = parse(output)
+        answers.append(Answer(names[instance], instance, nodes, unreachable, why))
+    return SeenCluster(answers, others)
 
 
 def seed_statuses(seen: SeenCluster) -> tuple[list[SeenNode], list[str]]:

@@ -247,7 +247,7 @@ def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
             f"require every acknowledged record of both runs back through the Flink sink within "
             f"{smoke_read_back_bound(config):.0f} s, under s3://<telemetry bucket>/{SMOKE_PREFIX}/: the sink files "
             f"smoke runs there, outside the telemetry table, and they expire after {SMOKE_EXPIRE_DAYS} day",
-            f"require all {fabric.seed_node_count} seed nodes Up as a seed lists them over Run Command (document "
+            f"require all {fabric.seed_node_count} seed nodes Up as the seeds list them over Run Command (document "
             f"{cluster_nodes_document_name(config)}, inside the VPC: this machine need not be in management_cidrs)",
         ]),
     ]

@@ -725,19 +725,19 @@ def rows_per_run(parquet: Path, runs: list[str]) -> dict[str, int]:
 
 
 def seeds_up(config: Any, session: Any, say: Say = print) -> str:
-    """Every seed node Up, as a seed lists the cluster's nodes over Run Command (scripts/
+    """Every seed node Up, as the seeds list the cluster's nodes over Run Command (scripts/
     cluster_nodes.py: from inside the VPC, so this machine need not reach the gateway); what it
     found, or OperationFailed naming the seeds that are not."""
     from scripts.cluster_inventory import ToolError, deployed_outputs, service_fabric_stack_name
-    from scripts.cluster_nodes import ask_a_seed, seed_statuses
+    from scripts.cluster_nodes import ask_the_seeds, seed_statuses
 
     outputs = deployed_outputs(session.client("cloudformation"), service_fabric_stack_name(config))
     try:
-        seen = ask_a_seed(session, config, outputs, say=lambda line: say(f"  {line}"))
+        seen = ask_the_seeds(session, config, outputs, say=lambda line: say(f"  {line}"))
     except ToolError as error:
-        raise OperationFailed(f"cannot ask a seed for the cluster's nodes: {error}") from None
+        raise OperationFailed(f"cannot ask the seeds for the cluster's nodes: {error}") from None
     if not seen.exists:
-        raise OperationFailed(f"no cluster answered {seen.seed} ({seen.instance_id}): {seen.reason}")
+        raise OperationFailed(f"no cluster answered the seeds: {seen.why_not()}")
     expected = config.service_fabric.seed_node_count
     seeds, not_up = seed_statuses(seen)
     if not_up or len(seeds) != expected:
@@ -746,7 +746,7 @@ def seeds_up(config: Any, session: Any, say: Say = print) -> str:
             + (f" ({', '.join(not_up)})" if not_up else f" ({len(seeds)} listed)")
             + ": see telemetry cluster status"
         )
-    return f"{expected} of {expected} seed nodes Up (as {seen.seed} lists them)"
+    return f"{expected} of {expected} seed nodes Up (as {seen.listing.seed} lists them)"
 
 
 def _smoke_run_id() -> str:

@@ -7,6 +7,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from stacks.compliance import PARTITION, acknowledge, wildcard_resource_finding
+
 
 def log_group(
     scope: Construct,
@@ -30,13 +32,23 @@ def log_group(
 def grant_run_command_output(group: logs.LogGroup, role: iam.IRole, log_group_name: str) -> None:
     """What an instance's SSM agent needs to write a Run Command's output to `group` (SendCommand's
     CloudWatchOutputConfig), as the agent makes the calls (aws/amazon-ssm-agent): CreateLogGroup
-    first, whose ResourceAlreadyExistsException it takes as success and without which it sends
-    nothing at all (iohandler.go DefaultIOHandler.Init, cloudwatchlogsservice.go CreateLogGroup);
-    then CreateLogStream and PutLogEvents per stream (StreamData), DescribeLogStreams for a
-    sequence token (GetSequenceTokenForStream). All on this one group: its name, and its streams."""
+    first; refused, it looks the group up with DescribeLogGroups and goes on when it exists, and
+    without either it sends nothing (iohandler.go DefaultIOHandler.Init, cloudwatchlogsservice.go
+    CreateLogGroup and IsLogGroupPresent); then CreateLogStream and PutLogEvents per stream
+    (StreamData), DescribeLogStreams for a sequence token (GetSequenceTokenForStream). The lookup,
+    not the creation: an instance that may create the group could make it again, without its
+    retention, after the stack deleted it. DescribeLogGroups is authorized on log-group:* (it lists;
+    CloudWatch Logs' "Actions, resources, and condition keys"); the rest on this one group."""
     group.grant_write(role)
     stack = Stack.of(group)
-    exact = stack.format_arn(service="logs", resource="log-group", resource_name=log_group_name,
-                             arn_format=ArnFormat.COLON_RESOURCE_NAME)
-    role.add_to_principal_policy(iam.PolicyStatement(
-        actions=["logs:CreateLogGroup", "logs:DescribeLogStreams"], resources=[exact, group.log_group_arn]))
+    role.add_to_principal_policy(iam.PolicyStatement(actions=["logs:DescribeLogStreams"], resources=[group.log_group_arn]))
+    every_group = stack.format_arn(service="logs", resource="log-group", resource_name="*",
+                                   arn_format=ArnFormat.COLON_RESOURCE_NAME)
+    role.add_to_principal_policy(iam.PolicyStatement(actions=["logs:DescribeLogGroups"], resources=[every_group]))
+    acknowledge(
+        role,
+        "AwsSolutions-IAM5",
+        "logs:DescribeLogGroups is a list call with no per-group resource; the SSM agent calls it to find the "
+        "Run Command output's log group before writing to it. It reads names only, no log data",
+        finding=wildcard_resource_finding(f"arn:{PARTITION}:logs:{stack.region}:{stack.account}:log-group:*"),
+    )

@@ -5,8 +5,9 @@ sf:* tags), the document exists in moto's SSM as the stack renders it, and GetCo
 that document is answered with the lines stacks/documents/cluster_nodes.yaml prints, for the nodes
 the Service Fabric emulator lists: NODE=<NodeName>|<NodeStatus>|<IsSeedNode> per node
 (Get-ServiceFabricNode lists the Failover Manager's view, the same one the REST API's
-GetNodeInfoList returns: tests/sf_emulator, EmulatedCluster.list_nodes), or NOCLUSTER=<reason>
-when no cluster answers. PowerShell cannot run here: that the script prints these lines is a claim
+GetNodeInfoList returns: tests/sf_emulator, EmulatedCluster.list_nodes), or, when no cluster
+answers, UNREACHABLE=<reason> on a seed with Service Fabric installed and NOCLUSTER=<reason> on
+one without. PowerShell cannot run here: that the script prints these lines is a claim
 (its syntax is parsed by tree-sitter in tests/stacks/test_service_fabric_stack.py); the Service
 Fabric cmdlets' behaviour is Microsoft's PowerShell reference, not run.
 """
@@ -52,10 +53,14 @@ def service_fabric_outputs(synthesized, env: str) -> dict[str, str]:
     return {key: o["Value"] for key, o in outputs.items() if isinstance(o["Value"], str)}
 
 
-def seeds_answer(session, listed: Callable[[], list[dict[str, Any]] | None]) -> list[dict]:
+def seeds_answer(session, listed: Callable[[], list[dict[str, Any]] | None],
+                 installed: Callable[[str], bool] = lambda instance: False) -> list[dict]:
     """Registers, on `session` before its clients are made, the seeds' answer to the cluster-nodes
-    document: `listed()` gives the nodes (NodeName/Name, NodeStatus, IsSeedNode) or None for no
-    cluster. Returns the SendCommand requests of that document, as they were made."""
+    document, as stacks/documents/cluster_nodes.yaml prints it on each seed: `listed()` gives the
+    nodes of the cluster that runs (Name/NodeName, NodeStatus, IsSeedNode), which every seed reaches
+    through any seed's endpoint, or None when no cluster answers; then a seed answers UNREACHABLE
+    where Service Fabric is installed (`installed(instance_id)`, FabricHostSvc exists), else
+    NOCLUSTER. Returns the SendCommand requests of that document, as they were made."""
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.ssm.models import ssm_backends
 
@@ -73,13 +78,18 @@ def seeds_answer(session, listed: Callable[[], list[dict[str, Any]] | None]) -> 
         if not command.document_name.endswith("-sf-cluster-nodes"):
             return None  # moto answers every other document
         nodes = listed()
-        lines = ([f"NODE={n.get('Name') or n['NodeName']}|{n['NodeStatus']}|{n['IsSeedNode']}" for n in nodes]
-                 if nodes is not None else ["NOCLUSTER=No cluster endpoint is reachable, please check if there is "
-                                            "connectivity/firewall/DNS issue."])
+        # The message Connect-ServiceFabricCluster throws when nothing listens (CommonCmdletBase.cs).
+        unreachable = "No cluster endpoint is reachable, please check if there is connectivity/firewall/DNS issue."
+        if nodes is not None:
+            lines = [f"NODE={n.get('Name') or n['NodeName']}|{n['NodeStatus']}|{n['IsSeedNode']}" for n in nodes]
+        elif installed(params["InstanceId"]):
+            lines = [f"UNREACHABLE={unreachable}"]
+        else:
+            lines = [f"NOCLUSTER={unreachable}"]
         return model_answer(model, {
             "CommandId": params["CommandId"], "InstanceId": params["InstanceId"], "DocumentName": command.document_name,
             "PluginName": "clusterNodes", "ResponseCode": 0, "Status": "Success", "StatusDetails": "Success",
-            "StandardOutputContent": "\n".join(lines) + "\n", "StandardErrorContent": ""})
+            "StandardOutputContent": "\r\n".join(lines) + "\r\n", "StandardErrorContent": ""})  # Windows line ends
 
     session.events.register("provide-client-params.ssm.SendCommand", record)
     session.events.register("provide-client-params.ssm.GetCommandInvocation", keep_params)

@@ -108,7 +108,8 @@ def aws(moto_session, synthesized, pki):
     session.client("ssm").create_document(Name="telemetry-prod-sf-cluster-nodes", DocumentType="Command",
                                           Content=json.dumps(render_cluster_nodes_document()), DocumentFormat="JSON")
     session.cluster_nodes = None  # or a list of nodes (Name, NodeStatus, IsSeedNode), as Get-ServiceFabricNode lists them
-    seeds_answer(session, lambda: session.cluster_nodes)
+    session.installed = set()  # seeds with Service Fabric installed (FabricHostSvc)
+    seeds_answer(session, lambda: session.cluster_nodes, lambda instance: instance in session.installed)
     yield StubbedStackSession(session, STACK, deployed_outputs(synthesized)), seeds
 
 
@@ -292,16 +293,38 @@ def test_a_cluster_that_already_answers_with_every_seed_is_recorded_and_nothing_
     assert created["Parameter"]["Value"].endswith(f" found running stack {stack_id(STACK)}")
 
 
-def test_part_of_a_cluster_answering_stops_with_the_cleanup_and_sends_no_create(aws, tmp_path, capsys):
+def test_a_cluster_without_every_seed_up_is_neither_recorded_nor_created_again(aws, tmp_path, capsys):
+    """The node query lists every seed of the manifest, Down or not (Service Fabric's
+    GetNodeListQuerySpecification merges them): a seed not Up is for an operator to look at."""
     session, seeds = aws
-    session.session.cluster_nodes = [{"Name": s["name"], "NodeStatus": "Up", "IsSeedNode": True} for s in seeds[:2]]
+    session.session.cluster_nodes = [{"Name": s["name"], "NodeStatus": "Down" if s["name"] == "seed-3" else "Up",
+                                      "IsSeedNode": True} for s in seeds]
     sent = sent_commands(session.session)
     assert run(["--env", "prod", "--output", str(tmp_path / "c.json"), "--poll-interval", "0"], session) == 1
     assert sent == []
     captured = capsys.readouterr()
-    assert "CleanFabric.ps1" in captured.out
-    assert captured.err.strip() == ("telemetry: error: seed-0 lists 2 of 5 seed nodes: part of a cluster, which a create "
-                                    "would fail on (see telemetry cluster status, and the cleanup above)")
+    assert "CleanFabric.ps1" not in captured.out
+    assert captured.err.strip() == ("telemetry: error: the cluster runs without every seed Up (4 of 5): see telemetry "
+                                    "cluster status; no create was sent and nothing recorded")
+    with pytest.raises(Exception, match="ParameterNotFound"):
+        session.client("ssm").get_parameter(Name="/telemetry-prod/service-fabric/cluster-created")
+
+
+def test_service_fabric_installed_where_no_cluster_answers_stops_with_both_ways_out(aws, tmp_path, capsys):
+    """A create that stopped half way, or a cluster that is down: FabricHostSvc exists on a seed, no
+    cluster answers. A create would fail in TestConfiguration, and CleanFabric.ps1 is only for the
+    first case: the run stops, says both, and sends nothing."""
+    session, seeds = aws
+    session.session.installed = {seeds[1]["instance_id"]}
+    sent = sent_commands(session.session)
+    assert run(["--env", "prod", "--output", str(tmp_path / "c.json"), "--poll-interval", "0"], session) == 1
+    assert sent == []
+    captured = capsys.readouterr()
+    assert "CleanFabric.ps1" in captured.out and "never while a cluster runs" in captured.out
+    assert captured.err.startswith("telemetry: error: Service Fabric is installed on a seed but no cluster answered (")
+    assert "seed-1 (Service Fabric installed): No cluster endpoint" in captured.err
+    assert "seed-0, seed-2, seed-3, seed-4: No cluster endpoint" in captured.err
+    assert captured.err.rstrip().endswith("no create was sent")
 
 
 def test_refuses_when_a_seed_is_not_running(aws, capsys):

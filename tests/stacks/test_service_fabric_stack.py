@@ -318,12 +318,12 @@ def test_node_roles_hold_only_what_a_node_needs(synthesized):
     assert actions(scaling) == {
         "secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret", "logs:CreateLogStream",
         "logs:PutLogEvents", "cloudwatch:PutMetricData",
-        # The SSM agent's Run Command output (create-cluster, cluster-nodes), on the node log group
-        # alone: it creates the existing group first and lists its streams (log_group.py).
-        "logs:CreateLogGroup", "logs:DescribeLogStreams",
+        # The SSM agent's Run Command output (create-cluster, cluster-nodes): it finds the group
+        # (a list call) and lists its streams, on the node log group (log_group.py).
+        "logs:DescribeLogGroups", "logs:DescribeLogStreams",
     }
-    logs = next(s for s in scaling if "logs:CreateLogGroup" in actions([s]))
-    assert "log-group:/telemetry-prod/service-fabric/nodes" in json.dumps(logs["Resource"])
+    streams = next(s for s in scaling if "logs:DescribeLogStreams" in actions([s]))
+    assert "NodeLogs" in json.dumps(streams["Resource"])
     secret = next(s for s in scaling if "secretsmanager:GetSecretValue" in actions([s]))
     assert "secret:telemetry-prod/service-fabric/cluster-certificate-??????" in json.dumps(secret["Resource"])
     metrics = next(s for s in scaling if "cloudwatch:PutMetricData" in actions([s]))

@@ -338,6 +338,7 @@ def test_hosts_may_write_run_command_output_to_their_commands_log_group_alone(sy
     statements = [resolve(s, pseudo=pseudo, imports=Elsewhere(), attributes=attributes)
                   for s in role_policy_statements(template, role)
                   if any(a.startswith("logs:") for a in as_list(s.get("Action", [])))]
+    assert statements, "no logs statement"
     policy = IAMPolicy(json.dumps({"Version": "2012-10-17", "Statement": statements}))
 
     def permitted(action: str, resource: str) -> bool:
@@ -348,12 +349,11 @@ def test_hosts_may_write_run_command_output_to_their_commands_log_group_alone(sy
     assert permitted("logs:PutLogEvents", f"{arn}{name}:log-stream:{stream}")
     assert not permitted("logs:DeleteLogStream", f"{arn}{name}:log-stream:{stream}")
     assert permitted("logs:DescribeLogStreams", f"{arn}{name}:*")
-    # The agent's first call: CreateLogGroup on the existing group (ResourceAlreadyExists is its
-    # success); without it the agent sends nothing. Either ARN form IAM may evaluate it against.
-    assert permitted("logs:CreateLogGroup", f"{arn}{name}") and permitted("logs:CreateLogGroup", f"{arn}{name}:*")
+    # The agent's first call, CreateLogGroup, is refused; it then finds the group with
+    # DescribeLogGroups (a list call, on log-group:*) and writes. Without both it sends nothing.
+    assert permitted("logs:DescribeLogGroups", f"{arn}*")
+    assert not permitted("logs:CreateLogGroup", f"{arn}{name}") and not permitted("logs:CreateLogGroup", f"{arn}{name}:*")
     assert not permitted("logs:CreateLogStream", f"{arn}/telemetry-{env}/simulator-runs:log-stream:{stream}")
-    assert not permitted("logs:CreateLogGroup", f"{arn}/telemetry-{env}/simulator-runs")
-    assert not permitted("logs:CreateLogGroup", f"{arn}{name}-other")
 
 
 class _Known(dict):

@@ -610,28 +610,33 @@ def test_create_cluster_task_script_judges_test_configuration_by_exit_status_and
 
 
 def test_cluster_nodes_document_parses_once_substituted_and_prints_the_lines_the_workstation_reads(synthesized):
-    """The read-only document scripts/cluster_nodes.py sends to a seed: valid PowerShell once SSM
-    substitutes the seed's endpoint (its allowedPattern admits exactly ADDRESS:PORT), connecting
-    the way add_node.yaml does, and printing the NODE=/NOCLUSTER= lines cluster_nodes.parse reads."""
+    """The read-only document scripts/cluster_nodes.py sends to the seeds: valid PowerShell once SSM
+    substitutes the seeds' endpoints (its allowedPattern admits exactly ADDRESS:PORT,...), connecting
+    the way add_node.yaml does, and printing the NODE=/UNREACHABLE=/NOCLUSTER= lines
+    cluster_nodes.parse reads."""
     import re
 
     from scripts.cluster_nodes import parse
     from stacks.constructs.node_scripts import render_cluster_nodes_document
 
     document = render_cluster_nodes_document()
-    pattern = document["parameters"]["clientConnectionEndpoint"]["allowedPattern"]
+    pattern = document["parameters"]["clientConnectionEndpoints"]["allowedPattern"]
     seeds = json.loads(synthesized("prod").stacks["service_fabric"]["Outputs"]["Seeds"]["Value"])
-    for seed in seeds:
-        assert re.fullmatch(pattern, f"{seed['address']}:19000")
-    for hostile in ("10.0.1.10:19000'; Remove-Item C:\\ -Recurse; '", "localhost:19000", "10.0.1.10"):
+    endpoints = ",".join(f"{seed['address']}:19000" for seed in seeds)
+    assert re.fullmatch(pattern, endpoints) and re.fullmatch(pattern, f"{seeds[0]['address']}:19000")
+    for hostile in (f"{endpoints}'; Remove-Item C:\\ -Recurse; '", "localhost:19000", "10.0.1.10", f"{endpoints},"):
         assert not re.fullmatch(pattern, hostile)
     (step,) = document["mainSteps"]
     assert step["name"] == "clusterNodes"  # the stream the workstation reads: <command>/<instance>/clusterNodes/...
-    script = step["inputs"]["runCommand"][0].replace("{{ clientConnectionEndpoint }}", f"{seeds[0]['address']}:19000")
+    script = step["inputs"]["runCommand"][0].replace("{{ clientConnectionEndpoints }}", endpoints)
     assert "{{" not in script
     assert syntax_errors(script) == []
     assert "Connect-ServiceFabricCluster @connection" in script and "Get-ServiceFabricNode" in script
+    assert "ConnectionEndpoint = @($Endpoints -split ',')" in script  # any seed's, not only its own
+    assert "Get-Service -Name 'FabricHostSvc'" in script  # installed here: UNREACHABLE, not NOCLUSTER
     assert "'NODE=' + $_.NodeName + '|' + $_.NodeStatus + '|' + $_.IsSeedNode" in script
     # What those lines read as: PowerShell renders a bool as True/False and NodeStatus by its name.
-    assert parse("NODE=seed-0|Up|True\nNODE=scale-0|Down|False\n")[0][1].status == "Down"
-    assert parse("NOCLUSTER=No cluster endpoint is reachable\n") == (None, "No cluster endpoint is reachable")
+    nodes, _, _ = parse("NODE=seed-0|Up|True\r\nNODE=scale-0|Down|False\r\n")
+    assert [(n.name, n.status, n.seed) for n in nodes] == [("seed-0", "Up", True), ("scale-0", "Down", False)]
+    assert parse("UNREACHABLE=No cluster endpoint is reachable\r\n") == (None, True, "No cluster endpoint is reachable")
+    assert parse("NOCLUSTER=not prepared\n") == (None, False, "not prepared")
