@@ -85,6 +85,7 @@ class Environment:
     topics_document: str = ""  # the fleet's Run Command document that reconciles on a host
     token_parameter: str = ""  # the path under which each run's token parameter is made (<path>/<run>)
     command_log_group: str = ""  # where the fleet hosts write the document's whole output
+    token_key: str = ""  # the KMS key (alias) the token is encrypted with: only the fleet may decrypt it
 
 
 def declared_environment(environment: str) -> Environment:
@@ -94,6 +95,7 @@ def declared_environment(environment: str) -> Environment:
         manage_topics_document_name,
         simulator_fleet_commands_log_group_name,
         simulator_fleet_name,
+        topics_token_key_alias,
         topic_admin_role_name,
         topics_reconciled_parameter_name,
         topics_token_parameter_name,
@@ -119,6 +121,7 @@ def declared_environment(environment: str) -> Environment:
         manage_topics_document_name(config),
         topics_token_parameter_name(config),
         simulator_fleet_commands_log_group_name(config),
+        topics_token_key_alias(config),
     )
 
 
@@ -313,7 +316,7 @@ def reconcile_on_fleet(
             # Intelligent-Tiering: standard (4 KB) when the token fits, advanced (8 KB) when a long
             # STS session token makes it larger (SSM User Guide, "Managing parameter tiers").
             ssm.put_parameter(
-                Name=parameter, Value=token, Type="SecureString", Tier="Intelligent-Tiering",
+                Name=parameter, Value=token, Type="SecureString", KeyId=environment.token_key, Tier="Intelligent-Tiering",
                 Description="telemetry topics: the topic administrator's MSK IAM token, deleted when the command ends",
             )  # fmt: skip
             result = on_host({

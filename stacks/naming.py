@@ -26,6 +26,12 @@ def topics_token_parameter_name(config: EnvironmentConfig) -> str:
     return f"/{config.resource_prefix}/msk/topics-token"
 
 
+def topics_token_key_alias(config: EnvironmentConfig) -> str:
+    """The KMS key `telemetry topics` encrypts that token with: only this environment's fleet hosts
+    may decrypt it, where the AWS managed aws/ssm key would let every principal of the account."""
+    return f"alias/{config.resource_prefix}-topics-token"
+
+
 def manage_topics_document_name(config: EnvironmentConfig) -> str:
     return f"{config.resource_prefix}-manage-topics"
 

@@ -22,6 +22,7 @@ from stacks.naming import (
     simulator_fleet_name,
     simulator_fleet_commands_log_group_name,
     simulator_runs_log_group_name,
+    topics_token_key_alias,
     topics_token_parameter_name,
 )
 from stacks.removal import removal_policy
@@ -89,6 +90,7 @@ class SimulatorFleetStack(Stack):
             document_name=manage_topics_document_name(config),
             bootstrap_parameter=bootstrap_parameter,
             token_parameter_name=topics_token_parameter_name(config),
+            token_key_alias=topics_token_key_alias(config),
             region=config.region,
         )
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from aws_cdk import RemovalPolicy, Stack, Tags
+from aws_cdk import Duration, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
@@ -211,15 +212,40 @@ class SimulatorFleet(Construct):
         document_name: str,
         bootstrap_parameter: ssm.IStringParameter,
         token_parameter_name: str,
+        token_key_alias: str,
         region: str,
     ) -> ssm.CfnDocument:
         """The document `telemetry topics` sends to one host. The host may read the token
         parameters under `token_parameter_name` (one per run, each existing only while its
-        command runs); it may not write or delete them."""
+        command runs); it may not write or delete them.
+
+        The workstation encrypts each with the key made here, not the AWS managed aws/ssm key: that
+        key's policy lets every principal of the account decrypt through Parameter Store (SSM User
+        Guide, "Restricting decryption of SecureString parameter values"), and every instance role
+        carries AmazonSSMManagedInstanceCore, which may GetParameter anything. This key's policy is
+        CDK's default (the account, so IAM policies decide), and only this fleet's role is given
+        Decrypt: through Parameter Store, for a parameter under the token path (Parameter Store's
+        encryption context is PARAMETER_ARN, "How AWS Systems Manager Parameter Store uses AWS
+        KMS"). A Service Fabric node, or another environment's host, reads the parameter and
+        cannot decrypt it."""
         bootstrap_parameter.grant_read(self.role)
         stack = Stack.of(self)
         tokens = stack.format_arn(service="ssm", resource="parameter", resource_name=f"{token_parameter_name.lstrip('/')}/*")
         self.role.add_to_policy(iam.PolicyStatement(actions=["ssm:GetParameter"], resources=[tokens]))
+        key = kms.Key(
+            self,
+            "TopicsTokenKey",
+            alias=token_key_alias,
+            description=f"Encrypts the topic administrator's MSK token `telemetry topics` leaves for {self.fleet_name}",
+            enable_key_rotation=True,
+            removal_policy=RemovalPolicy.DESTROY,  # it encrypts nothing that outlives a command
+            pending_window=Duration.days(7),
+        )
+        self.role.add_to_policy(iam.PolicyStatement(
+            actions=["kms:Decrypt"], resources=[key.key_arn],
+            conditions={"StringEquals": {"kms:ViaService": f"ssm.{region}.amazonaws.com"},
+                        "StringLike": {"kms:EncryptionContext:PARAMETER_ARN": tokens}},
+        ))  # fmt: skip
         acknowledge(
             self.role,
             "AwsSolutions-IAM5",

@@ -217,7 +217,9 @@ def expect_host_and_token(stubbed: Stubbed, ping: dict[str, str] | None = None, 
     stubbed.stubbers["ssm"].add_response(
         "put_parameter",
         {"Version": 1, "Tier": "Standard"},
-        {"Name": TOKEN, "Value": ANY, "Type": "SecureString", "Tier": "Intelligent-Tiering", "Description": ANY},
+        # Encrypted with the fleet's own key, which only its role may use to decrypt (not aws/ssm).
+        {"Name": TOKEN, "Value": ANY, "Type": "SecureString", "KeyId": "alias/telemetry-dev-topics-token",
+         "Tier": "Intelligent-Tiering", "Description": ANY},
     )  # fmt: skip
 
 

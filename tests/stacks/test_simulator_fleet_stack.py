@@ -367,3 +367,50 @@ class _Known(dict):
 
     def __getitem__(self, name: str) -> str:
         return dict.get(self, name) or f"elsewhere:{name}"
+
+
+def fleet_kms_policy(synthesized, env: str, key_arn: str) -> tuple[dict, object, list[dict]]:
+    """The fleet role's KMS statements as IAM receives them, the token key's Arn given."""
+    from moto.iam.access_control import IAMPolicy
+
+    from stacks.config import load_environment, read_environments
+    from tests.msk_authorization import resolve, role_policy_statements
+
+    config = load_environment(read_environments(), env)
+    template = synthesized(env).stacks["simulator_fleet"]
+    (key,) = [lid for lid, r in template["Resources"].items() if r["Type"] == "AWS::KMS::Key"]
+    (role,) = [lid for lid, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role"
+               and "ec2.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
+    pseudo = {"AWS::Partition": "aws", "AWS::Region": config.region, "AWS::AccountId": config.account,
+              "AWS::URLSuffix": "amazonaws.com"}
+    statements = [resolve(s, pseudo=pseudo, imports=Elsewhere(), attributes=_Known({f"{key}.Arn": key_arn}))
+                  for s in role_policy_statements(template, role)
+                  if any(a.startswith("kms:") for a in as_list(s.get("Action", [])))]
+    return template, IAMPolicy(json.dumps({"Version": "2012-10-17", "Statement": statements})), statements
+
+
+def test_only_the_environments_fleet_may_decrypt_the_topics_token(synthesized):
+    """telemetry topics encrypts the token with the fleet's key (alias as naming.py gives it), not
+    aws/ssm, whose policy admits every principal in the account. The key's policy leaves it to IAM
+    (CDK's default: the account root), so who may decrypt is who IAM allows: evaluated with moto's
+    IAM evaluator for this fleet's role and another environment's; Service Fabric node roles hold no
+    KMS action at all (test_service_fabric_stack.test_node_roles_hold_only_what_a_node_needs)."""
+    from moto.iam.access_control import PermissionResult
+
+    dev_key = "arn:aws:kms:eu-west-1:111111111111:key/0a1b2c3d-0000-4000-8000-000000000001"
+    template, dev, statements = fleet_kms_policy(synthesized, "dev", dev_key)
+    (key,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::KMS::Key"]
+    assert key["Properties"]["EnableKeyRotation"] is True
+    (alias,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::KMS::Alias"]
+    assert alias["Properties"]["AliasName"] == "alias/telemetry-dev-topics-token"  # what the workstation names
+    assert [s["Principal"] for s in key["Properties"]["KeyPolicy"]["Statement"]] == [{"AWS": "arn:aws:iam::111111111111:root"}]
+    assert dev.is_action_permitted("kms:Decrypt", dev_key) == PermissionResult.PERMITTED
+    (decrypt,) = statements
+    assert decrypt["Action"] == "kms:Decrypt"
+    assert decrypt["Condition"] == {
+        "StringEquals": {"kms:ViaService": "ssm.eu-west-1.amazonaws.com"},
+        "StringLike": {"kms:EncryptionContext:PARAMETER_ARN":
+                       "arn:aws:ssm:eu-west-1:111111111111:parameter/telemetry-dev/msk/topics-token/*"},
+    }
+    _, prod, _ = fleet_kms_policy(synthesized, "prod", "arn:aws:kms:eu-west-1:333333333333:key/prod-key")
+    assert prod.is_action_permitted("kms:Decrypt", dev_key) != PermissionResult.PERMITTED
