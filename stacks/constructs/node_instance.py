@@ -92,6 +92,17 @@ class NodeRole(Construct):
                 conditions={"StringEquals": {"cloudwatch:namespace": metrics_namespace}},
             )
         )
+        # AmazonSSMManagedInstanceCore allows ssm:GetParameter(s) on "*": a node (whose
+        # applications are not the platform's) may still not read the platform's secrets in
+        # Parameter Store, of any environment: the topic administrator's MSK token and the
+        # simulator devices' keys (both also under keys a node may not use).
+        stack = Stack.of(self)
+        self.role.add_to_policy(iam.PolicyStatement(
+            effect=iam.Effect.DENY,
+            actions=list(PARAMETER_READS),
+            resources=[stack.format_arn(service="ssm", resource="parameter", resource_name=path)
+                       for path in PLATFORM_SECRET_PARAMETERS],
+        ))  # fmt: skip
         self._acknowledge_resource_star()
 
     def _acknowledge_resource_star(self) -> None:
@@ -99,6 +110,12 @@ class NodeRole(Construct):
         acknowledge(
             self.role, "AwsSolutions-IAM5", "; ".join(self._resource_star_reasons), finding=wildcard_resource_finding("*")
         )
+
+
+# Every Parameter Store read (SSM Service Authorization Reference) and the platform's secret paths,
+# in every environment: /<prefix>/msk/topics-token/<run>, /<prefix>/devices/<thing> (naming.py).
+PARAMETER_READS = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath", "ssm:GetParameterHistory")
+PLATFORM_SECRET_PARAMETERS = ("*/msk/topics-token", "*/msk/topics-token/*", "*/devices", "*/devices/*")
 
 
 def windows_node_image() -> ec2.IMachineImage:

@@ -314,7 +314,7 @@ def actions(statements):
 
 
 def test_node_roles_hold_only_what_a_node_needs(synthesized):
-    scaling = role_statements(synthesized, "prod", "ScalingNodeRole")
+    scaling = [s for s in role_statements(synthesized, "prod", "ScalingNodeRole") if s["Effect"] == "Allow"]
     assert actions(scaling) == {
         "secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret", "logs:CreateLogStream",
         "logs:PutLogEvents", "cloudwatch:PutMetricData",
@@ -328,11 +328,37 @@ def test_node_roles_hold_only_what_a_node_needs(synthesized):
     assert "secret:telemetry-prod/service-fabric/cluster-certificate-??????" in json.dumps(secret["Resource"])
     metrics = next(s for s in scaling if "cloudwatch:PutMetricData" in actions([s]))
     assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "Telemetry/ServiceFabricNodes"}}
-    seed = role_statements(synthesized, "prod", "SeedNodeRole")
+    seed = [s for s in role_statements(synthesized, "prod", "SeedNodeRole") if s["Effect"] == "Allow"]
     assert actions(seed) == actions(scaling)  # a seed's address needs no EC2 permission at all
     roles = resources(synthesized, "prod", "AWS::IAM::Role")
     managed = {json.dumps(r["Properties"].get("ManagedPolicyArns")) for k, r in roles.items() if "NodeRole" in k}
     assert all("AmazonSSMManagedInstanceCore" in m for m in managed)
+
+
+@pytest.mark.parametrize("role", ["SeedNodeRole", "ScalingNodeRole"])
+def test_a_node_may_not_read_the_platforms_secret_parameters_of_any_environment(synthesized, role):
+    """AmazonSSMManagedInstanceCore allows ssm:GetParameter and ssm:GetParameters on "*" (AWS
+    managed policy reference); the node role's explicit deny takes the platform's secret paths out
+    of it, in every environment. Evaluated with moto's IAM evaluator (Deny first, then Allow) over
+    the managed policy's statement and the role's own, for the names the tools write."""
+    from moto.iam.access_control import IAMPolicy, PermissionResult
+
+    managed = {"Effect": "Allow", "Action": ["ssm:GetParameter", "ssm:GetParameters"], "Resource": "*"}
+    statements = [managed] + [
+        json.loads(json.dumps(s).replace('{"Ref": "AWS::Partition"}', '"aws"')) for s in role_statements(synthesized, "prod", role)
+        if s["Effect"] == "Deny"
+    ]
+    for statement in statements[1:]:
+        statement["Resource"] = ["".join(r["Fn::Join"][1]) if isinstance(r, dict) else r for r in statement["Resource"]]
+    policy = IAMPolicy(json.dumps({"Version": "2012-10-17", "Statement": statements}))
+    arn = "arn:aws:ssm:eu-west-1:333333333333:parameter"
+    for name in ("/telemetry-prod/msk/topics-token/0f1e2d3c4b5a69788796a5b4c3d2e1f0", "/telemetry-dev/msk/topics-token/x",
+                 "/telemetry-prod/devices/telemetry-prod-device-000001", "/telemetry-staging/devices/telemetry-staging-device-000007"):
+        for action in ("ssm:GetParameter", "ssm:GetParameters"):
+            assert policy.is_action_permitted(action, f"{arn}{name}") == PermissionResult.DENIED, (action, name)
+    # What a node reads stays readable: the gateway thumbprint, the brokers.
+    for name in ("/telemetry-prod/service-fabric/gateway-thumbprint", "/telemetry-prod/msk/bootstrap-brokers-iam"):
+        assert policy.is_action_permitted("ssm:GetParameter", f"{arn}{name}") == PermissionResult.PERMITTED, name
 
 
 def test_nodes_reach_kafka_through_its_client_group(synthesized):
