@@ -369,7 +369,10 @@ def make_fabric_host(args: argparse.Namespace, session_factory: Callable[[str], 
     from node_lifecycle.fabric_host import SsmFabricHost
 
     try:
-        host = SsmFabricHost(session_factory(environment(args).region).client("ssm"))
+        from stacks.naming import stop_host_document_name
+
+        config = environment(args)
+        host = SsmFabricHost(session_factory(config.region).client("ssm"), stop_host_document=stop_host_document_name(config))
         host.check_access(args.instance_id)
     except (BotoCoreError, ClientError) as err:
         raise LifecycleError(f"cannot use SSM Run Command for {args.instance_id}: {err}") from err

@@ -146,6 +146,11 @@ def create_cluster_document_name(config: EnvironmentConfig) -> str:
     return f"{config.resource_prefix}-create-sf-cluster"
 
 
+def stop_host_document_name(config: EnvironmentConfig) -> str:
+    """The scale-in's document that stops FabricHostSvc on a node being removed, and nothing else."""
+    return f"{config.resource_prefix}-sf-stop-host"
+
+
 def cluster_nodes_document_name(config: EnvironmentConfig) -> str:
     """The read-only document that lists the cluster's nodes as a seed sees them (scripts/cluster_nodes.py)."""
     return f"{config.resource_prefix}-sf-cluster-nodes"

@@ -29,7 +29,7 @@ from stacks.constructs.lifecycle_monitoring import LifecycleMonitoring
 from stacks.constructs.lifecycle_workflows import Pacing, ScaleInWorkflow, ScaleOutWorkflow
 from stacks.constructs.undelivered_events import UndeliveredEventsQueue
 from stacks.constructs.membership_lock_table import MembershipLockTable
-from stacks.constructs.node_scripts import render_add_node_document
+from stacks.constructs.node_scripts import render_add_node_document, render_stop_host_document
 from stacks.constructs.zombie_reaper import ZombieReaper
 from stacks.naming import (
     CLUSTER_TAG,
@@ -37,6 +37,7 @@ from stacks.naming import (
     LAUNCH_HOOK_NAME,
     NODE_LIFECYCLE_METRICS_NAMESPACE,
     NODE_PREPARATION_STATUS_FILE,
+    NODE_TYPE_TAG,
     SCALING_NODE_TYPE,
     TERMINATE_HOOK_NAME,
     add_node_document_name,
@@ -47,10 +48,10 @@ from stacks.naming import (
     scaling_group_name,
     service_fabric_cluster_name,
     state_machine_arn,
+    stop_host_document_name,
 )
 from stacks.removal import removal_policy
 
-STOP_HOST_DOCUMENT = "AWS-RunPowerShellScript"
 
 
 class NodeLifecycleStack(cdk.Stack):
@@ -93,6 +94,14 @@ class NodeLifecycleStack(cdk.Stack):
                 }
             ),
         )
+        stop_host = ssm.CfnDocument(
+            self,
+            "StopHostDocument",
+            name=stop_host_document_name(config),
+            document_type="Command",
+            update_method="NewVersion",
+            content=render_stop_host_document(),
+        )
 
         # The functions reach the gateways through the gateway client group, and AWS APIs
         # (endpoints, NAT) over 443 through their own.
@@ -114,6 +123,7 @@ class NodeLifecycleStack(cdk.Stack):
             "LOCK_TTL_SECONDS": str(lifecycle.lock_ttl_seconds),
             "SCALING_NODE_TYPE": SCALING_NODE_TYPE,
             "ADD_NODE_DOCUMENT": add_node_document_name(config),
+            "STOP_HOST_DOCUMENT": stop_host_document_name(config),
             "OPERATOR_HOLD_SECONDS": str(lifecycle.operator_hold_minutes * 60),
             "ZOMBIE_DOWN_SECONDS": str(lifecycle.zombie_down_minutes * 60),
             "METRICS_NAMESPACE": NODE_LIFECYCLE_METRICS_NAMESPACE,
@@ -157,7 +167,7 @@ class NodeLifecycleStack(cdk.Stack):
         for made in (scale_in, scale_out):
             self.lock.table.grant_read_write_data(made.function)  # the reaper never locks
             self._grant_lifecycle_actions(made, config, group_name)
-        self._grant_run_command(scale_in, config, STOP_HOST_DOCUMENT, "stop the Fabric host service")
+        self._grant_run_command(scale_in, config, stop_host.ref, "stop the Fabric host service")
         self._grant_run_command(scale_out, config, add_node.ref, "run AddNode.ps1")
         self._grant_node_tagging(scale_out, config)
         self._grant_orphan_restarts(reaper, config, group_name, list(machine_arns.values()))
@@ -292,25 +302,25 @@ class NodeLifecycleStack(cdk.Stack):
 
     def _grant_run_command(self, made: LifecycleFunction, config: EnvironmentConfig, document: str, purpose: str) -> None:
         fn = made.function
-        if document == STOP_HOST_DOCUMENT:
-            document_arn = f"arn:{self.partition}:ssm:{config.region}::document/{document}"
-        else:
-            document_arn = self.format_arn(service="ssm", resource="document", resource_name=document)
+        document_arn = self.format_arn(service="ssm", resource="document", resource_name=document)
         instances = self.format_arn(service="ec2", resource="instance", resource_name="*")
         fn.add_to_role_policy(iam.PolicyStatement(actions=["ssm:SendCommand"], resources=[document_arn]))
         fn.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["ssm:SendCommand"],
                 resources=[instances],
-                conditions={"StringEquals": {f"ssm:resourceTag/{CLUSTER_TAG}": service_fabric_cluster_name(config)}},
+                # Scaling nodes of this cluster alone: a seed is never joined or stopped this way.
+                conditions={"StringEquals": {f"ssm:resourceTag/{CLUSTER_TAG}": service_fabric_cluster_name(config),
+                                             f"ssm:resourceTag/{NODE_TYPE_TAG}": SCALING_NODE_TYPE}},
             )
         )
         fn.add_to_role_policy(iam.PolicyStatement(actions=["ssm:GetCommandInvocation"], resources=["*"]))
         acknowledge(
             self._policy(made),
             "AwsSolutions-IAM5",
-            f"Run Command may target only instances tagged as nodes of this cluster (condition on "
-            f"the {CLUSTER_TAG} tag), to {purpose}; instance ids are not known in advance.",
+            f"Run Command may target only instances tagged as scaling nodes of this cluster (condition on "
+            f"the {CLUSTER_TAG} and {NODE_TYPE_TAG} tags), to {purpose}, with this stack's document alone; "
+            "instance ids are not known in advance.",
             finding=wildcard_resource_finding(f"arn:<AWS::Partition>:ec2:{config.region}:{config.account}:instance/*"),
         )
 

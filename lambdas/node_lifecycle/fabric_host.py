@@ -1,5 +1,6 @@
-"""FabricHost over SSM Run Command: AWS-RunPowerShellScript with stop_fabric_host.ps1 to stop
-a node's host, and the stack's add-node document (AddNode.ps1) to join one."""
+"""FabricHost over SSM Run Command: the stack's stop-host document (stop_fabric_host.ps1 embedded,
+nothing else to run) to stop a node's host, and its add-node document (AddNode.ps1) to join one.
+Neither can run arbitrary PowerShell, as AWS-RunPowerShellScript could (issue 33)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,7 @@ from botocore.exceptions import ClientError
 
 from .interfaces import CommandStatus
 
-STOP_SCRIPT = Path(__file__).with_name("stop_fabric_host.ps1")
-DOCUMENT = "AWS-RunPowerShellScript"
-
-
-def stop_script_lines() -> list[str]:
-    """The PowerShell script as the document's `commands` parameter (one entry per line)."""
-    return STOP_SCRIPT.read_text(encoding="utf-8").splitlines()
+STOP_SCRIPT = Path(__file__).with_name("stop_fabric_host.ps1")  # embedded by stacks/constructs/node_scripts.py
 
 
 class SsmFabricHost:
@@ -28,14 +23,15 @@ class SsmFabricHost:
         ssm_client: Any,
         *,
         add_node_document: str = "",
+        stop_host_document: str = "",
         execution_timeout_seconds: int = 600,
         delivery_timeout_seconds: int = 600,
     ) -> None:
         self._client = ssm_client
         self._add_node_document = add_node_document
+        self._stop_host_document = stop_host_document
         self._execution_timeout = execution_timeout_seconds
         self._delivery_timeout = delivery_timeout_seconds
-        self._commands = stop_script_lines()  # read once, not per call
 
     def check_access(self, instance_id: str) -> None:
         """A read-only call that fails now, before a drain changes anything, when the
@@ -43,15 +39,14 @@ class SsmFabricHost:
         self._client.list_commands(InstanceId=instance_id, MaxResults=1)
 
     def send_stop_command(self, instance_id: str) -> str:
+        if not self._stop_host_document:
+            raise ValueError("no stop-host document was configured")
         answer = self._client.send_command(
             InstanceIds=[instance_id],
-            DocumentName=DOCUMENT,
+            DocumentName=self._stop_host_document,
             Comment="Service Fabric scale-in: stop FabricHostSvc",
             TimeoutSeconds=self._delivery_timeout,
-            Parameters={
-                "commands": self._commands,
-                "executionTimeout": [str(self._execution_timeout)],
-            },
+            Parameters={"executionTimeout": [str(self._execution_timeout)]},
         )
         return str(answer["Command"]["CommandId"])
 

@@ -1,5 +1,6 @@
 # Stops the Service Fabric host service on a node that was deactivated for removal, so the
-# node goes Down and its state can be removed. Run by SSM Run Command (AWS-RunPowerShellScript).
+# node goes Down and its state can be removed. Embedded in the NodeLifecycle stack's stop-host
+# Run Command document (fabric_host.py stop_host_document), which runs nothing else.
 # Idempotent: a service that is already stopped, or not installed, is fine.
 $ErrorActionPreference = 'Stop'
 $serviceName = 'FabricHostSvc'

@@ -21,6 +21,7 @@ DOCUMENTS = REPO / "stacks" / "documents"
 CREATE_CLUSTER_DOCUMENT = DOCUMENTS / "create_cluster.yaml"
 ADD_NODE_DOCUMENT = DOCUMENTS / "add_node.yaml"
 CLUSTER_NODES_DOCUMENT = DOCUMENTS / "cluster_nodes.yaml"
+STOP_HOST_SCRIPT = REPO / "lambdas" / "node_lifecycle" / "stop_fabric_host.ps1"
 
 PLACEHOLDER = re.compile(r"'\{\{\s*([A-Za-z][A-Za-z0-9_]*)\s*\}\}'")
 LOOKS_LIKE_PLACEHOLDER = re.compile(r"\{\{.*?\}\}")
@@ -82,6 +83,21 @@ def render_create_cluster_document(defaults: Mapping[str, str]) -> dict:
 
 def render_cluster_nodes_document() -> dict:
     return render_command_document(CLUSTER_NODES_DOCUMENT, {})
+
+
+def render_stop_host_document() -> dict:
+    """The scale-in's stop-host document: lambdas/node_lifecycle/stop_fabric_host.ps1 embedded, one
+    parameter (its timeout, digits only). Run Command runs only what it holds, where
+    AWS-RunPowerShellScript would run any script the sender gives (issue 33)."""
+    return {
+        "schemaVersion": "2.2",
+        "description": "Stops and disables FabricHostSvc on a Service Fabric node being removed; runs nothing else.",
+        "parameters": {"executionTimeout": {"type": "String", "default": "600", "allowedPattern": "^[0-9]{1,5}$",
+                                            "description": "Seconds the script may run."}},
+        "mainSteps": [{"action": "aws:runPowerShellScript", "name": "stopFabricHost", "inputs": {
+            "timeoutSeconds": "{{ executionTimeout }}",
+            "runCommand": STOP_HOST_SCRIPT.read_text(encoding="utf-8").splitlines()}}],
+    }
 
 
 def render_add_node_document(defaults: Mapping[str, str]) -> dict:

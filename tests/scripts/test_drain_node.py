@@ -580,7 +580,7 @@ def test_with_an_instance_id_a_surviving_fabric_is_stopped_over_ssm(
         f"clean-up: stopping FabricHostSvc on {INSTANCE} over SSM (command {command['CommandId']})"
         in result.stdout
     )
-    assert command["DocumentName"] == "AWS-RunPowerShellScript"
+    assert command["DocumentName"] == "telemetry-dev-sf-stop-host"  # runs stop_fabric_host.ps1 and nothing else
     assert state_removals == [("scale-0", "Down")]
     assert posts(sf_emulator) == [deactivate_path("scale-0"), START, remove_state_path("scale-0")]
     assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-0")

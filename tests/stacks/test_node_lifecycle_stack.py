@@ -342,11 +342,13 @@ def actions(statement: dict) -> list[str]:
 
 
 def test_run_command_reaches_only_this_clusters_nodes_and_only_the_needed_documents(dev):
-    for handler, document in (("scale_in", "document/AWS-RunPowerShellScript"), ("scale_out", "AddNodeDocument")):
+    for handler, document in (("scale_in", "StopHostDocument"), ("scale_out", "AddNodeDocument")):
         sends = [s for s in statements_of(dev, handler) if "ssm:SendCommand" in actions(s)]
         assert len(sends) == 2, handler
         on_instances = next(s for s in sends if "Condition" in s)
-        assert on_instances["Condition"] == {"StringEquals": {"ssm:resourceTag/sf:cluster": "telemetry-dev-sf"}}
+        # Scaling nodes of this cluster alone (both tags): never a seed, never another cluster's node.
+        assert on_instances["Condition"] == {"StringEquals": {"ssm:resourceTag/sf:cluster": "telemetry-dev-sf",
+                                                              "ssm:resourceTag/sf:nodetype": "ScalingNodeType"}}
         on_document = next(s for s in sends if "Condition" not in s)
         assert document in json.dumps(on_document["Resource"]), handler
     reaper = statements_of(dev, "reaper")

@@ -129,7 +129,7 @@ class Machines:
             self.node_by_instance[instance_id] = parameters["nodeName"]
             if not self.add_node_fails:
                 self.cluster.join_by_add_node(parameters)
-        elif document == "AWS-RunPowerShellScript":  # stop_fabric_host.ps1
+        elif document.endswith("-sf-stop-host"):  # stop_fabric_host.ps1, the stack's stop-host document
             self.cluster.stop_host(self.node_by_instance[instance_id])
         return None  # moto records the command and answers
 

@@ -138,7 +138,8 @@ def open_world(environment: str, synthesized: Any, cluster: EmulatedCluster, emu
 
 
 def _add_node_document(stacks: dict) -> str:
-    documents = [r for r in stacks["node_lifecycle"]["Resources"].values() if r["Type"] == "AWS::SSM::Document"]
+    documents = [r for r in stacks["node_lifecycle"]["Resources"].values() if r["Type"] == "AWS::SSM::Document"
+                 and r["Properties"]["Name"].endswith("-add-node")]
     (document,) = documents
     return document["Properties"]["Name"]
 

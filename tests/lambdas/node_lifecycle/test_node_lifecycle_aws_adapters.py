@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import json
+
 import boto3
 import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from node_lifecycle import LifecycleHook, Outcome, complete_lifecycle_action, record_heartbeat
-from node_lifecycle.fabric_host import STOP_SCRIPT, SsmFabricHost, stop_script_lines
+from node_lifecycle.fabric_host import STOP_SCRIPT, SsmFabricHost
 from node_lifecycle.instances import Ec2InstanceDirectory
 from node_lifecycle.lifecycle_hooks import AutoScalingLifecycleHooks
 from node_lifecycle.membership_lock import DynamoDbMembershipLock
@@ -39,22 +41,31 @@ def test_instances_are_described_with_their_node_tag_address_and_state(ec2, laun
 # -- SSM -----------------------------------------------------------------------------------
 
 
-def test_the_stop_command_runs_the_powershell_script_on_the_instance(ssm):
-    host = SsmFabricHost(ssm, execution_timeout_seconds=300)
+def test_the_stop_command_runs_the_stacks_stop_host_document_and_passes_no_script(ssm):
+    """The document holds the script (stacks/constructs/node_scripts.py render_stop_host_document);
+    the sender gives only its timeout, so Run Command runs nothing else."""
+    from stacks.constructs.node_scripts import render_stop_host_document
+
+    document = render_stop_host_document()
+    ssm.create_document(Name="telemetry-test-sf-stop-host", Content=json.dumps(document), DocumentType="Command",
+                        DocumentFormat="JSON")
+    host = SsmFabricHost(ssm, stop_host_document="telemetry-test-sf-stop-host", execution_timeout_seconds=300)
 
     command_id = host.send_stop_command("i-0123456789abcdef0")
     status = host.command_status(command_id, "i-0123456789abcdef0")
 
     (command,) = ssm.list_commands(CommandId=command_id)["Commands"]
-    assert command["DocumentName"] == "AWS-RunPowerShellScript"
+    assert command["DocumentName"] == "telemetry-test-sf-stop-host"
     assert command["InstanceIds"] == ["i-0123456789abcdef0"]
-    assert command["Parameters"]["commands"] == stop_script_lines()
-    assert command["Parameters"]["executionTimeout"] == ["300"]
+    assert command["Parameters"] == {"executionTimeout": ["300"]}
+    (step,) = document["mainSteps"]
+    assert step["inputs"]["runCommand"] == STOP_SCRIPT.read_text().splitlines()
+    assert set(document["parameters"]) == {"executionTimeout"}
     assert (status.status, status.succeeded, status.failed) == ("Success", True, False)
 
 
 def test_an_invocation_not_visible_yet_reads_as_pending(ssm):
-    host = SsmFabricHost(ssm)
+    host = SsmFabricHost(ssm, stop_host_document="telemetry-test-sf-stop-host")
     command_id = host.send_stop_command("i-0123456789abcdef0")
 
     status = host.command_status(command_id, "i-0fedcba9876543210")  # not (yet) known
