@@ -89,6 +89,7 @@ NO_CHARGE = {
     "AWS::SNS::Subscription": "subscriptions have no charge; the emails are priced on the topic",
     "AWS::SSM::Document": "Run Command documents and their commands have no charge",
     "AWS::SSM::Parameter": "standard-tier parameters have no charge",
+    "AWS::KMS::Alias": "aliases have no charge; the key is priced",
     "AWS::MSK::Configuration": "broker configurations have no charge",
     "AWS::MSK::BatchScramSecret": "associating a secret has no charge; the secret is priced",
     "AWS::KinesisAnalyticsV2::ApplicationCloudWatchLoggingOption": "its log group is priced",

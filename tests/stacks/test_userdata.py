@@ -259,10 +259,10 @@ def test_nodes_download_the_pinned_runtime_and_refuse_a_cab_without_a_valid_sign
 
 
 def synthesized_document(synthesized, part: str) -> dict:
-    """The stack's document that installs the runtime (the service fabric stack also has the
-    read-only cluster-nodes one)."""
+    """The stack's document that installs the runtime (the ServiceFabric stack also has the
+    read-only cluster-nodes one, the NodeLifecycle stack the stop-host one)."""
     (document,) = [r for r in synthesized("prod").stacks[part]["Resources"].values() if r["Type"] == "AWS::SSM::Document"
-                   and not r["Properties"]["Name"].endswith("-sf-cluster-nodes")]
+                   and not r["Properties"]["Name"].endswith(("-sf-cluster-nodes", "-sf-stop-host"))]
     return document["Properties"]["Content"]
 
 
