@@ -18,12 +18,12 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from stacks.compliance import acknowledge, wildcard_resource_finding
 from stacks.config import EnvironmentConfig
 from stacks.constructs.alarm_topic import AlarmTopic
+from stacks.constructs.command_document import command_document
 from stacks.constructs.lifecycle_functions import LifecycleFunction, function_code
 from stacks.constructs.lifecycle_monitoring import LifecycleMonitoring
 from stacks.constructs.lifecycle_workflows import Pacing, ScaleInWorkflow, ScaleOutWorkflow
@@ -76,13 +76,11 @@ class NodeLifecycleStack(cdk.Stack):
         removal = removal_policy(config)
 
         self.lock = MembershipLockTable(self, "MembershipLock", table_name=membership_lock_table_name(config))
-        add_node = ssm.CfnDocument(
+        add_node = command_document(
             self,
             "AddNodeDocument",
             name=add_node_document_name(config),
-            document_type="Command",
             document_format="YAML",
-            update_method="NewVersion",
             content=render_add_node_document(
                 {
                     "statusFile": NODE_PREPARATION_STATUS_FILE,
@@ -94,12 +92,10 @@ class NodeLifecycleStack(cdk.Stack):
                 }
             ),
         )
-        stop_host = ssm.CfnDocument(
+        stop_host = command_document(
             self,
             "StopHostDocument",
             name=stop_host_document_name(config),
-            document_type="Command",
-            update_method="NewVersion",
             content=render_stop_host_document(),
         )
 

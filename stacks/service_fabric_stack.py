@@ -12,11 +12,11 @@ from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_sns as sns
-from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from stacks.config import EnvironmentConfig
 from stacks.constructs.cluster_monitoring import ClusterMonitoring
+from stacks.constructs.command_document import command_document
 from stacks.constructs.load_balancers import NodeLoadBalancer
 from stacks.constructs.log_group import log_group
 from stacks.constructs.msk_cluster import MskCluster
@@ -218,12 +218,10 @@ class ServiceFabricStack(Stack):
             balancer.add_instances(instance.ref for instance in self.seeds.instances)
             balancer.add_group(self.scaling.group)
 
-        ssm.CfnDocument(
+        command_document(
             self,
             "CreateClusterDocument",
             name=create_cluster_document_name(config),
-            document_type="Command",
-            update_method="NewVersion",
             content=render_create_cluster_document(
                 {
                     "statusFile": NODE_PREPARATION_STATUS_FILE,
@@ -236,12 +234,10 @@ class ServiceFabricStack(Stack):
         )
 
         # Read only: the cluster's nodes as a seed sees them (scripts/cluster_nodes.py).
-        ssm.CfnDocument(
+        command_document(
             self,
             "ClusterNodesDocument",
             name=cluster_nodes_document_name(config),
-            document_type="Command",
-            update_method="NewVersion",
             content=render_cluster_nodes_document(),
         )
 

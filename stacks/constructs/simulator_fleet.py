@@ -15,6 +15,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from stacks.compliance import acknowledge, attribute_ref, managed_policy_finding, wildcard_resource_finding
+from stacks.constructs.command_document import command_document
 from stacks.constructs.secure_bucket import SecureBucket
 from stacks.naming import FLEET_TAG
 
@@ -191,12 +192,10 @@ class SimulatorFleet(Construct):
         thing_prefix: str,
     ) -> ssm.CfnDocument:
         bootstrap_parameter.grant_read(self.role)
-        return ssm.CfnDocument(
+        return command_document(
             self,
             "RunDocument",
             name=document_name,
-            document_type="Command",
-            update_method="NewVersion",
             content=self.run_document_content(
                 topic=topic,
                 bootstrap_parameter=bootstrap_parameter.parameter_name,
@@ -253,12 +252,10 @@ class SimulatorFleet(Construct):
             "by the run, so two runs never read or delete each other's), deleted when its command ends",
             finding=wildcard_resource_finding(tokens),
         )
-        return ssm.CfnDocument(
+        return command_document(
             self,
             "TopicsDocument",
             name=document_name,
-            document_type="Command",
-            update_method="NewVersion",
             content=render_document(
                 TOPICS_DOCUMENT,
                 {
