@@ -110,7 +110,6 @@ class ServiceFabricStack(Stack):
                 description=f"Service Fabric {node_type} nodes of {cluster_name}",
                 certificate_secret_name=settings.cluster_certificate_secret,
                 log_group=node_logs,
-                log_group_name=node_log_group_name(config),
                 metrics_namespace=SERVICE_FABRIC_METRICS_NAMESPACE,
             )
 

@@ -114,7 +114,7 @@ class SimulatorFleetStack(Stack):
             retention_days=config.simulator_fleet.results_retention_days,
             removal_policy=removal_policy(config),
         )
-        grant_run_command_output(commands, fleet.role, simulator_fleet_commands_log_group_name(config))
+        grant_run_command_output(commands, fleet.role)
         acknowledge(
             fleet.role,
             "AwsSolutions-IAM5",

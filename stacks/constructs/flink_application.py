@@ -17,8 +17,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from stacks.compliance import PARTITION, acknowledge, wildcard_resource_finding
-from stacks.constructs.log_group import log_group
+from stacks.compliance import acknowledge, wildcard_resource_finding
+from stacks.constructs.log_group import grant_find_log_group, log_group
 
 LOG_STREAM = "application"
 # What the service needs to place the application's network interfaces in the VPC (Managed
@@ -96,23 +96,8 @@ class FlinkApplication(Construct):
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
         # The service checks the log group and stream exist before it delivers to the stream.
-        describe_groups = stack.format_arn(
-            service="logs", resource="log-group", resource_name="*", arn_format=ArnFormat.COLON_RESOURCE_NAME
-        )
-        self.role.add_to_policy(iam.PolicyStatement(actions=["logs:DescribeLogGroups"], resources=[describe_groups]))
-        self.role.add_to_policy(
-            iam.PolicyStatement(actions=["logs:DescribeLogStreams"], resources=[self.log_group.log_group_arn])
-        )
+        grant_find_log_group(self.log_group, self.role, "Managed Flink calls it to find its own log group before delivering")
         self.role.add_to_policy(iam.PolicyStatement(actions=["logs:PutLogEvents"], resources=[log_stream_arn]))
-        acknowledge(
-            self.role,
-            "AwsSolutions-IAM5",
-            "logs:DescribeLogGroups is a list call with no per-group resource; Managed Flink calls it to "
-            "find its own log group before delivering. It reads names only, no log data",
-            finding=wildcard_resource_finding(
-                f"arn:{PARTITION}:logs:{stack.region}:{stack.account}:log-group:*"
-            ),
-        )
 
         self.role.add_to_policy(iam.PolicyStatement(actions=list(VPC_ACTIONS), resources=["*"]))
         acknowledge(

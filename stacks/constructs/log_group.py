@@ -29,7 +29,24 @@ def log_group(
     return group
 
 
-def grant_run_command_output(group: logs.LogGroup, role: iam.IRole, log_group_name: str) -> None:
+def grant_find_log_group(group: logs.ILogGroup, role: iam.IRole, finder: str) -> None:
+    """DescribeLogGroups (a list call: authorized on log-group:* alone, CloudWatch Logs' "Actions,
+    resources, and condition keys") and DescribeLogStreams on `group`, for a service or agent that
+    looks its group up before it writes; `finder` says who and why, for the nag acknowledgment."""
+    stack = Stack.of(group)
+    every_group = stack.format_arn(service="logs", resource="log-group", resource_name="*",
+                                   arn_format=ArnFormat.COLON_RESOURCE_NAME)
+    role.add_to_principal_policy(iam.PolicyStatement(actions=["logs:DescribeLogGroups"], resources=[every_group]))
+    role.add_to_principal_policy(iam.PolicyStatement(actions=["logs:DescribeLogStreams"], resources=[group.log_group_arn]))
+    acknowledge(
+        role,
+        "AwsSolutions-IAM5",
+        f"logs:DescribeLogGroups is a list call with no per-group resource; {finder}. It reads names only, no log data",
+        finding=wildcard_resource_finding(f"arn:{PARTITION}:logs:{stack.region}:{stack.account}:log-group:*"),
+    )
+
+
+def grant_run_command_output(group: logs.LogGroup, role: iam.IRole) -> None:
     """What an instance's SSM agent needs to write a Run Command's output to `group` (SendCommand's
     CloudWatchOutputConfig), as the agent makes the calls (aws/amazon-ssm-agent): CreateLogGroup
     first; refused, it looks the group up with DescribeLogGroups and goes on when it exists, and
@@ -37,18 +54,7 @@ def grant_run_command_output(group: logs.LogGroup, role: iam.IRole, log_group_na
     CreateLogGroup and IsLogGroupPresent); then CreateLogStream and PutLogEvents per stream
     (StreamData), DescribeLogStreams for a sequence token (GetSequenceTokenForStream). The lookup,
     not the creation: an instance that may create the group could make it again, without its
-    retention, after the stack deleted it. DescribeLogGroups is authorized on log-group:* (it lists;
-    CloudWatch Logs' "Actions, resources, and condition keys"); the rest on this one group."""
+    retention, after the stack deleted it."""
     group.grant_write(role)
-    stack = Stack.of(group)
-    role.add_to_principal_policy(iam.PolicyStatement(actions=["logs:DescribeLogStreams"], resources=[group.log_group_arn]))
-    every_group = stack.format_arn(service="logs", resource="log-group", resource_name="*",
-                                   arn_format=ArnFormat.COLON_RESOURCE_NAME)
-    role.add_to_principal_policy(iam.PolicyStatement(actions=["logs:DescribeLogGroups"], resources=[every_group]))
-    acknowledge(
-        role,
-        "AwsSolutions-IAM5",
-        "logs:DescribeLogGroups is a list call with no per-group resource; the SSM agent calls it to find the "
-        "Run Command output's log group before writing to it. It reads names only, no log data",
-        finding=wildcard_resource_finding(f"arn:{PARTITION}:logs:{stack.region}:{stack.account}:log-group:*"),
-    )
+    grant_find_log_group(group, role, "the SSM agent calls it to find the Run Command output's log group before "
+                         "writing to it")

@@ -36,7 +36,6 @@ class NodeRole(Construct):
         description: str,
         certificate_secret_name: str,
         log_group: logs.LogGroup,
-        log_group_name: str,
         metrics_namespace: str,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -72,7 +71,7 @@ class NodeRole(Construct):
 
         # The CloudWatch agent's streams, and the SSM agent's for Run Command output (create-cluster,
         # cluster-nodes: scripts/run_command_output.py).
-        grant_run_command_output(log_group, self.role, log_group_name)
+        grant_run_command_output(log_group, self.role)
         acknowledge(
             self.role,
             "AwsSolutions-IAM5",
