@@ -38,7 +38,7 @@ from scripts.cluster_inventory import (
     synthesized_outputs,
     thumbprint,
 )
-from scripts.run_command_output import cloudwatch_output, reason, whole_output
+from scripts.run_command_output import cloudwatch_output, invocation, reason, whole_output
 from scripts.telemetry.errors import OperationFailed
 from stacks.config import EnvironmentConfig, ServiceFabricConfig, load_environment, read_environments
 from stacks.naming import (
@@ -218,10 +218,7 @@ class Bootstrap:
         return ""
 
     def invocation(self, command_id: str, instance_id: str) -> tuple[str, str, str]:
-        try:
-            result = self.ssm.get_command_invocation(CommandId=command_id, InstanceId=instance_id)
-        except self.ssm.exceptions.InvocationDoesNotExist:
-            return "Pending", "", ""  # SSM takes a moment to register a new invocation
+        result = invocation(self.ssm, command_id, instance_id)
         out, err = result.get("StandardOutputContent") or "", result.get("StandardErrorContent") or ""
         if self.log_group and result["Status"] in FINISHED:
             logs = functools.partial(self._session.client, "logs")
@@ -267,7 +264,8 @@ def cluster_answers(session, config: EnvironmentConfig, outputs: ClusterOutputs,
     except ToolError as error:
         raise OperationFailed(f"cannot ask the seeds whether a cluster runs, so no create is sent: {error}") from None
     if seen.fresh:
-        print(f"no seed has Service Fabric installed and no cluster answered ({seen.why_not()})")
+        print(f"no seed asked has Service Fabric installed and no cluster answered ({seen.why_not()})"
+              + (f"; not asked, SSM agent not Online: {', '.join(seen.passed_over)}" if seen.passed_over else ""))
         return False
     if not seen.exists:
         print(cleanup_advice(config, seed_ids))

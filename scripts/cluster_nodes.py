@@ -99,7 +99,7 @@ def ask_the_seeds(
     seed's endpoint, and returns what they answered. ToolError when no seed can be reached, or a
     command fails."""
     from scripts.cluster_inventory import node_instances
-    from scripts.run_command_output import cloudwatch_output, reason, whole_output
+    from scripts.run_command_output import cloudwatch_output, invocation, reason, whole_output
     from scripts.ssm_hosts import reachable
     from stacks.naming import (
         CLIENT_CONNECTION_PORT,
@@ -113,12 +113,12 @@ def ask_the_seeds(
     running = {i.node_name: i.instance_id for i in node_instances(session.client("ec2"), cluster)
                if i.node_type == SEED_NODE_TYPE and i.state == "running"}
     seeds = sorted(outputs.seeds, key=lambda s: s.index)
+    names = {running[s.name]: s.name for s in seeds if s.name in running}  # instance -> seed, in seed order
     ssm = session.client("ssm")
-    online, others = reachable(ssm, [running[s.name] for s in seeds if s.name in running], CLUSTER_TAG, cluster)
+    online, others = reachable(ssm, list(names), CLUSTER_TAG, cluster)
     if not online:
         raise ToolError(f"no seed of {cluster} can take a Run Command"
                         + (f" ({', '.join(others)})" if others else " (none is running)"))
-    names = {running[s.name]: s.name for s in seeds if s.name in running}
     log_group = node_log_group_name(config)
     command_id = ssm.send_command(
         DocumentName=outputs.get("ClusterNodesDocumentName"), DocumentVersion="$LATEST", InstanceIds=online,
@@ -131,10 +131,7 @@ def ask_the_seeds(
     started, answers = clock(), []
     for instance in online:
         while True:
-            try:
-                result = ssm.get_command_invocation(CommandId=command_id, InstanceId=instance)
-            except ssm.exceptions.InvocationDoesNotExist:
-                result = {"Status": "Pending"}  # SSM takes a moment to register a new invocation
+            result = invocation(ssm, command_id, instance)
             if result["Status"] not in RUN_COMMAND_UNFINISHED:
                 break
             if clock() - started > LIMIT_S:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 
 from scripts.cluster_inventory import RUN_COMMAND_UNFINISHED
-from scripts.run_command_output import cloudwatch_output, reason, whole_output
+from scripts.run_command_output import cloudwatch_output, invocation, reason, whole_output
 from simulator.kafka_config import SASL_PASSWORD_ENV, connection_settings
 from simulator.topic_admin import (  # noqa: F401  (the Kafka side, re-exported for callers)
     AclChange,
@@ -374,10 +374,7 @@ def _follow(ssm, command_id: str, host: str, *, poll_s: float, clock, sleep, out
     deadline = started + COMMAND_START_TIMEOUT_S + COMMAND_STEP_TIMEOUT_S
     said, said_at = "", started
     while True:
-        try:
-            result = ssm.get_command_invocation(CommandId=command_id, InstanceId=host)
-        except ssm.exceptions.InvocationDoesNotExist:
-            result = {"Status": "Pending"}  # SSM takes a moment to register a new invocation
+        result = invocation(ssm, command_id, host)
         status = result["Status"]
         if status not in RUN_COMMAND_UNFINISHED:
             text = output(result, "stdout")

@@ -20,8 +20,9 @@ messageutil.go generateCloudWatchLogStreamPrefix: "<CommandID>/<InstanceID>"; fr
 runpluginutil/runpluginutil.go RunPlugins appends the plugin id, the step's `name` in a 2.x
 document (framework/docparser/docparser.go), with ':' and '*' replaced by '-'; framework/processor/
 executer/iohandler/iohandler.go adds "/stdout" and "/stderr"). The agent creates the streams in an
-existing group (CloudWatchLogsService.StreamData: CreateLogStream, then PutLogEvents; it never
-creates the group on this path), and it uploads on a timer while the plugin runs, so the last lines
+existing group: CreateLogGroup first (refused, it finds the group with DescribeLogGroups;
+stacks/constructs/log_group.py grant_run_command_output), then CreateLogStream and PutLogEvents
+(CloudWatchLogsService.StreamData), uploading on a timer while the plugin runs, so the last lines
 may land a moment after the invocation has ended: a stream shorter than what GetCommandInvocation
 already returned is read again for a little while.
 """
@@ -37,6 +38,15 @@ UPLOAD_GRACE_S, UPLOAD_POLL_S = 30.0, 2.0
 TRUNCATED = "--output truncated--"
 LIMITS = {"stdout": 24_000, "stderr": 8_000}  # GetCommandInvocation: StandardOutputContent, StandardErrorContent
 AGENT_FAILURE_LINE = re.compile(r"^failed to run commands: ")
+
+
+def invocation(ssm: Any, command_id: str, instance_id: str) -> dict[str, Any]:
+    """GetCommandInvocation's answer, or {"Status": "Pending"} while the invocation is not visible
+    yet: Run Command takes a moment to register one after SendCommand (InvocationDoesNotExist)."""
+    try:
+        return dict(ssm.get_command_invocation(CommandId=command_id, InstanceId=instance_id))
+    except ssm.exceptions.InvocationDoesNotExist:
+        return {"Status": "Pending"}
 
 
 def cloudwatch_output(log_group: str) -> dict[str, Any]:

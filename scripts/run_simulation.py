@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 from scripts.cluster_inventory import RUN_COMMAND_UNFINISHED, ToolError
-from scripts.run_command_output import cloudwatch_output, whole_output
+from scripts.run_command_output import cloudwatch_output, invocation, whole_output
 from simulator.errors import SimulatorError
 from simulator.flags import add_slo_flags, given_thresholds
 from simulator.slo import thresholds_of
@@ -244,10 +244,7 @@ class Fleet:
     def invocation(self, command_id: str, instance_id: str, log_group: str = "") -> tuple[str, str]:
         """The invocation's status and, once it has ended, its whole stderr (from `log_group` when
         GetCommandInvocation cut it short)."""
-        try:
-            result = self._ssm.get_command_invocation(CommandId=command_id, InstanceId=instance_id)
-        except self._ssm.exceptions.InvocationDoesNotExist:
-            return "Pending", ""  # SSM takes a moment to register a new invocation
+        result = invocation(self._ssm, command_id, instance_id)
         stderr = result.get("StandardErrorContent") or ""
         if log_group and result["Status"] not in RUN_COMMAND_UNFINISHED:
             stderr = whole_output(lambda: self._logs, log_group, command_id, instance_id, RUN_STEP, "stderr", stderr)

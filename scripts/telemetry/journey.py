@@ -26,7 +26,7 @@ The steps and how each knows it is done:
                as provisioned devices through AWS IoT Core, must lose nothing; every record they
                acknowledged must come back through the Flink sink into S3 within the bound
                smoke_read_back_bound() gives (beside the lake, under smoke/, never in its table);
-               every seed node must be Up at the cluster's gateway
+               every seed node must be Up as the seeds list them over Run Command
 """
 
 from __future__ import annotations
@@ -616,13 +616,18 @@ class Smoke:
             if topic != sink_topic:
                 self.say(f"  {run} wrote topic {topic}, which the sink does not read ({sink_topic}): not read back")
                 del acked[run]
-        if not acked:
-            self.say(f"  cluster: {seeds_up(self.config, self.session, self.say)}")
-            return
+        if acked:
+            self._read_back(acked, since=started - 300.0)
+        self.say(f"  cluster: {seeds_up(self.config, self.session, self.say)}")
+
+    def _read_back(self, acked: dict[str, int], *, since: float) -> None:
+        """Every acknowledged record of each run (run id -> count) in the sink's smoke/ prefix
+        within the bound, or OperationFailed naming the runs short."""
+        sink_topic = self.config.telemetry_sink.topic
         bound = smoke_read_back_bound(self.config)
         self.say(f"  waiting up to {bound:.0f} s for their {sum(acked.values()):,} records in the sink's smoke/ prefix")
-        stored = SmokeRecords(self.config, self.session, since=started - 300.0, sleep=self.sleep,
-                              clock=self.clock).wait_for(acked, bound)
+        stored = SmokeRecords(self.config, self.session, since=since, sleep=self.sleep, clock=self.clock).wait_for(
+            acked, bound)
         short = [f"{run}: {stored.get(run, 0):,} of {count:,}" for run, count in acked.items()
                  if stored.get(run, 0) < count]
         if short:
@@ -634,7 +639,6 @@ class Smoke:
         extra = sum(stored.values()) - sum(acked.values())
         self.say(f"  sink: all {sum(acked.values()):,} records in S3" + (f", and {extra:,} more (duplicates)" if extra else "")
                  + " (smoke/, outside the telemetry table; expires in a day)")
-        self.say(f"  cluster: {seeds_up(self.config, self.session, self.say)}")
 
     def _leg(self, run_id: str, transport: str, rate: int, *, devices: int, hosts: int | None = None) -> int:
         """One fleet run of SMOKE_SECONDS; the records it acknowledged, or OperationFailed. It
