@@ -147,3 +147,6 @@ class SimulatorFleetStack(Stack):
         )
         CfnOutput(self, "ResultsBucket", value=fleet.results.bucket_name)
         CfnOutput(self, "RunDocument", value=run_simulator_document_name(config))
+        CfnOutput(self, "TopicsTokenKeyArn", value=fleet.topics_token_key.key_arn,
+                  description="The key telemetry topics encrypts its token with: grant operators kms:Encrypt and "
+                  "kms:GenerateDataKey on this ARN (an alias ARN in a policy does not authorise the key)")

@@ -13,6 +13,10 @@ from botocore.exceptions import ClientError
 from .interfaces import CommandStatus
 
 STOP_SCRIPT = Path(__file__).with_name("stop_fabric_host.ps1")  # embedded by stacks/constructs/node_scripts.py
+# The version the stack deployed last, as the operator tools send: an update's NewVersion is not
+# always made the default (cloudformation-coverage-roadmap#2539), and the default would run the
+# old script without a word.
+LATEST = "$LATEST"
 
 
 class SsmFabricHost:
@@ -44,6 +48,7 @@ class SsmFabricHost:
         answer = self._client.send_command(
             InstanceIds=[instance_id],
             DocumentName=self._stop_host_document,
+            DocumentVersion=LATEST,
             Comment="Service Fabric scale-in: stop FabricHostSvc",
             TimeoutSeconds=self._delivery_timeout,
             Parameters={"executionTimeout": [str(self._execution_timeout)]},
@@ -57,6 +62,7 @@ class SsmFabricHost:
             answer = self._client.send_command(
                 InstanceIds=[instance_id],
                 DocumentName=self._add_node_document,
+                DocumentVersion=LATEST,
                 Comment="Service Fabric scale-out: AddNode.ps1",
                 TimeoutSeconds=self._delivery_timeout,
                 Parameters={name: [value] for name, value in parameters.items()},

@@ -93,14 +93,22 @@ class NodeRole(Construct):
         )
         # AmazonSSMManagedInstanceCore allows ssm:GetParameter(s) on "*": a node (whose
         # applications are not the platform's) may still not read the platform's secrets in
-        # Parameter Store, of any environment: the topic administrator's MSK token and the
-        # simulator devices' keys (both also under keys a node may not use).
+        # Parameter Store, of any environment or region: the topic administrator's MSK token and
+        # the simulator devices' keys (both also under keys a node may not use). GetParametersByPath
+        # not at all: a principal allowed a path reads what lies under it recursively, denies on the
+        # children notwithstanding (SSM User Guide, "Restricting access to Parameter Store
+        # parameters using IAM policies"), and a node needs no path read.
         stack = Stack.of(self)
         self.role.add_to_policy(iam.PolicyStatement(
             effect=iam.Effect.DENY,
             actions=list(PARAMETER_READS),
-            resources=[stack.format_arn(service="ssm", resource="parameter", resource_name=path)
+            resources=[stack.format_arn(service="ssm", region="*", resource="parameter", resource_name=path)
                        for path in PLATFORM_SECRET_PARAMETERS],
+        ))  # fmt: skip
+        self.role.add_to_policy(iam.PolicyStatement(
+            effect=iam.Effect.DENY,
+            actions=["ssm:GetParametersByPath"],
+            resources=[stack.format_arn(service="ssm", region="*", resource="parameter", resource_name="*")],
         ))  # fmt: skip
         self._acknowledge_resource_star()
 
@@ -111,9 +119,10 @@ class NodeRole(Construct):
         )
 
 
-# Every Parameter Store read (SSM Service Authorization Reference) and the platform's secret paths,
-# in every environment: /<prefix>/msk/topics-token/<run>, /<prefix>/devices/<thing> (naming.py).
-PARAMETER_READS = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath", "ssm:GetParameterHistory")
+# Every Parameter Store read of named parameters (SSM Service Authorization Reference; the path read,
+# GetParametersByPath, is denied on every path) and the platform's secret paths, in every
+# environment: /<prefix>/msk/topics-token/<run>, /<prefix>/devices/<thing> (naming.py).
+PARAMETER_READS = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParameterHistory")
 PLATFORM_SECRET_PARAMETERS = ("*/msk/topics-token", "*/msk/topics-token/*", "*/devices", "*/devices/*")
 
 

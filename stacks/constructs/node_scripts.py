@@ -92,7 +92,7 @@ def render_stop_host_document() -> dict:
     return {
         "schemaVersion": "2.2",
         "description": "Stops and disables FabricHostSvc on a Service Fabric node being removed; runs nothing else.",
-        "parameters": {"executionTimeout": {"type": "String", "default": "600", "allowedPattern": "^[0-9]{1,5}$",
+        "parameters": {"executionTimeout": {"type": "String", "default": "600", "allowedPattern": "^[1-9][0-9]{0,4}$",
                                             "description": "Seconds the script may run."}},
         "mainSteps": [{"action": "aws:runPowerShellScript", "name": "stopFabricHost", "inputs": {
             "timeoutSeconds": "{{ executionTimeout }}",

@@ -231,7 +231,7 @@ class SimulatorFleet(Construct):
         stack = Stack.of(self)
         tokens = stack.format_arn(service="ssm", resource="parameter", resource_name=f"{token_parameter_name.lstrip('/')}/*")
         self.role.add_to_policy(iam.PolicyStatement(actions=["ssm:GetParameter"], resources=[tokens]))
-        key = kms.Key(
+        self.topics_token_key = key = kms.Key(
             self,
             "TopicsTokenKey",
             alias=token_key_alias,

@@ -356,6 +356,13 @@ def test_a_node_may_not_read_the_platforms_secret_parameters_of_any_environment(
                  "/telemetry-prod/devices/telemetry-prod-device-000001", "/telemetry-staging/devices/telemetry-staging-device-000007"):
         for action in ("ssm:GetParameter", "ssm:GetParameters"):
             assert policy.is_action_permitted(action, f"{arn}{name}") == PermissionResult.DENIED, (action, name)
+    # Another region's, and any path read at all (a path read returns what lies under it, denies on
+    # the children notwithstanding).
+    assert policy.is_action_permitted(
+        "ssm:GetParameter", "arn:aws:ssm:us-east-1:333333333333:parameter/telemetry-prod/msk/topics-token/x"
+    ) == PermissionResult.DENIED
+    for path in ("/telemetry-prod", "/telemetry-prod/msk", "/"):
+        assert policy.is_action_permitted("ssm:GetParametersByPath", f"{arn}{path}") == PermissionResult.DENIED, path
     # What a node reads stays readable: the gateway thumbprint, the brokers.
     for name in ("/telemetry-prod/service-fabric/gateway-thumbprint", "/telemetry-prod/msk/bootstrap-brokers-iam"):
         assert policy.is_action_permitted("ssm:GetParameter", f"{arn}{name}") == PermissionResult.PERMITTED, name

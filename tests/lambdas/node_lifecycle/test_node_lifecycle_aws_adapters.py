@@ -50,6 +50,8 @@ def test_the_stop_command_runs_the_stacks_stop_host_document_and_passes_no_scrip
     ssm.create_document(Name="telemetry-test-sf-stop-host", Content=json.dumps(document), DocumentType="Command",
                         DocumentFormat="JSON")
     host = SsmFabricHost(ssm, stop_host_document="telemetry-test-sf-stop-host", execution_timeout_seconds=300)
+    sent: list[dict] = []
+    ssm.meta.events.register("provide-client-params.ssm.SendCommand", lambda params, **_: sent.append(dict(params)))
 
     command_id = host.send_stop_command("i-0123456789abcdef0")
     status = host.command_status(command_id, "i-0123456789abcdef0")
@@ -58,6 +60,8 @@ def test_the_stop_command_runs_the_stacks_stop_host_document_and_passes_no_scrip
     assert command["DocumentName"] == "telemetry-test-sf-stop-host"
     assert command["InstanceIds"] == ["i-0123456789abcdef0"]
     assert command["Parameters"] == {"executionTimeout": ["300"]}
+    (request,) = sent  # moto's ListCommands does not echo DocumentVersion: the request as sent
+    assert request["DocumentVersion"] == "$LATEST"  # the version the stack deployed last, not the default
     (step,) = document["mainSteps"]
     assert step["inputs"]["runCommand"] == STOP_SCRIPT.read_text().splitlines()
     assert set(document["parameters"]) == {"executionTimeout"}
