@@ -91,11 +91,11 @@ def run_bench(args) -> dict:
         folder = Path(name)
         pki = local_mosquitto.make_pki(folder / "pki", [f"bench-{i:04d}" for i in range(devices)])
         broker = local_mosquitto.start_mosquitto(
-            folder / "mosquitto", pki, plaintext=True, debug=False
+            folder / "mosquitto", pki, environment=local_mosquitto.LOCAL_ENVIRONMENT, plaintext=True, debug=False
         )
         try:
             mqtt = [
-                "--transport", "mqtt", "--device-certificates", str(pki.devices),
+                "--transport", "mqtt", "--device-certificates", str(pki.devices), "--environment", broker.environment,
                 "--devices", str(devices), "--message-bytes", str(args.message_bytes),
             ]  # fmt: skip
             tls = ["--mqtt-endpoint", broker.endpoint, "--mqtt-ca", str(pki.ca)]

@@ -39,11 +39,13 @@ def run_bench(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-population-") as name:
         folder = Path(name)
         pki = local_mosquitto.make_pki(folder / "pki", [f"pop-{i:05d}" for i in range(args.devices)])
-        broker = local_mosquitto.start_mosquitto(folder / "mosquitto", pki, debug=False)
+        broker = local_mosquitto.start_mosquitto(
+            folder / "mosquitto", pki, environment=local_mosquitto.LOCAL_ENVIRONMENT, debug=False
+        )
         report = folder / "report.json"
         command = [
             sys.executable, "-m", "simulator", "run", "--transport", "mqtt", "--mqtt-endpoint", broker.endpoint,
-            "--device-certificates", str(pki.devices), "--mqtt-ca", str(pki.ca), "--devices", str(args.devices),
+            "--device-certificates", str(pki.devices), "--environment", broker.environment, "--mqtt-ca", str(pki.ca), "--devices", str(args.devices),
             "--rate", f"{rate:g}", "--duration", f"{args.duration:g}", "--warmup", "0", "--processes", str(cores),
             "--connect-rate", f"{args.connect_rate:g}", "--no-consume", "--slo-min-rate", "0",
             "--progress-interval", "10", "--report", str(report),

@@ -1,14 +1,17 @@
 """A mosquitto MQTT broker on 127.0.0.1 that enforces what the fleet's AWS IoT policy does, for the
 simulator's MQTT tests and `make bench`.
 
-What it stands in for (stacks/constructs/device_policy.py): a device connects with a client
-certificate, and may publish only to `telemetry/<thing name>/data`. Here the thing name is the
-certificate's common name, the broker requires a certificate from the throwaway CA made here,
-takes the CN as the username and allows each username to write its own topic only. One extra
-identity, `reader`, may read `telemetry/#` (the tests' subscriber; AWS IoT's rules engine reads
-without any client connection). Another, `replayer`, may write every device's topic: it stands in
-for AWS IoT's data plane Publish, which `telemetry devices replay` calls with an IAM identity
-allowed iot:Publish on `topic/telemetry/*` (scripts/replay_device_messages.py).
+What it stands in for (stacks/constructs/device_policy.py): a device of one environment connects
+with a client certificate, and may publish only to `telemetry/<environment>/<thing name>/data`.
+Here the thing name is the certificate's common name, the broker requires a certificate from the
+throwaway CA made here, takes the CN as the username and allows each username to write its own
+topic of the broker's one environment only. The policy's other condition (the thing's
+`environment` attribute) has no counterpart here: every certificate is the environment's. One
+extra identity, `reader`, may read `telemetry/#` (the tests' subscriber; AWS IoT's rules engine
+reads without any client connection). Another, `replayer`, may write every device's topic of the
+environment: it stands in for AWS IoT's data plane Publish, which `telemetry devices replay` calls
+with an IAM identity allowed iot:Publish on `topic/telemetry/<environment>/*`
+(scripts/replay_device_messages.py).
 
 Needs the Debian package: `apt-get install mosquitto` (mosquitto 2.0). Every mosquitto setting
 below names the mosquitto.conf(5) entry it relies on.
@@ -35,6 +38,9 @@ from simulator.device_certificates import TOPIC_ROOT, telemetry_topic
 READER = "reader"  # the identity that may read every device's topic
 REPLAYER = "replayer"  # the identity that may write every device's topic
 READY_TIMEOUT_S = 10.0
+# The environment name the benchmarks' devices publish under (tests use "dev", whose synthesized
+# rule they run).
+LOCAL_ENVIRONMENT = "local"
 
 
 class LocalMosquittoError(Exception):
@@ -124,6 +130,7 @@ class Mosquitto:
     plaintext_port: int | None
     pki: Pki
     log: Path
+    environment: str  # the devices' topics are telemetry/<environment>/<thing>/data
 
     @property
     def endpoint(self) -> str:
@@ -141,6 +148,13 @@ class Mosquitto:
         """A connected MQTT client as the REPLAYER identity, which may publish to every device's
         topic; the caller disconnects."""
         return self._connection(client_id, self.pki.replayer_cert, self.pki.replayer_key)
+
+    def device_connection(self, thing: str):
+        """A connected MQTT client as one device (its certificate, its thing name as client id)."""
+        from simulator.device_certificates import certificate_files
+
+        cert, key = certificate_files(self.pki.devices, thing)
+        return self._connection(thing, cert, key)
 
     def _connection(self, client_id: str, cert: Path, key: Path):
         from awsiot import mqtt_connection_builder
@@ -180,7 +194,7 @@ class Mosquitto:
                 self.process.wait(10)
 
 
-def _config(folder: Path, pki: Pki, tls_port: int, plaintext_port: int | None, debug: bool) -> str:
+def _config(folder: Path, pki: Pki, environment: str, tls_port: int, plaintext_port: int | None, debug: bool) -> str:
     acl = folder / "acl"
     acl.write_text(
         # acl_file: "user <username>" lines grant one user; "pattern ... %u" applies to every
@@ -188,8 +202,8 @@ def _config(folder: Path, pki: Pki, tls_port: int, plaintext_port: int | None, d
         f"user {READER}\n"
         f"topic read {TOPIC_ROOT}/#\n"
         f"user {REPLAYER}\n"
-        f"topic write {telemetry_topic('+')}\n"
-        f"pattern write {telemetry_topic('%u')}\n"
+        f"topic write {telemetry_topic(environment, '+')}\n"
+        f"pattern write {telemetry_topic(environment, '%u')}\n"
     )
     lines = [
         # per_listener_settings true: allow_anonymous and acl_file below apply to the listener
@@ -246,22 +260,23 @@ def _tls_ready(port: int, pki: Pki) -> bool:
 
 
 def start_mosquitto(
-    folder: Path, pki: Pki, *, plaintext: bool = False, debug: bool = True
+    folder: Path, pki: Pki, *, environment: str, plaintext: bool = False, debug: bool = True
 ) -> Mosquitto:
-    """Starts mosquitto with its config, ACL and log in folder; returns once it takes TLS."""
+    """Starts mosquitto with its config, ACL and log in folder, for the devices of one platform
+    environment (their topics telemetry/<environment>/<thing>/data); returns once it takes TLS."""
     binary = _binary()
     folder.mkdir(parents=True, exist_ok=True)
     tls_port = free_port()
     plaintext_port = free_port() if plaintext else None
     config = folder / "mosquitto.conf"
-    config.write_text(_config(folder, pki, tls_port, plaintext_port, debug))
+    config.write_text(_config(folder, pki, environment, tls_port, plaintext_port, debug))
     log = folder / "mosquitto.log"
     process = subprocess.Popen(
         [binary, "-c", str(config)],
         stdout=subprocess.DEVNULL,
         stderr=open(folder / "mosquitto.stderr", "wb"),  # noqa: SIM115 - the child owns it
     )
-    broker = Mosquitto(process, tls_port, plaintext_port, pki, log)
+    broker = Mosquitto(process, tls_port, plaintext_port, pki, log, environment)
     _wait_for_tls(broker, folder)
     return broker
 

@@ -9,9 +9,10 @@
       write <thing>.cert.pem and <thing>.key.pem (0600, directory 0700) for the simulator on a
       fleet host; DIR may not be inside a git repository
 
-A device is an IoT thing named <resource prefix>-device-NNNNNN with the attribute
+A device is an IoT thing named <resource prefix>-device-NNNNNN with the attributes
 fleet=<resource prefix>-simulator (the tool lists its own things by that attribute and name, so it
-never sees another environment's), one active certificate attached to the thing and carrying the
+never sees another environment's) and environment=<environment name> (the device policy lets only
+things of its environment connect; a thing made before it had the attribute gets it), one active certificate attached to the thing and carrying the
 device gateway's IoT policy (<resource prefix>-device), and the certificate with its private key
 in the SSM SecureString parameter /<resource prefix>/devices/<thing>, encrypted with the KMS key
 of the DeviceGateway stack's output DeviceCredentialsKeyArn. The parameter holds JSON:
@@ -49,6 +50,7 @@ from simulator.device_credentials import Credentials
 from simulator.device_credentials import read as read_credentials
 from stacks.config import EnvironmentConfig, load_environment, read_environments
 from stacks.naming import (
+    DEVICE_ENVIRONMENT_ATTRIBUTE,
     device_credentials_path,
     device_policy_name,
     device_thing_name,
@@ -98,6 +100,11 @@ class Fleet:
         return simulator_fleet_name(self.config)
 
     @property
+    def attributes(self) -> dict[str, str]:
+        """The attributes each of the fleet's things carries."""
+        return {FLEET_ATTRIBUTE: self.attribute, DEVICE_ENVIRONMENT_ATTRIBUTE: self.config.name}
+
+    @property
     def path(self) -> str:
         return device_credentials_path(self.config)
 
@@ -125,15 +132,16 @@ class DeviceRegistry:
         self._iot = iot
         self._sleep = sleep
 
-    def fleet_things(self, fleet: Fleet) -> set[str]:
+    def fleet_things(self, fleet: Fleet) -> dict[str, dict[str, str]]:
         """Things carrying the fleet attribute (ListThings filters on one attribute, exact value
-        unless usePrefixAttributeValue), narrowed to this fleet's thing names."""
-        names = set()
+        unless usePrefixAttributeValue), narrowed to this fleet's thing names, with the attributes
+        ListThings returns for each."""
+        things = {}
         for page in self._iot.get_paginator("list_things").paginate(
             attributeName=FLEET_ATTRIBUTE, attributeValue=fleet.attribute
         ):
-            names.update(t["thingName"] for t in page["things"] if fleet.index_of(t["thingName"]))
-        return names
+            things.update((t["thingName"], t.get("attributes", {})) for t in page["things"] if fleet.index_of(t["thingName"]))
+        return things
 
     def require_policy(self, name: str) -> None:
         try:
@@ -161,10 +169,15 @@ class DeviceRegistry:
         # ResourceAlreadyExistsException is thrown" (CreateThing): a rerun may repeat it, and a
         # thing of that name without the fleet attribute (not ours) is refused, not taken over.
         try:
-            self._iot.create_thing(thingName=thing, attributePayload={"attributes": {FLEET_ATTRIBUTE: fleet.attribute}})
+            self._iot.create_thing(thingName=thing, attributePayload={"attributes": fleet.attributes})
         except self._iot.exceptions.ResourceAlreadyExistsException:
             raise DeviceFailure(f"a thing {thing} without attribute {FLEET_ATTRIBUTE}={fleet.attribute} exists; "
                                 "it is not this tool's, so it is left alone") from None
+
+    def label_thing(self, thing: str, fleet: Fleet) -> None:
+        # UpdateThing's attributePayload with merge true adds or replaces the attributes given and
+        # keeps the others (AttributePayload: "merge").
+        self._iot.update_thing(thingName=thing, attributePayload={"attributes": fleet.attributes, "merge": True})
 
     def create_certificate(self) -> dict:
         # "This is the only time AWS IoT issues the private key for this certificate"
@@ -273,6 +286,7 @@ class DeviceState:
     index: int
     thing: str
     thing_exists: bool
+    labelled: bool  # the thing carries the environment attribute the device policy asks for
     principals: list[str]
     parameter_exists: bool
     stored: Credentials | None
@@ -283,16 +297,18 @@ class Repair:
     """What creating or completing one device takes."""
 
     create_thing: bool = False
+    label_thing: bool = False  # an existing thing without the environment attribute
     retire: list[str] = field(default_factory=list)  # certificate ARNs whose private key is not stored
     new_certificate: bool = False
     attach: str | None = None  # an existing stored certificate not yet attached
 
     @property
     def nothing(self) -> bool:
-        return not (self.create_thing or self.retire or self.new_certificate or self.attach)
+        return not (self.create_thing or self.label_thing or self.retire or self.new_certificate or self.attach)
 
     def describe(self) -> str:
         parts = ["thing"] if self.create_thing else []
+        parts += [f"thing attribute {DEVICE_ENVIRONMENT_ATTRIBUTE}"] if self.label_thing else []
         parts += [f"retire certificate {short(arn)} (its key is not stored)" for arn in self.retire]
         if self.new_certificate:
             parts.append("certificate, stored credentials, policy and thing attachments")
@@ -303,7 +319,7 @@ class Repair:
 
 def plan_repair(state: DeviceState, registry: DeviceRegistry) -> Repair:
     stored_arn = state.stored.certificate_arn if state.stored else None
-    repair = Repair(create_thing=not state.thing_exists)
+    repair = Repair(create_thing=not state.thing_exists, label_thing=state.thing_exists and not state.labelled)
     for principal in state.principals:
         if ":cert/" not in principal:
             raise DeviceFailure(f"principal {principal} of {state.thing} is not a certificate; detach it by hand")
@@ -339,11 +355,13 @@ class Provisioner:
                  say: Callable[[str], None] = print) -> None:
         self.fleet, self.registry, self.store, self.say = fleet, registry, store, say
 
-    def states(self, indices: Iterable[int], things: set[str], stored: dict[str, Credentials | None]) -> Iterable[DeviceState]:
+    def states(self, indices: Iterable[int], things: dict[str, dict[str, str]],
+               stored: dict[str, Credentials | None]) -> Iterable[DeviceState]:
         for index in indices:
             thing = self.fleet.thing(index)
             exists = thing in things
-            yield DeviceState(index, thing, exists, self.registry.principals(thing) if exists else [],
+            labelled = things.get(thing, {}).get(DEVICE_ENVIRONMENT_ATTRIBUTE) == self.fleet.config.name
+            yield DeviceState(index, thing, exists, labelled, self.registry.principals(thing) if exists else [],
                               thing in stored, stored.get(thing))
 
     def create(self, count: int, *, key_arn: str | None, dry_run: bool) -> int:
@@ -368,7 +386,7 @@ class Provisioner:
             if tally.consecutive_failures >= CONSECUTIVE_FAILURES_TO_STOP:
                 self.say(f"stopping: {CONSECUTIVE_FAILURES_TO_STOP} devices in a row failed")
                 break
-        above = sorted(i for i in map(self.fleet.index_of, things | set(stored)) if i and i > count)
+        above = sorted(i for i in map(self.fleet.index_of, set(things) | set(stored)) if i and i > count)
         if above:
             self.say(f"{len(above)} device(s) above --count {count} exist and were left as they are "
                      f"(highest {above[-1]}; --delete removes every device)")
@@ -382,6 +400,8 @@ class Provisioner:
     def apply(self, state: DeviceState, repair: Repair, key_arn: str) -> str:
         if repair.create_thing:
             self.registry.create_thing(state.thing, self.fleet)
+        if repair.label_thing:
+            self.registry.label_thing(state.thing, self.fleet)
         for certificate_arn in repair.retire:
             self.registry.retire(certificate_arn)
         certificate = repair.attach
@@ -398,13 +418,15 @@ class Provisioner:
                 # The key exists nowhere else: a certificate nobody can use is deleted at once.
                 self.registry.retire(certificate)
                 raise
+        if certificate is None:  # the thing only lacked its attribute: its stored certificate is attached
+            return state.stored.certificate_arn
         self.registry.attach(state.thing, certificate, self.fleet.policy)
         return certificate
 
     def delete(self, *, dry_run: bool) -> int:
         things, stored = self.registry.fleet_things(self.fleet), self.store.stored()
         tally = Tally()
-        for thing in sorted(things | set(stored)):
+        for thing in sorted(set(things) | set(stored)):
             try:
                 certificates = self.registry.principals(thing) if thing in things else []
                 stored_arn = stored[thing].certificate_arn if stored.get(thing) else None

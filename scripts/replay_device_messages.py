@@ -44,7 +44,7 @@ publish at a time; throttling is retried by botocore's standard retry mode and, 
 the replay (what was published is journaled and deleted; run it again).
 
 Needs sqs:ReceiveMessage, sqs:DeleteMessage, sqs:ChangeMessageVisibility and
-sqs:GetQueueAttributes on the queue, iot:Publish on arn:aws:iot:<region>:<account>:topic/telemetry/*,
+sqs:GetQueueAttributes on the queue, iot:Publish on arn:aws:iot:<region>:<account>:topic/telemetry/<environment>/*,
 iot:DescribeEndpoint and cloudformation:DescribeStacks.
 """
 
@@ -514,7 +514,7 @@ def plan_text(config: EnvironmentConfig, queue_url: str, attributes: dict, args,
     return (
         f"queue {queue_url}: about {visible:,} messages waiting ({hidden:,} received by someone and not yet deleted)\n"
         f"would publish each one queued since {args.since.isoformat(timespec='seconds')} to its topic under "
-        f"{device_topic_filter()} at {rate:,.0f} msg/s over {args.workers} workers, rule {device_rule_name(config)} "
+        f"{device_topic_filter(config)} at {rate:,.0f} msg/s over {args.workers} workers, rule {device_rule_name(config)} "
         f"writing it to Kafka topic {config.device_gateway.topic}; journal {journal}"
     )
 
@@ -545,7 +545,7 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> i
     journal = Journal(journal_path)
     try:
         replay = Replay(sqs, queue_url, publisher, journal, rule_name=device_rule_name(config),
-                        topic_filter=device_topic_filter(), since=args.since, rate=rate, workers=args.workers,
+                        topic_filter=device_topic_filter(config), since=args.since, rate=rate, workers=args.workers,
                         settle_seconds=args.settle_seconds)
         tally = replay.run()
     finally:

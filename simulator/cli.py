@@ -83,16 +83,20 @@ def devices_needed(rate: float, message_bytes: int) -> int:
 
 def mqtt_settings(args) -> MqttSettings | None:
     """The MQTT flags, checked against AWS IoT's limits; None for a Kafka run."""
-    flags = ("--mqtt-endpoint", "--device-certificates", "--mqtt-ca", "--mqtt-plaintext")
-    given = [args.mqtt_endpoint, args.device_certificates, args.mqtt_ca, args.mqtt_plaintext or None]
+    flags = ("--mqtt-endpoint", "--device-certificates", "--environment", "--mqtt-ca", "--mqtt-plaintext")
+    given = [args.mqtt_endpoint, args.device_certificates, args.environment, args.mqtt_ca, args.mqtt_plaintext or None]
     if args.transport != "mqtt":
         for flag, value in zip(flags, given):
             if value is not None:
                 raise SimulatorError(f"{flag} goes with --transport mqtt")
         return None
-    for flag, value in zip(flags[:2], given[:2]):
+    for flag, value in zip(flags[:3], given[:3]):
         if value is None:
             raise SimulatorError(f"--transport mqtt needs {flag}")
+    if not device_certificates.ENVIRONMENT.match(args.environment):
+        raise SimulatorError(
+            f"--environment {args.environment!r}: expected 1-32 letters, digits, '_' or '-' (one MQTT topic level)"
+        )
     endpoint = MQTT_ENDPOINT.match(args.mqtt_endpoint)
     if not endpoint or not 0 < int(endpoint.group(2) or MQTT_PORT) < 65536:
         raise SimulatorError(f"--mqtt-endpoint {args.mqtt_endpoint!r}: expected HOST[:PORT]")
@@ -125,6 +129,7 @@ def mqtt_settings(args) -> MqttSettings | None:
         port=int(endpoint.group(2) or MQTT_PORT),
         certificates=str(args.device_certificates.resolve()),
         things=things,
+        environment=args.environment,
         ca=None if args.mqtt_ca is None else str(args.mqtt_ca.resolve()),
         plaintext=args.mqtt_plaintext,
         connect_rate=args.connect_rate,

@@ -24,6 +24,7 @@ class MqttSettings:
     port: int
     certificates: str  # folder of <thing>.cert.pem / <thing>.key.pem
     things: tuple[str, ...]  # the run's thing names: device d is things[d]
+    environment: str  # the platform environment the devices belong to: telemetry/<environment>/<thing>/data
     ca: str | None  # server CA bundle; None = the system trust store (Amazon Root CA 1)
     plaintext: bool = False  # local brokers only: no TLS, no client certificate
     connect_rate: float = 100.0  # CONNECTs per second this host starts (all its processes)

@@ -2,7 +2,7 @@
 
 A folder (--device-certificates) holds `<thing>.cert.pem` and `<thing>.key.pem` for every device
 the exporting tool wrote. The file stems are the thing names, and the thing names are the device
-ids: the MQTT client id, the topic `telemetry/<thing>/data` and the payload's `device_id`. A run
+ids: the MQTT client id, the topic `telemetry/<environment>/<thing>/data` and the payload's `device_id`. A run
 with --devices N takes the first N names in sorted order, so every host that reads the same
 folder gives device number d the same thing.
 """
@@ -37,14 +37,18 @@ def write_device(folder: Path, thing: str, certificate_pem: str, private_key: st
         os.replace(temporary, path)
 
 
-# Devices publish to <root>/<thing name>/data: the device policy allows that one topic, and the
-# rule reads the thing name from topic(2) (stacks.naming takes the root from here).
+# Devices publish to <root>/<environment>/<thing name>/data: the environment's device policy allows
+# that one topic, and only that environment's rule reads it, taking the thing name from level
+# THING_LEVEL (stacks.naming takes both from here). Environments sharing an account share AWS IoT's
+# one message broker, so the environment in the topic is what keeps their messages apart.
 TOPIC_ROOT = "telemetry"
+THING_LEVEL = 3
+ENVIRONMENT = re.compile(r"^[A-Za-z0-9_-]{1,32}$")  # one topic level: no "/", "+" or "#"
 
 
-def telemetry_topic(thing: str) -> str:
+def telemetry_topic(environment: str, thing: str) -> str:
     """The one topic a device's IoT policy lets it publish to."""
-    return f"{TOPIC_ROOT}/{thing}/data"
+    return f"{TOPIC_ROOT}/{environment}/{thing}/data"
 
 
 def thing_names(folder: Path, devices: int) -> tuple[str, ...]:

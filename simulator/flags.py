@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     mqtt = run.add_argument_group(
         "MQTT (--transport mqtt)",
         "Each device is an AWS IoT thing: client id = thing name, topic "
-        "telemetry/<thing>/data. AWS IoT takes at most 100 publishes/s and 512 KiB/s per "
+        "telemetry/<environment>/<thing>/data. AWS IoT takes at most 100 publishes/s and 512 KiB/s per "
         "connection, so --rate / --devices may not exceed 100.",
     )
     mqtt.add_argument(
@@ -270,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="<thing>.cert.pem and <thing>.key.pem per device; --devices N takes the first N "
         "thing names in sorted order",
+    )
+    mqtt.add_argument(
+        "--environment",
+        metavar="ENV",
+        help="the platform environment the devices belong to (dev, staging, prod): they publish to "
+        "telemetry/ENV/<thing>/data, which only that environment's IoT rule reads",
     )
     mqtt.add_argument(
         "--mqtt-ca",

@@ -2,7 +2,7 @@
 
 The contract the fleet's devices keep (stacks/constructs/device_policy.py): each device is an IoT
 thing with its own certificate, connects with its thing name as client id and publishes only to
-`telemetry/<thing>/data`, at QoS 1. AWS IoT Core accepts at most 100 publishes/s and 512 KiB/s
+`telemetry/<environment>/<thing>/data`, at QoS 1. AWS IoT Core accepts at most 100 publishes/s and 512 KiB/s
 per connection, so every device has a connection of its own (the CLI refuses a rate that would
 need more per device). The message bytes are the simulator's JSON payload with device_id = thing.
 
@@ -94,7 +94,7 @@ class MqttProducerProcess:
             message_bytes=config.message_bytes,
             device_names=self.things,
         )
-        self.topics = [telemetry_topic(thing) for thing in self.things]
+        self.topics = [telemetry_topic(self.mqtt.environment, thing) for thing in self.things]
         self.acks = histograms.LatencyRecorder("q", scale_to_us=1e-3)  # nanoseconds
         self.publish_delays: histograms.PublishDelays | None = None
         self.failures: list[int] = []  # message indices never acknowledged

@@ -37,6 +37,12 @@ LOG_RETENTION_DAYS = (
     1096, 1827, 2192, 2557, 2922, 3288, 3653,
 )  # fmt: skip
 MIN_INSYNC_REPLICAS = 2
+# Production's management CIDRs: none wider than this prefix (65,536 addresses), none containing the
+# VPC (its own hosts would reach 19000 and 19080: fleet hosts, Flink's and AWS IoT's interfaces).
+PRODUCTION_MANAGEMENT_MIN_PREFIX = 16
+# Who may assume the topic administrator role: IAM user or role ARNs of the environment's account,
+# as IAM's ArnLike compares aws:PrincipalArn (`*` and `?` wildcards; a user's path is in its ARN).
+PRINCIPAL_ARN_PATTERN = r"^arn:aws[a-z-]*:iam::(\d{12}):(user|role)/[A-Za-z0-9+=,.@_/*?-]{1,512}$"
 
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
 
@@ -98,8 +104,24 @@ class MskConfig(_Section):
     cpu_alarm_percent: int = Field(default=60, ge=1, le=100)
     disk_alarm_percent: int = Field(default=85, ge=1, le=100)
     topics: tuple[TopicConfig, ...] = Field(min_length=1)
+    # The principals allowed to assume the topic administrator role (with MFA): IAM user or role ARN
+    # patterns of this environment's account, e.g. arn:aws:iam::111111111111:user/telemetry-dev-operators/*.
+    topic_administrators: tuple[str, ...] = Field(min_length=1)
 
     _retention = field_validator("broker_log_retention_days")(_check_retention)
+
+    @field_validator("topic_administrators")
+    @classmethod
+    def _principal_arns(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        for value in values:
+            if not re.fullmatch(PRINCIPAL_ARN_PATTERN, value):
+                raise ValueError(
+                    f"'{value}' is not an IAM user or role ARN (arn:aws:iam::ACCOUNT:user/PATH/NAME or "
+                    "...:role/NAME; * and ? match any characters)"
+                )
+            if value.endswith((":user/*", ":role/*")):
+                raise ValueError(f"'{value}' names every user or role of the account; name the operators' path or names")
+        return values
 
     @model_validator(mode="after")
     def _topics_fit_cluster(self) -> MskConfig:
@@ -557,15 +579,36 @@ class EnvironmentConfig(_Section):
             )
         for problem in self.lifecycle_timing.problems():
             raise ValueError(problem)
+        for arn in self.msk.topic_administrators:
+            account = re.fullmatch(PRINCIPAL_ARN_PATTERN, arn).group(1)
+            if account != self.account:
+                raise ValueError(
+                    f"msk.topic_administrators: '{arn}' is in account {account}, not the environment's {self.account}"
+                )
         if self.production:
-            for cidr in self.service_fabric.management_cidrs:
-                if ipaddress.ip_network(cidr).prefixlen == 0:
-                    raise ValueError(
-                        f"service_fabric.management_cidrs: {cidr} opens cluster management to the "
-                        "whole internet, which production refuses; list your Azure DevOps and "
-                        "office egress ranges"
-                    )
+            self._production_management_cidrs()
         return self
+
+    def _production_management_cidrs(self) -> None:
+        vpc = ipaddress.ip_network(self.network.cidr)
+        for cidr in self.service_fabric.management_cidrs:
+            network = ipaddress.ip_network(cidr)
+            if network.prefixlen == 0:
+                raise ValueError(
+                    f"service_fabric.management_cidrs: {cidr} opens cluster management to the "
+                    "whole internet, which production refuses; list your Azure DevOps and "
+                    "office egress ranges"
+                )
+            if network.prefixlen < PRODUCTION_MANAGEMENT_MIN_PREFIX:
+                raise ValueError(
+                    f"service_fabric.management_cidrs: {cidr} is wider than production allows "
+                    f"(/{PRODUCTION_MANAGEMENT_MIN_PREFIX} at most); list the agents' and offices' own ranges"
+                )
+            if network.version == vpc.version and vpc.subnet_of(network):
+                raise ValueError(
+                    f"service_fabric.management_cidrs: {cidr} contains the environment's VPC {vpc}, so every "
+                    "host in it could reach cluster management; name the agents' subnet instead"
+                )
 
     @property
     def lifecycle_timing(self) -> LifecycleTiming:

@@ -26,7 +26,8 @@ from stacks.constructs.kafka_topic_rule import KafkaTopicRule
 from stacks.constructs.msk_cluster import MskCluster
 from stacks.constructs.scram_user import ScramUser
 from stacks.naming import (
-    DEVICE_TOPIC_ROOT,
+    DEVICE_ENVIRONMENT_ATTRIBUTE,
+    DEVICE_THING_LEVEL,
     FAILED_DELIVERIES_QUEUE_OUTPUT,
     device_credentials_path,
     device_failed_deliveries_queue_name,
@@ -34,6 +35,7 @@ from stacks.naming import (
     device_policy_name,
     device_rule_name,
     device_topic_filter,
+    device_topic_prefix,
     scram_bootstrap_parameter_name,
 )
 from stacks.removal import removal_policy
@@ -86,7 +88,8 @@ class DeviceGatewayStack(Stack):
             subnets=vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnets,
             security_group=kafka.scram_client_security_group,
             rule_name=device_rule_name(config),
-            topic_filter=device_topic_filter(),
+            topic_filter=device_topic_filter(config),
+            thing_level=DEVICE_THING_LEVEL,
             kafka_topic=settings.topic,
             bootstrap_brokers=brokers.brokers,
             scram_user=scram_user,
@@ -103,7 +106,14 @@ class DeviceGatewayStack(Stack):
             log_retention_days=settings.log_retention_days,
             removal_policy=removal_policy(config),
         )
-        DevicePolicy(self, "DevicePolicy", policy_name=device_policy_name(config), topic_root=DEVICE_TOPIC_ROOT)
+        DevicePolicy(
+            self,
+            "DevicePolicy",
+            policy_name=device_policy_name(config),
+            environment_attribute=DEVICE_ENVIRONMENT_ATTRIBUTE,
+            environment=config.name,
+            topic_prefix=device_topic_prefix(config),
+        )
         DeviceGatewayMonitoring(
             self,
             "Monitoring",

@@ -59,6 +59,7 @@ class MskStack(Stack):
             "TopicAdministrator",
             role_name=topic_admin_role_name(config),
             cluster_name=self.kafka.cluster_name,
+            administrators=config.msk.topic_administrators,
         )
         self.kafka.grant_topic_administration(
             self.topic_administrator.role, [topic.name for topic in settings.topics]

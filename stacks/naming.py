@@ -3,7 +3,7 @@ so operator scripts can use them without loading the CDK."""
 
 from __future__ import annotations
 
-from simulator.device_certificates import TOPIC_ROOT
+from simulator.device_certificates import THING_LEVEL, TOPIC_ROOT, telemetry_topic
 from stacks.config import EnvironmentConfig
 
 FLEET_TAG = "telemetry:fleet"
@@ -205,9 +205,10 @@ def athena_workgroup_name(config: EnvironmentConfig) -> str:
 
 
 # Device gateway: AWS IoT Core into MSK through the rules engine's Kafka action.
-# Devices publish to telemetry/<thing name>/data (the simulator's devices too, hence the one
-# definition there); the rule reads the thing name from topic(2).
-DEVICE_TOPIC_ROOT = TOPIC_ROOT
+# Devices publish to telemetry/<environment>/<thing name>/data (the simulator's devices too, hence
+# the one definition there); the rule reads its own environment's topics only and the thing name
+# from topic(THING_LEVEL).
+DEVICE_THING_LEVEL = THING_LEVEL
 
 
 # Dimension values of AWS IoT's CloudWatch metrics (namespace AWS/IoT). "AWS IoT metrics and
@@ -223,8 +224,19 @@ IOT_ERROR_ACTION_TYPES = ("SqsAction", "sqs")
 IOT_MQTT_PROTOCOL = "MQTT"
 
 
-def device_topic_filter() -> str:
-    return f"{DEVICE_TOPIC_ROOT}/+/data"
+# The thing attribute naming a device's environment: provision_devices.py sets it, and the device
+# policy lets only things carrying the environment's name connect (device_policy.py).
+DEVICE_ENVIRONMENT_ATTRIBUTE = "environment"
+
+
+def device_topic_filter(config: EnvironmentConfig) -> str:
+    """The topics of the environment's devices, as an MQTT topic filter (the rule's FROM)."""
+    return telemetry_topic(config.name, "+")
+
+
+def device_topic_prefix(config: EnvironmentConfig) -> str:
+    """What comes before the thing name in the environment's device topics: telemetry/<name>."""
+    return f"{TOPIC_ROOT}/{config.name}"
 
 
 def device_gateway_secret_name(config: EnvironmentConfig) -> str:

@@ -111,6 +111,7 @@ class ServiceFabricStack(Stack):
                 certificate_secret_name=settings.cluster_certificate_secret,
                 log_group=node_logs,
                 metrics_namespace=SERVICE_FABRIC_METRICS_NAMESPACE,
+                parameter_prefix=f"/{config.resource_prefix}",
             )
 
         def user_data(node_type: str) -> ec2.UserData:

@@ -85,6 +85,7 @@ class SimulatorFleetStack(Stack):
             region=config.region,
             devices_path=device_credentials_path(config),
             thing_prefix=device_thing_prefix(config),
+            environment=config.name,
         )
         fleet.add_topics_document(
             document_name=manage_topics_document_name(config),

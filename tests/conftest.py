@@ -136,11 +136,14 @@ class Synthesis:
         return sorted(self.outdir.glob("*.template.json"))
 
 
-def synthesize(name: str, outdir: Path) -> Synthesis:
+def synthesize(name: str, outdir: Path, environments: dict | None = None) -> Synthesis:
+    """Environment `name` through the real app; `environments` replaces cdk.json's entries."""
     from stacks.config import load_environment
     from stacks.platform import build_platform, create_app
 
     context = cdk_context()
+    if environments is not None:
+        context = {**context, "environments": environments}
     # Asset bundling (Lambda packages, the Flink jar) is skipped: tests read templates, and a
     # bundling step would need pip downloads or a Maven build on every test session.
     app = create_app(

@@ -105,6 +105,11 @@ class KafkaRule:
             acks=kafka["ClientProperties"]["acks"],
         )
 
+    @property
+    def thing_level(self) -> int:
+        """The level of the topic filter that holds the thing name (its one `+`)."""
+        return self.topic_filter.split("/").index("+") + 1
+
     @staticmethod
     def message(payload: bytes) -> dict:
         """The JSON object a message carries, as the SELECT clause and the templates read it."""
@@ -160,7 +165,7 @@ class KafkaRule:
             "ruleName": self.name,
             "topic": topic,
             "cloudwatchTraceId": str(uuid.uuid4()),
-            "clientId": topic.split("/")[1],
+            "clientId": topic.split("/")[self.thing_level - 1],
             "base64OriginalPayload": base64.b64encode(payload).decode(),
             "failures": [{"failedAction": "KafkaAction", "failedResource": self.kafka_topic, "errorMessage": error}],
         }

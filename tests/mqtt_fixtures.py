@@ -2,7 +2,7 @@
 
 One broker serves the session (devtools/local_mosquitto.py: a throwaway CA, a server certificate,
 one client certificate per thing, TLS client certificates required, the CN as username, each
-device allowed to write only `telemetry/<thing>/data`). Nothing is skipped: without mosquitto the
+device allowed to write only `telemetry/dev/<thing>/data`). Nothing is skipped: without mosquitto the
 fixture fails and says how to install it.
 """
 
@@ -14,7 +14,11 @@ import time
 import pytest
 
 from devtools import local_mosquitto
-from stacks.naming import device_topic_filter
+from simulator.device_certificates import telemetry_topic
+
+# The environment whose synthesized rule the tests run (tests/iot_rule_bridge.py): its devices
+# publish to telemetry/dev/<thing>/data.
+ENVIRONMENT = "dev"
 
 # Names of different lengths (each message is padded to the same size) and with ':' (allowed in
 # AWS IoT thing names); sorted, the two "a:" names come first.
@@ -29,7 +33,7 @@ def mqtt_pki(tmp_path_factory) -> local_mosquitto.Pki:
 @pytest.fixture(scope="session")
 def mosquitto_broker(mqtt_pki, tmp_path_factory):
     try:
-        broker = local_mosquitto.start_mosquitto(tmp_path_factory.mktemp("mosquitto"), mqtt_pki)
+        broker = local_mosquitto.start_mosquitto(tmp_path_factory.mktemp("mosquitto"), mqtt_pki, environment=ENVIRONMENT)
     except local_mosquitto.LocalMosquittoError as error:
         pytest.fail(str(error))
     yield broker
@@ -40,7 +44,7 @@ class TopicReader:
     """The `reader` identity subscribed to every device's topic at QoS 1; collects
     (topic, payload) in arrival order."""
 
-    def __init__(self, broker: local_mosquitto.Mosquitto, topic_filter: str = device_topic_filter()):
+    def __init__(self, broker: local_mosquitto.Mosquitto, topic_filter: str = telemetry_topic(ENVIRONMENT, "+")):
         from awscrt import mqtt
 
         self.messages: list[tuple[str, bytes]] = []

@@ -386,6 +386,20 @@ def resolve(
     return {key: again(argument)}
 
 
+class Elsewhere(dict):
+    """Another stack's export or a resource's attribute, as a name no ARN matches: for statements
+    whose resources need only not be wildcards to be judged."""
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __contains__(self, name) -> bool:
+        return True
+
+    def __getitem__(self, name: str) -> str:
+        return f"elsewhere:{name}"
+
+
 def role_policy_statements(template: dict, role_logical_id: str) -> list[dict]:
     """Every statement of the AWS::IAM::Policy resources attached to the role (unresolved)."""
     statements = []

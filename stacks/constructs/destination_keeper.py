@@ -24,10 +24,9 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from stacks.compliance import acknowledge, managed_policy_finding
 from stacks.constructs.alarm_topic import notifying_alarm
 from stacks.constructs.lifecycle_functions import ARCHITECTURE, RUNTIME
-from stacks.constructs.log_group import log_group
+from stacks.constructs.log_group import function_role, log_group
 
 CODE = Path(__file__).resolve().parents[2] / "lambdas" / "device_gateway"
 # The metric lambdas/device_gateway/destination_keeper.py writes when it re-enables the destination
@@ -57,6 +56,9 @@ class DestinationKeeper(Construct):
         self.function = lambda_.Function(
             self,
             "Function",
+            role=function_role(
+                self, "Role", group=logs, description="Destination keeper: re-enables the device gateway's VPC topic rule destination"
+            ),
             code=lambda_.Code.from_asset(str(CODE), exclude=["**/__pycache__"]),
             handler="destination_keeper.handler",
             runtime=RUNTIME,
@@ -83,14 +85,6 @@ class DestinationKeeper(Construct):
                 resources=[destination_role.role_arn],
                 conditions={"StringEquals": {"iam:PassedToService": "iot.amazonaws.com"}},
             )
-        )
-        role = self.function.role
-        assert role is not None
-        acknowledge(
-            role,
-            "AwsSolutions-IAM4",
-            "The AWS-managed Lambda basic execution policy grants only log delivery; AWS maintains it",
-            finding=managed_policy_finding("service-role/AWSLambdaBasicExecutionRole"),
         )
         self.schedule = events.Rule(
             self,

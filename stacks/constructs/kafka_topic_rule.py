@@ -10,7 +10,7 @@ What the AWS IoT Developer Guide ("Apache Kafka" rule action) requires and this 
   the original message, not the SELECT output ("Substitution templates").
 The rule selects the payload as the device sent it (`SELECT *`) and adds nothing to it: the thing
 name goes into the Kafka key and the header `iot_thing_name`, never into the JSON, because the SQL
-reference does not say what `SELECT *, topic(2) AS device_id` writes when the payload already has
+reference does not say what `SELECT *, topic(3) AS device_id` writes when the payload already has
 a `device_id` (devices send one), and the sink rejects a duplicate key.
 A failed delivery goes to the rule's error action, which writes the error action message with the
 original payload (`base64OriginalPayload`) into a queue (AWS IoT Developer Guide, "Error handling";
@@ -76,6 +76,7 @@ class KafkaTopicRule(Construct):
         security_group: ec2.ISecurityGroup,
         rule_name: str,
         topic_filter: str,
+        thing_level: int,
         kafka_topic: str,
         bootstrap_brokers: str,
         scram_user: ScramUser,
@@ -161,12 +162,12 @@ class KafkaTopicRule(Construct):
                             destination_arn=self.destination.attr_arn,
                             topic=kafka_topic,
                             # One device's messages stay in one partition, in order.
-                            key="${topic(2)}",
+                            key=f"${{topic({thing_level})}}",
                             headers=[
                                 # The device id the sink files the reading under: the thing name in
                                 # the topic, which the device policy ties to the certificate the
                                 # device connected with, whatever the payload claims.
-                                iot.CfnTopicRule.KafkaActionHeaderProperty(key=RULE_THING_NAME_HEADER, value="${topic(2)}"),
+                                iot.CfnTopicRule.KafkaActionHeaderProperty(key=RULE_THING_NAME_HEADER, value=f"${{topic({thing_level})}}"),
                                 iot.CfnTopicRule.KafkaActionHeaderProperty(key=RULE_SENT_NS_HEADER, value="${sent_ns}"),
                             ],
                             client_properties={

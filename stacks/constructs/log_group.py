@@ -7,7 +7,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.compliance import PARTITION, acknowledge, wildcard_resource_finding
+from stacks.compliance import PARTITION, acknowledge, attribute_ref, wildcard_resource_finding
 
 
 def log_group(
@@ -27,6 +27,27 @@ def log_group(
     assert isinstance(resource, logs.CfnLogGroup)
     resource.retention_in_days = retention_days
     return group
+
+
+def function_role(scope: Construct, construct_id: str, *, group: logs.LogGroup, description: str) -> iam.Role:
+    """A Lambda function's execution role that writes its own log group and no other.
+
+    Lambda's default, the AWS managed AWSLambdaBasicExecutionRole, allows logs:CreateLogGroup,
+    CreateLogStream and PutLogEvents on every log group of the account (AWS Managed Policy
+    Reference): a function of one environment could write into another's logs. The function
+    writes to the group it is given (its LoggingConfig), which exists before it runs, so the role
+    needs only CreateLogStream and PutLogEvents on that group's streams ("Sending Lambda function
+    logs to CloudWatch Logs": the permissions Lambda's logging needs)."""
+    role = iam.Role(scope, construct_id, assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"), description=description)
+    group.grant_write(role)
+    acknowledge(
+        role,
+        "AwsSolutions-IAM5",
+        "Lambda writes one stream per execution environment, named at run time, into the function's own log "
+        "group; the grant covers that one group's streams",
+        finding=wildcard_resource_finding(f"{attribute_ref(group, 'Arn')}:*"),
+    )
+    return role
 
 
 def grant_find_log_group(group: logs.ILogGroup, role: iam.IRole, finder: str) -> None:

@@ -16,7 +16,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from stacks.compliance import acknowledge, attribute_ref, managed_policy_finding, wildcard_resource_finding
+from stacks.compliance import acknowledge, attribute_ref, wildcard_resource_finding
+from stacks.constructs.instance_core import grant_instance_core
 from stacks.constructs.log_group import grant_run_command_output
 
 WINDOWS_ROOT_DEVICE = "/dev/sda1"
@@ -37,6 +38,7 @@ class NodeRole(Construct):
         certificate_secret_name: str,
         log_group: logs.LogGroup,
         metrics_namespace: str,
+        parameter_prefix: str,
     ) -> None:
         super().__init__(scope, construct_id)
         self.role = iam.Role(
@@ -44,15 +46,10 @@ class NodeRole(Construct):
             "Role",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             description=description,
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
         )
-        acknowledge(
-            self.role,
-            "AwsSolutions-IAM4",
-            "AmazonSSMManagedInstanceCore is the AWS-maintained minimum for the SSM agent, which is how "
-            "nodes are administered (Run Command for cluster setup and drains, Session Manager); no RDP",
-            finding=managed_policy_finding("AmazonSSMManagedInstanceCore"),
-        )
+        # The agent's actions, and parameter reads under this environment's prefix only, where the
+        # managed policy reads every parameter of the account (instance_core.py).
+        self._resource_star_reasons = [grant_instance_core(self.role, parameter_prefix=parameter_prefix)]
 
         # By name from config: the secret is created out of band, before the first deployment.
         secret = secretsmanager.Secret.from_secret_name_v2(self, "ClusterCertificate", certificate_secret_name)
@@ -80,7 +77,7 @@ class NodeRole(Construct):
             "the streams of that one group (create the existing group, create, list and write its streams)",
             finding=wildcard_resource_finding(f"{attribute_ref(log_group, 'Arn')}:*"),
         )
-        self._resource_star_reasons = [
+        self._resource_star_reasons += [
             "cloudwatch:PutMetricData has no resource-level permissions; it is limited to the node "
             f"metrics namespace {metrics_namespace} by condition"
         ]
@@ -91,10 +88,10 @@ class NodeRole(Construct):
                 conditions={"StringEquals": {"cloudwatch:namespace": metrics_namespace}},
             )
         )
-        # AmazonSSMManagedInstanceCore allows ssm:GetParameter(s) on "*": a node (whose
-        # applications are not the platform's) may still not read the platform's secrets in
-        # Parameter Store, of any environment or region: the topic administrator's MSK token and
-        # the simulator devices' keys (both also under keys a node may not use). GetParametersByPath
+        # A node reads its environment's parameters (for the applications it runs), but not the
+        # platform's secrets in Parameter Store, of any environment or region: the topic
+        # administrator's MSK token and the simulator devices' keys (both also under keys a node
+        # may not use). GetParametersByPath
         # not at all: a principal allowed a path reads what lies under it recursively, denies on the
         # children notwithstanding (SSM User Guide, "Restricting access to Parameter Store
         # parameters using IAM policies"), and a node needs no path read.

@@ -14,7 +14,8 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from stacks.compliance import acknowledge, attribute_ref, managed_policy_finding, wildcard_resource_finding
+from stacks.constructs.instance_core import grant_instance_core
+from stacks.compliance import acknowledge, attribute_ref, wildcard_resource_finding
 from stacks.constructs.command_document import command_document
 from stacks.constructs.secure_bucket import SecureBucket
 from stacks.naming import FLEET_TAG
@@ -90,15 +91,10 @@ class SimulatorFleet(Construct):
             "HostRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             description=f"Hosts of {fleet_name}: SSM agent, simulator package, MSK, results upload",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
         )
-        acknowledge(
-            self.role,
-            "AwsSolutions-IAM4",
-            "AmazonSSMManagedInstanceCore is the AWS-maintained minimum for the SSM agent, which is how "
-            "the fleet is driven (Run Command) and reached (Session Manager); there is no SSH",
-            finding=managed_policy_finding("AmazonSSMManagedInstanceCore"),
-        )
+        # The agent's actions without the managed policy's parameter reads on "*": a host reads the
+        # parameters its documents name, granted where each is used (instance_core.py).
+        acknowledge(self.role, "AwsSolutions-IAM5", grant_instance_core(self.role), finding=wildcard_resource_finding("*"))
         # Narrower than the grant_* helpers: read this one package object, write run reports.
         self.role.add_to_policy(
             iam.PolicyStatement(
@@ -167,7 +163,7 @@ class SimulatorFleet(Construct):
         Tags.of(self.hosts).add(FLEET_TAG, fleet_name)
 
     def run_document_content(
-        self, *, topic: str, bootstrap_parameter: str, region: str, devices_path: str, thing_prefix: str
+        self, *, topic: str, bootstrap_parameter: str, region: str, devices_path: str, thing_prefix: str, environment: str
     ) -> dict:
         return render_run_document(
             {
@@ -178,6 +174,7 @@ class SimulatorFleet(Construct):
                 "region": region,
                 "devicesPath": devices_path,
                 "thingPrefix": thing_prefix,
+                "environment": environment,
             }
         )
 
@@ -190,6 +187,7 @@ class SimulatorFleet(Construct):
         region: str,
         devices_path: str,
         thing_prefix: str,
+        environment: str,
     ) -> ssm.CfnDocument:
         bootstrap_parameter.grant_read(self.role)
         return command_document(
@@ -202,6 +200,7 @@ class SimulatorFleet(Construct):
                 region=region,
                 devices_path=devices_path,
                 thing_prefix=thing_prefix,
+                environment=environment,
             ),
         )
 

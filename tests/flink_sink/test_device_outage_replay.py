@@ -130,6 +130,7 @@ def test_a_broker_lost_mid_run_and_a_replay_put_every_device_message_in_the_lake
         run = subprocess.Popen(
             [sys.executable, "-m", "simulator", "run", "--transport", "mqtt",
              "--mqtt-endpoint", mosquitto_broker.endpoint, "--device-certificates", str(mosquitto_broker.pki.devices),
+             "--environment", mosquitto_broker.environment,
              "--mqtt-ca", str(mosquitto_broker.pki.ca), "--devices", str(DEVICES), "--rate", str(RATE),
              "--duration", str(DURATION), "--warmup", "0", "--processes", "1", "--drain-timeout", "10",
              "--connect-timeout", "5", "--slo-min-rate", "0", "--no-consume", "--report", str(report_path)],

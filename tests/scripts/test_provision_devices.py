@@ -171,14 +171,35 @@ def test_each_device_has_its_own_active_certificate_with_the_device_policy_and_a
         assert len(ssm.get_parameter(Name=parameter(index), WithDecryption=True)["Parameter"]["Value"].encode()) <= 4096
     assert stored[parameter(1)]["certificate_arn"] != stored[parameter(2)]["certificate_arn"]
     described = iot.describe_thing(thingName=thing(1))
-    assert described["attributes"] == {"fleet": "telemetry-dev-simulator"}
+    # The environment attribute is what the device policy's Connect condition reads.
+    assert described["attributes"] == {"fleet": "telemetry-dev-simulator", "environment": "dev"}
+
+
+def test_a_device_made_before_the_environment_attribute_gets_it_and_keeps_its_certificate(aws, capsys):
+    """A device the tool made before the policy asked for `environment` cannot connect after the
+    update: provision adds the attribute (UpdateThing, merge), touching nothing else."""
+    iot = aws.client("iot")
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "2"]) == 0
+    iot.update_thing(thingName=thing(1), attributePayload={"attributes": {"environment": ""}, "merge": True})
+    assert iot.describe_thing(thingName=thing(1))["attributes"] == {"fleet": "telemetry-dev-simulator"}
+    certificate = aws.stored()[parameter(1)]["certificate_arn"]
+    capsys.readouterr()
+
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "2", "--dry-run"]) == 0
+    assert f"{thing(1)}: would repair: thing attribute environment" in capsys.readouterr().out
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "2"]) == 0
+    out = lines(capsys)
+    assert out[0].startswith(f"{thing(1)}: repaired (thing attribute environment), certificate")
+    assert out[1].startswith(f"{thing(2)}: unchanged")
+    assert iot.describe_thing(thingName=thing(1))["attributes"] == {"fleet": "telemetry-dev-simulator", "environment": "dev"}
+    assert iot.list_thing_principals(thingName=thing(1))["principals"] == [certificate]
 
 
 def test_a_certificate_whose_key_was_never_stored_is_replaced(aws, capsys):
     """A run killed between CreateKeysAndCertificate and PutParameter with the certificate already
     attached (or an older tool's leftovers): the thing has a certificate and no stored key."""
     iot = aws.client("iot")
-    iot.create_thing(thingName=thing(1), attributePayload={"attributes": {"fleet": "telemetry-dev-simulator"}})
+    iot.create_thing(thingName=thing(1), attributePayload={"attributes": {"fleet": "telemetry-dev-simulator", "environment": "dev"}})
     orphan = iot.create_keys_and_certificate(setAsActive=True)["certificateArn"]
     iot.attach_policy(policyName="telemetry-dev-device", target=orphan)
     iot.attach_thing_principal(thingName=thing(1), principal=orphan)
@@ -444,7 +465,7 @@ class TestWhatMotoDoesNotModel:
         fleet = provision_devices.Fleet(provision_devices.load_environment(provision_devices.read_environments(), "dev"))
         stubber.add_client_error(
             "create_thing", "ResourceAlreadyExistsException", "Thing already exists with a different configuration", 409,
-            expected_params={"thingName": thing(1), "attributePayload": {"attributes": {"fleet": "telemetry-dev-simulator"}}},
+            expected_params={"thingName": thing(1), "attributePayload": {"attributes": {"fleet": "telemetry-dev-simulator", "environment": "dev"}}},
         )
         with stubber, pytest.raises(provision_devices.DeviceFailure) as failure:
             registry.create_thing(thing(1), fleet)

@@ -23,13 +23,13 @@ from tests.iot_rule_bridge import KafkaRule
 from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
 
 RULE = "telemetry_dev_device_telemetry"
-FILTER = "telemetry/+/data"
+FILTER = "telemetry/dev/+/data"
 
 
 def device_message(device: int, seq: int) -> tuple[str, bytes]:
     thing = f"telemetry-dev-device-{device:06d}"
     payload = json.dumps({"device_id": thing, "seq": seq, "sent_ns": 1_790_000_000_000_000_000 + seq}).encode()
-    return f"telemetry/{thing}/data", payload
+    return f"telemetry/dev/{thing}/data", payload
 
 
 def next_second() -> None:
@@ -162,10 +162,10 @@ def test_what_failed_before_since_or_while_the_replay_ran_stays_in_the_queue_vis
     "body",
     [
         "not json",
-        json.dumps({"ruleName": "telemetry_prod_device_telemetry", "topic": "telemetry/x/data", "base64OriginalPayload": "e30="}),
+        json.dumps({"ruleName": "telemetry_prod_device_telemetry", "topic": "telemetry/dev/x/data", "base64OriginalPayload": "e30="}),
         json.dumps({"ruleName": RULE, "topic": "elsewhere/x/data", "base64OriginalPayload": "e30="}),
-        json.dumps({"ruleName": RULE, "topic": "telemetry/x/data", "base64OriginalPayload": "not base64!"}),
-        json.dumps({"ruleName": RULE, "topic": "telemetry/x/data"}),
+        json.dumps({"ruleName": RULE, "topic": "telemetry/dev/x/data", "base64OriginalPayload": "not base64!"}),
+        json.dumps({"ruleName": RULE, "topic": "telemetry/dev/x/data"}),
     ],
     ids=["not-json", "another-rule", "another-topic", "bad-base64", "no-payload"],
 )
@@ -289,7 +289,7 @@ def test_the_dry_run_reads_the_queue_and_changes_nothing(queue, moto_session, tm
                        lambda region: gateway, monkeypatch)
     out = capsys.readouterr().out
     assert code == 0
-    assert "about 1 messages waiting" in out and "telemetry/+/data" in out and "2,000 msg/s" in out
+    assert "about 1 messages waiting" in out and "telemetry/dev/+/data" in out and "2,000 msg/s" in out
     assert gateway.iot_data is None and queue.counts() == (1, 0) and not (tmp_path / "j").exists()
 
 

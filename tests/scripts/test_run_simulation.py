@@ -78,7 +78,7 @@ def deployed_fleet(session, hosts: int = 3):
     content = render_run_document({
         "topic": "telemetry", "bootstrapParameter": "/telemetry-dev/msk/bootstrap-brokers-iam",
         "resultsBucket": BUCKET, "simulatorPackage": "s3://assets/simulator.zip", "region": REGION,
-        "devicesPath": "/telemetry-dev/devices", "thingPrefix": "telemetry-dev-device-",
+        "devicesPath": "/telemetry-dev/devices", "thingPrefix": "telemetry-dev-device-", "environment": "dev",
     })
     session.client("ssm").create_document(
         Name=DOCUMENT, Content=json.dumps(content), DocumentType="Command", DocumentFormat="JSON"

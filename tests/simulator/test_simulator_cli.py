@@ -136,7 +136,7 @@ def test_merge_of_a_report_that_is_not_json_is_one_line(tmp_path):
 
 
 MQTT = [
-    "run", "--transport", "mqtt", "--mqtt-endpoint", "127.0.0.1:9", "--no-consume",
+    "run", "--transport", "mqtt", "--mqtt-endpoint", "127.0.0.1:9", "--environment", "dev", "--no-consume",
     "--rate", "10", "--duration", "1", "--devices", "2", "--processes", "1",
     "--report", "out.json",
 ]  # fmt: skip

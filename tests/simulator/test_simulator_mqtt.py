@@ -1,6 +1,6 @@
 """The simulator's MQTT transport against a real mosquitto that enforces the devices' IoT policy
 (tests/mqtt_fixtures.py): TLS with client certificates, and a device may publish only to
-`telemetry/<its thing name>/data`.
+`telemetry/dev/<its thing name>/data`.
 
 What mosquitto does with a refused publish is asserted below, with its source. What AWS IoT Core
 does with a publish its policy denies (over MQTT 3.1.1) is not: no source at hand says, so these
@@ -25,7 +25,7 @@ from devtools import local_mosquitto
 from simulator.accounting import devices_of_process
 from simulator.payload import READINGS_VARIANTS, TelemetryTemplate
 from tests.iot_rule_bridge import IotRuleBridge, KafkaRule
-from tests.mqtt_fixtures import THINGS
+from tests.mqtt_fixtures import ENVIRONMENT, THINGS
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -50,6 +50,7 @@ def mqtt_flags(
         "--transport": "mqtt",
         "--mqtt-endpoint": broker.endpoint,
         "--device-certificates": certificates or broker.pki.devices,
+        "--environment": broker.environment,
         "--mqtt-ca": broker.pki.ca,
         "--devices": devices,
         "--rate": rate,
@@ -107,7 +108,7 @@ def test_every_message_arrives_once_with_its_exact_bytes_on_its_devices_topic(
     for topic, payload in received:
         message = json.loads(payload)
         thing, seq = message["device_id"], message["seq"]
-        assert topic == f"telemetry/{thing}/data"
+        assert topic == f"telemetry/{ENVIRONMENT}/{thing}/data"
         assert (thing, seq) not in seen, f"{thing} seq {seq} arrived twice"
         seen.add((thing, seq))
         template, local, index = expected[(thing, seq)]
@@ -173,13 +174,13 @@ def test_a_device_publishing_on_another_devices_topic_is_acknowledged_and_droppe
     )
     try:
         assert client.connect(device) == b"\x20\x02\x00\x00"  # CONNACK, accepted
-        assert client.publish_qos1(f"telemetry/{other}/data", 7, b"not mine") == b"\x40\x02\x00\x07"
+        assert client.publish_qos1(f"telemetry/{ENVIRONMENT}/{other}/data", 7, b"not mine") == b"\x40\x02\x00\x07"
         # Still connected: its own topic is accepted and delivered.
-        assert client.publish_qos1(f"telemetry/{device}/data", 8, b"mine") == b"\x40\x02\x00\x08"
+        assert client.publish_qos1(f"telemetry/{ENVIRONMENT}/{device}/data", 8, b"mine") == b"\x40\x02\x00\x08"
     finally:
         client.close()
-    assert topic_reader.wait_for(1) == [(f"telemetry/{device}/data", b"mine")]
-    assert f"Denied PUBLISH from {device} (d0, q1, r0, m7, 'telemetry/{other}/data'" in (
+    assert topic_reader.wait_for(1) == [(f"telemetry/{ENVIRONMENT}/{device}/data", b"mine")]
+    assert f"Denied PUBLISH from {device} (d0, q1, r0, m7, 'telemetry/{ENVIRONMENT}/{other}/data'" in (
         mosquitto_broker.log_text()
     )
 
@@ -238,7 +239,7 @@ def test_a_broker_lost_mid_run_keeps_what_was_acknowledged(mqtt_pki, tmp_path):
     """A broker of its own, stopped once PUBACKs flowed: the run still ends with a report; what
     was acknowledged stays acknowledged (with its latencies), everything after is a delivery
     error, and the SLO fails (exit 1), as a Kafka run with failed deliveries does."""
-    broker = local_mosquitto.start_mosquitto(tmp_path / "broker", mqtt_pki, debug=False)
+    broker = local_mosquitto.start_mosquitto(tmp_path / "broker", mqtt_pki, environment=ENVIRONMENT, debug=False)
     command = [
         sys.executable, "-m", "simulator", "run",
         *mqtt_flags(broker, devices=4, rate=200, duration=2, **{"--drain-timeout": 1}),

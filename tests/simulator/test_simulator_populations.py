@@ -33,7 +33,7 @@ def population_pki(tmp_path_factory):
 
 @pytest.fixture
 def broker(population_pki, tmp_path):
-    broker = local_mosquitto.start_mosquitto(tmp_path / "broker", population_pki, debug=False)
+    broker = local_mosquitto.start_mosquitto(tmp_path / "broker", population_pki, environment="dev", debug=False)
     yield broker
     broker.stop()
 
@@ -41,7 +41,7 @@ def broker(population_pki, tmp_path):
 def run_flags(broker, report: Path, *, devices: int, rate: float, duration: float, **more) -> list[str]:
     flags = {
         "--transport": "mqtt", "--mqtt-endpoint": broker.endpoint, "--device-certificates": broker.pki.devices,
-        "--mqtt-ca": broker.pki.ca, "--devices": devices, "--rate": rate, "--duration": duration, "--warmup": 0,
+        "--environment": broker.environment, "--mqtt-ca": broker.pki.ca, "--devices": devices, "--rate": rate, "--duration": duration, "--warmup": 0,
         "--drain-timeout": 30, "--connect-timeout": 5, "--slo-min-rate": 0, "--report": report, **more,
     }  # fmt: skip
     return [sys.executable, "-m", "simulator", "run", *[str(x) for pair in flags.items() for x in pair], "--no-consume"]
@@ -87,7 +87,7 @@ def test_connects_keep_to_the_asked_pace(broker, tmp_path):
 def test_a_refused_connect_is_retried_with_backoff_until_the_broker_answers(population_pki, tmp_path):
     """The broker is down when the devices first connect (connection refused) and comes up two
     seconds later: the refused devices are retried after their backoff and all connect."""
-    broker = local_mosquitto.start_mosquitto(tmp_path / "broker", population_pki, debug=False)
+    broker = local_mosquitto.start_mosquitto(tmp_path / "broker", population_pki, environment="dev", debug=False)
     broker.stop()
     report = tmp_path / "r.json"
     command = run_flags(broker, report, devices=20, rate=10, duration=1, **{"--connect-attempts": 8})

@@ -94,8 +94,45 @@ def test_missing_environments_context():
         (
             "prod",
             ("service_fabric", "management_cidrs"),
-            ["10.0.0.0/8", "0.0.0.0/0"],
+            ["10.250.0.0/24", "0.0.0.0/0"],
             "service_fabric.management_cidrs: 0.0.0.0/0 opens cluster management to the whole internet",
+        ),
+        (  # the whole internet in two halves
+            "prod",
+            ("service_fabric", "management_cidrs"),
+            ["0.0.0.0/1", "128.0.0.0/1"],
+            "service_fabric.management_cidrs: 0.0.0.0/1 is wider than production allows (/16 at most)",
+        ),
+        (  # prod's VPC is 10.30.0.0/16: its own hosts would reach 19000
+            "prod",
+            ("service_fabric", "management_cidrs"),
+            ["10.30.0.0/16"],
+            "service_fabric.management_cidrs: 10.30.0.0/16 contains the environment's VPC 10.30.0.0/16",
+        ),
+        (
+            "prod",
+            ("service_fabric", "management_cidrs"),
+            ["10.0.0.0/8"],
+            "service_fabric.management_cidrs: 10.0.0.0/8 is wider than production allows (/16 at most)",
+        ),
+        (
+            "dev",
+            ("msk", "topic_administrators"),
+            ["arn:aws:iam::222222222222:user/telemetry-dev-operators/*"],
+            "msk.topic_administrators: 'arn:aws:iam::222222222222:user/telemetry-dev-operators/*' is in account "
+            "222222222222, not the environment's 111111111111",
+        ),
+        (
+            "dev",
+            ("msk", "topic_administrators"),
+            ["arn:aws:iam::111111111111:user/*"],
+            "msk.topic_administrators: 'arn:aws:iam::111111111111:user/*' names every user or role of the account",
+        ),
+        (
+            "dev",
+            ("msk", "topic_administrators"),
+            ["arn:aws:sts::111111111111:assumed-role/ops/alice"],
+            "msk.topic_administrators: 'arn:aws:sts::111111111111:assumed-role/ops/alice' is not an IAM user or role ARN",
         ),
         (
             "dev",

@@ -53,11 +53,11 @@ def actions_of(statement: dict) -> set[str]:
 
 
 @pytest.mark.parametrize("env", ENVIRONMENTS)
-def test_rule_reads_every_device_topic_and_takes_the_device_id_from_the_topic(synthesized, env):
+def test_rule_reads_its_environments_device_topics_and_takes_the_device_id_from_the_topic(synthesized, env):
     payload = rule(synthesized, env)["TopicRulePayload"]
     assert rule(synthesized, env)["RuleName"] == f"telemetry_{env}_device_telemetry"
     # The payload as the device sent it: nothing added whose place in the JSON AWS leaves open.
-    assert payload["Sql"] == "SELECT * FROM 'telemetry/+/data'"
+    assert payload["Sql"] == f"SELECT * FROM 'telemetry/{env}/+/data'"
     assert payload["AwsIotSqlVersion"] == "2016-03-23"
     assert payload["RuleDisabled"] is False
 
@@ -66,10 +66,10 @@ def test_kafka_action_keys_by_device_carries_the_send_time_and_acks_1(synthesize
     (action,) = rule(synthesized)["TopicRulePayload"]["Actions"]
     kafka = action["Kafka"]
     assert kafka["Topic"] == "telemetry"
-    assert kafka["Key"] == "${topic(2)}"
+    assert kafka["Key"] == "${topic(3)}"  # telemetry/dev/<thing>/data
     # The thing name (the sink's device id) and simulator/payload.py's `sent_ns` field.
     assert kafka["Headers"] == [
-        {"Key": "iot_thing_name", "Value": "${topic(2)}"},
+        {"Key": "iot_thing_name", "Value": "${topic(3)}"},
         {"Key": "device_sent_ns", "Value": "${sent_ns}"},
     ]
     assert "TelemetryRuleDestination" in kafka["DestinationArn"]["Fn::GetAtt"][0]
@@ -213,10 +213,14 @@ def test_device_policy_connects_as_its_own_thing_and_publishes_only_its_topic(sy
     connect, publish = policy["Properties"]["PolicyDocument"]["Statement"]
     assert (connect["Effect"], connect["Action"]) == ("Allow", "iot:Connect")
     assert connect["Resource"] == "arn:aws:iot:eu-west-1:111111111111:client/${iot:Connection.Thing.ThingName}"
-    assert connect["Condition"] == {"Bool": {"iot:Connection.Thing.IsAttached": "true"}}
+    assert connect["Condition"] == {
+        "Bool": {"iot:Connection.Thing.IsAttached": "true"},
+        # Only things of this environment (the attribute telemetry devices provision sets).
+        "StringEquals": {"iot:Connection.Thing.Attributes[environment]": "dev"},
+    }
     assert (publish["Effect"], publish["Action"]) == ("Allow", "iot:Publish")
     assert publish["Resource"] == (
-        "arn:aws:iot:eu-west-1:111111111111:topic/telemetry/${iot:Connection.Thing.ThingName}/data"
+        "arn:aws:iot:eu-west-1:111111111111:topic/telemetry/dev/${iot:Connection.Thing.ThingName}/data"
     )
 
 
@@ -430,7 +434,7 @@ def test_a_payload_that_carries_device_id_passes_the_rule_unchanged_with_the_thi
     rule_ = KafkaRule.from_template(synthesized("dev").stacks["device_gateway"])
     template = TelemetryTemplate(run_id="r", producer_id="h", process_index=0, devices=[0], message_bytes=300)
     payload = template.render(0, 3, 1_764_000_000_000_000_000, 0)
-    topic = "telemetry/thing-0/data"
+    topic = "telemetry/dev/thing-0/data"
     document = KafkaRule.message(payload)
 
     assert rule_.select(topic, document) == json.loads(payload)
@@ -442,7 +446,7 @@ def test_a_payload_that_carries_device_id_passes_the_rule_unchanged_with_the_thi
 
 
 def test_the_rule_stand_in_refuses_an_alias_that_repeats_a_payload_key(synthesized):
-    """The old rule, SELECT *, topic(2) AS device_id, over a payload with device_id: the SQL reference
+    """The old rule's alias, SELECT *, topic(n) AS device_id, over a payload with device_id: the SQL reference
     does not say which key the output keeps, so the stand-in refuses to guess (and the sink rejects
     duplicate keys)."""
     import dataclasses
@@ -450,10 +454,10 @@ def test_the_rule_stand_in_refuses_an_alias_that_repeats_a_payload_key(synthesiz
     from tests.iot_rule_bridge import KafkaRule, UndocumentedRuleBehaviour
 
     shipped = KafkaRule.from_template(synthesized("dev").stacks["device_gateway"])
-    old = dataclasses.replace(shipped, select_items=("*", "topic(2) AS device_id"))
-    with pytest.raises(UndocumentedRuleBehaviour, match="'topic\\(2\\) AS device_id' names a key the payload already has"):
-        old.select("telemetry/thing-0/data", {"device_id": "thing-0", "seq": 1})
-    assert old.select("telemetry/thing-0/data", {"seq": 1}) == {"seq": 1, "device_id": "thing-0"}
+    old = dataclasses.replace(shipped, select_items=("*", "topic(3) AS device_id"))
+    with pytest.raises(UndocumentedRuleBehaviour, match="'topic\\(3\\) AS device_id' names a key the payload already has"):
+        old.select("telemetry/dev/thing-0/data", {"device_id": "thing-0", "seq": 1})
+    assert old.select("telemetry/dev/thing-0/data", {"seq": 1}) == {"seq": 1, "device_id": "thing-0"}
 
 
 def test_the_destination_is_checked_hourly_by_a_function_that_may_touch_only_it(synthesized):
@@ -475,7 +479,14 @@ def test_the_destination_is_checked_hourly_by_a_function_that_may_touch_only_it(
         for st in r["Properties"]["PolicyDocument"]["Statement"]
     ]  # fmt: skip
     (role_id,) = [k for k in resources(synthesized, "AWS::IAM::Role") if k.startswith("TelemetryRuleDestinationRole")]
+    (logs_id,) = [k for k in resources(synthesized, "AWS::Logs::LogGroup") if k.startswith("DestinationKeeperLogs")]
     assert statements == [
+        {
+            # Its own log group only (no AWSLambdaBasicExecutionRole: every log group of the account).
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [logs_id, "Arn"]},
+        },
         {
             "Action": ["iot:GetTopicRuleDestination", "iot:UpdateTopicRuleDestination"],
             "Effect": "Allow",

@@ -181,11 +181,14 @@ def test_the_topic_administrator_holds_exactly_the_topic_and_acl_actions(synthes
     assert role["RoleName"] == topic_admin_role_name(config)  # manage_topics.py --assume-role's name
     assert "ManagedPolicyArns" not in role and "PermissionsBoundary" not in role
     pseudo = {"AWS::Partition": "aws", "AWS::Region": config.region, "AWS::AccountId": config.account}
-    # Only people of this account who signed in with MFA; no service, no other account.
+    # Only the environment's operators named in config, with MFA; no service, no other account.
     assert resolve(role["AssumeRolePolicyDocument"]["Statement"], pseudo=pseudo, imports={}) == [
         {
             "Action": "sts:AssumeRole",
-            "Condition": {"Bool": {"aws:MultiFactorAuthPresent": "true"}},
+            "Condition": {
+                "Bool": {"aws:MultiFactorAuthPresent": "true"},
+                "ArnLike": {"aws:PrincipalArn": [f"arn:aws:iam::{config.account}:user/telemetry-{env}-operators/*"]},
+            },
             "Effect": "Allow",
             "Principal": {"AWS": f"arn:aws:iam::{config.account}:root"},
         }

@@ -314,6 +314,8 @@ def actions(statements):
 
 
 def test_node_roles_hold_only_what_a_node_needs(synthesized):
+    from stacks.constructs.instance_core import AGENT_ACTIONS
+
     scaling = [s for s in role_statements(synthesized, "prod", "ScalingNodeRole") if s["Effect"] == "Allow"]
     assert actions(scaling) == {
         "secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret", "logs:CreateLogStream",
@@ -321,6 +323,9 @@ def test_node_roles_hold_only_what_a_node_needs(synthesized):
         # The SSM agent's Run Command output (create-cluster, cluster-nodes): it finds the group
         # (a list call) and lists its streams, on the node log group (log_group.py).
         "logs:DescribeLogGroups", "logs:DescribeLogStreams",
+        # The SSM agent (AmazonSSMManagedInstanceCore's actions), and its parameter reads narrowed
+        # to the environment's own parameters (instance_core.py).
+        *(action for group in AGENT_ACTIONS for action in group), "ssm:GetParameter", "ssm:GetParameters",
     }
     streams = next(s for s in scaling if "logs:DescribeLogStreams" in actions([s]))
     assert "NodeLogs" in json.dumps(streams["Resource"])
@@ -328,42 +333,49 @@ def test_node_roles_hold_only_what_a_node_needs(synthesized):
     assert "secret:telemetry-prod/service-fabric/cluster-certificate-??????" in json.dumps(secret["Resource"])
     metrics = next(s for s in scaling if "cloudwatch:PutMetricData" in actions([s]))
     assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "Telemetry/ServiceFabricNodes"}}
+    parameters = next(s for s in scaling if "ssm:GetParameter" in actions([s]))
+    assert parameters["Resource"] == "arn:aws:ssm:eu-west-1:333333333333:parameter/telemetry-prod/*"
     seed = [s for s in role_statements(synthesized, "prod", "SeedNodeRole") if s["Effect"] == "Allow"]
     assert actions(seed) == actions(scaling)  # a seed's address needs no EC2 permission at all
     roles = resources(synthesized, "prod", "AWS::IAM::Role")
-    managed = {json.dumps(r["Properties"].get("ManagedPolicyArns")) for k, r in roles.items() if "NodeRole" in k}
-    assert all("AmazonSSMManagedInstanceCore" in m for m in managed)
+    assert not [k for k, r in roles.items() if "NodeRole" in k and r["Properties"].get("ManagedPolicyArns")]
+
+
+def node_role_policy(synthesized, role: str):
+    """The node role's statements as IAM reads them (the partition resolved), for moto's evaluator."""
+    from moto.iam.access_control import IAMPolicy
+
+    from tests.msk_authorization import Elsewhere, resolve
+
+    pseudo = {"AWS::Partition": "aws", "AWS::Region": "eu-west-1", "AWS::AccountId": "333333333333", "AWS::URLSuffix": "amazonaws.com"}
+    statements = [resolve(s, pseudo=pseudo, imports=Elsewhere(), attributes=Elsewhere())
+                  for s in role_statements(synthesized, "prod", role)]
+    return IAMPolicy(json.dumps({"Version": "2012-10-17", "Statement": statements}))
 
 
 @pytest.mark.parametrize("role", ["SeedNodeRole", "ScalingNodeRole"])
-def test_a_node_may_not_read_the_platforms_secret_parameters_of_any_environment(synthesized, role):
-    """AmazonSSMManagedInstanceCore allows ssm:GetParameter and ssm:GetParameters on "*" (AWS
-    managed policy reference); the node role's explicit deny takes the platform's secret paths out
-    of it, in every environment. Evaluated with moto's IAM evaluator (Deny first, then Allow) over
-    the managed policy's statement and the role's own, for the names the tools write."""
-    from moto.iam.access_control import IAMPolicy, PermissionResult
+def test_a_node_reads_its_environments_parameters_and_not_the_platforms_secret_ones(synthesized, role):
+    """The role's own statements (no AmazonSSMManagedInstanceCore, whose parameter reads on "*" it
+    leaves out), evaluated with moto's IAM evaluator (Deny first, then Allow) for the names the
+    tools write: its environment's parameters only, and of those not the platform's secrets."""
+    from moto.iam.access_control import PermissionResult
 
-    managed = {"Effect": "Allow", "Action": ["ssm:GetParameter", "ssm:GetParameters"], "Resource": "*"}
-    statements = [managed] + [
-        json.loads(json.dumps(s).replace('{"Ref": "AWS::Partition"}', '"aws"')) for s in role_statements(synthesized, "prod", role)
-        if s["Effect"] == "Deny"
-    ]
-    for statement in statements[1:]:
-        statement["Resource"] = ["".join(r["Fn::Join"][1]) if isinstance(r, dict) else r for r in statement["Resource"]]
-    policy = IAMPolicy(json.dumps({"Version": "2012-10-17", "Statement": statements}))
+    policy = node_role_policy(synthesized, role)
     arn = "arn:aws:ssm:eu-west-1:333333333333:parameter"
     for name in ("/telemetry-prod/msk/topics-token/0f1e2d3c4b5a69788796a5b4c3d2e1f0", "/telemetry-dev/msk/topics-token/x",
-                 "/telemetry-prod/devices/telemetry-prod-device-000001", "/telemetry-staging/devices/telemetry-staging-device-000007"):
+                 "/telemetry-prod/devices/telemetry-prod-device-000001", "/telemetry-staging/devices/telemetry-staging-device-000007",
+                 # another environment's, another application's
+                 "/telemetry-staging/msk/bootstrap-brokers-iam", "/payroll/database-password"):
         for action in ("ssm:GetParameter", "ssm:GetParameters"):
-            assert policy.is_action_permitted(action, f"{arn}{name}") == PermissionResult.DENIED, (action, name)
+            assert policy.is_action_permitted(action, f"{arn}{name}") != PermissionResult.PERMITTED, (action, name)
     # Another region's, and any path read at all (a path read returns what lies under it, denies on
     # the children notwithstanding).
     assert policy.is_action_permitted(
-        "ssm:GetParameter", "arn:aws:ssm:us-east-1:333333333333:parameter/telemetry-prod/msk/topics-token/x"
-    ) == PermissionResult.DENIED
+        "ssm:GetParameter", "arn:aws:ssm:us-east-1:333333333333:parameter/telemetry-prod/msk/bootstrap-brokers-iam"
+    ) != PermissionResult.PERMITTED
     for path in ("/telemetry-prod", "/telemetry-prod/msk", "/"):
-        assert policy.is_action_permitted("ssm:GetParametersByPath", f"{arn}{path}") == PermissionResult.DENIED, path
-    # What a node reads stays readable: the gateway thumbprint, the brokers.
+        assert policy.is_action_permitted("ssm:GetParametersByPath", f"{arn}{path}") != PermissionResult.PERMITTED, path
+    # What a node's applications read stays readable: the gateway thumbprint, the brokers.
     for name in ("/telemetry-prod/service-fabric/gateway-thumbprint", "/telemetry-prod/msk/bootstrap-brokers-iam"):
         assert policy.is_action_permitted("ssm:GetParameter", f"{arn}{name}") == PermissionResult.PERMITTED, name
 

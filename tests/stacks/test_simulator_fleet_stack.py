@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from stacks.constructs.simulator_fleet import render_run_document
+from tests.msk_authorization import Elsewhere
 from tests.conftest import REPO
 
 HOSTS = {"dev": 1, "staging": 2, "prod": 3}
@@ -119,7 +120,7 @@ def test_run_document_script_is_valid_bash_once_substituted(synthesized, tmp_pat
         "bootstrapParameter": "/telemetry-dev/msk/bootstrap-brokers-iam", "resultsBucket": "results-bucket",
         "simulatorPackage": "s3://assets-bucket/abc.zip", "region": "eu-west-1",
         "transport": "mqtt", "firstDevice": "1001", "mqttEndpoint": "a1b2c3-ats.iot.eu-west-1.amazonaws.com",
-        "devicesPath": "/telemetry-dev/devices", "thingPrefix": "telemetry-dev-device-",
+        "devicesPath": "/telemetry-dev/devices", "thingPrefix": "telemetry-dev-device-", "environment": "dev",
         "share": "2/3", "connectRate": "125",
     }
     assert set(sample) == set(content["parameters"])
@@ -140,6 +141,7 @@ def test_run_document_script_is_valid_bash_once_substituted(synthesized, tmp_pat
     assert "--first '1001' --count '1000'" in script
     assert "--transport mqtt --mqtt-endpoint 'a1b2c3-ats.iot.eu-west-1.amazonaws.com'" in script
     assert "--connect-rate '125'" in script  # this host's share of the account's CONNECT quota
+    assert "--environment 'dev'" in script  # its devices publish to telemetry/dev/<thing>/data
 
 
 def test_render_refuses_unknown_or_missing_values():
@@ -260,20 +262,6 @@ def fleet_role_policy(synthesized, env: str) -> str:
 
 def as_list(value) -> list:
     return value if isinstance(value, list) else [value]
-
-
-class Elsewhere(dict):
-    """Another stack's export or a resource's attribute, as a name no ARN matches: the statements
-    about the bucket, the brokers and the package only need not to be wildcards here."""
-
-    def __bool__(self) -> bool:
-        return True
-
-    def __contains__(self, name) -> bool:
-        return True
-
-    def __getitem__(self, name: str) -> str:
-        return f"elsewhere:{name}"
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
