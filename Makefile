@@ -18,7 +18,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 CDK := $(BIN)/cdk
 CDK_FLAGS := -c env=$(ENV)
 
-.PHONY: help venv synth test test-fast lint deploy diff destroy topics cost bench demo clean flink-test bench-sink bench-membership mosquitto
+.PHONY: help venv synth test test-fast lint deploy diff destroy topics cost bench demo clean flink-test bench-sink bench-membership mosquitto simulator-lock
 
 help:
 	@echo "make synth   [ENV=dev]   synthesize every stack of ENV into cdk.out/ (offline); installs .venv/bin/telemetry"
@@ -35,6 +35,7 @@ help:
 	@echo "make flink-test          the Flink sink's tests (mvn verify; part of make test)"
 	@echo "make bench-sink          records/s through the Flink sink into Parquet files"
 	@echo "make bench-membership    REST calls and time per drain and per join (SF emulator)"
+	@echo "make simulator-lock      rewrite simulator/requirements.lock (hash-locked fleet dependencies)"
 	@echo "make clean               remove cdk.out, pytest caches and bench-results"
 
 venv: $(STAMP)
@@ -114,6 +115,11 @@ demo: $(STAMP)
 	status=$$?; $(KAFKA) stop; \
 	if [ $$status -eq 1 ]; then echo "make demo: the run missed the SLO on this machine (the broker shares its cores); the figures above are what it measured"; exit 0; fi; \
 	exit $$status
+
+# The fleet hosts install simulator/requirements.lock with --require-hashes: rewrite it after
+# changing simulator/requirements.txt or constraints.txt (pip-tools in a throwaway venv).
+simulator-lock:
+	$(PYTHON) devtools/lock_simulator_requirements.py
 
 clean:
 	rm -rf cdk.out .pytest_cache bench-results

@@ -20,6 +20,12 @@ def main() -> None:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    # Production nodes install nothing whose hash is not pinned (issue 33); other environments
+    # may go without, and their nodes log the hash they got.
+    unpinned = config.unpinned_downloads() if config.production else []
+    if unpinned:
+        print(f"error: {unpinned[0]}", file=sys.stderr)
+        sys.exit(2)
     try:
         build_platform(app, config)  # asset bundling (pip, Maven) runs here
         app.synth()

@@ -130,7 +130,16 @@ def build_cluster_config(
                         {"name": "FabricDataRoot", "value": DATA_ROOT},
                         {"name": "FabricLogRoot", "value": f"{DATA_ROOT}\\Log"},
                     ],
-                }
+                },
+                # Applications run as the account Fabric runs as (NETWORK SERVICE, which reads the
+                # cluster certificate's key) unless their manifest names another in a RunAs policy
+                # ("Run a service as a local user account or local system account", Microsoft
+                # Learn); Hosting/RunAsPolicyEnabled lets Fabric honour one. Its built-in default is
+                # false, and an application that declares Principals then fails to activate
+                # (HostingConfig.h, EnvironmentManager.cpp SetupPrincipals in microsoft/service-fabric);
+                # set here rather than left to the standalone package's ClusterSettings.json. The
+                # README tells application teams to declare a LocalUser DefaultRunAsPolicy.
+                {"name": "Hosting", "parameters": [{"name": "RunAsPolicyEnabled", "value": "true"}]},
             ],
         },
     }

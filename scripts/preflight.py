@@ -37,7 +37,7 @@ EIP_QUOTA = ("ec2", "EC2-VPC Elastic IPs")
 BROKER_QUOTA = ("kafka", "Number of brokers per account")  # MSK Developer Guide, "Amazon MSK quota"
 # The instance families that quota counts, by the first letter of the family.
 STANDARD_FAMILIES = set("acdhimrtz")
-CLUSTER_SECRET_KEYS = (*CERTIFICATE_KEYS, "node_admin_password")
+CLUSTER_SECRET_KEYS = CERTIFICATE_KEYS
 
 
 @dataclass(frozen=True)

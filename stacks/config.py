@@ -175,6 +175,24 @@ SERVICE_FABRIC_STANDALONE_PACKAGE_URL = (
     "Microsoft.Azure.ServiceFabric.WindowsServer.11.4.268.1.zip"
 )
 RUNTIME_VERSION_PATTERN = r"[0-9]+(\.[0-9]+){3}"
+SHA256_PATTERN = r"[0-9A-Fa-f]{64}"
+# The CloudWatch agent the nodes install, by version instead of the "latest" link: the newest
+# release in aws/amazon-cloudwatch-agent's RELEASE_NOTES when this was pinned (1.300071.0,
+# 2026-07-22). Its MSI is Authenticode-signed: "For Windows Server, you can use the MSI to verify
+# the signature" (CloudWatch User Guide, "Verifying the signature of the CloudWatch agent package").
+CLOUDWATCH_AGENT_VERSION = "1.300071.0"
+CLOUDWATCH_AGENT_VERSION_PATTERN = r"[0-9]+\.[0-9]+\.[0-9]+(b[0-9]+)?"
+# Who signs the agent's MSI (the O= of its Authenticode signer). Not stated on AWS's page: taken
+# from the publisher AWS's Windows agents carry; a node whose MSI is signed otherwise runs without
+# the agent (an optional, degraded step) and logs the signer it found.
+CLOUDWATCH_AGENT_SIGNER = "Amazon.com Services LLC"
+# The roots Microsoft's code signing chains to (SHA-1 thumbprints), from Microsoft's PKI
+# repository (https://www.microsoft.com/pkiops/docs/repository.htm): Microsoft Root Certificate
+# Authority 2011 (Microsoft Code Signing PCA 2011 and its successors) and 2010.
+MICROSOFT_CODE_SIGNING_ROOTS = (
+    "8F43288AD272F3103B6FB1428485EA3014C0BCFE",
+    "3B1EFD3A66EA28B16697394703A72CA340A05BD5",
+)
 # Microsoft's download host, https only; the path may hold nothing a PowerShell literal or a URL
 # query could hide behind.
 _DOWNLOAD_URL = re.compile(r"https://download\.microsoft\.com/[A-Za-z0-9/._-]+")
@@ -251,6 +269,13 @@ class ServiceFabricConfig(_Section):
     runtime_version: str = SERVICE_FABRIC_RUNTIME_VERSION
     runtime_cab_url: str = SERVICE_FABRIC_RUNTIME_CAB_URL
     standalone_package_url: str = SERVICE_FABRIC_STANDALONE_PACKAGE_URL
+    # SHA-256 of the zip at standalone_package_url, checked before it is expanded on every node.
+    # Microsoft publishes none (neither the release notes nor the download page carry one): pin
+    # the output of `Get-FileHash -Algorithm SHA256` (or sha256sum) on the zip you downloaded and
+    # reviewed. null is an explicit "not pinned": nodes then log the hash they got, and a
+    # production environment refuses to synthesize (EnvironmentConfig.unpinned_downloads).
+    standalone_package_sha256: str | None = None
+    cloudwatch_agent_version: str = CLOUDWATCH_AGENT_VERSION
 
     _node_log_retention = field_validator("node_log_retention_days")(_check_retention)
 
@@ -261,6 +286,26 @@ class ServiceFabricConfig(_Section):
             raise ValueError(
                 f"'{version}' is not a Service Fabric runtime version (four dot-separated numbers, such as "
                 f"{SERVICE_FABRIC_RUNTIME_VERSION})"
+            )
+        return version
+
+    @field_validator("standalone_package_sha256")
+    @classmethod
+    def _standalone_package_sha256(cls, digest: str | None) -> str | None:
+        if digest is not None and not re.fullmatch(SHA256_PATTERN, digest):
+            raise ValueError(
+                f"'{digest}' is not a SHA-256 (64 hexadecimal characters); use the Hash that "
+                "Get-FileHash -Algorithm SHA256 prints for the downloaded zip, or null while unpinned"
+            )
+        return digest.upper() if digest else None
+
+    @field_validator("cloudwatch_agent_version")
+    @classmethod
+    def _cloudwatch_agent_version(cls, version: str) -> str:
+        if not re.fullmatch(CLOUDWATCH_AGENT_VERSION_PATTERN, version):
+            raise ValueError(
+                f"'{version}' is not a CloudWatch agent version (such as {CLOUDWATCH_AGENT_VERSION}, from the "
+                "agent's release notes); 'latest' is not pinned"
             )
         return version
 
@@ -538,6 +583,17 @@ class EnvironmentConfig(_Section):
     telemetry_sink: TelemetrySinkConfig
     node_lifecycle: NodeLifecycleConfig
     device_gateway: DeviceGatewayConfig
+
+    def unpinned_downloads(self) -> list[str]:
+        """What a node would download without a pinned hash, one line each; app.py refuses to
+        synthesize a production environment while any is left."""
+        if self.service_fabric.standalone_package_sha256:
+            return []
+        return [
+            f"service_fabric.standalone_package_sha256 is not pinned for environment '{self.name}': download "
+            "standalone_package_url, check it, and set it to what Get-FileHash -Algorithm SHA256 (or sha256sum) "
+            "prints for the zip"
+        ]
 
     @model_validator(mode="after")
     def _cross_checks(self) -> EnvironmentConfig:

@@ -84,9 +84,7 @@ class NodeLifecycleStack(cdk.Stack):
             content=render_add_node_document(
                 {
                     "statusFile": NODE_PREPARATION_STATUS_FILE,
-                    "certificateSecret": settings.cluster_certificate_secret,
                     "deploymentAccount": DEPLOYMENT_ACCOUNT,
-                    "region": config.region,
                     "runtimePackage": runtime_package_path(config),
                     "runtimeVersion": settings.runtime_version,
                 }

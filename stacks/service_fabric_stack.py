@@ -11,10 +11,12 @@ from __future__ import annotations
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from stacks.config import EnvironmentConfig
+from stacks.compliance import acknowledge
+from stacks.config import CLOUDWATCH_AGENT_SIGNER, MICROSOFT_CODE_SIGNING_ROOTS, EnvironmentConfig
 from stacks.constructs.cluster_monitoring import ClusterMonitoring
 from stacks.constructs.command_document import command_document
 from stacks.constructs.load_balancers import NodeLoadBalancer
@@ -26,7 +28,7 @@ from stacks.constructs.node_scripts import (
     render_create_cluster_document,
     render_user_data,
 )
-from stacks.constructs.node_security import NodeSecurity, firewall_ports
+from stacks.constructs.node_security import SCALING_SETUP_PORTS, SEED_SETUP_PORTS, NodeSecurity, firewall_ports
 from stacks.constructs.scaling_node_group import ScalingNodeGroup
 from stacks.constructs.secure_bucket import SecureBucket
 from stacks.constructs.seed_nodes import SeedNodes, seed_alarm_name
@@ -44,6 +46,7 @@ from stacks.naming import (
     application_load_balancer_name,
     cluster_nodes_document_name,
     create_cluster_document_name,
+    deployment_secret_name,
     management_load_balancer_name,
     node_log_group_name,
     runtime_package_path,
@@ -51,7 +54,7 @@ from stacks.naming import (
     service_fabric_cluster_name,
 )
 from stacks.removal import removal_policy
-from stacks.seed_addresses import seed_nodes_output
+from stacks.seed_addresses import plan_seeds, seed_nodes_output
 
 
 class ServiceFabricStack(Stack):
@@ -82,6 +85,25 @@ class ServiceFabricStack(Stack):
         )
         # Applications on the cluster produce to and consume from MSK.
         node_groups = [self.security.nodes, kafka.client_security_group]
+        # The seeds' deployment-account password (cluster creation administers every seed as that
+        # account): generated here, never typed or stored by an operator, readable by the seed role
+        # alone (granted below). Scaling nodes have no stored password (add_node.yaml).
+        self.deployment_secret = secretsmanager.Secret(
+            self,
+            "SeedDeploymentPassword",
+            secret_name=deployment_secret_name(config),
+            description=f"Password of the seeds' local deployment account ({DEPLOYMENT_ACCOUNT}) of {cluster_name}",
+            generate_secret_string=secretsmanager.SecretStringGenerator(
+                # A Windows password (complexity: every character class) read into a SecureString.
+                password_length=32, require_each_included_type=True, exclude_characters="'\"`$%^&|<>,;",
+            ),
+        )
+        acknowledge(
+            self.deployment_secret,
+            "AwsSolutions-SMG4",
+            "The seeds' deployment account is used only while the cluster is created and is disabled on every "
+            "seed afterwards (create_cluster.yaml); a rotation function would have to reach each seed's SAM",
+        )
         self.storage = SharedStorage(
             self,
             "SharedStorage",
@@ -114,7 +136,15 @@ class ServiceFabricStack(Stack):
                 parameter_prefix=f"/{config.resource_prefix}",
             )
 
+        # The seeds' fixed addresses (the same plan SeedNodes places them by): their firewall admits
+        # set-up traffic from these alone.
+        node_subnets = vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnets
+        seed_sources = ",".join(
+            p.address for p in plan_seeds(settings.seed_node_count, [(s.availability_zone, s.ipv4_cidr_block) for s in node_subnets], config.region)
+        )
+
         def user_data(node_type: str) -> ec2.UserData:
+            seed = node_type == SEED_NODE_TYPE
             script = render_user_data(
                 "prepare_node.ps1",
                 {
@@ -123,7 +153,10 @@ class ServiceFabricStack(Stack):
                     "region": config.region,
                     "vpc_cidr": config.network.cidr,
                     "node_ports": firewall_ports(self.security.node_ports, "tcp"),
-                    "node_udp_ports": firewall_ports(self.security.node_ports, "udp"),
+                    # Seeds admit set-up from the other seeds (fixed addresses), scaling nodes from
+                    # any node of the VPC (the security groups narrow both to nodes).
+                    "setup_ports": firewall_ports(SEED_SETUP_PORTS if seed else SCALING_SETUP_PORTS, "tcp"),
+                    "setup_sources": seed_sources if seed else config.network.cidr,
                     "application_ports": ",".join(str(p) for p in settings.application_ports),
                     "certificate_secret": settings.cluster_certificate_secret,
                     "file_system_dns": self.storage.dns_name,
@@ -132,16 +165,23 @@ class ServiceFabricStack(Stack):
                     "runtime_cab_url": settings.runtime_cab_url,
                     "runtime_cab": runtime_package_path(config),
                     "standalone_package_url": settings.standalone_package_url,
+                    "standalone_package_sha256": settings.standalone_package_sha256 or "",
+                    "microsoft_roots": ",".join(MICROSOFT_CODE_SIGNING_ROOTS),
+                    "cloudwatch_agent_version": settings.cloudwatch_agent_version,
+                    "cloudwatch_agent_signer": CLOUDWATCH_AGENT_SIGNER,
                     "log_group": node_log_group_name(config),
                     "metrics_namespace": SERVICE_FABRIC_METRICS_NAMESPACE,
                     "status_file": NODE_PREPARATION_STATUS_FILE,
                     "deployment_account": DEPLOYMENT_ACCOUNT,
+                    "deployment_secret": deployment_secret_name(config) if seed else "",
                 },
             )
             data = ec2.UserData.for_windows()
             data.add_commands(script)
             return data
 
+        seed_role = node_role("SeedNodeRole", SEED_NODE_TYPE)
+        self.deployment_secret.grant_read(seed_role.role)
         self.seeds = SeedNodes(
             self,
             "SeedNodes",
@@ -150,8 +190,8 @@ class ServiceFabricStack(Stack):
             cluster_name=cluster_name,
             seed_count=settings.seed_node_count,
             instance_type=settings.seed_instance_type,
-            security_groups=node_groups,
-            node_role=node_role("SeedNodeRole", SEED_NODE_TYPE),
+            security_groups=[*node_groups, self.security.seeds],
+            node_role=seed_role,
             user_data=user_data(SEED_NODE_TYPE),
             root_volume_gib=settings.root_volume_gib,
             data_volume_gib=settings.data_volume_gib,
@@ -167,7 +207,7 @@ class ServiceFabricStack(Stack):
             group_name=scaling_group_name(config),
             instance_type=settings.node_instance_type,
             max_nodes=settings.scaling_max_nodes,
-            security_groups=node_groups,
+            security_groups=[*node_groups, self.security.scaling],
             node_role=node_role("ScalingNodeRole", SCALING_NODE_TYPE),
             user_data=user_data(SCALING_NODE_TYPE),
             root_volume_gib=settings.root_volume_gib,
@@ -225,7 +265,7 @@ class ServiceFabricStack(Stack):
             content=render_create_cluster_document(
                 {
                     "statusFile": NODE_PREPARATION_STATUS_FILE,
-                    "certificateSecret": settings.cluster_certificate_secret,
+                    "deploymentSecret": deployment_secret_name(config),
                     "deploymentAccount": DEPLOYMENT_ACCOUNT,
                     "region": config.region,
                     "runtimePackage": runtime_package_path(config),

@@ -15,7 +15,8 @@ $NodeType = '{{ node_type }}'
 $Region = '{{ region }}'
 $VpcCidr = '{{ vpc_cidr }}'
 $NodePorts = '{{ node_ports }}'
-$NodeUdpPorts = '{{ node_udp_ports }}'
+$SetupPorts = '{{ setup_ports }}'
+$SetupSources = '{{ setup_sources }}'
 $ApplicationPorts = '{{ application_ports }}'
 $CertificateSecret = '{{ certificate_secret }}'
 $FileSystemDns = '{{ file_system_dns }}'
@@ -24,10 +25,15 @@ $RuntimeVersion = '{{ runtime_version }}'
 $RuntimeCabUrl = '{{ runtime_cab_url }}'
 $RuntimeCab = '{{ runtime_cab }}'
 $StandalonePackageUrl = '{{ standalone_package_url }}'
+$StandalonePackageSha256 = '{{ standalone_package_sha256 }}'
+$MicrosoftRoots = '{{ microsoft_roots }}'
+$CloudWatchAgentVersion = '{{ cloudwatch_agent_version }}'
+$CloudWatchAgentSigner = '{{ cloudwatch_agent_signer }}'
 $LogGroup = '{{ log_group }}'
 $MetricsNamespace = '{{ metrics_namespace }}'
 $StatusFile = '{{ status_file }}'
 $DeploymentAccount = '{{ deployment_account }}'
+$DeploymentSecret = '{{ deployment_secret }}'
 
 $Root = 'C:\ServiceFabric'
 $LogFile = Join-Path $Root 'Logs\prepare-node.log'
@@ -76,6 +82,29 @@ function Wait-Until {
     }
 }
 
+# Valid Authenticode signature by $Organization (the signer's O=), and, given $Roots, a chain that
+# ends at one of those root thumbprints; anything else throws.
+function Assert-Signer {
+    param([string]$Path, [string]$Organization, [string]$Roots)
+    $signature = Get-AuthenticodeSignature -FilePath $Path
+    if ($signature.Status -ne 'Valid') {
+        throw "$Path signature status is '$($signature.Status)', not 'Valid': $($signature.StatusMessage)"
+    }
+    $signer = $signature.SignerCertificate
+    if ($signer.Subject -notmatch "(^|, )O=$([regex]::Escape($Organization))(,|$)") {
+        throw "$Path is signed by '$($signer.Subject)', not by $Organization"
+    }
+    if ($Roots) {
+        $chain = New-Object Security.Cryptography.X509Certificates.X509Chain
+        [void]$chain.Build($signer)
+        $root = $chain.ChainElements[$chain.ChainElements.Count - 1].Certificate
+        if ($root.Thumbprint -notin ($Roots -split ',')) {
+            throw "$Path is signed by '$($signer.Subject)' under root '$($root.Subject)' ($($root.Thumbprint)), not one of $Organization's roots $Roots"
+        }
+    }
+    Write-Log "$Path signed by $($signer.Subject)"
+}
+
 try {
     Write-Log "preparing a $NodeType node of $ClusterName"
 
@@ -117,16 +146,26 @@ try {
     Invoke-Step 'open firewall ports' {
         $rules = @(
             @{ Name = 'ServiceFabric-Nodes-TCP'; Protocol = 'TCP'; Ports = $NodePorts; From = $VpcCidr },
-            @{ Name = 'ServiceFabric-Nodes-UDP'; Protocol = 'UDP'; Ports = $NodeUdpPorts; From = $VpcCidr },
+            # Windows remote administration only where cluster set-up needs it (stacks/constructs/node_security.py).
+            @{ Name = 'ServiceFabric-Setup-TCP'; Protocol = 'TCP'; Ports = $SetupPorts; From = $SetupSources },
             # Load balancers keep the client's address, so applications accept any source; the
             # security groups decide who gets this far.
             @{ Name = 'ServiceFabric-Applications'; Protocol = 'TCP'; Ports = $ApplicationPorts; From = 'Any' }
         )
+        Remove-NetFirewallRule -Name 'ServiceFabric-Nodes-UDP' -ErrorAction SilentlyContinue
         foreach ($rule in $rules) {
             Remove-NetFirewallRule -Name $rule.Name -ErrorAction SilentlyContinue
             New-NetFirewallRule -Name $rule.Name -DisplayName $rule.Name -Direction Inbound -Action Allow `
-                -Protocol $rule.Protocol -LocalPort ($rule.Ports -split ',') -RemoteAddress $rule.From | Out-Null
+                -Protocol $rule.Protocol -LocalPort ($rule.Ports -split ',') -RemoteAddress ($rule.From -split ',') | Out-Null
         }
+        # Only SYSTEM may reach the instance metadata service, and so the role's credentials: the
+        # SSM and CloudWatch agents and this script run as SYSTEM; Service Fabric (NETWORK SERVICE),
+        # its applications and the deployment account's tasks call no AWS API. Rule as in the EC2
+        # User Guide, "Limit access to the Instance Metadata Service" (Windows): block Everyone (WD),
+        # exception SYSTEM (SY).
+        Remove-NetFirewallRule -Name 'Block-IMDS-Except-SYSTEM' -ErrorAction SilentlyContinue
+        New-NetFirewallRule -Name 'Block-IMDS-Except-SYSTEM' -DisplayName 'Block-IMDS-Except-SYSTEM' -Direction Outbound `
+            -Action Block -Protocol TCP -RemoteAddress '169.254.169.254', 'fd00:ec2::254' -LocalUser 'O:LSD:(D;;CC;;;SY)(A;;CC;;;WD)' | Out-Null
     }
 
     Invoke-Step 'import cluster certificate' {
@@ -174,20 +213,25 @@ try {
         Write-Log "imported cluster certificate $($cert.Thumbprint)"
     }
 
-    # Cluster setup (CreateServiceFabricCluster.ps1, AddNode.ps1) administers the other machines
-    # over SMB and remote registry. Outside a domain that takes a local administrator with the
-    # same name and password on every node.
-    Invoke-Step 'create deployment account' {
-        $password = ConvertTo-SecureString -String (Get-ClusterSecret).node_admin_password -AsPlainText -Force
-        if (Get-LocalUser -Name $DeploymentAccount -ErrorAction SilentlyContinue) {
-            Set-LocalUser -Name $DeploymentAccount -Password $password
-        } else {
-            New-LocalUser -Name $DeploymentAccount -Password $password -PasswordNeverExpires -AccountNeverExpires | Out-Null
-            Add-LocalGroupMember -Group 'Administrators' -Member $DeploymentAccount
+    # Cluster creation (CreateServiceFabricCluster.ps1, run on one seed) administers every seed over
+    # SMB and remote registry, so each seed needs a local administrator with the same password: the
+    # stack's generated secret, which only seeds may read. Scaling nodes get none here: AddNode.ps1
+    # administers only its own machine, and the add-node document makes a one-time password for it.
+    # create_cluster.yaml disables the account and resets the policy on every seed once it is done.
+    if ($DeploymentSecret) {
+        Invoke-Step 'create deployment account' {
+            $secret = (Get-SECSecretValue -SecretId $DeploymentSecret -Region $Region).SecretString
+            $password = ConvertTo-SecureString -String $secret -AsPlainText -Force
+            if (Get-LocalUser -Name $DeploymentAccount -ErrorAction SilentlyContinue) {
+                Set-LocalUser -Name $DeploymentAccount -Password $password
+            } else {
+                New-LocalUser -Name $DeploymentAccount -Password $password -PasswordNeverExpires -AccountNeverExpires | Out-Null
+                Add-LocalGroupMember -Group 'Administrators' -Member $DeploymentAccount
+            }
+            # Lets that local account administer this machine remotely (UAC filters it otherwise).
+            $policy = 'HKLM:\SOFTWARE\Microsoft\Windows\CurrentVersion\Policies\System'
+            Set-ItemProperty -Path $policy -Name LocalAccountTokenFilterPolicy -Value 1 -Type DWord
         }
-        # Lets that local account administer this machine remotely (UAC filters it otherwise).
-        $policy = 'HKLM:\SOFTWARE\Microsoft\Windows\CurrentVersion\Policies\System'
-        Set-ItemProperty -Path $policy -Name LocalAccountTokenFilterPolicy -Value 1 -Type DWord
     }
 
     # The shared file system (FSx for OpenZFS, NFS v3, which Windows' NFS client speaks) is
@@ -210,10 +254,19 @@ try {
         Write-Log "shared storage writable at $share (SF_SHARED_STORAGE)"
     }
 
+    # The zip's SHA-256 is pinned in cdk.json (service_fabric.standalone_package_sha256) and checked
+    # before anything in it is expanded; Microsoft publishes no hash to pin instead.
     Invoke-Step 'download Service Fabric standalone package' {
         if (-not (Test-Path (Join-Path $PackageDir 'CreateServiceFabricCluster.ps1'))) {
             $zip = Join-Path $env:TEMP 'ServiceFabricStandalone.zip'
             Invoke-WebRequest -Uri $StandalonePackageUrl -OutFile $zip -UseBasicParsing
+            $actual = (Get-FileHash -Algorithm SHA256 -Path $zip).Hash
+            if (-not $StandalonePackageSha256) {
+                Write-Log "standalone package NOT PINNED (service_fabric.standalone_package_sha256); its SHA-256 is $actual"
+            } elseif ($actual -ne $StandalonePackageSha256) {
+                Remove-Item -Force $zip
+                throw "standalone package SHA-256 mismatch: expected $StandalonePackageSha256, actual $actual"
+            }
             Expand-Archive -Path $zip -DestinationPath $PackageDir -Force
             Remove-Item -Force $zip
         }
@@ -222,23 +275,27 @@ try {
 
     # The runtime cluster setup and AddNode.ps1 install (-FabricRuntimePackagePath); left to
     # themselves they take whatever Microsoft's feed offers. Microsoft publishes no checksums for
-    # it; it is Authenticode-signed, which cluster setup's own CAB check verifies too.
+    # it. Cluster setup's own check (BestPracticesAnalyzer.CheckIsCabFile -> FileSignatureVerifier,
+    # microsoft/service-fabric) accepts any valid signature; this one wants Microsoft Corporation's
+    # code-signing certificate under Microsoft's own roots ($MicrosoftRoots: naming.py).
     Invoke-Step 'download Service Fabric runtime' {
         if (-not (Test-Path $RuntimeCab)) {
             Invoke-WebRequest -Uri $RuntimeCabUrl -OutFile $RuntimeCab -UseBasicParsing
         }
-        $signature = Get-AuthenticodeSignature -FilePath $RuntimeCab
-        if ($signature.Status -ne 'Valid') {
+        try {
+            Assert-Signer -Path $RuntimeCab -Organization 'Microsoft Corporation' -Roots $MicrosoftRoots
+        } catch {
             Remove-Item -Force $RuntimeCab  # a later run downloads it again
-            throw "$RuntimeCab signature status is '$($signature.Status)', not 'Valid': $($signature.StatusMessage)"
+            throw
         }
-        Write-Log "runtime $RuntimeVersion in $RuntimeCab, signed by $($signature.SignerCertificate.Subject)"
+        Write-Log "runtime $RuntimeVersion in $RuntimeCab"
     }
 
     Invoke-Step 'install CloudWatch agent' -Optional {
         $msi = Join-Path $env:TEMP 'amazon-cloudwatch-agent.msi'
-        $url = "https://amazoncloudwatch-agent-$Region.s3.$Region.amazonaws.com/windows/amd64/latest/amazon-cloudwatch-agent.msi"
+        $url = "https://amazoncloudwatch-agent-$Region.s3.$Region.amazonaws.com/windows/amd64/$CloudWatchAgentVersion/amazon-cloudwatch-agent.msi"
         Invoke-WebRequest -Uri $url -OutFile $msi -UseBasicParsing
+        Assert-Signer -Path $msi -Organization $CloudWatchAgentSigner
         $install = Start-Process -FilePath 'msiexec.exe' -ArgumentList @('/i', $msi, '/qn') -Wait -PassThru
         if ($install.ExitCode -ne 0) { throw "msiexec exited with $($install.ExitCode)" }
         $agentConfig = @{

@@ -54,8 +54,17 @@ def render_script(script: str, values: Mapping[str, str], *, name: str = "script
     return rendered
 
 
+# Whole-line comments: the repository's script keeps them (the sources cited there); the user data
+# leaves them out to stay within EC2's 16 KB. The node scripts hold no here-strings, where a '#'
+# line would be text (test_userdata checks both).
+COMMENT_LINE = re.compile(r"^[ \t]*#(?!requires).*\n", re.MULTILINE)
+
+
 def render_user_data(file_name: str, values: Mapping[str, str]) -> str:
-    rendered = render_script((USERDATA / file_name).read_text(encoding="utf-8"), values, name=file_name)
+    script = (USERDATA / file_name).read_text(encoding="utf-8")
+    if "@'" in script or '@"' in script:
+        raise ValueError(f"{file_name} holds a here-string; its comment lines could not be told from text")
+    rendered = render_script(COMMENT_LINE.sub("", script), values, name=file_name)
     size = len(rendered.encode("utf-8"))
     if size > USER_DATA_LIMIT_BYTES:
         raise ValueError(f"{file_name} renders to {size} bytes; EC2 user data is limited to 16 KB")

@@ -10,15 +10,33 @@ from constructs import Construct
 
 from stacks.naming import HTTP_GATEWAY_PORT
 
-# (protocol, first port, last port) of node-to-node traffic besides the configured ranges.
+# (protocol, first port, last port). Service Fabric's own traffic, between every node (the
+# configured application and ephemeral ranges are added by NodeSecurity).
 CLUSTER_PORTS = (
     ("tcp", 19000, 19003),  # client connection, cluster, lease driver, service connection
     ("tcp", 19080, 19081),  # HTTP gateway, reverse proxy
-    ("tcp", 135, 135),  # RPC endpoint mapper (cluster setup, remote registry)
-    ("udp", 137, 138),  # NetBIOS name and datagram
-    ("tcp", 139, 139),  # NetBIOS session
-    ("tcp", 445, 445),  # SMB (cluster setup copies the runtime to every node)
 )
+# Windows remote administration, only where Service Fabric's deployment code needs it
+# (microsoft/service-fabric, src/prod/src/managed/Api/Dlls/Microsoft.ServiceFabric.DeploymentManager):
+# - Cluster creation, run on one seed, checks TCP 445 on every machine of ClusterConfig
+#   (StandaloneUtility.CheckRequiredPorts: DMConstants.SmbFileSharePort, the only required port),
+#   copies the runtime to \\<IP>\C$ (Helpers.GetRemotePath), reads each machine's registry
+#   (RegistryKey.OpenRemoteBaseKey: the winreg pipe over SMB) and starts FabricInstallerSvc and
+#   FabricHostSvc through ServiceController(machine) (the service control manager over RPC; since
+#   Windows Server 2019 over TCP via the endpoint mapper, 135, falling back to the SMB pipe). The
+#   machines are the seeds: seed to seed, 445 and 135.
+# - AddNode.ps1 configures only its own machine (DeploymentManagerInternal.AddNodeAsyncInternal:
+#   machines = [its own address]; BestPracticesAnalyzer.ValidateAddNode checks that one machine)
+#   and talks to the cluster on 19000: no node reaches another for it.
+# - A removal's configuration upgrade: the Upgrade Orchestration Service, on whichever node hosts
+#   it, checks TCP 445 on the machines being removed (StandaloneSettingsValidator
+#   .ValidateTopologyAsync -> CheckRequiredPorts); only scaling nodes are removed by automation.
+# No NetBIOS (137-139): every address above is an IP, reached by SMB directly over 445.
+SEED_SETUP_PORTS = (
+    ("tcp", 135, 135),  # RPC endpoint mapper: service control manager during cluster creation
+    ("tcp", 445, 445),  # SMB: creation's port check, runtime copy, remote registry and SCM pipes
+)
+SCALING_SETUP_PORTS = (("tcp", 445, 445),)  # the UOS's port check before it removes a node
 
 
 def port_range(protocol: str, first: int, last: int) -> ec2.Port:
@@ -62,6 +80,20 @@ class NodeSecurity(Construct):
             self.nodes.add_ingress_rule(
                 self.nodes, port_range(protocol, first, last), f"Service Fabric cluster traffic {protocol} {first}-{last}"
             )
+        # Set-up's remote administration, per node type (SEED_SETUP_PORTS, SCALING_SETUP_PORTS).
+        # Outbound is the node group's; these groups only admit.
+        self.seeds = ec2.SecurityGroup(
+            self, "SeedSetupSecurityGroup", vpc=vpc, allow_all_outbound=False,
+            description=f"Seed nodes of {cluster_name}: SMB and RPC from the other seeds, for cluster creation",
+        )  # fmt: skip
+        for protocol, first, last in SEED_SETUP_PORTS:
+            self.seeds.add_ingress_rule(self.seeds, port_range(protocol, first, last), f"Cluster creation {protocol} {first}")
+        self.scaling = ec2.SecurityGroup(
+            self, "ScalingSetupSecurityGroup", vpc=vpc, allow_all_outbound=False,
+            description=f"Scaling nodes of {cluster_name}: SMB from nodes, checked before a removal",
+        )  # fmt: skip
+        for protocol, first, last in SCALING_SETUP_PORTS:
+            self.scaling.add_ingress_rule(self.nodes, port_range(protocol, first, last), f"Node removal check {protocol} {first}")
         # Members may call the HTTP gateway (19080) of every node: the node lifecycle functions
         # and operator hosts attach it, so the node group never has to reference theirs.
         self.gateway_clients = ec2.SecurityGroup(

@@ -11,7 +11,9 @@ if [ ! -f "$home/.installed" ]; then
   aws s3 cp --only-show-errors "$package" "$home/simulator.zip"
   unzip -q "$home/simulator.zip" -d "$home/simulator"
   python3.11 -m venv "$home/venv"
-  "$home/venv/bin/pip" install --quiet -r "$home/simulator/requirements.txt"
+  # Every package pinned with its files' SHA-256 (make simulator-lock): a file the lock does not
+  # name, or a dependency it does not list, is refused.
+  "$home/venv/bin/pip" install --quiet --require-hashes --no-deps -r "$home/simulator/requirements.lock"
   touch "$home/.installed"
   trap - ERR
 fi

@@ -94,11 +94,11 @@ def aws(moto_session, synthesized, pki):
                           {"Key": "sf:nodename", "Value": "seed-0"}]}])
     sm = session.client("secretsmanager")
     sm.create_secret(Name="telemetry-prod/service-fabric/cluster-certificate",
-                     SecretString=secret(pki.server, node_admin_password="Sample-Passw0rd"))
+                     SecretString=secret(pki.server))
     sm.create_secret(Name="telemetry-prod/service-fabric/admin-certificate", SecretString=secret(pki.client))
     content = render_create_cluster_document({
         "statusFile": "C:\\ServiceFabric\\prepare-node.status.json",
-        "certificateSecret": "telemetry-prod/service-fabric/cluster-certificate",
+        "deploymentSecret": "telemetry-prod/service-fabric/seed-deployment-password",
         "deploymentAccount": "sfdeploy", "region": REGION,
         "runtimePackage": "C:\\ServiceFabric\\Package\\MicrosoftServiceFabric.11.4.268.1.cab",
     })
@@ -163,8 +163,10 @@ def check_cluster_config(config, seeds, *, cluster_thumbprint, admin_thumbprint)
     # The pinned runtime, and no auto-upgrade away from it.
     assert config["properties"]["codeVersion"] == "11.4.268.1"
     assert config["properties"]["fabricClusterAutoupgradeEnabled"] is False
-    (setup,) = config["properties"]["fabricSettings"]
+    setup, hosting = config["properties"]["fabricSettings"]
     assert {p["name"]: p["value"] for p in setup["parameters"]} == {"FabricDataRoot": "D:\\SF", "FabricLogRoot": "D:\\SF\\Log"}
+    # Applications' RunAs policies are honoured (README: run them as a low-privilege account; #33).
+    assert hosting == {"name": "Hosting", "parameters": [{"name": "RunAsPolicyEnabled", "value": "true"}]}
 
 
 def test_dry_run_needs_no_credentials_and_writes_the_synthesized_topology(synthesized, monkeypatch, tmp_path, capsys):

@@ -65,7 +65,7 @@ def account(monkeypatch, moto_session):
     secrets = session.client("secretsmanager")
     keys = {"certificate": "PEM", "private_key": "PEM", "pfx": "cGZ4", "pfx_password": "pw"}
     secrets.create_secret(Name="telemetry-dev/service-fabric/cluster-certificate",
-                          SecretString=json.dumps({**keys, "node_admin_password": "Sample-Passw0rd"}))
+                          SecretString=json.dumps(keys))
     secrets.create_secret(Name="telemetry-dev/service-fabric/admin-certificate", SecretString=json.dumps(keys))
     return session
 
@@ -186,9 +186,10 @@ def test_vcpus_needed_are_the_environment_at_its_largest_plus_what_runs(account,
 
 def test_each_missing_piece_is_one_blocker_line(account, capsys):
     account.client("ssm").delete_parameter(Name="/cdk-bootstrap/hnb659fds/version")
+    # The cluster secret holds the certificate alone: no node password is asked of operators (#33).
     account.client("secretsmanager").put_secret_value(
         SecretId="telemetry-dev/service-fabric/cluster-certificate",
-        SecretString=json.dumps({"certificate": "PEM", "private_key": "PEM", "pfx": "cGZ4", "pfx_password": "pw"}),
+        SecretString=json.dumps({"certificate": "PEM", "private_key": "PEM", "pfx": "cGZ4"}),
     )
     account.client("secretsmanager").delete_secret(
         SecretId="telemetry-dev/service-fabric/admin-certificate", ForceDeleteWithoutRecovery=True
@@ -199,7 +200,7 @@ def test_each_missing_piece_is_one_blocker_line(account, capsys):
     assert err.strip().splitlines() == [
         "blocker: cdk bootstrap: not bootstrapped (/cdk-bootstrap/hnb659fds/version missing); "
         "run: cdk bootstrap aws://111111111111/eu-west-1",
-        "blocker: secret telemetry-dev/service-fabric/cluster-certificate: lacks node_admin_password",
+        "blocker: secret telemetry-dev/service-fabric/cluster-certificate: lacks pfx_password",
         "blocker: secret telemetry-dev/service-fabric/admin-certificate: does not exist; create it as the README describes",
         f"blocker: Elastic IPs (NAT): {rows['Elastic IPs (NAT)'][1]}",
     ]

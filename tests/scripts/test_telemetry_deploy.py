@@ -112,7 +112,7 @@ def account(monkeypatch, moto_session):
     keys = {"certificate": "PEM", "private_key": "PEM", "pfx": "cGZ4", "pfx_password": "pw"}
     secrets = moto_session.client("secretsmanager")
     secrets.create_secret(Name=CONFIG.service_fabric.cluster_certificate_secret,
-                          SecretString=json.dumps({**keys, "node_admin_password": "Sample-Passw0rd"}))
+                          SecretString=json.dumps(keys))
     secrets.create_secret(Name=CONFIG.service_fabric.admin_certificate_secret, SecretString=json.dumps(keys))
     return moto_session
 

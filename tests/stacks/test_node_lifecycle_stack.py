@@ -461,9 +461,8 @@ def test_the_add_node_document_checks_every_parameter_and_renders_the_stack_valu
     assert document["Name"] == "telemetry-dev-sf-add-node" and document["DocumentType"] == "Command"
     parameters = document["Content"]["parameters"]
     assert all("allowedPattern" in spec for spec in parameters.values())
-    assert parameters["certificateSecret"]["default"] == cdk_context()["environments"]["dev"]["service_fabric"][
-        "cluster_certificate_secret"
-    ]
+    # No secret to read: the deployment account gets a one-time password on the node (#33).
+    assert "certificateSecret" not in parameters and parameters["deploymentAccount"]["default"] == "sfdeploy"
     patterns = {name: re.compile(spec["allowedPattern"]) for name, spec in parameters.items()}
     assert patterns["nodeName"].fullmatch("scale-i-0123456789abcdef0")
     assert patterns["faultDomain"].fullmatch("fd:/eu-west-1/eu-west-1a")
@@ -479,15 +478,15 @@ def test_the_add_node_document_checks_every_parameter_and_renders_the_stack_valu
 def test_the_add_node_script_parses_as_powershell_with_values_substituted():
     cab = "C:\\ServiceFabric\\Package\\MicrosoftServiceFabric.11.4.268.1.cab"
     document = render_add_node_document(
-        {"statusFile": "C:\\ServiceFabric\\s.json", "certificateSecret": "c", "deploymentAccount": "sfdeploy", "region": "eu-west-1",
+        {"statusFile": "C:\\ServiceFabric\\s.json", "deploymentAccount": "sfdeploy",
          "runtimePackage": cab, "runtimeVersion": "11.4.268.1"}
     )
     values = {
         "nodeName": "scale-i-0abc", "nodeType": "ScalingNodeType", "ipAddress": "10.10.4.20",
         "faultDomain": "fd:/eu-west-1/eu-west-1a", "upgradeDomain": "UD1",
         "clientConnectionEndpoint": "10.10.4.10:19000", "preparationTimeoutSeconds": "1800",
-        "addNodeTimeoutSeconds": "1800", "statusFile": "C:\\ServiceFabric\\s.json", "certificateSecret": "c",
-        "deploymentAccount": "sfdeploy", "region": "eu-west-1", "runtimePackage": cab, "runtimeVersion": "11.4.268.1",
+        "addNodeTimeoutSeconds": "1800", "statusFile": "C:\\ServiceFabric\\s.json",
+        "deploymentAccount": "sfdeploy", "runtimePackage": cab, "runtimeVersion": "11.4.268.1",
     }  # fmt: skip
     script = document["mainSteps"][0]["inputs"]["runCommand"][0]
     for name, value in values.items():

@@ -196,9 +196,8 @@ def test_cluster_ports_are_open_between_nodes_only(synthesized):
     from_nodes = {(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in ingress
                   if r.get("SourceSecurityGroupId") == {"Fn::GetAtt": [node, "GroupId"]}}
     assert from_nodes == {
-        ("tcp", 19000, 19003), ("tcp", 19080, 19081), ("tcp", 135, 135), ("udp", 137, 138), ("tcp", 139, 139),
-        ("tcp", 445, 445), ("tcp", 20000, 30000), ("tcp", 49152, 65534),
-    }
+        ("tcp", 19000, 19003), ("tcp", 19080, 19081), ("tcp", 20000, 30000), ("tcp", 49152, 65534),
+    }  # SMB and RPC: only on the set-up groups, per node type (test_node_hardening.py)
     sources = {json.dumps(r["SourceSecurityGroupId"]) for r in ingress}
     assert len(sources) == 4  # nodes, HTTP gateway clients, management and application load balancers
 
@@ -428,5 +427,7 @@ def test_create_cluster_document_is_rendered_with_this_environment(synthesized):
     props = documents["telemetry-prod-create-sf-cluster"]["Properties"]
     params = props["Content"]["parameters"]
     assert "rendered" not in json.dumps(params)
-    assert params["certificateSecret"]["default"] == "telemetry-prod/service-fabric/cluster-certificate"
+    # The seeds' generated deployment password, not the certificate secret (#33).
+    assert "certificateSecret" not in params
+    assert params["deploymentSecret"]["default"] == "telemetry-prod/service-fabric/seed-deployment-password"
     assert params["deploymentAccount"]["default"] == "sfdeploy"

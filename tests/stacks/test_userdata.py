@@ -142,13 +142,12 @@ def test_synthesized_user_data_parses_and_fits_the_limit(synthesized, env):
 
 def test_node_preparation_covers_every_step_the_cluster_needs(synthesized):
     script = next(iter(user_data_scripts(synthesized, "prod").values()))
-    assert "$NodePorts = '19000-19003,19080-19081,135,139,445,20000-30000,49152-65534'" in script
-    assert "$NodeUdpPorts = '137-138'" in script
+    assert "$NodePorts = '19000-19003,19080-19081,20000-30000,49152-65534'" in script
     assert "$ApplicationPorts = '443,8883'" in script
     assert "$CertificateSecret = 'telemetry-prod/service-fabric/cluster-certificate'" in script
     for step in (
         "initialize data volume", "enable Remote Registry and Windows Firewall",
-        "open firewall ports", "import cluster certificate", "create deployment account", "mount shared storage",
+        "open firewall ports", "import cluster certificate", "mount shared storage",
         "download Service Fabric standalone package", "download Service Fabric runtime", "install CloudWatch agent",
     ):
         assert f"Invoke-Step '{step}" in script
@@ -245,17 +244,15 @@ def test_nodes_download_the_pinned_runtime_and_refuse_a_cab_without_a_valid_sign
     tree = PARSER.parse(body.encode()).root_node
     (download,) = commands_named(tree, "Invoke-WebRequest")
     assert named_arguments(download) == {"-Uri": "$RuntimeCabUrl", "-OutFile": "$RuntimeCab", "-UseBasicParsing": None}
-    (verify,) = commands_named(tree, "Get-AuthenticodeSignature")
-    assert named_arguments(verify) == {"-FilePath": "$RuntimeCab"}
+    (verify,) = commands_named(tree, "Assert-Signer")
+    assert named_arguments(verify) == {"-Path": "$RuntimeCab", "-Organization": "'Microsoft Corporation'",
+                                       "-Roots": "$MicrosoftRoots"}
     # Checked on every run, a CAB left by an earlier run too, and after the download.
     assert not inside(verify, "if_statement") and verify.start_byte > download.start_byte
-    (check,) = [i for i in descendants(tree, "if_statement") if "Get-AuthenticodeSignature" not in i.text.decode()
-                and "$signature.Status" in i.children[2].text.decode()]
-    assert check.children[2].text.decode() == "$signature.Status -ne 'Valid'"
-    (thrown,) = descendants(check, "flow_control_statement")
-    assert thrown.text.decode().startswith('throw "$RuntimeCab signature status is \'$($signature.Status)\'')
-    (removed,) = commands_named(check, "Remove-Item")  # a later run downloads it again
+    (handler,) = descendants(tree, "catch_clause")
+    (removed,) = commands_named(handler, "Remove-Item")  # a later run downloads it again
     assert "$RuntimeCab" in removed.text.decode()
+    assert "throw" in handler.text.decode()
 
 
 def synthesized_document(synthesized, part: str) -> dict:
@@ -347,7 +344,7 @@ RUNTIME_PACKAGE = "C:\\ServiceFabric\\Package\\MicrosoftServiceFabric.11.4.268.1
 
 def create_cluster_script(parameters: dict) -> str:
     document = render_create_cluster_document(
-        {"statusFile": "C:\\ServiceFabric\\prepare-node.status.json", "certificateSecret": "telemetry-dev/sf",
+        {"statusFile": "C:\\ServiceFabric\\prepare-node.status.json", "deploymentSecret": "telemetry-dev/sf",
          "deploymentAccount": "sfdeploy", "region": "eu-west-1", "runtimePackage": RUNTIME_PACKAGE}
     )
     return document_script(document, parameters)
@@ -411,8 +408,8 @@ Passed                     : True
 
 def add_node_script() -> str:
     document = render_add_node_document(
-        {"statusFile": "C:\\ServiceFabric\\s.json", "certificateSecret": "c", "deploymentAccount": "sfdeploy",
-         "region": "eu-west-1", "runtimePackage": RUNTIME_PACKAGE, "runtimeVersion": "11.4.268.1"}
+        {"statusFile": "C:\\ServiceFabric\\s.json", "deploymentAccount": "sfdeploy",
+         "runtimePackage": RUNTIME_PACKAGE, "runtimeVersion": "11.4.268.1"}
     )
     return document_script(document, ADD_NODE_VALUES)
 
@@ -522,7 +519,8 @@ def assert_failure_is_reported(task: str, check, script_name: str) -> None:
     (thrown,) = descendants(check, "flow_control_statement")
     assert thrown.text.decode() == f'throw "{script_name} exited $LASTEXITCODE"'
     assert "-Value 'succeeded'" in next_statement(check).text.decode()
-    (catch,) = descendants(PARSER.parse(task.encode()).root_node, "catch_clause")
+    # The script's own failure handler (per-seed steps after a success may catch their own errors).
+    (catch,) = [c for c in descendants(PARSER.parse(task.encode()).root_node, "catch_clause") if "failed:" in c.text.decode()]
     assert '-Value "failed: $($_.Exception.Message)"' in catch.text.decode()
 
 
