@@ -233,6 +233,7 @@ class ServiceFabricStack(Stack):
             internet_facing=settings.management_internet_facing,
             node_security=self.security,
             access_logs=access_logs,
+            deletion_protection=config.production,
             world_open_reason=(
                 "Config opens cluster management to any address outside production; every call still "
                 "needs the cluster's admin client certificate"
@@ -249,6 +250,7 @@ class ServiceFabricStack(Stack):
             internet_facing=settings.application_internet_facing,
             node_security=self.security,
             access_logs=access_logs,
+            deletion_protection=config.production,
             world_open_reason=(
                 "The application endpoint serves devices and clients anywhere on the internet, by "
                 "config; only the configured application ports are open"

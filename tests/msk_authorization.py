@@ -400,6 +400,18 @@ class Elsewhere(dict):
         return f"elsewhere:{name}"
 
 
+class Referenced(Elsewhere):
+    """The pseudo parameters given; a Ref, attribute or import of this environment's own resources
+    as an ARN of an account that is neither environment's, long enough for the Fn::Select of a
+    Fn::Split CDK writes to take apart an ARN: whatever is built from it names nothing of the other."""
+
+    def __init__(self, known: dict | None = None) -> None:
+        super().__init__(known or {})
+
+    def __getitem__(self, name: str) -> str:
+        return dict.get(self, name) or f"arn:aws:own:nowhere:000000000000:{name}/own/own/own/own"
+
+
 def role_policy_statements(template: dict, role_logical_id: str) -> list[dict]:
     """Every statement of the AWS::IAM::Policy resources attached to the role (unresolved)."""
     statements = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -50,12 +50,22 @@ class AlarmTopic(Construct):
             pending_window=Duration.days(7),
             removal_policy=removal_policy,
         )
+        # Only for this account's alarms (confused deputy: another account's alarm naming this topic
+        # must not use the key; IAM User Guide, "The confused deputy problem": aws:SourceAccount and
+        # aws:SourceArn in the policies that grant a service principal).
+        stack = Stack.of(self)
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="AllowCloudWatchAlarmsToPublish",
                 principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {"aws:SourceArn": stack.format_arn(
+                        service="cloudwatch", resource="alarm", resource_name="*", arn_format=ArnFormat.COLON_RESOURCE_NAME
+                    )},
+                },
             )
         )
         self.topic = sns.Topic(

@@ -37,6 +37,7 @@ class NodeLoadBalancer(Construct):
         internet_facing: bool,
         node_security: NodeSecurity,
         access_logs: s3.IBucket,
+        deletion_protection: bool,
         world_open_reason: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -68,6 +69,9 @@ class NodeLoadBalancer(Construct):
             ),
             security_groups=[self.security_group],
             cross_zone_enabled=True,
+            # Production: a stack update that would replace or delete it fails instead (ELB
+            # "deletion_protection.enabled"); the DNS name clients and pipelines use stays.
+            deletion_protection=deletion_protection,
         )
         # NLBs write access logs for TLS listeners only; these listeners pass TLS through as TCP,
         # so connections are recorded by the VPC flow logs and this bucket stays mostly empty.

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from stacks.constructs.log_group import log_group
@@ -25,6 +26,14 @@ INTERFACE_ENDPOINTS = {
     "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
     "Kafka": ec2.InterfaceVpcEndpointAwsService.KAFKA,
 }
+# Endpoints whose service documents endpoint policies (each service's "VPC endpoint policy" page:
+# Systems Manager, Secrets Manager, CloudWatch Logs, STS): they take calls from this account's
+# principals only, so credentials of another account cannot carry data out through them. The
+# agents' message endpoints (ssmmessages, ec2messages) and the Kafka control plane keep the default
+# policy, as does the S3 gateway endpoint: the fleet's package repositories and the Windows agents'
+# downloads are AWS-owned buckets read anonymously through it (SSM User Guide, "SSM Agent
+# communications with AWS managed S3 buckets"), which a principal-account condition would refuse.
+ACCOUNT_ONLY_ENDPOINTS = ("Ssm", "SecretsManager", "CloudWatchLogs", "Sts")
 
 
 class PlatformNetwork(Construct):
@@ -94,3 +103,8 @@ class PlatformNetwork(Construct):
             # An endpoint's network interfaces take addresses in the private subnets, and a reservation
             # made later would not move them (Amazon VPC User Guide, "Subnet CIDR reservations").
             endpoint.node.add_dependency(*seed_blocks.reservations)
+            if name in ACCOUNT_ONLY_ENDPOINTS:
+                endpoint.add_to_policy(iam.PolicyStatement(
+                    principals=[iam.AnyPrincipal()], actions=["*"], resources=["*"],
+                    conditions={"StringEquals": {"aws:PrincipalAccount": Stack.of(self).account}},
+                ))  # fmt: skip

@@ -25,6 +25,11 @@ NFS_PORTS = ((111, 111), (2049, 2049), (20001, 20003))
 # rw, and root as root: Windows' NFS client maps anonymous access to AnonymousUid 0 (set by
 # prepare_node.ps1), which root squashing would turn into nobody. crossmnt and sync are FSx's
 # defaults, kept explicit because a client configuration replaces them.
+# Why no_root_squash is acceptable here: the only clients are the Service Fabric nodes (the
+# security group below admits NFS from their group alone), and every one of them reaches the share
+# as the same identity (Windows' anonymous uid), so squashing root would take nothing from one node
+# that another keeps; the share holds no setuid binaries anyone executes (Windows clients). The
+# root volume is owned by root, so a squashed client could not write at all.
 EXPORT_OPTIONS = ["rw", "crossmnt", "sync", "no_root_squash"]
 
 

@@ -33,7 +33,7 @@ import pytest
 from stacks.config import load_environment
 from stacks.naming import service_fabric_cluster_name
 from tests.conftest import cdk_context, synthesize
-from tests.msk_authorization import Elsewhere, resolve
+from tests.msk_authorization import Referenced, resolve
 
 # CDK's own custom-resource providers (S3 auto-delete, the default security group restriction,
 # AwsCustomResource) run with AWSLambdaBasicExecutionRole, which may write any log group's streams:
@@ -120,18 +120,6 @@ class Role:
     stack: str
     logical_id: str
     policy: object  # moto IAMPolicy
-
-
-class Referenced(Elsewhere):
-    """The pseudo parameters given; a Ref, attribute or import of this environment's own resources
-    as an ARN of an account that is neither environment's, long enough for the Fn::Select of a
-    Fn::Split CDK writes to take apart an ARN: whatever is built from it names nothing of the other."""
-
-    def __init__(self, known: dict | None = None) -> None:
-        super().__init__(known or {})
-
-    def __getitem__(self, name: str) -> str:
-        return dict.get(self, name) or f"arn:aws:own:nowhere:000000000000:{name}/own/own/own/own"
 
 
 def for_moto(statement: dict) -> dict:

@@ -14,13 +14,15 @@ def test_alarm_topic_is_encrypted_and_tls_only(synthesized):
     key_id = topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0]
     key = synthesized("prod").stacks["monitoring"]["Resources"][key_id]
     assert key["Properties"]["EnableKeyRotation"] is True
-    # CloudWatch may use the key, or alarms could not publish to the encrypted topic.
+    # CloudWatch may use the key, or alarms could not publish to the encrypted topic; only for this
+    # account's alarms (confused deputy).
     statements = key["Properties"]["KeyPolicy"]["Statement"]
-    assert any(
-        s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
-        and set(s["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
-        for s in statements
-    )
+    (cloudwatch,) = [s for s in statements if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}]
+    assert set(cloudwatch["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    assert cloudwatch["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": "333333333333"},
+        "ArnLike": {"aws:SourceArn": "arn:aws:cloudwatch:eu-west-1:333333333333:alarm:*"},
+    }
     template.has_resource_properties(
         "AWS::SNS::TopicPolicy",
         {

@@ -55,6 +55,15 @@ def test_endpoints_keep_aws_traffic_inside_the_vpc(synthesized):
     services = sorted(e["Properties"]["ServiceName"].rsplit(".", 1)[-1] for e in interfaces.values())
     assert services == ["ec2messages", "kafka", "logs", "secretsmanager", "ssm", "ssmmessages", "sts"]
     assert all(e["Properties"]["PrivateDnsEnabled"] for e in interfaces.values())
+    # Where the service documents endpoint policies: this account's principals only.
+    account_only = {
+        e["Properties"]["ServiceName"].rsplit(".", 1)[-1]: e["Properties"]["PolicyDocument"]["Statement"]
+        for e in interfaces.values() if "PolicyDocument" in e["Properties"]
+    }
+    assert sorted(account_only) == ["logs", "secretsmanager", "ssm", "sts"]
+    for statements in account_only.values():
+        assert statements == [{"Action": "*", "Effect": "Allow", "Principal": {"AWS": "*"}, "Resource": "*",
+                               "Condition": {"StringEquals": {"aws:PrincipalAccount": "111111111111"}}}]
 
 
 def test_endpoint_security_group_admits_https_from_the_vpc_only(synthesized):

@@ -225,6 +225,10 @@ def test_management_load_balancer_listens_on_19000_and_19080_for_management_cidr
     attributes = {a["Key"]: a["Value"] for a in props["LoadBalancerAttributes"]}
     assert attributes["load_balancing.cross_zone.enabled"] == "true"
     assert attributes["access_logs.s3.enabled"] == "true"
+    # Production's endpoints cannot be deleted by a stack update gone wrong.
+    for _, balancer in balancers.values():
+        protection = {a["Key"]: a["Value"] for a in balancer["LoadBalancerAttributes"]}.get("deletion_protection.enabled")
+        assert protection == ("true" if env == "prod" else "false"), (env, protection)
     (group_ref,) = props["SecurityGroups"]
     group = synthesized(env).stacks["service_fabric"]["Resources"][group_ref["Fn::GetAtt"][0]]["Properties"]
     cidrs = {(r["CidrIp"], r["FromPort"]) for r in group["SecurityGroupIngress"]}
@@ -344,9 +348,10 @@ def node_role_policy(synthesized, role: str):
     """The node role's statements as IAM reads them (the partition resolved), for moto's evaluator."""
     from moto.iam.access_control import IAMPolicy
 
-    from tests.msk_authorization import Elsewhere, resolve
+    from tests.msk_authorization import Elsewhere, Referenced, resolve
 
-    pseudo = {"AWS::Partition": "aws", "AWS::Region": "eu-west-1", "AWS::AccountId": "333333333333", "AWS::URLSuffix": "amazonaws.com"}
+    pseudo = Referenced({"AWS::Partition": "aws", "AWS::Region": "eu-west-1", "AWS::AccountId": "333333333333",
+                         "AWS::URLSuffix": "amazonaws.com"})
     statements = [resolve(s, pseudo=pseudo, imports=Elsewhere(), attributes=Elsewhere())
                   for s in role_statements(synthesized, "prod", role)]
     return IAMPolicy(json.dumps({"Version": "2012-10-17", "Statement": statements}))
