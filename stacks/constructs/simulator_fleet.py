@@ -219,8 +219,9 @@ class SimulatorFleet(Construct):
 
         The workstation encrypts each with the key made here, not the AWS managed aws/ssm key: that
         key's policy lets every principal of the account decrypt through Parameter Store (SSM User
-        Guide, "Restricting decryption of SecureString parameter values"), and every instance role
-        carries AmazonSSMManagedInstanceCore, which may GetParameter anything. This key's policy is
+        Guide, "Restricting decryption of SecureString parameter values"), and any role of the account
+        allowed to read parameters (AmazonSSMManagedInstanceCore reads them all; the platform's own
+        instance roles no longer carry it, instance_core.py) could read the token. This key's policy is
         CDK's default (the account, so IAM policies decide), and only this fleet's role is given
         Decrypt: through Parameter Store, for a parameter under the token path (Parameter Store's
         encryption context is PARAMETER_ARN, "How AWS Systems Manager Parameter Store uses AWS
