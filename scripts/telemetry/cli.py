@@ -16,17 +16,21 @@ traceback. Each subcommand's help says whether it needs AWS credentials and wher
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
 from scripts.telemetry.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError, one_line, worded
 
 PROG = "telemetry"
+DISTRIBUTION = "telemetry-platform-blueprint"  # pyproject.toml's project name
+REPO = Path(__file__).resolve().parents[2]
 
 OFFLINE = "Needs: nothing but this checkout (no AWS credentials). Runs anywhere."
 WORKSTATION = (
@@ -89,10 +93,22 @@ GROUPS = {
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line and exit 2, not its usage block."""
+    """argparse, but a usage mistake is one line and exit 2, not its usage block; an option is
+    never taken from its abbreviation (`--rat 5000` is refused, not read as --rate), and a
+    misspelt command or choice gets the nearest one suggested."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is not None and value not in action.choices:
+            choices = [str(choice) for choice in action.choices]
+            near = difflib.get_close_matches(str(value), choices, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} ({hint}choose from {', '.join(choices)})")
 
 
 def global_options() -> argparse.ArgumentParser:
@@ -113,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     root = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].replace("\n", " "),
                          epilog="Exit codes: 0 done; 1 the check or operation failed; 2 bad usage or configuration.",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    root.add_argument("--version", action="version", version=f"{PROG} {version()}")
     groups = root.add_subparsers(title="commands", metavar="COMMAND", parser_class=OneLineParser, required=True)
     common = global_options()
     made: dict[str, Any] = {}
@@ -135,6 +152,19 @@ def build_parser() -> argparse.ArgumentParser:
             module.add_arguments(parser)
         parser.set_defaults(command=command, module=module, mode=command.mode)
     return root
+
+
+def version() -> str:
+    """The installed project's version (pyproject.toml's, which the CHANGELOG names)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed(DISTRIBUTION)
+    except PackageNotFoundError:  # run from a checkout without `make synth`'s editable install
+        import tomllib
+
+        return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
 
 def profile_sessions(args: argparse.Namespace) -> Callable[[str], Any]:

@@ -30,6 +30,11 @@ BAD_INPUT = [
     # the command line
     ([], 2, "required: COMMAND"),
     (["nope"], 2, "invalid choice: 'nope'"),
+    # a misspelt command or choice gets the nearest one; an abbreviated option is not taken for it
+    (["simulte", "--env", "dev"], 2, "invalid choice: 'simulte' (did you mean 'simulate'? choose from"),
+    (["clustr", "status"], 2, "did you mean 'cluster'?"),
+    (["cluster", "stats", "--env", "dev"], 2, "did you mean 'status'?"),
+    (["cost", "--env", "dev", "--rat", "5000"], 2, "unrecognized arguments: --rat 5000"),
     (["cluster"], 2, "required: COMMAND"),
     (["preflight"], 2, "required: --env"),
     (["preflight", "--env", "qa"], 2, "unknown environment 'qa'; known environments: dev, prod, staging"),
@@ -168,6 +173,16 @@ def test_the_installed_command_plans_a_first_deployment_offline(tmp_path):
     assert "of both runs back through the Flink sink within 240 s, under s3://<telemetry bucket>/smoke/" in smoke[2]
     assert "outside the telemetry table, and they expire after 1 day" in smoke[2]
     assert smoke[3].startswith("require all 3 seed nodes Up") and len(smoke) == 4
+
+
+@pytest.mark.integration
+def test_the_installed_command_prints_its_version():
+    import tomllib
+
+    result = typed("--version")
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert (result.returncode, result.stdout.strip()) == (0, f"telemetry {version}")
+    assert f"## {version}" in (REPO / "CHANGELOG.md").read_text()  # every version has its entry
 
 
 @pytest.mark.integration
