@@ -136,9 +136,11 @@ def build_cluster_config(
                 # ("Run a service as a local user account or local system account", Microsoft
                 # Learn); Hosting/RunAsPolicyEnabled lets Fabric honour one. Its built-in default is
                 # false, and an application that declares Principals then fails to activate
-                # (HostingConfig.h, EnvironmentManager.cpp SetupPrincipals in microsoft/service-fabric);
-                # set here rather than left to the standalone package's ClusterSettings.json. The
-                # README tells application teams to declare a LocalUser DefaultRunAsPolicy.
+                # (HostingConfig.h, EnvironmentManager.cpp SetupPrincipals in microsoft/service-fabric).
+                # The standalone deployer's own ClusterSettings.json already sets it true and user
+                # settings merge over it (FabricSettingsGeneratorBase.MergeSettings), so this says
+                # what the cluster relies on rather than changing it. The README tells application
+                # teams to declare a LocalUser DefaultRunAsPolicy.
                 {"name": "Hosting", "parameters": [{"name": "RunAsPolicyEnabled", "value": "true"}]},
             ],
         },

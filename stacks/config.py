@@ -40,9 +40,12 @@ MIN_INSYNC_REPLICAS = 2
 # Production's management CIDRs: none wider than this prefix (65,536 addresses), none containing the
 # VPC (its own hosts would reach 19000 and 19080: fleet hosts, Flink's and AWS IoT's interfaces).
 PRODUCTION_MANAGEMENT_MIN_PREFIX = 16
-# Who may assume the topic administrator role: IAM user or role ARNs of the environment's account,
-# as IAM's ArnLike compares aws:PrincipalArn (`*` and `?` wildcards; a user's path is in its ARN).
-PRINCIPAL_ARN_PATTERN = r"^arn:aws[a-z-]*:iam::(\d{12}):(user|role)/[A-Za-z0-9+=,.@_/*?-]{1,512}$"
+# Who may assume the topic administrator role: IAM user ARNs of the environment's account, as IAM's
+# ArnLike compares aws:PrincipalArn (`*` and `?` wildcards; a user's path is in its ARN). Users
+# only: the role asks for MFA, which `telemetry topics` passes in its AssumeRole (SerialNumber,
+# TokenCode: an IAM user's MFA device); no AWS page says a role session caller (IAM Identity
+# Center, a chained role) carries aws:MultiFactorAuthPresent, so a role ARN here could never work.
+PRINCIPAL_ARN_PATTERN = r"^arn:aws[a-z-]*:iam::(\d{12}):(user)/[A-Za-z0-9+=,.@_/*?-]{1,512}$"
 
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
 
@@ -104,7 +107,7 @@ class MskConfig(_Section):
     cpu_alarm_percent: int = Field(default=60, ge=1, le=100)
     disk_alarm_percent: int = Field(default=85, ge=1, le=100)
     topics: tuple[TopicConfig, ...] = Field(min_length=1)
-    # The principals allowed to assume the topic administrator role (with MFA): IAM user or role ARN
+    # The principals allowed to assume the topic administrator role (with MFA): IAM user ARN
     # patterns of this environment's account, e.g. arn:aws:iam::111111111111:user/telemetry-dev-operators/*.
     topic_administrators: tuple[str, ...] = Field(min_length=1)
 
@@ -116,11 +119,11 @@ class MskConfig(_Section):
         for value in values:
             if not re.fullmatch(PRINCIPAL_ARN_PATTERN, value):
                 raise ValueError(
-                    f"'{value}' is not an IAM user or role ARN (arn:aws:iam::ACCOUNT:user/PATH/NAME or "
-                    "...:role/NAME; * and ? match any characters)"
+                    f"'{value}' is not an IAM user ARN (arn:aws:iam::ACCOUNT:user/PATH/NAME; * and ? match any "
+                    "characters; users only: the role asks for the MFA an IAM user's device gives)"
                 )
-            if value.endswith((":user/*", ":role/*")):
-                raise ValueError(f"'{value}' names every user or role of the account; name the operators' path or names")
+            if value.endswith(":user/*"):
+                raise ValueError(f"'{value}' names every user of the account; name the operators' path or names")
         return values
 
     @model_validator(mode="after")
@@ -178,9 +181,14 @@ RUNTIME_VERSION_PATTERN = r"[0-9]+(\.[0-9]+){3}"
 SHA256_PATTERN = r"[0-9A-Fa-f]{64}"
 # The CloudWatch agent the nodes install, by version instead of the "latest" link: the newest
 # release in aws/amazon-cloudwatch-agent's RELEASE_NOTES when this was pinned (1.300071.0,
-# 2026-07-22). Its MSI is Authenticode-signed: "For Windows Server, you can use the MSI to verify
-# the signature" (CloudWatch User Guide, "Verifying the signature of the CloudWatch agent package").
-CLOUDWATCH_AGENT_VERSION = "1.300071.0"
+# 2026-07-22), by the build number its download folder carries: AWS documents only the "latest"
+# links, and the one published versioned link, winget's manifest for this release
+# (microsoft/winget-pkgs, manifests/a/Amazon/CloudWatchAgent/1.4.37927), is
+# https://amazoncloudwatch-agent.s3.amazonaws.com/windows/amd64/1.300071.0b1720/amazon-cloudwatch-agent.msi
+# on the global bucket, which is where the nodes download it (prepare_node.ps1). Its MSI is
+# Authenticode-signed: "For Windows Server, you can use the MSI to verify the signature"
+# (CloudWatch User Guide, "Verifying the signature of the CloudWatch agent package").
+CLOUDWATCH_AGENT_VERSION = "1.300071.0b1720"
 CLOUDWATCH_AGENT_VERSION_PATTERN = r"[0-9]+\.[0-9]+\.[0-9]+(b[0-9]+)?"
 # Who signs the agent's MSI (the O= of its Authenticode signer). Not stated on AWS's page: taken
 # from the publisher AWS's Windows agents carry; a node whose MSI is signed otherwise runs without

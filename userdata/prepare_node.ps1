@@ -95,8 +95,15 @@ function Assert-Signer {
         throw "$Path is signed by '$($signer.Subject)', not by $Organization"
     }
     if ($Roots) {
+        # The signature itself was verified above (revocation included); the chain is built here only
+        # to read its root. The intermediates come from the machine's stores or the certificates'
+        # AIA links (the node's NAT egress): a chain that does not build is reported as such.
         $chain = New-Object Security.Cryptography.X509Certificates.X509Chain
-        [void]$chain.Build($signer)
+        $chain.ChainPolicy.RevocationMode = [Security.Cryptography.X509Certificates.X509RevocationMode]::NoCheck
+        if (-not $chain.Build($signer)) {
+            $problems = ($chain.ChainStatus | ForEach-Object { $_.StatusInformation.Trim() }) -join '; '
+            throw "$Path is signed by '$($signer.Subject)', whose chain did not build: $problems"
+        }
         $root = $chain.ChainElements[$chain.ChainElements.Count - 1].Certificate
         if ($root.Thumbprint -notin ($Roots -split ',')) {
             throw "$Path is signed by '$($signer.Subject)' under root '$($root.Subject)' ($($root.Thumbprint)), not one of $Organization's roots $Roots"
@@ -293,7 +300,8 @@ try {
 
     Invoke-Step 'install CloudWatch agent' -Optional {
         $msi = Join-Path $env:TEMP 'amazon-cloudwatch-agent.msi'
-        $url = "https://amazoncloudwatch-agent-$Region.s3.$Region.amazonaws.com/windows/amd64/$CloudWatchAgentVersion/amazon-cloudwatch-agent.msi"
+        # The global bucket: the versioned folders are published there (stacks/config.py).
+        $url = "https://amazoncloudwatch-agent.s3.amazonaws.com/windows/amd64/$CloudWatchAgentVersion/amazon-cloudwatch-agent.msi"
         Invoke-WebRequest -Uri $url -OutFile $msi -UseBasicParsing
         Assert-Signer -Path $msi -Organization $CloudWatchAgentSigner
         $install = Start-Process -FilePath 'msiexec.exe' -ArgumentList @('/i', $msi, '/qn') -Wait -PassThru

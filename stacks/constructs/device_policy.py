@@ -70,6 +70,9 @@ class DevicePolicy(Construct):
                         "Effect": "Allow",
                         "Action": "iot:Publish",
                         "Resource": iot_arn("topic", f"{topic_prefix}/{THING_NAME}/data"),
+                        # Again on every publish: Connect is evaluated once, so a thing moved out
+                        # of the environment would keep publishing on the connection it has.
+                        "Condition": {"StringEquals": {thing_attribute(environment_attribute): environment}},
                     },
                 ],
             },

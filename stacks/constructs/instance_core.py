@@ -8,6 +8,13 @@ inventory and patching calls: none of them names a parameter) and read parameter
 their own environment's prefix says: nodes, for the applications they run, under /<prefix>/;
 fleet hosts only the parameters their documents name, granted where each is used.
 
+What the left-out reads cost (aws/amazon-ssm-agent): the agent calls ssm:GetParameters as the
+instance only to resolve `{{ssm:name}}` references in a document's inputs
+(agent/framework/docparser/parameterstore/parameterstore.go, Resolve) and SSM references in
+aws:downloadContent (agent/ssm/ssmparameterresolver); none of the platform's documents has one.
+Someone who sends a document with such a reference gets AccessDenied for a parameter outside the
+role's own.
+
 tests/stacks/test_instance_core.py compares these actions with the managed policy's document as
 moto ships it, so a new version of the managed policy fails a test instead of silently leaving an
 agent feature without its permission.

@@ -126,13 +126,19 @@ def test_missing_environments_context():
             "dev",
             ("msk", "topic_administrators"),
             ["arn:aws:iam::111111111111:user/*"],
-            "msk.topic_administrators: 'arn:aws:iam::111111111111:user/*' names every user or role of the account",
+            "msk.topic_administrators: 'arn:aws:iam::111111111111:user/*' names every user of the account",
+        ),
+        (  # a role session carries no MFA the trust policy could see
+            "dev",
+            ("msk", "topic_administrators"),
+            ["arn:aws:iam::111111111111:role/operators"],
+            "msk.topic_administrators: 'arn:aws:iam::111111111111:role/operators' is not an IAM user ARN",
         ),
         (
             "dev",
             ("msk", "topic_administrators"),
             ["arn:aws:sts::111111111111:assumed-role/ops/alice"],
-            "msk.topic_administrators: 'arn:aws:sts::111111111111:assumed-role/ops/alice' is not an IAM user or role ARN",
+            "msk.topic_administrators: 'arn:aws:sts::111111111111:assumed-role/ops/alice' is not an IAM user ARN",
         ),
         (
             "dev",

@@ -222,6 +222,7 @@ def test_device_policy_connects_as_its_own_thing_and_publishes_only_its_topic(sy
     assert publish["Resource"] == (
         "arn:aws:iot:eu-west-1:111111111111:topic/telemetry/dev/${iot:Connection.Thing.ThingName}/data"
     )
+    assert publish["Condition"] == {"StringEquals": {"iot:Connection.Thing.Attributes[environment]": "dev"}}
 
 
 def test_msk_cluster_adds_a_scram_listener_beside_iam_reachable_from_the_scram_group_only(synthesized):

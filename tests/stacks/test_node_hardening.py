@@ -238,7 +238,9 @@ def test_the_runtime_cab_must_be_signed_by_microsoft_under_microsoft_roots(synth
     assert "$signature.Status -ne 'Valid'" in function
     assert '$signer.Subject -notmatch "(^|, )O=$([regex]::Escape($Organization))(,|$)"' in function
     assert "$root.Thumbprint -notin ($Roots -split ',')" in function
-    assert function.count("throw ") == 3
+    # A chain that does not build is said as such, not mistaken for a foreign root.
+    assert "if (-not $chain.Build($signer))" in function and "X509RevocationMode]::NoCheck" in function
+    assert function.count("throw ") == 4
 
 
 def test_the_cloudwatch_agent_is_pinned_and_its_signer_checked_before_install(synthesized):
