@@ -29,6 +29,9 @@ def main() -> None:
     try:
         build_platform(app, config)  # asset bundling (pip, Maven) runs here
         app.synth()
+    except ConfigError as error:  # the environment cannot hold its declared workload
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
     except RuntimeError as error:
         if BUNDLING_FAILED in str(error):
             asset = str(error).split(BUNDLING_FAILED, 1)[1].split(",", 1)[0].strip()

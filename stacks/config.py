@@ -106,6 +106,10 @@ class MskConfig(_Section):
     broker_log_retention_days: int
     cpu_alarm_percent: int = Field(default=60, ge=1, le=100)
     disk_alarm_percent: int = Field(default=85, ge=1, le=100)
+    # Broker storage auto scaling (msk_cluster.py): the utilization it keeps (MSK takes 10-80 %) and
+    # the most it grows a broker's volume to (MSK allows 16,384 GiB).
+    storage_autoscaling_target_percent: int = Field(default=60, ge=10, le=80)
+    storage_autoscaling_max_gib: int = Field(le=16_384)
     topics: tuple[TopicConfig, ...] = Field(min_length=1)
     # The principals allowed to assume the topic administrator role (with MFA): IAM user ARN
     # patterns of this environment's account, e.g. arn:aws:iam::111111111111:user/telemetry-dev-operators/*.
@@ -125,6 +129,20 @@ class MskConfig(_Section):
             if value.endswith(":user/*"):
                 raise ValueError(f"'{value}' names every user of the account; name the operators' path or names")
         return values
+
+    @model_validator(mode="after")
+    def _storage_autoscaling(self) -> MskConfig:
+        if self.storage_autoscaling_max_gib <= self.ebs_volume_gib:
+            raise ValueError(
+                f"storage_autoscaling_max_gib {self.storage_autoscaling_max_gib} must be above ebs_volume_gib "
+                f"{self.ebs_volume_gib}: it is how far auto scaling may grow each broker's volume"
+            )
+        if self.storage_autoscaling_target_percent >= self.disk_alarm_percent:
+            raise ValueError(
+                f"storage_autoscaling_target_percent {self.storage_autoscaling_target_percent} must be below "
+                f"disk_alarm_percent {self.disk_alarm_percent}, or the alarm pages before auto scaling acts"
+            )
+        return self
 
     @model_validator(mode="after")
     def _topics_fit_cluster(self) -> MskConfig:
@@ -576,6 +594,31 @@ class DeviceGatewayConfig(_Section):
     _retention = field_validator("log_retention_days")(_check_retention)
 
 
+class WorkloadConfig(_Section):
+    """The load the environment is for (issue 30): what synthesis, `telemetry capacity` and
+    `telemetry cost` size it against (stacks/sizing.py). Retention stays on the topic."""
+
+    messages_per_second: float = Field(gt=0)  # the average over a day
+    peak_messages_per_second: float = Field(gt=0)
+    message_bytes: int = Field(ge=1, le=1_048_576)
+    # Payload bytes over the bytes the brokers store, as producers compress: measured on the
+    # simulator's payload with its default codec by devtools/measure_compression.py.
+    compression_ratio: float = Field(ge=1)
+    consumer_groups: int = Field(ge=1)  # groups reading the whole topic (the Flink sink is one)
+    devices: int = Field(ge=1)
+    # The share of the messages devices send through AWS IoT Core (the rest produce to Kafka).
+    iot_share: float = Field(ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _peak_at_least_average(self) -> WorkloadConfig:
+        if self.peak_messages_per_second < self.messages_per_second:
+            raise ValueError(
+                f"peak_messages_per_second {self.peak_messages_per_second:g} is below messages_per_second "
+                f"{self.messages_per_second:g}"
+            )
+        return self
+
+
 class EnvironmentConfig(_Section):
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,15}$")
     account: str = Field(pattern=r"^\d{12}$")
@@ -591,6 +634,7 @@ class EnvironmentConfig(_Section):
     telemetry_sink: TelemetrySinkConfig
     node_lifecycle: NodeLifecycleConfig
     device_gateway: DeviceGatewayConfig
+    workload: WorkloadConfig
 
     def unpinned_downloads(self) -> list[str]:
         """What a node would download without a pinned hash, one line each; app.py refuses to

@@ -41,6 +41,8 @@ class MskStack(Stack):
             broker_instance_type=settings.broker_instance_type,
             broker_count=settings.broker_count,
             ebs_volume_gib=settings.ebs_volume_gib,
+            storage_autoscaling_max_gib=settings.storage_autoscaling_max_gib,
+            storage_autoscaling_target_percent=settings.storage_autoscaling_target_percent,
             enhanced_monitoring=settings.enhanced_monitoring,
             log_retention_hours=settings.log_retention_hours,
             min_insync_replicas=MIN_INSYNC_REPLICAS,

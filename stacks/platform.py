@@ -8,7 +8,7 @@ from typing import Any
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from stacks.config import EnvironmentConfig
+from stacks.config import ConfigError, EnvironmentConfig
 from stacks.device_gateway_stack import DeviceGatewayStack
 from stacks.monitoring_stack import MonitoringStack
 from stacks.msk_stack import MskStack
@@ -16,6 +16,7 @@ from stacks.network_stack import NetworkStack
 from stacks.node_lifecycle_stack import NodeLifecycleStack
 from stacks.service_fabric_stack import ServiceFabricStack
 from stacks.simulator_fleet_stack import SimulatorFleetStack
+from stacks.sizing import assess_environment
 from stacks.telemetry_sink_stack import TelemetrySinkStack
 
 
@@ -27,6 +28,14 @@ def create_app(*, context: Mapping[str, Any] | None = None, outdir: str | None =
 
 
 def build_platform(app: cdk.App, config: EnvironmentConfig) -> dict[str, cdk.Stack]:
+    # An environment that cannot hold the workload it declares is refused before anything is built
+    # (stacks/sizing.py; `telemetry capacity --env NAME` shows every constraint).
+    refusal = assess_environment(config).refusal()
+    if refusal:
+        raise ConfigError(
+            f"environment '{config.name}' cannot hold its declared workload: {refusal} "
+            f"(telemetry capacity --env {config.name} shows every constraint)"
+        )
     env = cdk.Environment(account=config.account, region=config.region)
     # Stacks bound to an account ask it for its zones at synth time. Answer from config so
     # synthesis never needs credentials (this is the key the CDK's own lookup would fill).

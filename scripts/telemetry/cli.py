@@ -82,6 +82,8 @@ COMMANDS = (
             WORKSTATION, "scripts.replay_device_messages", json=True),
     Command(("simulate",), "run the simulator fleet over SSM Run Command and print the merged report",
             WORKSTATION, "scripts.run_simulation", dry_run_offline=True),
+    Command(("capacity",), "what the declared workload needs against what the environment provides", OFFLINE,
+            "scripts.telemetry.capacity", json=True),
     Command(("cost",), "what the environment costs per month, per message and per device", OFFLINE
             + " --live refreshes the prices from the AWS Price List API and needs credentials.",
             "scripts.telemetry.cost", json=True),

@@ -91,6 +91,10 @@ NO_CHARGE = {
     "AWS::SSM::Parameter": "standard-tier parameters have no charge",
     "AWS::KMS::Alias": "aliases have no charge; the key is priced",
     "AWS::MSK::Configuration": "broker configurations have no charge",
+    "AWS::ApplicationAutoScaling::ScalableTarget": "Application Auto Scaling has no charge; the storage it adds is "
+    "MSK storage (its alarms' metrics are CloudWatch's)",
+    "AWS::ApplicationAutoScaling::ScalingPolicy": "Application Auto Scaling has no charge; target tracking's two "
+    "alarms are created by the service, not the stack",
     "AWS::MSK::BatchScramSecret": "associating a secret has no charge; the secret is priced",
     "AWS::KinesisAnalyticsV2::ApplicationCloudWatchLoggingOption": "its log group is priced",
     "AWS::Logs::LogStream": "log streams have no charge; the log group is priced",
@@ -366,18 +370,21 @@ class Pricer:
         crossing = self.scenario.gb * (2 / 3) * 2 * 2  # produce and consume, each billed both ways
         self.line(stack, logical_id, kind, "client traffic between zones (2/3 of produce and consume, both directions)",
                   crossing, "transfer.inter_az", usage=True)
-        self._retention_check(brokers, volume)
+        self._capacity_check()
 
-    def _retention_check(self, brokers: int, volume_gb: float) -> None:
-        topic = next((t for t in self.config.msk.topics if t.name == self.config.telemetry_sink.topic), None)
-        if topic is None or not self.scenario.rate:
+    def _capacity_check(self) -> None:
+        """Whether the environment holds the priced rate, by the capacity model that synthesis
+        and `telemetry capacity` use (stacks/sizing.py), with the declared workload's message
+        size, compression and consumers at the scenario's rate."""
+        if not self.scenario.rate:
             return
-        needed = self.scenario.gb / (HOURS_PER_MONTH) * topic.retention_hours * topic.replication_factor
-        if needed > brokers * volume_gb * 0.85:
+        from stacks.sizing import assess_environment
+
+        refusal = assess_environment(self.config, rate=self.scenario.rate).refusal()
+        if refusal:
             self.estimate.notes.append(
-                f"topic {topic.name} would hold {needed:,.0f} GB ({topic.retention_hours} h at RF "
-                f"{topic.replication_factor}, before producer compression) on {brokers * volume_gb:,.0f} GB of "
-                "broker storage: raise msk.ebs_volume_gib or lower the retention"
+                f"at {self.scenario.rate:,.0f} msg/s {self.config.name} is outside what it was sized for "
+                f"(declared {self.config.workload.messages_per_second:,.0f} msg/s): {refusal}"
             )
 
     def nat_gateway(self, stack: Any, logical_id: str, resource: dict) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from aws_cdk import Duration, Fn, RemovalPolicy, Stack
+from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -56,6 +57,8 @@ class MskCluster(Construct):
         broker_instance_type: str,
         broker_count: int,
         ebs_volume_gib: int,
+        storage_autoscaling_max_gib: int,
+        storage_autoscaling_target_percent: int,
         enhanced_monitoring: str,
         log_retention_hours: int,
         min_insync_replicas: int,
@@ -164,6 +167,42 @@ class MskCluster(Construct):
         )
         self.cluster.apply_removal_policy(removal_policy)
         self.cluster_arn = self.cluster.attr_arn
+        self._storage_autoscaling(ebs_volume_gib, storage_autoscaling_max_gib, storage_autoscaling_target_percent)
+
+    def _storage_autoscaling(self, volume_gib: int, max_gib: int, target_percent: int) -> None:
+        """Broker storage grows before it fills: Application Auto Scaling on the brokers' volume
+        ("Automatic scaling for Amazon MSK clusters": scalable dimension
+        kafka:broker-storage:VolumeSize, the predefined metric KafkaBrokerStorageUtilization, a
+        target of 10-80 %, scale-in disabled because MSK storage only grows). Between actions MSK
+        waits six hours, so the disk alarm (msk_monitoring.py, above the target) still pages when the
+        growth outruns it or the volume reached its ceiling (max_gib, below the 16,384 GiB per broker
+        MSK allows). The template keeps the first size: CloudFormation asks MSK for a storage change
+        only when VolumeSize in the template changes, so a grown volume is left as it is; raising
+        msk.ebs_volume_gib below what auto scaling reached would be refused by MSK (storage cannot
+        shrink)."""
+        target = appscaling.CfnScalableTarget(
+            self,
+            "StorageScaling",
+            service_namespace="kafka",
+            scalable_dimension="kafka:broker-storage:VolumeSize",
+            resource_id=self.cluster.attr_arn,
+            min_capacity=volume_gib,
+            max_capacity=max_gib,
+        )
+        appscaling.CfnScalingPolicy(
+            self,
+            "StorageScalingPolicy",
+            policy_name=f"{self.cluster.cluster_name}-broker-storage",
+            policy_type="TargetTrackingScaling",
+            scaling_target_id=target.ref,
+            target_tracking_scaling_policy_configuration=appscaling.CfnScalingPolicy.TargetTrackingScalingPolicyConfigurationProperty(
+                target_value=target_percent,
+                predefined_metric_specification=appscaling.CfnScalingPolicy.PredefinedMetricSpecificationProperty(
+                    predefined_metric_type="KafkaBrokerStorageUtilization"
+                ),
+                disable_scale_in=True,
+            ),
+        )
 
     def allow_client(self, peer: ec2.ISecurityGroup) -> None:
         """Let members of `peer` reach the brokers' IAM listener, and nothing else."""

@@ -1,0 +1,78 @@
+"""An environment's declared workload (cdk.json `workload`) against what it provisions: the
+capacity model (stacks/capacity.py) fed from the environment's configuration.
+
+Synthesis refuses an environment whose declared workload does not fit (platform.build_platform),
+`telemetry capacity` prints every constraint, and `telemetry cost` says when a rate it prices is
+outside what the environment was sized for. The brokers hold every declared topic, but the
+workload is the telemetry topic's: the one the Flink sink reads (telemetry_sink.topic), whose
+partitions, replication and retention the MSK constraints take.
+"""
+
+from __future__ import annotations
+
+from stacks import capacity
+from stacks.config import EnvironmentConfig, TopicConfig
+
+
+def workload_of(config: EnvironmentConfig, *, rate: float | None = None) -> capacity.Workload:
+    """The declared workload; with `rate`, the same workload at that average and peak rate."""
+    declared = config.workload
+    average = declared.messages_per_second if rate is None else rate
+    peak = declared.peak_messages_per_second if rate is None else rate
+    return capacity.Workload(
+        messages_per_second=average,
+        peak_messages_per_second=max(peak, average),
+        message_bytes=declared.message_bytes,
+        compression_ratio=declared.compression_ratio,
+        consumer_groups=declared.consumer_groups,
+        devices=declared.devices,
+        iot_share=declared.iot_share,
+    )
+
+
+def telemetry_topic(config: EnvironmentConfig) -> TopicConfig:
+    return next(t for t in config.msk.topics if t.name == config.telemetry_sink.topic)
+
+
+def constraints(config: EnvironmentConfig, workload: capacity.Workload) -> list[capacity.Constraint]:
+    topic = telemetry_topic(config)
+    msk = config.msk
+    return [
+        *capacity.msk_standard_constraints(
+            workload,
+            broker_instance_type=msk.broker_instance_type,
+            broker_count=msk.broker_count,
+            ebs_volume_gib=msk.ebs_volume_gib,
+            partitions=topic.partitions,
+            replication_factor=topic.replication_factor,
+            retention_hours=topic.retention_hours,
+            disk_alarm_percent=msk.disk_alarm_percent,
+            kafka_version=msk.kafka_version,
+        ),
+        *capacity.sink_constraints(
+            workload,
+            parallelism=config.telemetry_sink.parallelism,
+            parallelism_per_kpu=config.telemetry_sink.parallelism_per_kpu,
+            partitions=topic.partitions,
+        ),
+        *capacity.network_path_constraints(workload, nat_gateways=config.network.nat_gateways),
+        *capacity.iot_constraints(
+            workload,
+            publish_quota_per_s=config.device_gateway.publish_quota_per_s,
+            connect_quota_per_s=config.device_gateway.connect_quota_per_s,
+        ),
+    ]
+
+
+def assess_environment(config: EnvironmentConfig, *, rate: float | None = None) -> capacity.Assessment:
+    return capacity.assess(constraints(config, workload_of(config, rate=rate)))
+
+
+def retention_hours_held(config: EnvironmentConfig, *, rate: float | None = None) -> float:
+    """How many hours of the telemetry topic the brokers hold at the rate, below the disk alarm."""
+    topic = telemetry_topic(config)
+    msk = config.msk
+    return capacity.retention_hours_held(
+        workload_of(config, rate=rate), partitions=topic.partitions, replication_factor=topic.replication_factor,
+        broker_count=msk.broker_count, ebs_volume_gib=msk.ebs_volume_gib, disk_alarm_percent=msk.disk_alarm_percent,
+    )  # fmt: skip

@@ -1,0 +1,132 @@
+"""Each environment declares its workload (cdk.json `workload`); synthesis refuses one that cannot
+hold it, naming the constraint, and `telemetry capacity` shows every constraint (issue 30)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import aws_cdk as cdk
+import pytest
+
+from stacks.config import ConfigError, load_environment
+from stacks.platform import build_platform
+from stacks.sizing import assess_environment, retention_hours_held
+from tests.conftest import ENVIRONMENTS, cdk_context
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_every_shipped_environment_holds_its_declared_workload_for_its_whole_retention(env):
+    config = load_environment(cdk_context()["environments"], env)
+    assessment = assess_environment(config)
+    assert assessment.ok, assessment.refusal()
+    topic = next(t for t in config.msk.topics if t.name == config.telemetry_sink.topic)
+    assert retention_hours_held(config) >= topic.retention_hours
+
+
+def test_prod_declares_the_proof_of_concepts_load():
+    workload = load_environment(cdk_context()["environments"], "prod").workload
+    assert (workload.messages_per_second, workload.message_bytes) == (73_800, 512)
+    # Measured with the simulator's own producer (devtools/measure_compression.py).
+    assert workload.compression_ratio == pytest.approx(10.02)
+
+
+def changed(env: str, **paths) -> object:
+    """The environment's config with some keys replaced: paths like workload__messages_per_second."""
+    environments = copy.deepcopy(cdk_context()["environments"])
+    for path, value in paths.items():
+        target = environments[env]
+        *parents, last = path.split("__")
+        for key in parents:
+            target = target[key]
+        target[last] = value
+    return load_environment(environments, env)
+
+
+# One case per constraint: the environment as shipped with one thing changed, and the line synthesis
+# prints (the constraint's name and the smallest fix).
+REFUSED = [
+    ("storage", "prod", {"workload__messages_per_second": 150_000, "workload__peak_messages_per_second": 150_000},
+     "msk: broker storage for 168 h at 150,000 msg/s", "use 6 x "),
+    ("replicas per broker", "dev", {"msk__topics": [{"name": "telemetry", "partitions": 1200, "replication_factor": 3,
+                                                    "retention_hours": 24}]},
+     "msk: partition replicas per broker: needs 1,200 replicas", "brokers or fewer partitions"),
+    ("volume throughput", "dev", {"workload__compression_ratio": 1.0, "workload__message_bytes": 100_000,
+                                  "msk__ebs_volume_gib": 16_000, "msk__storage_autoscaling_max_gib": 16_384},
+     "msk: volume throughput per broker at peak, one zone down", "brokers"),
+    ("sink KPUs", "dev", {"workload__messages_per_second": 9_000, "workload__peak_messages_per_second": 80_000},
+     "sink: KPUs at peak", ""),
+    ("AWS IoT publishes", "staging", {"workload__iot_share": 1.0},
+     "iot: inbound publishes per second per account at peak: needs 25,000", "raise the quota to 25,000"),
+]
+
+
+@pytest.mark.parametrize(("constraint", "env", "paths", "names", "fix"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_synthesis_refuses_an_environment_that_cannot_hold_its_workload_in_one_line(constraint, env, paths, names, fix):
+    config = changed(env, **paths)
+    with pytest.raises(ConfigError) as refused:
+        build_platform(cdk.App(), config)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"environment '{env}' cannot hold its declared workload: {names}"), message
+    assert fix in message and f"telemetry capacity --env {env}" in message
+
+
+def test_synthesis_through_the_app_says_it_in_one_line_and_exits_2(tmp_path):
+    from tests.test_app import assert_one_line_error, run_app
+
+    environments = copy.deepcopy(cdk_context()["environments"])
+    environments["dev"]["workload"]["messages_per_second"] = 60_000
+    environments["dev"]["workload"]["peak_messages_per_second"] = 60_000
+    result = run_app({**cdk_context(), "environments": environments, "env": "dev"}, tmp_path)
+    assert_one_line_error(result, "environment 'dev' cannot hold its declared workload: msk: broker storage")
+
+
+def test_prod_brokers_grow_their_storage_before_it_fills_and_page_before_the_ceiling(synthesized):
+    config = load_environment(cdk_context()["environments"], "prod")
+    resources = synthesized("prod").stacks["msk"]["Resources"]
+    (target,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::ApplicationAutoScaling::ScalableTarget"]
+    assert target["ServiceNamespace"] == "kafka" and target["ScalableDimension"] == "kafka:broker-storage:VolumeSize"
+    assert (target["MinCapacity"], target["MaxCapacity"]) == (config.msk.ebs_volume_gib, config.msk.storage_autoscaling_max_gib)
+    assert target["MaxCapacity"] <= 16_384
+    (policy,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::ApplicationAutoScaling::ScalingPolicy"]
+    tracking = policy["TargetTrackingScalingPolicyConfiguration"]
+    assert tracking["PredefinedMetricSpecification"] == {"PredefinedMetricType": "KafkaBrokerStorageUtilization"}
+    assert tracking["DisableScaleIn"] is True
+    assert tracking["TargetValue"] == config.msk.storage_autoscaling_target_percent < config.msk.disk_alarm_percent
+    disk_alarms = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm"
+                   and '"MetricName": "KafkaDataLogsDiskUsed"' in json.dumps(r["Properties"])]
+    assert len(disk_alarms) == config.msk.broker_count
+    assert {a["Threshold"] for a in disk_alarms} == {config.msk.disk_alarm_percent}
+
+
+@pytest.mark.parametrize(("paths", "message"), [
+    ({"msk__storage_autoscaling_max_gib": 1_000}, "storage_autoscaling_max_gib 1000 must be above ebs_volume_gib 1600"),
+    ({"msk__storage_autoscaling_target_percent": 90}, "storage_autoscaling_target_percent: Input should be less than or equal to 80"),
+    ({"msk__storage_autoscaling_target_percent": 80, "msk__disk_alarm_percent": 75}, "must be below disk_alarm_percent 75"),
+    ({"workload__peak_messages_per_second": 1_000}, "peak_messages_per_second 1000 is below messages_per_second 73800"),
+    ({"workload__compression_ratio": 0.5}, "workload.compression_ratio: Input should be greater than or equal to 1"),
+])
+def test_bad_sizing_keys_are_refused_with_one_line(paths, message):
+    with pytest.raises(ConfigError) as refused:
+        changed("prod", **paths)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_telemetry_capacity_shows_every_constraint_and_names_the_binding_one(capsys):
+    from scripts.telemetry import cli
+
+    assert cli.main(["capacity", "--env", "prod", "--format", "json", "--limits"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["ok"] and found["refusal"] is None
+    assert found["binding"].startswith("msk: broker storage for 168 h at 73,800 msg/s")
+    assert found["retention_hours_held"] >= found["topic"]["retention_hours"] == 168
+    names = [c["name"] for c in found["constraints"]]
+    assert any(n.startswith("msk: volume throughput") for n in names) and "sink: KPUs at peak" in names
+    assert all({"need", "provided", "unit", "headroom", "ok", "binding"} <= set(c) for c in found["constraints"])
+    assert all(limit["page"] and limit["url"] and limit["read_on"] for limit in found["limits"])
+
+    # At twice the rate: exit 1, and the same line synthesis would print.
+    assert cli.main(["capacity", "--env", "prod", "--rate", "147600"]) == 1
+    out = capsys.readouterr().out
+    assert "does not hold the load: msk: broker storage for 168 h at 147,600 msg/s" in out
+    assert out.splitlines()[0].endswith("(--rate; the declared workload differs)")
