@@ -37,6 +37,15 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FILES = Path(__file__).resolve().parent / "local-kafka"  # pom, broker and logging settings
+
+
+def broker_setting(name: str) -> str:
+    """A value of the local broker's server.properties (every broker started here uses it)."""
+    for line in (FILES / "server.properties").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == name:
+            return value.strip()
+    raise KeyError(name)
 POM = FILES / "pom.xml"
 CACHE_DIR = REPO_ROOT / ".cache" / "kafka"
 LIBS_DIR = CACHE_DIR / "libs"

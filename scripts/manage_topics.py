@@ -90,6 +90,7 @@ class Environment:
 
 def declared_environment(environment: str) -> Environment:
     from stacks.config import ConfigError, load_environment, read_environments
+    from stacks.sizing import retention_bytes_guard
     from stacks.naming import (
         bootstrap_parameter_name,
         manage_topics_document_name,
@@ -105,8 +106,10 @@ def declared_environment(environment: str) -> Environment:
         config = load_environment(read_environments(), environment)
     except ConfigError as error:
         raise TopicError(str(error)) from None
+    # Every topic gets the retention.bytes guard sized from the brokers' storage (stacks/sizing.py).
+    guard = retention_bytes_guard(config)
     specs = [
-        TopicSpec(t.name, t.partitions, t.replication_factor, t.retention_hours * MS_PER_HOUR)
+        TopicSpec(t.name, t.partitions, t.replication_factor, t.retention_hours * MS_PER_HOUR, guard)
         for t in config.msk.topics
     ]
     return Environment(

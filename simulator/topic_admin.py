@@ -47,6 +47,16 @@ class TopicSpec:
     partitions: int
     replication_factor: int
     retention_ms: int
+    # retention.bytes, per partition: the guard that keeps brokers from filling (stacks/sizing.py);
+    # None leaves the topic's as it is.
+    retention_bytes: int | None = None
+
+    def configs(self) -> dict[str, str]:
+        """The topic configurations this tool declares."""
+        declared = {"retention.ms": str(self.retention_ms)}
+        if self.retention_bytes is not None:
+            declared["retention.bytes"] = str(self.retention_bytes)
+        return declared
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,7 @@ class ExistingTopic:
     partitions: int
     replication_factor: int
     retention_ms: int | None
+    retention_bytes: int | None = None  # -1: no limit (Kafka's default)
 
 
 @dataclass(frozen=True)
@@ -141,14 +152,13 @@ def plan(specs: Iterable[TopicSpec], existing: Mapping[str, ExistingTopic]) -> l
                     spec, "add-partitions", f"{current.partitions} -> {spec.partitions} partitions"
                 )
             )
-        if current.retention_ms != spec.retention_ms:
-            changes.append(
-                TopicChange(
-                    spec,
-                    "set-retention",
-                    f"retention.ms {current.retention_ms} -> {spec.retention_ms}",
-                )
-            )
+        retention = [f"retention.ms {current.retention_ms} -> {spec.retention_ms}"] * (
+            current.retention_ms != spec.retention_ms
+        )
+        if spec.retention_bytes is not None and current.retention_bytes != spec.retention_bytes:
+            retention.append(f"retention.bytes {current.retention_bytes} -> {spec.retention_bytes}")
+        if retention:
+            changes.append(TopicChange(spec, "set-retention", ", ".join(retention)))
         if not any(c.topic is spec for c in changes):
             changes.append(
                 TopicChange(
@@ -206,19 +216,20 @@ class KafkaTopics:
                 resources, request_timeout=self._timeout
             ).items():
                 try:
-                    entry = future.result().get("retention.ms")
+                    entries = future.result()
                 except KafkaException as error:
                     reason = missing_permission(error.args[0], "describe-configs", topic=resource.name)
                     raise TopicError(f"describe configuration of {resource.name} failed: {reason}") from None
-                retention[resource.name] = (
+                retention[resource.name] = tuple(
                     int(entry.value) if entry and entry.value is not None else None
+                    for entry in (entries.get("retention.ms"), entries.get("retention.bytes"))
                 )
         topics = {}
         for name in present:
             partitions = partitions_of[name]
             replicas = {len(p.replicas) for p in partitions.values()}
             topics[name] = ExistingTopic(
-                name, len(partitions), max(replicas, default=0), retention[name]
+                name, len(partitions), max(replicas, default=0), *retention[name]
             )
         return topics
 
@@ -241,7 +252,7 @@ class KafkaTopics:
                         spec.name,
                         spec.partitions,
                         spec.replication_factor,
-                        config={"retention.ms": str(spec.retention_ms)},
+                        config=spec.configs(),
                     )
                 ],
                 request_timeout=self._timeout,
@@ -251,11 +262,12 @@ class KafkaTopics:
                 [NewPartitions(spec.name, spec.partitions)], request_timeout=self._timeout
             )
         elif change.action == "set-retention":
-            entry = ConfigEntry(
-                "retention.ms", str(spec.retention_ms), incremental_operation=AlterConfigOpType.SET
-            )
+            entries = [
+                ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+                for key, value in spec.configs().items()
+            ]
             futures = self._admin.incremental_alter_configs(
-                [ConfigResource(ResourceType.TOPIC, spec.name, incremental_configs=[entry])],
+                [ConfigResource(ResourceType.TOPIC, spec.name, incremental_configs=entries)],
                 request_timeout=self._timeout,
             )
         else:

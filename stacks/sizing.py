@@ -76,3 +76,29 @@ def retention_hours_held(config: EnvironmentConfig, *, rate: float | None = None
         workload_of(config, rate=rate), partitions=topic.partitions, replication_factor=topic.replication_factor,
         broker_count=msk.broker_count, ebs_volume_gib=msk.ebs_volume_gib, disk_alarm_percent=msk.disk_alarm_percent,
     )  # fmt: skip
+
+
+# The retention.bytes guard on every declared topic (`telemetry topics` sets it). retention.bytes is
+# per partition, and Kafka deletes whole closed segments past it, so a partition can hold up to one
+# segment more ("retention.bytes": "the maximum size a partition ... can grow to before we will
+# discard old log segments", Kafka topic configuration; log.segment.bytes defaults to 1 GiB, which the
+# brokers' configuration keeps, msk_cluster.server_properties). Sized so that every partition replica
+# a broker holds, at the guard plus one segment, fits in GUARD_PERCENT of the volume storage auto
+# scaling may grow to: the disk alarm (85% of the current volume) pages long before, and the guard
+# only ever deletes data when auto scaling has reached its ceiling and nobody acted.
+GUARD_PERCENT = 95
+SEGMENT_BYTES = 1024**3
+
+
+def retention_bytes_guard(config: EnvironmentConfig) -> int:
+    msk = config.msk
+    replicas = sum(t.partitions * t.replication_factor for t in msk.topics)
+    per_broker = -(-replicas // msk.broker_count)  # the fullest broker, replicas spread evenly
+    usable = msk.storage_autoscaling_max_gib * 1024**3 * GUARD_PERCENT // 100
+    guard = usable // per_broker - SEGMENT_BYTES
+    if guard <= 0:
+        raise ValueError(
+            f"msk.storage_autoscaling_max_gib {msk.storage_autoscaling_max_gib} leaves no room for a retention.bytes "
+            f"guard over {per_broker} partition replicas per broker"
+        )
+    return guard

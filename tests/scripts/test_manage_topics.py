@@ -21,16 +21,19 @@ from scripts.manage_topics import (
     plan,
     reconcile,
 )
+from devtools import local_kafka
 from scripts.telemetry import cli
 from simulator.kafka_config import connection_settings
 from tests.conftest import REPO
 
 HOUR_MS = 3_600_000
+# The local broker's log.retention.bytes: what a topic created without its own reports.
+BROKER_RETENTION_BYTES = int(local_kafka.broker_setting("log.retention.bytes"))
 
 
-def spec(name: str, partitions: int = 3, retention_hours: int = 24) -> TopicSpec:
+def spec(name: str, partitions: int = 3, retention_hours: int = 24, retention_bytes: int | None = None) -> TopicSpec:
     # One broker here: replication factor 1 (the declared topics of real environments use 3).
-    return TopicSpec(name, partitions, 1, retention_hours * HOUR_MS)
+    return TopicSpec(name, partitions, 1, retention_hours * HOUR_MS, retention_bytes)
 
 
 def test_plan_covers_every_difference():
@@ -66,7 +69,7 @@ def test_reconcile_creates_then_updates_then_changes_nothing(topics):
     out = io.StringIO()
     assert reconcile(topics, [spec(name, 3, 24)], dry_run=False, out=out) == 0
     assert f"{name}: create: 3 partitions, RF 1" in out.getvalue()
-    assert topics.describe([name]) == {name: ExistingTopic(name, 3, 1, 24 * HOUR_MS)}
+    assert topics.describe([name]) == {name: ExistingTopic(name, 3, 1, 24 * HOUR_MS, BROKER_RETENTION_BYTES)}
 
     out = io.StringIO()
     assert reconcile(topics, [spec(name, 5, 48)], dry_run=True, out=out) == 0
@@ -74,7 +77,7 @@ def test_reconcile_creates_then_updates_then_changes_nothing(topics):
     assert topics.describe([name])[name].partitions == 3  # dry run changed nothing
 
     assert reconcile(topics, [spec(name, 5, 48)], dry_run=False, out=io.StringIO()) == 0
-    assert topics.describe([name]) == {name: ExistingTopic(name, 5, 1, 48 * HOUR_MS)}
+    assert topics.describe([name]) == {name: ExistingTopic(name, 5, 1, 48 * HOUR_MS, BROKER_RETENTION_BYTES)}
 
     out = io.StringIO()
     assert reconcile(topics, [spec(name, 5, 48)], dry_run=False, out=out) == 0
@@ -83,6 +86,38 @@ def test_reconcile_creates_then_updates_then_changes_nothing(topics):
     out = io.StringIO()
     assert reconcile(topics, [spec(name, 2, 48)], dry_run=False, out=out) == 1
     assert "Kafka cannot remove partitions" in out.getvalue()
+
+
+def test_the_retention_bytes_guard_is_set_on_create_and_reconciled_after(topics):
+    """The guard that keeps brokers from filling (stacks/sizing.retention_bytes_guard): declared with
+    the topic, read back from the broker, changed in place, then unchanged."""
+    name = f"guarded-{uuid.uuid4().hex[:8]}"
+    assert reconcile(topics, [spec(name, 3, 24, 5 * 2**30)], dry_run=False, out=io.StringIO()) == 0
+    assert topics.describe([name])[name].retention_bytes == 5 * 2**30
+
+    out = io.StringIO()
+    assert reconcile(topics, [spec(name, 3, 24, 7 * 2**30)], dry_run=False, out=out) == 0
+    assert f"{name}: set-retention: retention.bytes {5 * 2**30} -> {7 * 2**30}" in out.getvalue()
+    assert topics.describe([name])[name] == ExistingTopic(name, 3, 1, 24 * HOUR_MS, 7 * 2**30)
+
+    out = io.StringIO()
+    assert reconcile(topics, [spec(name, 3, 24, 7 * 2**30)], dry_run=False, out=out) == 0
+    assert out.getvalue() == f"{name}: unchanged: 3 partitions, RF 1\n"
+
+
+def test_every_declared_topic_carries_the_guard_sized_from_the_brokers_storage():
+    from stacks.config import load_environment, read_environments
+    from stacks.sizing import GUARD_PERCENT, SEGMENT_BYTES, retention_bytes_guard
+
+    for env in ("dev", "prod"):
+        config = load_environment(read_environments(), env)
+        guard = retention_bytes_guard(config)
+        assert {s.retention_bytes for s in declared_environment(env).topics} == {guard}
+        # Every replica on the fullest broker at the guard plus one open segment fits below 95% of
+        # the largest volume storage auto scaling may grow to.
+        replicas = -(-sum(t.partitions * t.replication_factor for t in config.msk.topics) // config.msk.broker_count)
+        assert replicas * (guard + SEGMENT_BYTES) <= config.msk.storage_autoscaling_max_gib * 2**30 * GUARD_PERCENT / 100
+    assert retention_bytes_guard(load_environment(read_environments(), "prod")) // 2**30 == 252
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:

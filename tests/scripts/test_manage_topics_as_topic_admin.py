@@ -20,6 +20,7 @@ import pytest
 from scripts.manage_topics import ExistingTopic, KafkaTopics, TopicError, TopicSpec, reconcile
 from simulator.kafka_config import SASL_PASSWORD_ENV
 from stacks.config import load_environment
+from devtools import local_kafka
 from tests.conftest import REPO, cdk_context
 from tests.msk_authorization import (
     Cluster,
@@ -31,6 +32,7 @@ from tests.msk_authorization import (
 pytestmark = pytest.mark.integration
 ENV = "dev"
 HOUR_MS = 3_600_000
+BROKER_RETENTION_BYTES = int(local_kafka.broker_setting("log.retention.bytes"))  # a topic without its own
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +80,7 @@ def test_the_topic_administrator_creates_then_alters_the_declared_topic(
     assert f"{name}: set-retention: retention.ms {24 * HOUR_MS} -> {48 * HOUR_MS}" in out.getvalue()
 
     as_super_user = KafkaTopics(secured_kafka.broker.client_settings(), timeout_s=30)
-    assert as_super_user.describe([name]) == {name: ExistingTopic(name, 6, 1, 48 * HOUR_MS)}
+    assert as_super_user.describe([name]) == {name: ExistingTopic(name, 6, 1, 48 * HOUR_MS, BROKER_RETENTION_BYTES)}
     out = io.StringIO()
     assert reconcile(topics, [spec(name, 6, 48)], dry_run=False, out=out) == 0
     assert out.getvalue() == f"{name}: unchanged: 6 partitions, RF 1\n"
