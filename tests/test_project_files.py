@@ -19,3 +19,12 @@ def test_the_licence_is_apache_2_and_every_place_names_the_same_one():
 def test_security_reports_have_a_private_way_in():
     text = (REPO / "SECURITY.md").read_text()
     assert "do not open a public issue" in text and "Report a vulnerability" in text
+
+
+def test_the_readme_contents_list_every_section_in_order():
+    import re
+
+    text = (REPO / "README.md").read_text()
+    sections = re.findall(r"^## (.+)$", text, re.M)
+    listed = re.findall(r"^- \[(.+?)\]\(#[^)]+\)$", text.split("## Quick start", 1)[0], re.M)
+    assert listed == sections
