@@ -179,5 +179,6 @@ def describe(plan: FleetPlan) -> str:
     lines.append("quotas:")
     for check in plan.checks:
         mark = "ok  " if check.ok else "OVER"
-        lines.append(f"  {mark} {check.service}: {check.name}: {check.needed:,.1f} of {check.limit:,.0f} {check.unit}")
+        needed = f"{check.needed:,.0f}" if float(check.needed).is_integer() else f"{check.needed:,.1f}"
+        lines.append(f"  {mark} {check.service}: {check.name}: {needed} of {check.limit:,.0f} {check.unit}")
     return "\n".join(lines)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
+from scripts.telemetry.errors import OperationFailed
 from scripts.cluster_inventory import RUN_COMMAND_UNFINISHED, ToolError
 from scripts.run_command_output import cloudwatch_output, invocation, whole_output
 from simulator.errors import SimulatorError
@@ -473,8 +474,8 @@ def print_fleet_plan(config: EnvironmentConfig, args: argparse.Namespace) -> int
                        config=config, hosts=args.hosts)
     print(describe(fleet))
     refusal = fleet.refusal_line()
-    if refusal:
-        raise RunError(refusal)
+    if refusal:  # the plan was asked for and shown; a check it fails is a failed check (exit 1)
+        raise OperationFailed(refusal)
     return 0
 
 

@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
             parent = made[group]
         module: ModuleType = importlib.import_module(command.module)
         epilog = command.needs + (" Its --dry-run needs no credentials." if command.dry_run_offline else "")
-        parser = parent.add_parser(command.path[-1], help=command.summary, description=command.summary.capitalize() + ".",
+        parser = parent.add_parser(command.path[-1], help=command.summary, description=command.summary[0].upper() + command.summary[1:] + ".",
                                    epilog=epilog, parents=[common])
         if command.mode:
             module.add_arguments(parser, mode=command.mode)
