@@ -30,9 +30,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-from scripts.telemetry.errors import OperationFailed
 from scripts.cluster_inventory import RUN_COMMAND_UNFINISHED, ToolError
 from scripts.run_command_output import cloudwatch_output, invocation, whole_output
+from scripts.telemetry.errors import OperationFailed
 from simulator.errors import SimulatorError
 from simulator.flags import add_slo_flags, given_thresholds
 from simulator.slo import thresholds_of
