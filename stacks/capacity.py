@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 MIB = 2**20
 GIB = 2**30
+MB = 1e6 / MIB  # MiB in a megabyte: the EC2 tables state throughput in MB/s (10^6 bytes)
 READ_ON = "2026-11-26"
 AVAILABILITY_ZONES = 3  # the VPC's three zones (stacks/config.py SUPPORTED_AZ_COUNT); Express needs 3
 
@@ -107,8 +108,8 @@ def _broker_limits() -> list[Limit]:
         rows += [
             _limit(f"{kind} recommended partitions per broker (leaders and followers)", spec["partitions"],
                    "partitions", BEST_PRACTICES),
-            _limit(f"{kind} baseline EBS throughput", spec["ebs"], "MiB/s", MSK_SIZING),
-            _limit(f"{kind} baseline network throughput", spec["network"], "MiB/s", MSK_SIZING),
+            _limit(f"{kind} baseline EBS throughput", spec["ebs"], "MB/s", MSK_SIZING),
+            _limit(f"{kind} baseline network throughput", spec["network"], "MB/s", MSK_SIZING),
         ]  # fmt: skip
     for kind, spec in EXPRESS_BROKERS.items():
         rows += [
@@ -130,15 +131,21 @@ MAX_STORAGE_PER_BROKER = _limit("maximum storage per Standard broker", 16_384, "
 AUTOSCALING_TARGET_MAX = _limit("storage auto scaling utilization target, highest allowed", 80, "%", AUTOSCALING)
 AUTOSCALING_STEP = _limit("storage auto scaling step: the larger of 10 GiB and this share of current storage", 10,
                           "%", AUTOSCALING)  # fmt: skip
-AUTOSCALING_COOLDOWN = _limit("storage scaling actions at most once every", 6, "hours", AUTOSCALING_INTRO)
+AUTOSCALING_COOLDOWN = _limit("storage scaling actions at most once every (the cool-down can exceed 24 h)", 6, "hours",
+                              AUTOSCALING_INTRO)  # fmt: skip
 TIERED_MIN_RETENTION = _limit("retention.ms of a tiered topic, minimum", 72, "hours", TIERED_TOPIC)
 TIERED_MIN_SEGMENT = _limit("segment.bytes of a tiered topic, minimum", 48, "MiB", TIERED_TOPIC)
-TIERED_MIN_KAFKA = _limit("Kafka version for tiered storage, minimum", 3.6, "version", TIERED_ENABLE)
+TIERED_MIN_KAFKA = _limit("Kafka version for tiered storage, minimum (3.6 as major + minor / 100)", 3.06, "version",
+                          TIERED_ENABLE)  # fmt: skip
 # AWS's sizing model's choices, used here as they are there: the share of a Standard broker's
 # throughput to plan for (its --utilization-standard default) and the headroom on broker storage
 # the skill's sizing page asks for ("Add 20% headroom").
 STANDARD_UTILIZATION = _limit("planned share of a Standard broker's throughput", 0.5, "fraction", MSK_SIZING)
-STORAGE_HEADROOM = _limit("headroom over the retained bytes on broker storage", 1.2, "x", MSK_SKILL_SIZING)
+# Kafka's log.segment.bytes default (Kafka documentation, broker configs), which the brokers'
+# configuration keeps (msk_cluster.server_properties).
+KAFKA_SEGMENT_BYTES = _limit("segment.bytes default (Kafka), one open per partition replica", 1024, "MiB",
+                             ("Apache Kafka documentation, Broker Configs: log.segment.bytes",
+                              "https://kafka.apache.org/documentation/#brokerconfigs_log.segment.bytes"))  # fmt: skip
 TIERED_SEGMENT_BYTES_DEFAULT = _limit("segment.bytes default on tiered clusters", 128, "MiB", MSK_SKILL_SIZING)
 NAT_BANDWIDTH = _limit("NAT gateway bandwidth (scales automatically to 100 Gbps)", 5, "Gbps", NAT)
 ENDPOINT_BANDWIDTH = _limit("interface endpoint bandwidth per zone (scales automatically to 100 Gbps)", 10, "Gbps",
@@ -172,7 +179,7 @@ def limits() -> list[Limit]:
     return [
         *_broker_limits(), EXPRESS_EGRESS_PER_INGRESS, EXPRESS_REPLICATION, DEFAULT_VOLUME_THROUGHPUT,
         MAX_STORAGE_PER_BROKER, AUTOSCALING_TARGET_MAX, AUTOSCALING_STEP, AUTOSCALING_COOLDOWN, TIERED_MIN_RETENTION,
-        TIERED_MIN_SEGMENT, TIERED_MIN_KAFKA, STANDARD_UTILIZATION, STORAGE_HEADROOM, TIERED_SEGMENT_BYTES_DEFAULT,
+        TIERED_MIN_SEGMENT, TIERED_MIN_KAFKA, STANDARD_UTILIZATION, KAFKA_SEGMENT_BYTES, TIERED_SEGMENT_BYTES_DEFAULT,
         NAT_BANDWIDTH, ENDPOINT_BANDWIDTH, KPU_VCPUS, SINK_CPU_CEILING, SINK_RECORDS_PER_SUBTASK, *_iot_limits(),
     ]  # fmt: skip
 
@@ -190,7 +197,7 @@ class Workload:
     compression_ratio: float  # payload bytes / bytes in the broker's log (devtools/measure_compression.py)
     consumer_groups: int  # groups reading the whole topic (the Flink sink is one)
     devices: int
-    iot_share: float = 1.0  # the share of messages devices send through AWS IoT Core (the rest produce to Kafka)
+    iot_share: float = 0.0  # the share of messages devices send through AWS IoT Core (the rest produce to Kafka)
 
     def __post_init__(self) -> None:
         if self.peak_messages_per_second < self.messages_per_second:
@@ -198,9 +205,16 @@ class Workload:
         if self.compression_ratio <= 0 or self.message_bytes <= 0 or not 0 <= self.iot_share <= 1:
             raise ValueError("compression_ratio and message_bytes must be > 0, iot_share within 0..1")
 
+    def broker_bytes_per_message(self) -> float:
+        """Bytes a message takes on the brokers. Producers' batches are stored and replicated as they
+        compressed them; the AWS IoT rule's Kafka action sends each message as it came, uncompressed
+        (its client property compression.type defaults to none, AWS IoT Developer Guide, "Apache
+        Kafka" rule action; the rule sets none, kafka_topic_rule.py), one record per execution."""
+        return self.message_bytes * ((1 - self.iot_share) / self.compression_ratio + self.iot_share)
+
     def broker_mib_s(self, rate: float) -> float:
-        """MiB/s the brokers take in for `rate` messages/s: compressed batches."""
-        return rate * self.message_bytes / self.compression_ratio / MIB
+        """MiB/s the brokers take in for `rate` messages/s."""
+        return rate * self.broker_bytes_per_message() / MIB
 
     @property
     def average_mib_s(self) -> float:
@@ -303,35 +317,48 @@ def broker_gib_per_hour(workload: Workload, *, partitions: int, replication_fact
     return workload.gib_per_hour() / partitions * replicas_per_broker(partitions, replication_factor, broker_count)
 
 
+def open_segments_gib(partitions: int, replication_factor: int, broker_count: int,
+                      segment_mib: float = KAFKA_SEGMENT_BYTES.value) -> float:  # fmt: skip
+    """What retention cannot delete on the fullest broker: one open segment per partition replica
+    (Kafka deletes whole closed segments only)."""
+    return replicas_per_broker(partitions, replication_factor, broker_count) * segment_mib / 1024
+
+
 def retention_hours_held(workload: Workload, *, partitions: int, replication_factor: int, broker_count: int,
-                         ebs_volume_gib: float, disk_alarm_percent: float) -> float:  # fmt: skip
-    """Hours of the declared rate the fullest broker keeps below the disk alarm, with the headroom."""
+                         ebs_volume_gib: float, fill_percent: float) -> float:  # fmt: skip
+    """Hours of the rate the fullest broker keeps within fill_percent of its volume (the storage
+    auto scaling target, where MSK holds it), its open segments counted."""
     hourly = broker_gib_per_hour(workload, partitions=partitions, replication_factor=replication_factor,
                                  broker_count=broker_count)  # fmt: skip
-    usable = ebs_volume_gib * disk_alarm_percent / 100
-    return math.inf if hourly <= 0 else usable / (hourly * STORAGE_HEADROOM.value)
+    usable = ebs_volume_gib * fill_percent / 100 - open_segments_gib(partitions, replication_factor, broker_count)
+    return math.inf if hourly <= 0 else max(0.0, usable) / hourly
 
 
 def volume_needed_gib(workload: Workload, *, hours: float, partitions: int, replication_factor: int,
-                      broker_count: int, disk_alarm_percent: float, extra_gib: float = 0.0) -> float:  # fmt: skip
+                      broker_count: int, fill_percent: float, extra_gib: float | None = None) -> float:  # fmt: skip
+    """The volume the fullest broker needs for `hours` of the rate, filled to fill_percent (the
+    storage auto scaling target: MSK grows a volume whose use passes it, so data planned beyond it
+    would cost more than priced). extra_gib: the open segments, one per replica by default."""
     hourly = broker_gib_per_hour(workload, partitions=partitions, replication_factor=replication_factor,
                                  broker_count=broker_count)  # fmt: skip
-    return (hourly * hours * STORAGE_HEADROOM.value + extra_gib) / (disk_alarm_percent / 100)
+    if extra_gib is None:
+        extra_gib = open_segments_gib(partitions, replication_factor, broker_count)
+    return (hourly * hours + extra_gib) / (fill_percent / 100)
 
 
 def _storage_fix(workload: Workload, *, hours: float, partitions: int, replication_factor: int, broker_count: int,
-                 ebs_volume_gib: float, disk_alarm_percent: float, retention_hours: float) -> str:  # fmt: skip
+                 ebs_volume_gib: float, fill_percent: float, retention_hours: float) -> str:  # fmt: skip
     """'enable tiered storage with at most N h on brokers, or use B x V GiB' (whichever apply)."""
     options = []
     held = retention_hours_held(workload, partitions=partitions, replication_factor=replication_factor,
                                 broker_count=broker_count, ebs_volume_gib=ebs_volume_gib,
-                                disk_alarm_percent=disk_alarm_percent)  # fmt: skip
+                                fill_percent=fill_percent)  # fmt: skip
     if retention_hours >= TIERED_MIN_RETENTION.value and held >= 1:
         options.append(f"enable tiered storage with at most {math.floor(held)} h on brokers")
     count = broker_count
     while count <= 60:
         volume = volume_needed_gib(workload, hours=hours, partitions=partitions, replication_factor=replication_factor,
-                                   broker_count=count, disk_alarm_percent=disk_alarm_percent)  # fmt: skip
+                                   broker_count=count, fill_percent=fill_percent)  # fmt: skip
         if volume <= MAX_STORAGE_PER_BROKER.value:
             options.append(f"use {count} x {min(MAX_STORAGE_PER_BROKER.value, math.ceil(volume / 100) * 100):,.0f} GiB")
             break
@@ -348,7 +375,7 @@ def msk_standard_constraints(
     partitions: int,
     replication_factor: int,
     retention_hours: float,
-    disk_alarm_percent: float = 85,
+    fill_percent: float = 70,
     primary_retention_hours: float | None = None,
     provisioned_throughput_mib_s: float | None = None,
     kafka_version: str | None = None,
@@ -362,8 +389,9 @@ def msk_standard_constraints(
       tiered storage each leader also reads its closed segments back to upload them;
     - network out: replication to RF-1 followers, one copy per consumer group; with tiered storage
       the upload to the remote tier too.
-    Storage is sized at the average rate for the hours kept on brokers, with STORAGE_HEADROOM,
-    below the disk alarm threshold; the fullest broker decides.
+    Storage is sized at the average rate for the hours kept on brokers, plus an open segment per
+    replica, filled to fill_percent: the storage auto scaling target, where MSK holds a volume (it
+    grows one whose use passes the target), below the disk alarm; the fullest broker decides.
     """
     spec = STANDARD_BROKERS.get(broker_instance_type)
     if spec is None:
@@ -373,7 +401,7 @@ def msk_standard_constraints(
     live = _live_brokers(broker_count)
     peak = workload.peak_mib_s
     util = STANDARD_UTILIZATION.value
-    volume_throughput = min(spec["ebs"], provisioned_throughput_mib_s or DEFAULT_VOLUME_THROUGHPUT.value)
+    volume_throughput = min(spec["ebs"] * MB, provisioned_throughput_mib_s or DEFAULT_VOLUME_THROUGHPUT.value)
     upload = peak / live if tiered else 0.0
     writes = peak * replication_factor / live + upload
     network_out = peak * (replication_factor - 1 + workload.consumer_groups) / live + upload
@@ -386,24 +414,24 @@ def msk_standard_constraints(
         Constraint("msk: volume throughput per broker at peak, one zone down", writes, volume_throughput * util, "MiB/s",
                    f"use {brokers_for(writes, volume_throughput * util)} brokers"
                    + (f" or {bigger}" if bigger else "")),
-        Constraint("msk: network out per broker at peak, one zone down", network_out, spec["network"] * util, "MiB/s",
-                   f"use {brokers_for(network_out, spec['network'] * util)} brokers" + (f" or {bigger}" if bigger else "")),
+        Constraint("msk: network out per broker at peak, one zone down", network_out, spec["network"] * MB * util, "MiB/s",
+                   f"use {brokers_for(network_out, spec['network'] * MB * util)} brokers" + (f" or {bigger}" if bigger else "")),
     ]  # fmt: skip
     replicas = replicas_per_broker(partitions, replication_factor, broker_count)
     rows.append(Constraint(
         "msk: partition replicas per broker", replicas, spec["partitions"], "replicas",
         f"use {_round_up_to_zones(math.ceil(partitions * replication_factor / spec['partitions']))} brokers or fewer "
         "partitions"))  # fmt: skip
-    segments_gib = replicas * TIERED_SEGMENT_BYTES_DEFAULT.value / 1024 if tiered else 0.0  # the open segments
+    segments_gib = replicas * TIERED_SEGMENT_BYTES_DEFAULT.value / 1024 if tiered else None  # open segments (default: Kafka's 1 GiB)
     need_gib = volume_needed_gib(workload, hours=local_hours, partitions=partitions,
                                  replication_factor=replication_factor, broker_count=broker_count,
-                                 disk_alarm_percent=disk_alarm_percent, extra_gib=segments_gib)  # fmt: skip
+                                 fill_percent=fill_percent, extra_gib=segments_gib)  # fmt: skip
     rows.append(Constraint(
         f"msk: broker storage for {local_hours:g} h at {workload.messages_per_second:,.0f} msg/s "
-        f"(below the {disk_alarm_percent:g}% disk alarm, {STORAGE_HEADROOM.value:g}x headroom)",
+        f"(filled to the {fill_percent:g}% storage auto scaling target, an open segment per replica)",
         need_gib, min(ebs_volume_gib, MAX_STORAGE_PER_BROKER.value), "GiB per broker",
         _storage_fix(workload, hours=local_hours, partitions=partitions, replication_factor=replication_factor,
-                     broker_count=broker_count, ebs_volume_gib=ebs_volume_gib, disk_alarm_percent=disk_alarm_percent,
+                     broker_count=broker_count, ebs_volume_gib=ebs_volume_gib, fill_percent=fill_percent,
                      retention_hours=retention_hours)))  # fmt: skip
     if tiered:
         rows.append(Constraint("msk: tiered topic retention (MSK's minimum for remote storage)",
@@ -416,8 +444,9 @@ def msk_standard_constraints(
 
 
 def _kafka_version(text: str) -> float:
+    """"3.9.x", "3.10.x.kraft" -> 3.09, 3.10: minor versions compare as numbers (3.10 is after 3.9)."""
     major, minor = text.split(".")[:2]
-    return int(major) + int(minor) / 10
+    return int(major) + int(minor) / 100
 
 
 def _next_instance(instance_type: str) -> str | None:
@@ -577,7 +606,7 @@ class MskDesign:
 
 
 def msk_constraints(workload: Workload, design: MskDesign, *, partitions: int, replication_factor: int,
-                    retention_hours: float, disk_alarm_percent: float = 85,
+                    retention_hours: float, fill_percent: float = 70,
                     kafka_version: str | None = None) -> list[Constraint]:  # fmt: skip
     if design.kind == "express":
         return msk_express_constraints(workload, broker_instance_type=design.broker_instance_type,
@@ -586,7 +615,7 @@ def msk_constraints(workload: Workload, design: MskDesign, *, partitions: int, r
     return msk_standard_constraints(
         workload, broker_instance_type=design.broker_instance_type, broker_count=design.broker_count,
         ebs_volume_gib=design.ebs_volume_gib, partitions=partitions, replication_factor=replication_factor,
-        retention_hours=retention_hours, disk_alarm_percent=disk_alarm_percent,
+        retention_hours=retention_hours, fill_percent=fill_percent,
         primary_retention_hours=design.primary_retention_hours if design.kind == "tiered" else None,
         kafka_version=kafka_version,
     )  # fmt: skip
@@ -619,7 +648,7 @@ def _quantities(workload: Workload, design: MskDesign, retention_hours: float, r
 
 
 def propose(workload: Workload, *, partitions: int, replication_factor: int, retention_hours: float,
-            disk_alarm_percent: float = 85, instance_types: Sequence[str] = ("kafka.m7g.large", "kafka.m7g.xlarge"),
+            fill_percent: float = 70, instance_types: Sequence[str] = ("kafka.m7g.large", "kafka.m7g.xlarge"),
             express_types: Sequence[str] = ("express.m7g.large", "express.m7g.xlarge"),
             primary_retention_hours: float = 6, max_brokers: int = 60) -> list[Candidate]:  # fmt: skip
     """The smallest sound design of each kind: Standard with larger EBS, Standard with tiered
@@ -636,11 +665,11 @@ def propose(workload: Workload, *, partitions: int, replication_factor: int, ret
             for instance in types:
                 design = _sized(workload, kind, instance, count, partitions=partitions,
                                 replication_factor=replication_factor, retention_hours=retention_hours,
-                                disk_alarm_percent=disk_alarm_percent, primary_retention_hours=primary_retention_hours)  # fmt: skip
+                                fill_percent=fill_percent, primary_retention_hours=primary_retention_hours)  # fmt: skip
                 assessment = assess(msk_constraints(workload, design, partitions=partitions,
                                                     replication_factor=replication_factor,
                                                     retention_hours=retention_hours,
-                                                    disk_alarm_percent=disk_alarm_percent))  # fmt: skip
+                                                    fill_percent=fill_percent))  # fmt: skip
                 if assessment.ok:
                     best = Candidate(design, assessment, _quantities(workload, design, retention_hours,
                                                                      replication_factor))  # fmt: skip
@@ -653,14 +682,14 @@ def propose(workload: Workload, *, partitions: int, replication_factor: int, ret
 
 
 def _sized(workload: Workload, kind: str, instance: str, count: int, *, partitions: int, replication_factor: int,
-           retention_hours: float, disk_alarm_percent: float, primary_retention_hours: float) -> MskDesign:  # fmt: skip
+           retention_hours: float, fill_percent: float, primary_retention_hours: float) -> MskDesign:  # fmt: skip
     if kind == "express":
         return MskDesign("express", instance, count)
     local = primary_retention_hours if kind == "tiered" else retention_hours
     replicas = replicas_per_broker(partitions, replication_factor, count)
-    segments = replicas * TIERED_SEGMENT_BYTES_DEFAULT.value / 1024 if kind == "tiered" else 0.0
+    segments = replicas * TIERED_SEGMENT_BYTES_DEFAULT.value / 1024 if kind == "tiered" else None
     volume = volume_needed_gib(workload, hours=local, partitions=partitions, replication_factor=replication_factor,
-                               broker_count=count, disk_alarm_percent=disk_alarm_percent, extra_gib=segments)  # fmt: skip
+                               broker_count=count, fill_percent=fill_percent, extra_gib=segments)  # fmt: skip
     volume = max(1.0, min(MAX_STORAGE_PER_BROKER.value, math.ceil(volume / 100) * 100))
     return MskDesign(kind, instance, count, volume, primary_retention_hours if kind == "tiered" else None)
 

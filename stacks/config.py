@@ -108,7 +108,7 @@ class MskConfig(_Section):
     disk_alarm_percent: int = Field(default=85, ge=1, le=100)
     # Broker storage auto scaling (msk_cluster.py): the utilization it keeps (MSK takes 10-80 %) and
     # the most it grows a broker's volume to (MSK allows 16,384 GiB).
-    storage_autoscaling_target_percent: int = Field(default=60, ge=10, le=80)
+    storage_autoscaling_target_percent: int = Field(default=70, ge=10, le=80)
     storage_autoscaling_max_gib: int = Field(le=16_384)
     topics: tuple[TopicConfig, ...] = Field(min_length=1)
     # The principals allowed to assume the topic administrator role (with MFA): IAM user ARN

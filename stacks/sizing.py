@@ -46,7 +46,7 @@ def constraints(config: EnvironmentConfig, workload: capacity.Workload) -> list[
             partitions=topic.partitions,
             replication_factor=topic.replication_factor,
             retention_hours=topic.retention_hours,
-            disk_alarm_percent=msk.disk_alarm_percent,
+            fill_percent=msk.storage_autoscaling_target_percent,
             kafka_version=msk.kafka_version,
         ),
         *capacity.sink_constraints(
@@ -74,7 +74,7 @@ def retention_hours_held(config: EnvironmentConfig, *, rate: float | None = None
     msk = config.msk
     return capacity.retention_hours_held(
         workload_of(config, rate=rate), partitions=topic.partitions, replication_factor=topic.replication_factor,
-        broker_count=msk.broker_count, ebs_volume_gib=msk.ebs_volume_gib, disk_alarm_percent=msk.disk_alarm_percent,
+        broker_count=msk.broker_count, ebs_volume_gib=msk.ebs_volume_gib, fill_percent=msk.storage_autoscaling_target_percent,
     )  # fmt: skip
 
 
@@ -102,3 +102,19 @@ def retention_bytes_guard(config: EnvironmentConfig) -> int:
             f"guard over {per_broker} partition replicas per broker"
         )
     return guard
+
+
+def autoscaled_volume_gib(config: EnvironmentConfig, *, rate: float, provisioned: float | None = None) -> float:
+    """The volume per broker storage auto scaling settles at for `rate`: the topic's retention at
+    that rate, with its open segments, held at the scaling target (msk_cluster._storage_autoscaling),
+    never below the provisioned volume (the template's, default the config's: it does not shrink)
+    nor above its ceiling. What `telemetry cost` prices."""
+    topic = telemetry_topic(config)
+    msk = config.msk
+    held = capacity.volume_needed_gib(
+        workload_of(config, rate=rate), hours=topic.retention_hours, partitions=topic.partitions,
+        replication_factor=topic.replication_factor, broker_count=msk.broker_count,
+        fill_percent=msk.storage_autoscaling_target_percent,
+    )  # fmt: skip
+    floor = float(msk.ebs_volume_gib if provisioned is None else provisioned)
+    return min(float(msk.storage_autoscaling_max_gib), max(floor, held))

@@ -359,6 +359,15 @@ class Pricer:
         self.line(stack, logical_id, kind, f"{brokers} brokers {instance_type}", brokers * HOURS_PER_MONTH,
                   f"msk.{instance_type}")
         self.line(stack, logical_id, kind, f"broker storage {brokers} x {volume} GB", brokers * volume, "msk.storage")
+        if self.scenario.rate:
+            # Storage auto scaling grows the volumes the rate needs (stacks/sizing.autoscaled_volume_gib).
+            from stacks.sizing import autoscaled_volume_gib
+
+            grown = autoscaled_volume_gib(self.config, rate=self.scenario.rate, provisioned=volume)
+            if grown > volume:
+                self.line(stack, logical_id, kind, f"broker storage auto scaling adds {grown - volume:,.0f} GB to each "
+                          f"of {brokers} brokers at {self.scenario.rate:,.0f} msg/s", brokers * (grown - volume),
+                          "msk.storage", usage=True)
         level = props.get("EnhancedMonitoring", "DEFAULT")
         topics = len(self.config.msk.topics)
         metrics = brokers * (MSK_METRICS_PER_BROKER.get(level, 0) + topics * MSK_METRICS_PER_TOPIC_PER_BROKER.get(level, 0))

@@ -171,15 +171,16 @@ class MskCluster(Construct):
 
     def _storage_autoscaling(self, volume_gib: int, max_gib: int, target_percent: int) -> None:
         """Broker storage grows before it fills: Application Auto Scaling on the brokers' volume
-        ("Automatic scaling for Amazon MSK clusters": scalable dimension
-        kafka:broker-storage:VolumeSize, the predefined metric KafkaBrokerStorageUtilization, a
-        target of 10-80 %, scale-in disabled because MSK storage only grows). Between actions MSK
-        waits six hours, so the disk alarm (msk_monitoring.py, above the target) still pages when the
-        growth outruns it or the volume reached its ceiling (max_gib, below the 16,384 GiB per broker
-        MSK allows). The template keeps the first size: CloudFormation asks MSK for a storage change
-        only when VolumeSize in the template changes, so a grown volume is left as it is; raising
-        msk.ebs_volume_gib below what auto scaling reached would be refused by MSK (storage cannot
-        shrink)."""
+        ("Automatic scaling for Amazon MSK clusters"; Application Auto Scaling User Guide, "Amazon
+        MSK and Application Auto Scaling": the cluster ARN as resource id, its service-linked role
+        made by the service, scale-in disabled because MSK storage only grows), tracking the
+        predefined metric KafkaBrokerStorageUtilization at a target of 10-80 %. A step adds the
+        larger of 10 GiB and 10 %, at most once every six hours and sometimes only after more than
+        24, so the disk alarm (msk_monitoring.py, above the target) still pages when growth cannot
+        keep up or the volume reached its ceiling (max_gib, within the 16,384 GiB per broker MSK
+        allows). CloudFormation sends the template's VolumeSize whenever anything under
+        EBSStorageInfo changes (cloudformation-coverage-roadmap issue 1129), which MSK refuses
+        below the grown size plus 10 GiB: the README says how to change the storage afterwards."""
         target = appscaling.CfnScalableTarget(
             self,
             "StorageScaling",

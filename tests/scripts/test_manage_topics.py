@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -98,6 +99,11 @@ def test_the_retention_bytes_guard_is_set_on_create_and_reconciled_after(topics)
     out = io.StringIO()
     assert reconcile(topics, [spec(name, 3, 24, 7 * 2**30)], dry_run=False, out=out) == 0
     assert f"{name}: set-retention: retention.bytes {5 * 2**30} -> {7 * 2**30}" in out.getvalue()
+    # A KRaft broker answers DescribeConfigs from its metadata image, which takes the controller's
+    # change a moment after IncrementalAlterConfigs returns: wait for it (at most 10 s).
+    deadline = time.monotonic() + 10
+    while topics.describe([name])[name].retention_bytes != 7 * 2**30 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert topics.describe([name])[name] == ExistingTopic(name, 3, 1, 24 * HOUR_MS, 7 * 2**30)
 
     out = io.StringIO()

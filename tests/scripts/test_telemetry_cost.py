@@ -302,3 +302,22 @@ def test_bad_scenario_values_are_one_line_and_exit_2(argv, fragment, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and fragment in err[0] and err[0].startswith("telemetry"), err
     assert "Traceback" not in err[0]
+
+
+def test_storage_auto_scaling_is_priced_at_a_rate_the_volumes_cannot_hold():
+    """At 15,000 msg/s dev's 150 GiB volumes grow to what 24 h at that rate needs at the 70% auto
+    scaling target (stacks/sizing.autoscaled_volume_gib); the cost prices the growth as usage and
+    says dev is outside what it was sized for."""
+    from stacks.sizing import autoscaled_volume_gib
+
+    stack = fake_stack({"Kafka": {"Type": "AWS::MSK::Cluster", "Properties": {
+        "NumberOfBrokerNodes": 3, "BrokerNodeGroupInfo": {
+            "InstanceType": "kafka.m7g.large", "StorageInfo": {"EBSStorageInfo": {"VolumeSize": 150}}}}}})
+    config = config_of("dev")
+    result = estimate(config, [stack], flat_table(**{"transfer.inter_az": 0.01, "msk.storage": 0.1}),
+                      Scenario(15_000, 10, 512, "kafka"))
+    (grown,) = [line for line in result.lines if "auto scaling adds" in line.item]
+    expected = autoscaled_volume_gib(config, rate=15_000, provisioned=150)
+    assert 150 < expected < config.msk.storage_autoscaling_max_gib
+    assert grown.usage and grown.quantity == pytest.approx(3 * (expected - 150))
+    assert any("outside what it was sized for" in note for note in result.notes)

@@ -2,25 +2,26 @@
 three workloads of issue #30 come out as derived by hand below, and every limit names its page.
 
 Hand derivations (compression_ratio 10.02, measured by devtools/measure_compression.py; peak =
-average; one consumer group; replication 3; MiB = 2^20 bytes, GiB = 2^30):
+average; one consumer group; replication 3; every message produced to Kafka, none through AWS IoT
+Core; MiB = 2^20 bytes, GiB = 2^30). Storage: the fullest broker's share of the retention plus one
+open 1 GiB segment per replica, filled to the 70% storage auto scaling target.
 
 POC, 73,800 msg/s x 512 B, 168 h, 48 partitions:
   broker bytes/s = 73,800 x 512 / 10.02 = 3,770,778 B/s = 3.596 MiB/s; x 3,600 / 1,024 = 12.64 GiB/h
-  prod as shipped (6 x kafka.m7g.xlarge, 1,000 GiB): fullest broker holds 48 x 3 / 6 = 24 replicas,
-  half the topic: 6.32 GiB/h x 168 h x 1.2 headroom / 0.85 disk alarm = 1,499 GiB > 1,000: refused;
-  it holds 1,000 x 0.85 / (6.32 x 1.2) = 112 h.
+  prod before sizing (6 x kafka.m7g.xlarge, 1,000 GiB): fullest broker holds 48 x 3 / 6 = 24
+  replicas, half the topic: (6.32 GiB/h x 168 h + 24 GiB) / 0.70 = 1,551 GiB > 1,000: refused;
+  it holds (1,000 x 0.70 - 24) / 6.32 = 106.9 h; 6 x 1,600 GiB holds the 168 h.
   smallest Standard: 3 x kafka.m7g.large, every broker all 48 x 3 / 3 = 48 replicas:
-  12.64 x 168 x 1.2 / 0.85 = 2,999 GiB -> 3,000 GiB; volume writes with a zone down
-  3.596 x 3 / 2 live = 5.39 MiB/s against 78.75 x 0.5 = 39.4.
-  tiered (6 h on brokers): 12.64 x 6 x 1.2 = 91.0 GiB + 48 open segments x 128 MiB = 6 GiB,
-  / 0.85 = 114 GiB -> 200 GiB.
+  (12.64 x 168 + 48) / 0.70 = 3,102 GiB -> 3,200 GiB; volume writes with a zone down
+  3.596 x 3 / 2 live = 5.39 MiB/s against 78.75 MB/s = 75.1 MiB/s x 0.5 = 37.6.
+  tiered (6 h on brokers): (12.64 x 6 + 48 open segments x 128 MiB = 6 GiB) / 0.70 = 117 GiB -> 200 GiB.
   Express: 3 x express.m7g.large, ingress 3.596 / 2 live = 1.80 MiB/s against 15.625.
   sink: 73,800 / (84,000 x 0.75 = 63,000 per KPU) -> 2 KPU.
 5,000 msg/s x 1,024 B, 72 h, 24 partitions:
-  0.4873 MiB/s = 1.713 GiB/h; 3 brokers hold all 72 replicas: 1.713 x 72 x 1.2 / 0.85 = 174 -> 200 GiB.
+  0.4873 MiB/s = 1.713 GiB/h; 3 brokers hold all 72 replicas: (1.713 x 72 + 24) / 0.70 = 211 -> 300 GiB.
   sink: 1 KPU.
 200,000 msg/s x 256 B, 24 h, 48 partitions:
-  4.873 MiB/s = 17.13 GiB/h; 17.13 x 24 x 1.2 / 0.85 = 580 -> 600 GiB on 3 x kafka.m7g.large;
+  4.873 MiB/s = 17.13 GiB/h; (17.13 x 24 + 48) / 0.70 = 656 -> 700 GiB on 3 x kafka.m7g.large;
   24 h is below the 72 h MSK requires of a tiered topic, so no tiered design is offered.
   sink: 200,000 / 63,000 -> 4 KPU.
 """
@@ -92,7 +93,7 @@ def test_volume_throughput_refuses_a_rate_three_large_brokers_cannot_write():
     rows = standard(heavy, broker_instance_type="kafka.m7g.large", broker_count=3, ebs_volume_gib=16_384,
                     retention_hours=1)  # fmt: skip
     row = by_name(rows, "msk: volume throughput")
-    assert not row.ok and row.provided == pytest.approx(78.75 * 0.5)
+    assert not row.ok and row.provided == pytest.approx(78.75 * 1e6 / 2**20 * 0.5)  # the EC2 table's MB/s
     assert "brokers" in row.fix
     assert by_name(standard(POC), "msk: volume throughput").ok
 
@@ -120,18 +121,18 @@ def test_partition_replicas_per_broker_against_the_recommended_maximum():
 
 def test_prod_as_shipped_cannot_keep_168_hours_of_the_poc_rate():
     storage = by_name(standard(POC), "msk: broker storage")
-    assert storage.need == pytest.approx(1499, abs=1) and storage.provided == 1000 and not storage.ok
-    assert "enable tiered storage with at most 112 h on brokers" in storage.fix
-    assert "use 6 x 1,500 GiB" in storage.fix
+    assert storage.need == pytest.approx(1551, abs=1) and storage.provided == 1000 and not storage.ok
+    assert "enable tiered storage with at most 106 h on brokers" in storage.fix
+    assert "use 6 x 1,600 GiB" in storage.fix
     held = capacity.retention_hours_held(POC, partitions=48, replication_factor=3, broker_count=6,
-                                         ebs_volume_gib=1000, disk_alarm_percent=85)  # fmt: skip
-    assert math.floor(held) == 112
-    assert by_name(standard(POC, ebs_volume_gib=1500), "msk: broker storage").ok
+                                         ebs_volume_gib=1000, fill_percent=70)  # fmt: skip
+    assert math.floor(held) == 106
+    assert by_name(standard(POC, ebs_volume_gib=1600), "msk: broker storage").ok
 
 
 def test_the_storage_fix_leaves_out_tiered_storage_below_its_minimum_retention():
     storage = by_name(standard(HIGH, broker_count=3, ebs_volume_gib=100, retention_hours=24), "msk: broker storage")
-    assert not storage.ok and "tiered" not in storage.fix and "use 3 x 600 GiB" in storage.fix
+    assert not storage.ok and "tiered" not in storage.fix and "use 3 x 700 GiB" in storage.fix
 
 
 def test_the_refusal_is_one_line_naming_the_constraint_and_its_fix():
@@ -139,7 +140,7 @@ def test_the_refusal_is_one_line_naming_the_constraint_and_its_fix():
     assert "\n" not in line
     assert line.startswith("msk: broker storage for 168 h at 73,800 msg/s")
     assert "1,000 provided" in line and "enable tiered storage" in line
-    assert assess(standard(POC, ebs_volume_gib=1500)).refusal() is None
+    assert assess(standard(POC, ebs_volume_gib=1600)).refusal() is None
 
 
 def test_tiered_storage_keeps_only_the_primary_hours_on_brokers():
@@ -234,7 +235,11 @@ def test_a_flow_moved_onto_nat_is_held_against_one_gateway():
 
 
 def iot(workload, **overrides):
-    return iot_constraints(workload, **{"publish_quota_per_s": 20_000, "connect_quota_per_s": 500, **overrides})
+    """The workload with every message sent through AWS IoT Core (iot_share 1)."""
+    import dataclasses
+
+    through_iot = dataclasses.replace(workload, iot_share=1.0)
+    return iot_constraints(through_iot, **{"publish_quota_per_s": 20_000, "connect_quota_per_s": 500, **overrides})
 
 
 def test_iot_account_publish_rate_against_the_configured_quota():
@@ -261,7 +266,17 @@ def test_iot_connections_and_reconnect_time():
 
 def test_devices_that_produce_to_kafka_meet_no_iot_quota():
     direct = Workload(73_800, 73_800, 512, RATIO, 1, 100_000, iot_share=0.0)
-    assert iot(direct) == []
+    assert iot_constraints(direct, publish_quota_per_s=20_000, connect_quota_per_s=500) == []
+
+
+def test_messages_through_aws_iot_reach_the_brokers_uncompressed():
+    """The rule's Kafka action sends each message as it came (compression.type none): a quarter of
+    the POC through AWS IoT Core more than triples what the brokers keep."""
+    import dataclasses
+
+    quarter = dataclasses.replace(POC, iot_share=0.25)
+    assert quarter.broker_bytes_per_message() == pytest.approx(512 * (0.75 / RATIO + 0.25))
+    assert quarter.gib_per_hour() > 3 * POC.gib_per_hour()
 
 
 # --- the binding constraint and the three workloads -----------------------------------------------
@@ -276,7 +291,7 @@ def test_assess_names_the_tightest_constraint_binding():
 
 @pytest.mark.parametrize(
     "workload, partitions, retention, standard_gib, tiered_gib, kpus",
-    [(POC, 48, 168, 3000, 200, 2), (MEDIUM, 24, 72, 200, 100, 1), (HIGH, 48, 24, 600, None, 4)],
+    [(POC, 48, 168, 3200, 200, 2), (MEDIUM, 24, 72, 300, 100, 1), (HIGH, 48, 24, 700, None, 4)],
     ids=["poc", "5k-1KB-72h", "200k-256B-24h"],
 )
 def test_the_three_workloads_as_derived_by_hand(workload, partitions, retention, standard_gib, tiered_gib, kpus):
@@ -300,7 +315,7 @@ def test_the_poc_uncompressed_needs_six_brokers_of_15_tib():
     # The issue's 64 TB: compression_ratio 1 puts 126 GiB/h on six brokers' 24 replicas each.
     raw = Workload(73_800, 73_800, 512, 1.0, 1, 100_000)
     candidates = {c.design.kind: c for c in propose(raw, partitions=48, replication_factor=3, retention_hours=168)}
-    assert (candidates["standard"].design.broker_count, candidates["standard"].design.ebs_volume_gib) == (6, 15_100)
+    assert (candidates["standard"].design.broker_count, candidates["standard"].design.ebs_volume_gib) == (6, 15_300)
 
 
 def test_msk_constraints_dispatches_on_the_design():

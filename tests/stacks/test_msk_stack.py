@@ -28,7 +28,7 @@ def test_broker_count_type_and_storage_follow_config(synthesized, env):
     assert props["KafkaVersion"] == "3.9.x"
     nodes = props["BrokerNodeGroupInfo"]
     assert nodes["InstanceType"] == ("kafka.m7g.xlarge" if env == "prod" else "kafka.m7g.large")
-    assert nodes["StorageInfo"]["EBSStorageInfo"]["VolumeSize"] == {"dev": 100, "staging": 500, "prod": 1600}[env]  # prod: sized from its workload (test_sizing.py)
+    assert nodes["StorageInfo"]["EBSStorageInfo"]["VolumeSize"] == {"dev": 150, "staging": 1200, "prod": 1600}[env]  # prod: sized from its workload (test_sizing.py)
     # One client subnet per zone, in the isolated tier.
     assert len(nodes["ClientSubnets"]) == 3
     assert all("Isolated" in json.dumps(s) for s in nodes["ClientSubnets"])

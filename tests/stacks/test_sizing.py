@@ -48,14 +48,16 @@ REFUSED = [
     ("storage", "prod", {"workload__messages_per_second": 150_000, "workload__peak_messages_per_second": 150_000},
      "msk: broker storage for 168 h at 150,000 msg/s", "use 6 x "),
     ("replicas per broker", "dev", {"msk__topics": [{"name": "telemetry", "partitions": 1200, "replication_factor": 3,
-                                                    "retention_hours": 24}]},
+                                                    "retention_hours": 24}],
+                                    "msk__ebs_volume_gib": 16_000, "msk__storage_autoscaling_max_gib": 16_384},
      "msk: partition replicas per broker: needs 1,200 replicas", "brokers or fewer partitions"),
     ("volume throughput", "dev", {"workload__compression_ratio": 1.0, "workload__message_bytes": 100_000,
                                   "msk__ebs_volume_gib": 16_000, "msk__storage_autoscaling_max_gib": 16_384},
      "msk: volume throughput per broker at peak, one zone down", "brokers"),
     ("sink KPUs", "dev", {"workload__messages_per_second": 9_000, "workload__peak_messages_per_second": 80_000},
      "sink: KPUs at peak", ""),
-    ("AWS IoT publishes", "staging", {"workload__iot_share": 1.0},
+    ("AWS IoT publishes", "staging", {"workload__iot_share": 1.0,  # uncompressed: room on the brokers too
+                                      "msk__ebs_volume_gib": 16_000, "msk__storage_autoscaling_max_gib": 16_384},
      "iot: inbound publishes per second per account at peak: needs 25,000", "raise the quota to 25,000"),
 ]
 
