@@ -16,7 +16,7 @@ import pytest
 from devtools import local_mosquitto
 from simulator.device_certificates import telemetry_topic
 
-# The environment whose synthesized rule the tests run (tests/iot_rule_bridge.py): its devices
+# The environment whose synthesized rule the tests run (devtools/iot_rule_bridge.py): its devices
 # publish to telemetry/dev/<thing>/data.
 ENVIRONMENT = "dev"
 

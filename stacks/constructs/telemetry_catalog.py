@@ -31,6 +31,7 @@ TELEMETRY_COLUMNS = (
     ("kafka_partition", "int"),
     ("kafka_offset", "bigint"),
     ("ingest_time", "timestamp"),
+    ("read_time", "timestamp"),
 )
 # UTC hour of the event time, or of the ingest time for a reading whose device clock is outside
 # the projection (flink/, DeviceClock), as the job's bucket assigner writes it.

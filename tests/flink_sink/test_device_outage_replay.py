@@ -4,7 +4,7 @@ message ends in the lake exactly once.
 The parts, each the one that ships or a stand-in that cites its source:
 - devices: the simulator over MQTT/TLS into mosquitto, which enforces the device policy
   (devtools/local_mosquitto.py);
-- the IoT rule: the synthesized rule run by tests/iot_rule_bridge.py, whose failed deliveries go
+- the IoT rule: the synthesized rule run by devtools/iot_rule_bridge.py, whose failed deliveries go
   to the error action as the "Error handling" page documents, here into the failed-deliveries
   queue in moto's SQS (the stack's queue: stacks/constructs/failed_deliveries.py);
 - the broker: a Kafka broker of this test's own, killed (SIGKILL, as a lost machine) while devices
@@ -38,7 +38,7 @@ import pytest
 from devtools import local_kafka
 from scripts import replay_device_messages as replay
 from tests.conftest import REPO
-from tests.iot_rule_bridge import IotRuleBridge, KafkaRule
+from devtools.iot_rule_bridge import IotRuleBridge, KafkaRule
 from tests.mqtt_fixtures import THINGS
 
 pytestmark = pytest.mark.integration

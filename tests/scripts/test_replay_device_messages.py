@@ -1,5 +1,5 @@
 """`telemetry devices replay`: the failed-deliveries queue in moto's SQS, filled with the error
-action messages the rule's stand-in writes (tests/iot_rule_bridge.py, "Error handling (error
+action messages the rule's stand-in writes (devtools/iot_rule_bridge.py, "Error handling (error
 action)"), replayed through a publisher that records what it was given; and once through the whole
 command, where the publish goes to botocore's Stubber on the iot-data model."""
 
@@ -19,7 +19,7 @@ from botocore.stub import Stubber
 from scripts import replay_device_messages as replay
 from scripts.telemetry import cli
 from tests.conftest import keep_params, model_answer
-from tests.iot_rule_bridge import KafkaRule
+from devtools.iot_rule_bridge import KafkaRule
 from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
 
 RULE = "telemetry_dev_device_telemetry"

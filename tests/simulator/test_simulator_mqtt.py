@@ -24,7 +24,7 @@ import pytest
 from devtools import local_mosquitto
 from simulator.accounting import devices_of_process
 from simulator.payload import READINGS_VARIANTS, TelemetryTemplate
-from tests.iot_rule_bridge import IotRuleBridge, KafkaRule
+from devtools.iot_rule_bridge import IotRuleBridge, KafkaRule
 from tests.mqtt_fixtures import ENVIRONMENT, THINGS
 
 pytestmark = pytest.mark.integration

@@ -427,10 +427,10 @@ def test_fleet_hosts_read_device_credentials_under_their_path_only_and_decrypt_t
 
 
 def test_a_payload_that_carries_device_id_passes_the_rule_unchanged_with_the_thing_name_beside_it(synthesized):
-    """The synthesized rule, evaluated as AWS documents it (tests/iot_rule_bridge.py): the device's
+    """The synthesized rule, evaluated as AWS documents it (devtools/iot_rule_bridge.py): the device's
     own device_id stays as sent, and the thing name travels in the key and a header."""
     from simulator.payload import TelemetryTemplate
-    from tests.iot_rule_bridge import KafkaRule
+    from devtools.iot_rule_bridge import KafkaRule
 
     rule_ = KafkaRule.from_template(synthesized("dev").stacks["device_gateway"])
     template = TelemetryTemplate(run_id="r", producer_id="h", process_index=0, devices=[0], message_bytes=300)
@@ -452,7 +452,7 @@ def test_the_rule_stand_in_refuses_an_alias_that_repeats_a_payload_key(synthesiz
     duplicate keys)."""
     import dataclasses
 
-    from tests.iot_rule_bridge import KafkaRule, UndocumentedRuleBehaviour
+    from devtools.iot_rule_bridge import KafkaRule, UndocumentedRuleBehaviour
 
     shipped = KafkaRule.from_template(synthesized("dev").stacks["device_gateway"])
     old = dataclasses.replace(shipped, select_items=("*", "topic(3) AS device_id"))

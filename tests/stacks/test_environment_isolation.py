@@ -63,7 +63,7 @@ def side_by_side(synthesized, tmp_path_factory):
 
 
 def rule_filter(synthesis) -> str:
-    from tests.iot_rule_bridge import KafkaRule
+    from devtools.iot_rule_bridge import KafkaRule
 
     return KafkaRule.from_template(synthesis.stacks["device_gateway"]).topic_filter
 

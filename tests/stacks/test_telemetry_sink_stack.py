@@ -193,7 +193,7 @@ def test_glue_table_reads_parquet_with_projected_date_and_hour_partitions(synthe
         ("sent_ns", "bigint"), ("event_time", "timestamp"), ("temperature_c", "double"),
         ("humidity_pct", "double"), ("battery_pct", "double"), ("lat", "double"), ("lon", "double"),
         ("status", "string"), ("kafka_partition", "int"), ("kafka_offset", "bigint"),
-        ("ingest_time", "timestamp"),
+        ("ingest_time", "timestamp"), ("read_time", "timestamp"),
     ]  # fmt: skip
     assert [(c["Name"], c["Type"]) for c in table_input["PartitionKeys"]] == [("dt", "string"), ("hour", "string")]
     assert storage["SerdeInfo"]["SerializationLibrary"] == "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"

@@ -54,7 +54,9 @@ public class ParseTelemetry extends ProcessFunction<KafkaMessage, TelemetryRecor
                     DeadLetter.toJsonLine(message, e.getMessage(), context.timerService().currentProcessingTime()));
             return;
         }
-        if (!clock.file(record, context.timerService().currentProcessingTime())) {
+        long readMillis = context.timerService().currentProcessingTime();
+        record.readTimeMillis = readMillis;
+        if (!clock.file(record, readMillis)) {
             context.output(CLOCK_OUT_OF_RANGE, record.deviceId);
         }
         if (smokeRunPrefix != null && record.runId != null && record.runId.startsWith(smokeRunPrefix)) {

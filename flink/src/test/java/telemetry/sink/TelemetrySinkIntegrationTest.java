@@ -130,6 +130,7 @@ class TelemetrySinkIntegrationTest {
         for (SinkOutput.Row row : rows) {
             assertThat(row.eventTimeMillis()).isEqualTo(row.sentNs() / 1_000_000L);
             assertThat(row.ingestTimeMillis()).isBetween(producedFrom, producedTo);
+            assertThat(row.readTimeMillis()).isBetween(row.ingestTimeMillis(), producedTo);
             long filedBy = wrongClocks.contains(row.sentNs()) ? row.ingestTimeMillis() : row.eventTimeMillis();
             assertThat(row.partition()).isEqualTo(HourPartition.of(filedBy).replace('/', java.io.File.separatorChar));
         }

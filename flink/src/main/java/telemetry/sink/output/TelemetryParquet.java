@@ -30,7 +30,7 @@ public final class TelemetryParquet {
     public static final String[] COLUMNS = {
         "run_id", "producer_id", "device_id", "seq", "sent_ns", "event_time", "temperature_c",
         "humidity_pct", "battery_pct", "lat", "lon", "status", "kafka_partition", "kafka_offset",
-        "ingest_time"
+        "ingest_time", "read_time"
     };
 
     public static final MessageType SCHEMA =
@@ -54,6 +54,9 @@ public final class TelemetryParquet {
                     .required(INT64)
                     .as(LogicalTypeAnnotation.timestampType(true, TimeUnit.MILLIS))
                     .named("ingest_time")
+                    .required(INT64)
+                    .as(LogicalTypeAnnotation.timestampType(true, TimeUnit.MILLIS))
+                    .named("read_time")
                     .named("telemetry");
 
     /** Row groups are buffered in memory per open part file; 32 MiB keeps a subtask's heap small. */
@@ -129,6 +132,7 @@ public final class TelemetryParquet {
             out.endField(COLUMNS[12], 12);
             int64(13, record.kafkaOffset);
             int64(14, record.ingestTimeMillis);
+            int64(15, record.readTimeMillis);
             out.endMessage();
         }
 

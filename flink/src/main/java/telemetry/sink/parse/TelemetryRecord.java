@@ -27,6 +27,12 @@ public class TelemetryRecord {
      * engine for device messages), or the time the sink read it when the record has none.
      */
     public long ingestTimeMillis;
+    /**
+     * When the sink read the record: the task's processing time (the JVM's clock, ms since the
+     * epoch) as the record is parsed, in the task that reads it from Kafka (the parser is chained
+     * to the source). With {@link #ingestTimeMillis} it says how long a record waited in Kafka.
+     */
+    public long readTimeMillis;
 
     /**
      * Not a column: the time whose UTC hour the record is filed under, {@link #eventTimeMillis} when
@@ -56,6 +62,7 @@ public class TelemetryRecord {
                 && kafkaPartition == that.kafkaPartition
                 && kafkaOffset == that.kafkaOffset
                 && ingestTimeMillis == that.ingestTimeMillis
+                && readTimeMillis == that.readTimeMillis
                 && partitionTimeMillis == that.partitionTimeMillis
                 && Objects.equals(runId, that.runId)
                 && Objects.equals(producerId, that.producerId)

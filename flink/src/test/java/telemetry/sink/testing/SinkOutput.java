@@ -30,7 +30,7 @@ public final class SinkOutput {
     public record Row(String partition, String producerId, String deviceId, long seq, long sentNs,
                       long eventTimeMillis, double temperatureC, double humidityPct, double batteryPct,
                       double lat, double lon, String status, String runId, int kafkaPartition, long kafkaOffset,
-                      long ingestTimeMillis) {
+                      long ingestTimeMillis, long readTimeMillis) {
         public String key() {
             return producerId + "|" + deviceId + "|" + seq;
         }
@@ -82,7 +82,7 @@ public final class SinkOutput {
                             g.getDouble("battery_pct", 0), g.getDouble("lat", 0), g.getDouble("lon", 0),
                             g.getString("status", 0), g.getString("run_id", 0),
                             g.getInteger("kafka_partition", 0), g.getLong("kafka_offset", 0),
-                            g.getLong("ingest_time", 0)));
+                            g.getLong("ingest_time", 0), g.getLong("read_time", 0)));
                 }
             }
         }

@@ -1,8 +1,8 @@
-"""A test-only stand-in for the AWS IoT rule that copies device messages into Kafka, between the
-tests' mosquitto and Kafka broker. It runs the rule as synthesized (the TopicRule resource of the
-device gateway template: its SQL, the Kafka action's key, headers and acks), and evaluates only
-what AWS documents; anything else stops it with UndocumentedRuleBehaviour, so a test fails
-instead of passing on behaviour we imagined.
+"""A local stand-in for the AWS IoT rule that copies device messages into Kafka, between a local
+mosquitto and Kafka broker (the tests' and `make demo`'s). It runs the rule as synthesized (the
+TopicRule resource of the device gateway template: its SQL, the Kafka action's key, headers and
+acks), and evaluates only what AWS documents; anything else stops it with
+UndocumentedRuleBehaviour, so a test fails instead of passing on behaviour we imagined.
 
 What it does, and where each step comes from (AWS IoT Developer Guide):
 - Reads the rule's topic filter as the broker's `reader` identity, QoS 1.
