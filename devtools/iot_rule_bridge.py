@@ -26,7 +26,10 @@ What no source says, and so is chosen here to keep consumers honest:
 - How IoT serializes the selected JSON again (key order, spacing, number format). The bridge
   writes sorted keys with ", " and ": " separators, so a consumer that sliced fixed-width fields
   of the device's bytes would fail here.
-- Whether the rules engine ever writes a message twice (its retries); the bridge writes once.
+- Whether the rules engine ever writes a message twice (its retries), its batching and its
+  timeout: no page says. The bridge's producer keeps librdkafka's defaults (retries within
+  message.timeout.ms, no idempotence, linger 1 ms), so a retried request could write a message
+  twice, which `make demo` would report as a duplicate.
 - The client id of the publisher (the error message's clientId): the bridge cannot see it and
   writes the thing name, which the device policy makes the client id.
 - The error message's failedAction for the Kafka action: the page's example shows only "S3Action",

@@ -30,7 +30,9 @@ public class TelemetryRecord {
     /**
      * When the sink read the record: the task's processing time (the JVM's clock, ms since the
      * epoch) as the record is parsed, in the task that reads it from Kafka (the parser is chained
-     * to the source). With {@link #ingestTimeMillis} it says how long a record waited in Kafka.
+     * to the source), after the Kafka source's fetcher handed it over. With {@link #ingestTimeMillis},
+     * the record's Kafka timestamp: the wait in Kafka on a LogAppendTime topic; on a CreateTime topic
+     * the producer's clock, so the difference also holds batching, retries and clock skew.
      */
     public long readTimeMillis;
 

@@ -24,8 +24,12 @@ import telemetry.sink.TelemetrySinkJob;
  * the job itself sets on a local run.
  *
  * <p>Not as the service does it: checkpoints go to a local folder (the service keeps them in
- * storage of its own), and a failed job is not restarted (the service restarts it), so a failure
- * ends the run where someone sees it.
+ * storage of its own); the state backend is Flink's default, where the service always uses RocksDB
+ * with incremental snapshots (Managed Service for Apache Flink, "Apache Flink settings":
+ * "Calling setStateBackend ... has no effect"), which changes how long a checkpoint takes, not what
+ * it commits; the job takes its local code path (checkpointing set from its properties, where on
+ * the service the application's CheckpointConfiguration sets it); and a failed job is not restarted
+ * (the service restarts it), so a failure ends the run where someone sees it.
  */
 public final class ManagedFlinkStandIn extends StreamExecutionEnvironment {
     private ManagedFlinkStandIn() {}
