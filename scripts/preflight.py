@@ -172,6 +172,50 @@ def check_brokers(kafka, quotas: ServiceQuotas, config: EnvironmentConfig) -> Ch
     return check_quota("MSK brokers", quotas.value(*BROKER_QUOTA), config.msk.broker_count, in_use, "brokers")
 
 
+def deployed_volume_gib(cloudformation, stack_name: str) -> int | None:
+    """The broker VolumeSize of the deployed Msk stack's template; None before the first deployment.
+    (botocore hands a JSON template body over parsed; a YAML one would come as text.)"""
+    try:
+        body = cloudformation.get_template(StackName=stack_name)["TemplateBody"]
+    except cloudformation.exceptions.ClientError as error:
+        if error.response["Error"]["Code"] == "ValidationError":  # "Stack with id ... does not exist"
+            return None
+        raise
+    template = json.loads(body) if isinstance(body, str) else body
+    for resource in template.get("Resources", {}).values():
+        if resource.get("Type") == "AWS::MSK::Cluster":
+            return int(resource["Properties"]["BrokerNodeGroupInfo"]["StorageInfo"]["EBSStorageInfo"]["VolumeSize"])
+    return None
+
+
+def check_broker_storage(kafka, cloudformation, config: EnvironmentConfig) -> Check:
+    """What the deployment would ask of MSK's broker storage. Storage auto scaling grows the volumes
+    past the template's size; CloudFormation sends the template's VolumeSize whenever the broker
+    storage in the template changes (cloudformation-coverage-roadmap issue 1129), and MSK refuses a
+    size that is not at least 10 GiB above the current one ("Scale up Amazon MSK Standard broker
+    storage"). So a changed msk.ebs_volume_gib below the grown size + 10 GiB would fail the Msk
+    stack's update: a blocker here, before any stack is touched."""
+    name = config.resource_prefix  # the cluster's name (msk_stack.py)
+    clusters = [c for page in kafka.get_paginator("list_clusters_v2").paginate(ClusterNameFilter=name)
+                for c in page["ClusterInfoList"] if c["ClusterName"] == name]  # fmt: skip
+    wanted = config.msk.ebs_volume_gib
+    if not clusters:
+        return Check("MSK broker storage", OK, f"no cluster {name} yet: it starts with {wanted:,} GiB per broker")
+    info = kafka.describe_cluster_v2(ClusterArn=clusters[0]["ClusterArn"])["ClusterInfo"]
+    current = int(info["Provisioned"]["BrokerNodeGroupInfo"]["StorageInfo"]["EbsStorageInfo"]["VolumeSize"])
+    deployed = deployed_volume_gib(cloudformation, f"{config.stack_prefix}-Msk")
+    if wanted == deployed:
+        grown = f"; auto scaling grew it from the template's {deployed:,}" if current > deployed else ""
+        return Check("MSK broker storage", OK, f"{current:,} GiB per broker{grown}; the deployment leaves it alone")
+    if wanted < current + 10:
+        return Check("MSK broker storage", BLOCKER,
+                     f"msk.ebs_volume_gib {wanted:,} would be sent to MSK, whose brokers hold {current:,} GiB: MSK "
+                     f"refuses less than {current + 10:,}; set at least that"
+                     + (f", or put back the deployed {deployed:,}" if deployed else ""))  # fmt: skip
+    return Check("MSK broker storage", OK, f"grows from {current:,} to {wanted:,} GiB per broker "
+                 "(not within the cool-down after an auto scaling action, which MSK refuses)")
+
+
 def check_management_cidrs(config: EnvironmentConfig) -> Check:
     cidrs = config.service_fabric.management_cidrs
     world = [c for c in cidrs if ipaddress.ip_network(c).prefixlen == 0]
@@ -185,7 +229,7 @@ def check_management_cidrs(config: EnvironmentConfig) -> Check:
 # What `telemetry deploy` and the day-2 commands call with the operator's own credentials (the
 # stacks themselves are deployed by the CDK bootstrap's roles, which the operator assumes).
 OPERATOR_ACTIONS = (
-    "cloudformation:DescribeStacks", "cloudformation:GetTemplate",
+    "cloudformation:DescribeStacks", "cloudformation:GetTemplate", "kafka:ListClustersV2", "kafka:DescribeClusterV2",
     "ec2:DescribeAvailabilityZones", "ec2:DescribeInstances",
     "ssm:GetParameter", "ssm:PutParameter", "ssm:DeleteParameter", "ssm:SendCommand", "ssm:GetCommandInvocation",
     "ssm:ListCommands", "ssm:CancelCommand", "ssm:DescribeInstanceInformation",
@@ -331,6 +375,7 @@ def preflight(config: EnvironmentConfig, session, mfa_serial: str | None = None,
         check_vcpus(ec2, quotas, config),
         check_elastic_ips(ec2, quotas, config),
         check_brokers(session.client("kafka"), quotas, config),
+        check_broker_storage(session.client("kafka"), session.client("cloudformation"), config),
         check_management_cidrs(config),
     ]
 

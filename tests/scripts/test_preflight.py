@@ -96,8 +96,9 @@ def test_a_ready_account_has_no_blocker(account, capsys):
         "secret telemetry-dev/service-fabric/cluster-certificate": "ok",
         "secret telemetry-dev/service-fabric/admin-certificate": "ok",
         "on-demand standard vCPUs": "ok", "Elastic IPs (NAT)": "ok", "MSK brokers": "ok",
-        "management CIDRs": "ok", "topic administrator (MFA)": "warning",
+        "MSK broker storage": "ok", "management CIDRs": "ok", "topic administrator (MFA)": "warning",
     }
+    assert rows["MSK broker storage"][1] == "no cluster telemetry-dev yet: it starts with 150 GiB per broker"
     assert rows["topic administrator (MFA)"][1] == (
         "not checked: pass --mfa-serial ARN and preflight assumes telemetry-dev-msk-topic-admin once with a code")
     assert err == ""
@@ -304,3 +305,36 @@ def test_a_caller_that_may_not_simulate_itself_gets_a_warning_not_a_blocker(moto
         check = preflight.check_permissions(OwnIam(), load_environment(read_environments(), "dev"))
     assert check.result == preflight.WARNING
     assert check.detail.startswith("cannot simulate them (An error occurred (AccessDenied)")
+
+
+def deployed_msk(session, template_gib: int, current_gib: int) -> None:
+    """The Msk stack as deployed (its template's broker VolumeSize) and the cluster as MSK holds it
+    now, after storage auto scaling grew it (moto keeps both as given)."""
+    template = {"Resources": {"KafkaCluster": {"Type": "AWS::MSK::Cluster", "Properties": {
+        "ClusterName": "telemetry-dev", "KafkaVersion": "3.9.x", "NumberOfBrokerNodes": 3,
+        "BrokerNodeGroupInfo": {"InstanceType": "kafka.m7g.large", "ClientSubnets": ["a", "b", "c"],
+                                "StorageInfo": {"EBSStorageInfo": {"VolumeSize": template_gib}}}}}}}
+    session.client("cloudformation").create_stack(StackName="Telemetry-dev-Msk", TemplateBody=json.dumps(template))
+    session.client("kafka").create_cluster_v2(ClusterName="telemetry-dev", Provisioned={
+        "KafkaVersion": "3.9.x", "NumberOfBrokerNodes": 3,
+        "BrokerNodeGroupInfo": {"InstanceType": "kafka.m7g.large", "ClientSubnets": ["a", "b", "c"],
+                                "StorageInfo": {"EbsStorageInfo": {"VolumeSize": current_gib}}}})
+
+
+def test_a_grown_volume_the_template_does_not_change_is_left_alone(account, capsys):
+    deployed_msk(account, template_gib=150, current_gib=330)  # cdk.json's 150, grown by auto scaling
+    code, rows, err = run(account, capsys)
+    assert code == 0, err
+    assert rows["MSK broker storage"] == (
+        "ok", "330 GiB per broker; auto scaling grew it from the template's 150; the deployment leaves it alone")
+
+
+def test_a_changed_volume_below_what_auto_scaling_reached_is_a_blocker(account, capsys):
+    """CloudFormation would send cdk.json's 150 GiB (the deployed template has 100); MSK holds 330
+    and refuses anything below 340 ("Scale up Amazon MSK Standard broker storage")."""
+    deployed_msk(account, template_gib=100, current_gib=330)
+    code, rows, err = run(account, capsys)
+    assert code == 1
+    assert rows["MSK broker storage"][0] == "BLOCKER"
+    assert ("blocker: MSK broker storage: msk.ebs_volume_gib 150 would be sent to MSK, whose brokers hold 330 GiB: "
+            "MSK refuses less than 340; set at least that, or put back the deployed 100") in err
