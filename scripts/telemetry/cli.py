@@ -146,12 +146,17 @@ def build_parser() -> argparse.ArgumentParser:
             parent = made[group]
         module: ModuleType = importlib.import_module(command.module)
         epilog = command.needs + (" Its --dry-run needs no credentials." if command.dry_run_offline else "")
+
         parser = parent.add_parser(command.path[-1], help=command.summary, description=command.summary[0].upper() + command.summary[1:] + ".",
                                    epilog=epilog, parents=[common])
         if command.mode:
             module.add_arguments(parser, mode=command.mode)
         else:
             module.add_arguments(parser)
+        if not command.dry_run_offline and any("--dry-run" in a.option_strings for a in parser._actions):
+            # Its plan depends on what the account holds: said in its help, and in the error without
+            # credentials (which would otherwise suggest the very --dry-run given).
+            parser.epilog = f"{parser.epilog} Its --dry-run reads the account (credentials needed) and changes nothing."
         parser.set_defaults(command=command, module=module, mode=command.mode)
     return root
 
@@ -199,6 +204,7 @@ def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], Any
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     profile_before = os.environ.get("AWS_PROFILE")
+    args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(argv)
         check_globals(args)
@@ -212,6 +218,9 @@ def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], Any
         return EXIT_INTERRUPTED
     except Exception as error:  # noqa: BLE001 - the one place every failure becomes one line
         code, message = worded(error)
+        if getattr(args, "dry_run", False) and "or use --dry-run where the command has one" in message:
+            message = message.replace("or use --dry-run where the command has one",
+                                      "even with --dry-run: this command's plan reads what the account holds")
         if debug:
             traceback.print_exc()
         elif code == EXIT_FAILED and message.startswith("internal error"):

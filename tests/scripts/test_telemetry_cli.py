@@ -71,6 +71,10 @@ BAD_INPUT = [
     (["cluster", "drain", "--env", "dev", "--node", "scale-0"], 2, "Unable to locate credentials"),
     (["devices", "provision", "--env", "dev", "--count", "5"], 2, "Unable to locate credentials"),
     (["devices", "delete", "--env", "dev"], 2, "Unable to locate credentials"),
+    # a dry run that reads the account is not told to use --dry-run
+    (["devices", "provision", "--env", "dev", "--count", "5", "--dry-run"], 2,
+     "(or the AWS access key variables), even with --dry-run: this command's plan reads what the account holds"),
+    (["cluster", "scale", "--env", "dev", "--desired", "3", "--dry-run"], 2, "even with --dry-run"),
     (["simulate", "--env", "dev", "--rate", "100", "--duration", "10"], 2, "Unable to locate credentials: this command calls AWS"),
     (["topics", "--env", "dev", "--mfa-serial", "arn:aws:iam::1:mfa/me"], 2, "no AWS credentials"),
     (["deploy", "--env", "dev"], 2, "Unable to locate credentials"),
@@ -94,6 +98,15 @@ def test_bad_input_is_one_line_and_the_documented_exit_code(argv, code, fragment
     assert len(lines) == 1, err
     assert fragment in lines[0] and "Traceback" not in out + err
     assert lines[0].startswith("telemetry") and ": error: " in lines[0]  # one voice, whichever tool spoke
+
+
+def test_a_dry_run_that_reads_the_account_says_so_in_its_help(capsys):
+    for argv, offline in ((["devices", "provision", "--help"], False), (["cluster", "drain", "--help"], False),
+                          (["deploy", "--help"], True), (["simulate", "--help"], True)):
+        assert cli.main(argv) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert ("Its --dry-run needs no credentials." in text) == offline, argv
+        assert ("Its --dry-run reads the account (credentials needed) and changes nothing." in text) == (not offline), argv
 
 
 def test_every_subcommand_says_what_it_needs_and_where_it_runs(capsys):
