@@ -113,14 +113,19 @@ class OneLineParser(argparse.ArgumentParser):
             raise argparse.ArgumentError(action, f"invalid choice: {value!r} ({hint}choose from {', '.join(choices)})")
 
 
-def global_options() -> argparse.ArgumentParser:
+def global_options(*, json_output: bool) -> argparse.ArgumentParser:
+    """The options every subcommand takes; --format only where the command has a JSON answer (an
+    option a command cannot honour is not offered, rather than refused after parsing)."""
     common = argparse.ArgumentParser(add_help=False)
     options = common.add_argument_group("global options")
     options.add_argument("--env", required=True, metavar="ENV", help="environment name in cdk.json (dev, staging, prod)")
     options.add_argument("--profile", metavar="NAME", help="AWS named profile (default: the usual AWS variables)")
     options.add_argument("--region", metavar="REGION",
                          help="must be the environment's region when given (cdk.json fixes it per environment)")
-    options.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    if json_output:
+        options.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    else:
+        common.set_defaults(format="text")
     options.add_argument("--debug", action="store_true", help="on failure, print the traceback too")
     return common
 
@@ -133,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     root.add_argument("--version", action="version", version=f"{PROG} {version()}")
     groups = root.add_subparsers(title="commands", metavar="COMMAND", parser_class=OneLineParser, required=True)
-    common = global_options()
+    commons = {json_output: global_options(json_output=json_output) for json_output in (True, False)}
     made: dict[str, Any] = {}
     for command in COMMANDS:
         parent = groups
@@ -148,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog = command.needs + (" Its --dry-run needs no credentials." if command.dry_run_offline else "")
 
         parser = parent.add_parser(command.path[-1], help=command.summary, description=command.summary[0].upper() + command.summary[1:] + ".",
-                                   epilog=epilog, parents=[common])
+                                   epilog=epilog, parents=[commons[command.json]])
         if command.mode:
             module.add_arguments(parser, mode=command.mode)
         else:
@@ -191,8 +196,6 @@ def check_globals(args: argparse.Namespace) -> None:
     config = load_environment(read_environments(), args.env)  # ConfigError names the known ones
     if args.region and args.region != config.region:
         raise UsageError(f"environment {args.env} lives in {config.region}; drop --region or give that one")
-    if args.format == "json" and not args.command.json:
-        raise UsageError(f"telemetry {' '.join(args.command.path)} prints text only so far; drop --format json")
     checker = getattr(args.module, "check_arguments", None)
     if checker is not None:
         checker(args)
