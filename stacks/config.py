@@ -743,7 +743,35 @@ class EnvironmentConfig(_Section):
         return f"telemetry-{self.name}"
 
 
+def _section_at(location: tuple) -> type[BaseModel] | None:
+    """The settings class a key at `location` (cdk.json's path, list indices included) belongs to."""
+    import typing
+
+    model: type[BaseModel] | None = EnvironmentConfig
+    for part in location:
+        if isinstance(part, int) or model is None:
+            continue  # an element of a list: the list's element class is taken with its key
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        kinds = [field.annotation, *typing.get_args(field.annotation)]
+        model = next((k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)), None)
+    return model
+
+
+def _did_you_mean(location: tuple) -> str:
+    """For an unknown key, the nearest key its section knows ("did you mean ...?"), if one is near."""
+    import difflib
+
+    section = _section_at(location[:-1])
+    if section is None or not isinstance(location[-1], str):
+        return ""
+    near = difflib.get_close_matches(location[-1], list(section.model_fields), n=1, cutoff=0.6)
+    return f" (did you mean '{near[0]}'?)" if near else ""
+
+
 def _describe(error: ValidationError) -> str:
+    """Every mistake at once, each with its key: what was wrong and what is allowed."""
     parts = []
     for item in error.errors():
         location = ".".join(str(p) for p in item["loc"])
@@ -751,7 +779,7 @@ def _describe(error: ValidationError) -> str:
         if item["type"] == "missing":
             message = "required key is missing"
         elif item["type"] == "extra_forbidden":
-            message = "unknown key"
+            message = "unknown key" + _did_you_mean(tuple(item["loc"]))
         parts.append(f"{location}: {message}" if location else message)
     return "; ".join(parts)
 

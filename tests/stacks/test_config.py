@@ -416,3 +416,17 @@ def test_a_reaper_too_slow_to_catch_a_lost_lifecycle_event_is_refused(environmen
     )
     environments["dev"]["node_lifecycle"]["reaper_interval_minutes"] = 10
     load_environment(environments, "dev")
+
+
+def test_every_mistake_is_named_at_once_and_a_misspelt_key_gets_the_nearest_one(environments):
+    dev = environments["dev"]
+    dev["msk"]["ebs_volum_gib"] = dev["msk"].pop("ebs_volume_gib")
+    dev["network"]["nat_gateway"] = dev["network"].pop("nat_gateways")
+    dev["workloads"] = dev.pop("workload")
+    message = refused(environments, "dev")
+    assert "msk.ebs_volum_gib: unknown key (did you mean 'ebs_volume_gib'?)" in message
+    assert "network.nat_gateway: unknown key (did you mean 'nat_gateways'?)" in message
+    assert "workloads: unknown key (did you mean 'workload'?)" in message
+    assert "msk.ebs_volume_gib: required key is missing" in message
+    dev["msk"]["zzz"] = 1
+    assert "msk.zzz: unknown key;" in refused(environments, "dev") + ";"  # nothing near: no guess
