@@ -396,7 +396,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
+    from scripts.telemetry.errors import UsageError
+    from stacks.placeholders import refusal
+
     config = load_environment(read_environments(), args.env)
+    placeholder = refusal(config)
+    if placeholder:  # before any AWS call: the checks would ask the example account
+        raise UsageError(placeholder)
     checks = preflight(config, session_factory(config.region), getattr(args, "mfa_serial", None))
     if getattr(args, "format", "text") != "json":
         return report(config, checks)

@@ -28,6 +28,18 @@ def cdk_context() -> dict:
     return json.loads((REPO / "cdk.json").read_text())["context"]
 
 
+@pytest.fixture(autouse=True)
+def placeholders_edited(monkeypatch):
+    """The tools run on the shipped cdk.json as if its placeholders had been edited (the example
+    accounts are moto's accounts here); tests/scripts/test_placeholders.py restores and checks the
+    refusal itself."""
+    from stacks import placeholders
+
+    monkeypatch.setattr(placeholders, "SHIPPED_ACCOUNTS", frozenset())
+    monkeypatch.setattr(placeholders, "EXAMPLE_DOMAINS", ())
+    monkeypatch.setattr(placeholders, "SHIPPED_MANAGEMENT_CIDRS", frozenset())
+
+
 @pytest.fixture
 def moto_session(monkeypatch):
     """A boto3 session on moto's mock AWS in eu-west-1, with throwaway credentials."""

@@ -77,6 +77,12 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     if not args.dry_run:
         from botocore.exceptions import NoCredentialsError
 
+        from stacks.placeholders import refusal
+
+        placeholder = refusal(config)
+        if placeholder:  # before any AWS call: the deployment would go to the example account
+            raise UsageError(placeholder)
+
         from scripts.telemetry.journey import journey, run_command, run_journey
 
         session = session_factory(config.region)
@@ -92,12 +98,17 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
         steps = journey(config, session, stacks, runner=run_command, say=_say, mfa_serial=args.mfa_serial, yes=args.yes,
                         cdk_out=args.cdk_out)
         return run_journey(steps, _say)
+    from stacks.placeholders import placeholders
+
     steps = plan(config, synthesized_stacks(args.cdk_out, config))
+    shipped = placeholders(config)
     if args.format == "json":
         print(json.dumps({"environment": config.name, "account": config.account, "region": config.region,
-                          "steps": [asdict(step) for step in steps]}, indent=2))
+                          "placeholders": shipped, "steps": [asdict(step) for step in steps]}, indent=2))
     else:
         print(describe(config, steps))
+        if shipped:
+            print(f"placeholders (a real run refuses them): {'; '.join(shipped)}")
     return 0
 
 

@@ -1,0 +1,37 @@
+"""The values cdk.json ships with that nobody chose for their own account: the example account ids,
+example.com alarm addresses and prod's placeholder management range. A dry run plans with them
+and says so; preflight and deploy refuse them, naming the key to edit, before any AWS call.
+"""
+
+from __future__ import annotations
+
+from stacks.config import EnvironmentConfig
+
+SHIPPED_ACCOUNTS = frozenset({"111111111111", "222222222222", "333333333333"})
+# RFC 2606's example domains: no address there reaches anyone.
+EXAMPLE_DOMAINS = ("example.com", "example.org", "example.net")
+SHIPPED_MANAGEMENT_CIDRS = frozenset({"10.250.0.0/24"})
+
+
+def placeholders(config: EnvironmentConfig) -> list[str]:
+    """One phrase per shipped placeholder the environment still holds: the key and its value."""
+    found = []
+    prefix = f"environments.{config.name}"
+    if config.account in SHIPPED_ACCOUNTS:
+        found.append(f"{prefix}.account is the example {config.account}: your account id")
+    for address in config.monitoring.alarm_emails:
+        if address.rsplit("@", 1)[-1].lower() in EXAMPLE_DOMAINS:
+            found.append(f"{prefix}.monitoring.alarm_emails has the example {address}: who is paged")
+    for cidr in config.service_fabric.management_cidrs:
+        if cidr in SHIPPED_MANAGEMENT_CIDRS:
+            found.append(f"{prefix}.service_fabric.management_cidrs has the placeholder {cidr}: your agents' and "
+                         "offices' ranges")
+    return found
+
+
+def refusal(config: EnvironmentConfig) -> str | None:
+    """One line naming every placeholder to edit, or None."""
+    found = placeholders(config)
+    if not found:
+        return None
+    return f"cdk.json still holds shipped placeholders: {'; '.join(found)} (edit them, then run again)"
