@@ -209,7 +209,10 @@ def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], Any
     profile_before = os.environ.get("AWS_PROFILE")
     args: argparse.Namespace | None = None
     try:
-        args = build_parser().parse_args(argv)
+        args, unknown = build_parser().parse_known_args(argv)
+        if unknown:  # named with the subcommand whose options they are not
+            raise UsageError(f"unrecognized arguments: {' '.join(unknown)} "
+                             f"(see {PROG} {' '.join(args.command.path)} --help)")
         check_globals(args)
         if args.profile:
             os.environ["AWS_PROFILE"] = args.profile  # for the tools that build their own clients
