@@ -163,12 +163,14 @@ def check_elastic_ips(ec2, quotas: ServiceQuotas, config: EnvironmentConfig) -> 
     return check_quota("Elastic IPs (NAT)", quotas.value(*EIP_QUOTA), config.network.nat_gateways, in_use, "addresses")
 
 
-def check_brokers(kafka, quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
-    in_use = sum(
-        cluster.get("Provisioned", {}).get("NumberOfBrokerNodes", 0)
-        for page in kafka.get_paginator("list_clusters_v2").paginate()
-        for cluster in page["ClusterInfoList"]
-    )
+def msk_clusters(kafka) -> list[dict]:
+    """Every MSK cluster of the account and region (ListClustersV2: each with its Provisioned
+    broker count and storage)."""
+    return [cluster for page in kafka.get_paginator("list_clusters_v2").paginate() for cluster in page["ClusterInfoList"]]
+
+
+def check_brokers(clusters: Sequence[dict], quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
+    in_use = sum(cluster.get("Provisioned", {}).get("NumberOfBrokerNodes", 0) for cluster in clusters)
     return check_quota("MSK brokers", quotas.value(*BROKER_QUOTA), config.msk.broker_count, in_use, "brokers")
 
 
@@ -188,7 +190,7 @@ def deployed_volume_gib(cloudformation, stack_name: str) -> int | None:
     return None
 
 
-def check_broker_storage(kafka, cloudformation, config: EnvironmentConfig) -> Check:
+def check_broker_storage(clusters: Sequence[dict], cloudformation, config: EnvironmentConfig) -> Check:
     """What the deployment would ask of MSK's broker storage. Storage auto scaling grows the volumes
     past the template's size; CloudFormation sends the template's VolumeSize whenever the broker
     storage in the template changes (cloudformation-coverage-roadmap issue 1129), and MSK refuses a
@@ -196,13 +198,11 @@ def check_broker_storage(kafka, cloudformation, config: EnvironmentConfig) -> Ch
     storage"). So a changed msk.ebs_volume_gib below the grown size + 10 GiB would fail the Msk
     stack's update: a blocker here, before any stack is touched."""
     name = config.resource_prefix  # the cluster's name (msk_stack.py)
-    clusters = [c for page in kafka.get_paginator("list_clusters_v2").paginate(ClusterNameFilter=name)
-                for c in page["ClusterInfoList"] if c["ClusterName"] == name]  # fmt: skip
+    ours = [cluster for cluster in clusters if cluster["ClusterName"] == name]
     wanted = config.msk.ebs_volume_gib
-    if not clusters:
+    if not ours:
         return Check("MSK broker storage", OK, f"no cluster {name} yet: it starts with {wanted:,} GiB per broker")
-    info = kafka.describe_cluster_v2(ClusterArn=clusters[0]["ClusterArn"])["ClusterInfo"]
-    current = int(info["Provisioned"]["BrokerNodeGroupInfo"]["StorageInfo"]["EbsStorageInfo"]["VolumeSize"])
+    current = int(ours[0]["Provisioned"]["BrokerNodeGroupInfo"]["StorageInfo"]["EbsStorageInfo"]["VolumeSize"])
     deployed = deployed_volume_gib(cloudformation, f"{config.stack_prefix}-Msk")
     if wanted == deployed:
         grown = f"; auto scaling grew it from the template's {deployed:,}" if current > deployed else ""
@@ -229,7 +229,7 @@ def check_management_cidrs(config: EnvironmentConfig) -> Check:
 # What `telemetry deploy` and the day-2 commands call with the operator's own credentials (the
 # stacks themselves are deployed by the CDK bootstrap's roles, which the operator assumes).
 OPERATOR_ACTIONS = (
-    "cloudformation:DescribeStacks", "cloudformation:GetTemplate", "kafka:ListClustersV2", "kafka:DescribeClusterV2",
+    "cloudformation:DescribeStacks", "cloudformation:GetTemplate", "kafka:ListClustersV2",
     "ec2:DescribeAvailabilityZones", "ec2:DescribeInstances",
     "ssm:GetParameter", "ssm:PutParameter", "ssm:DeleteParameter", "ssm:SendCommand", "ssm:GetCommandInvocation",
     "ssm:ListCommands", "ssm:CancelCommand", "ssm:DescribeInstanceInformation",
@@ -362,6 +362,7 @@ def preflight(config: EnvironmentConfig, session, mfa_serial: str | None = None,
               read_code: Callable[[str], str] | None = None) -> list[Check]:
     ec2, quotas = session.client("ec2"), ServiceQuotas(session.client("service-quotas"))
     secrets = session.client("secretsmanager")
+    clusters = msk_clusters(session.client("kafka"))
     fabric = config.service_fabric
     return [
         check_tools(),
@@ -374,8 +375,8 @@ def preflight(config: EnvironmentConfig, session, mfa_serial: str | None = None,
         check_secret(secrets, fabric.admin_certificate_secret, CERTIFICATE_KEYS),
         check_vcpus(ec2, quotas, config),
         check_elastic_ips(ec2, quotas, config),
-        check_brokers(session.client("kafka"), quotas, config),
-        check_broker_storage(session.client("kafka"), session.client("cloudformation"), config),
+        check_brokers(clusters, quotas, config),
+        check_broker_storage(clusters, session.client("cloudformation"), config),
         check_management_cidrs(config),
     ]
 

@@ -21,7 +21,7 @@ def workload_of(config: EnvironmentConfig, *, rate: float | None = None) -> capa
     peak = declared.peak_messages_per_second if rate is None else rate
     return capacity.Workload(
         messages_per_second=average,
-        peak_messages_per_second=max(peak, average),
+        peak_messages_per_second=peak,
         message_bytes=declared.message_bytes,
         compression_ratio=declared.compression_ratio,
         consumer_groups=declared.consumer_groups,
@@ -30,12 +30,12 @@ def workload_of(config: EnvironmentConfig, *, rate: float | None = None) -> capa
     )
 
 
-def telemetry_topic(config: EnvironmentConfig) -> TopicConfig:
+def sink_topic(config: EnvironmentConfig) -> TopicConfig:
     return next(t for t in config.msk.topics if t.name == config.telemetry_sink.topic)
 
 
 def constraints(config: EnvironmentConfig, workload: capacity.Workload) -> list[capacity.Constraint]:
-    topic = telemetry_topic(config)
+    topic = sink_topic(config)
     msk = config.msk
     return [
         *capacity.msk_standard_constraints(
@@ -70,7 +70,7 @@ def assess_environment(config: EnvironmentConfig, *, rate: float | None = None) 
 
 def retention_hours_held(config: EnvironmentConfig, *, rate: float | None = None) -> float:
     """How many hours of the telemetry topic the brokers hold at the rate, below the disk alarm."""
-    topic = telemetry_topic(config)
+    topic = sink_topic(config)
     msk = config.msk
     return capacity.retention_hours_held(
         workload_of(config, rate=rate), partitions=topic.partitions, replication_factor=topic.replication_factor,
@@ -87,7 +87,7 @@ def retention_hours_held(config: EnvironmentConfig, *, rate: float | None = None
 # scaling may grow to: the disk alarm (85% of the current volume) pages long before, and the guard
 # only ever deletes data when auto scaling has reached its ceiling and nobody acted.
 GUARD_PERCENT = 95
-SEGMENT_BYTES = 1024**3
+SEGMENT_BYTES = int(capacity.KAFKA_SEGMENT_BYTES.value) * capacity.MIB  # the model's open-segment row
 
 
 def retention_bytes_guard(config: EnvironmentConfig) -> int:
@@ -109,7 +109,7 @@ def autoscaled_volume_gib(config: EnvironmentConfig, *, rate: float, provisioned
     that rate, with its open segments, held at the scaling target (msk_cluster._storage_autoscaling),
     never below the provisioned volume (the template's, default the config's: it does not shrink)
     nor above its ceiling. What `telemetry cost` prices."""
-    topic = telemetry_topic(config)
+    topic = sink_topic(config)
     msk = config.msk
     held = capacity.volume_needed_gib(
         workload_of(config, rate=rate), hours=topic.retention_hours, partitions=topic.partitions,

@@ -39,7 +39,7 @@ def report(config: Any, rate: float | None) -> dict:
 
     workload = sizing.workload_of(config, rate=rate)
     assessment = sizing.assess_environment(config, rate=rate)
-    topic = sizing.telemetry_topic(config)
+    topic = sizing.sink_topic(config)
     held = sizing.retention_hours_held(config, rate=rate)
     return {
         "environment": config.name,
@@ -48,9 +48,7 @@ def report(config: Any, rate: float | None) -> dict:
                   "retention_hours": topic.retention_hours},
         "retention_hours_held": None if math.isinf(held) else round(held, 1),
         "constraints": [
-            {"name": c.name, "need": round(c.need, 3), "provided": _number_or_none(round(c.provided, 3)
-                                                                                 if not math.isinf(c.provided)
-                                                                                 else c.provided),
+            {"name": c.name, "need": round(c.need, 3), "provided": _number_or_none(round(c.provided, 3)),
              "unit": c.unit, "headroom": _number_or_none(round(c.headroom, 2)),
              "ok": c.ok, "binding": c.binding, "fix": None if c.ok else c.fix}
             for c in assessment.constraints

@@ -223,10 +223,7 @@ def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], Any
         print(f"{PROG}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as error:  # noqa: BLE001 - the one place every failure becomes one line
-        code, message = worded(error)
-        if getattr(args, "dry_run", False) and "or use --dry-run where the command has one" in message:
-            message = message.replace("or use --dry-run where the command has one",
-                                      "even with --dry-run: this command's plan reads what the account holds")
+        code, message = worded(error, dry_run=getattr(args, "dry_run", False))
         if debug:
             traceback.print_exc()
         elif code == EXIT_FAILED and message.startswith("internal error"):
