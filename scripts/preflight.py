@@ -163,55 +163,86 @@ def check_elastic_ips(ec2, quotas: ServiceQuotas, config: EnvironmentConfig) -> 
     return check_quota("Elastic IPs (NAT)", quotas.value(*EIP_QUOTA), config.network.nat_gateways, in_use, "addresses")
 
 
-def msk_clusters(kafka) -> list[dict]:
+@dataclass(frozen=True)
+class MskClusters:
     """Every MSK cluster of the account and region (ListClustersV2: each with its Provisioned
-    broker count and storage)."""
-    return [cluster for page in kafka.get_paginator("list_clusters_v2").paginate() for cluster in page["ClusterInfoList"]]
+    broker count and storage), or why AWS would not list them: the two checks that read them say
+    so in their rows (the permissions row names the action) instead of ending the run."""
+
+    clusters: tuple[dict, ...]
+    refused: str | None = None
 
 
-def check_brokers(clusters: Sequence[dict], quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
-    in_use = sum(cluster.get("Provisioned", {}).get("NumberOfBrokerNodes", 0) for cluster in clusters)
+def msk_clusters(kafka) -> MskClusters:
+    try:
+        return MskClusters(tuple(cluster for page in kafka.get_paginator("list_clusters_v2").paginate()
+                                 for cluster in page["ClusterInfoList"]))  # fmt: skip
+    except kafka.exceptions.ClientError as error:
+        return MskClusters((), f"not checked: ListClustersV2 refused: {error}")
+
+
+def check_brokers(found: MskClusters, quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
+    if found.refused:
+        return Check("MSK brokers", WARNING, found.refused)
+    in_use = sum(cluster.get("Provisioned", {}).get("NumberOfBrokerNodes", 0) for cluster in found.clusters)
     return check_quota("MSK brokers", quotas.value(*BROKER_QUOTA), config.msk.broker_count, in_use, "brokers")
 
 
 def deployed_volume_gib(cloudformation, stack_name: str) -> int | None:
-    """The broker VolumeSize of the deployed Msk stack's template; None before the first deployment.
-    (botocore hands a JSON template body over parsed; a YAML one would come as text.)"""
+    """The broker VolumeSize of the deployed Msk stack's template; None when there is no such stack
+    (GetTemplate: "If the template doesn't exist, a ValidationError is returned"). botocore hands a
+    JSON template body over parsed (handlers.json_decode_template_body), and CDK writes JSON."""
     try:
         body = cloudformation.get_template(StackName=stack_name)["TemplateBody"]
     except cloudformation.exceptions.ClientError as error:
-        if error.response["Error"]["Code"] == "ValidationError":  # "Stack with id ... does not exist"
+        if error.response["Error"]["Code"] == "ValidationError":
             return None
         raise
-    template = json.loads(body) if isinstance(body, str) else body
+    template = body
     for resource in template.get("Resources", {}).values():
         if resource.get("Type") == "AWS::MSK::Cluster":
             return int(resource["Properties"]["BrokerNodeGroupInfo"]["StorageInfo"]["EBSStorageInfo"]["VolumeSize"])
     return None
 
 
-def check_broker_storage(clusters: Sequence[dict], cloudformation, config: EnvironmentConfig) -> Check:
+def check_broker_storage(found: MskClusters, cloudformation, config: EnvironmentConfig) -> Check:
     """What the deployment would ask of MSK's broker storage. Storage auto scaling grows the volumes
     past the template's size; CloudFormation sends the template's VolumeSize whenever the broker
     storage in the template changes (cloudformation-coverage-roadmap issue 1129), and MSK refuses a
     size that is not at least 10 GiB above the current one ("Scale up Amazon MSK Standard broker
-    storage"). So a changed msk.ebs_volume_gib below the grown size + 10 GiB would fail the Msk
-    stack's update: a blocker here, before any stack is touched."""
-    name = config.resource_prefix  # the cluster's name (msk_stack.py)
-    ours = [cluster for cluster in clusters if cluster["ClusterName"] == name]
+    storage" says it cannot shrink; the 10 GiB is MSK's error in that issue). So a changed
+    msk.ebs_volume_gib below the grown size + 10 GiB would fail the Msk stack's update: a blocker
+    here, before any stack is touched."""
+    check = "MSK broker storage"
+    if found.refused:
+        return Check(check, WARNING, found.refused)
+    name, stack = config.resource_prefix, f"{config.stack_prefix}-Msk"  # the cluster's name: msk_stack.py
     wanted = config.msk.ebs_volume_gib
+    ours = [cluster for cluster in found.clusters if cluster["ClusterName"] == name]
     if not ours:
-        return Check("MSK broker storage", OK, f"no cluster {name} yet: it starts with {wanted:,} GiB per broker")
-    current = int(ours[0]["Provisioned"]["BrokerNodeGroupInfo"]["StorageInfo"]["EbsStorageInfo"]["VolumeSize"])
-    deployed = deployed_volume_gib(cloudformation, f"{config.stack_prefix}-Msk")
+        return Check(check, OK, f"no cluster {name} yet: it starts with {wanted:,} GiB per broker")
+    # Optional in the API's model (StorageInfo, EbsStorageInfo, VolumeSize; no Provisioned at all
+    # for a serverless cluster of the same name).
+    storage = ours[0].get("Provisioned", {}).get("BrokerNodeGroupInfo", {}).get("StorageInfo", {})
+    current = storage.get("EbsStorageInfo", {}).get("VolumeSize")
+    if current is None:
+        return Check(check, WARNING, f"cluster {name} reports no EBS volume size (ListClustersV2); not checked")
+    try:
+        deployed = deployed_volume_gib(cloudformation, stack)
+    except cloudformation.exceptions.ClientError as error:
+        return Check(check, WARNING, f"not checked: GetTemplate of {stack} refused: {error}")
+    if deployed is None:
+        # A production cluster outlives its deleted stack (removal.py retains it): the deployment
+        # would create a cluster of a name that is taken, not change this one's storage.
+        return Check(check, BLOCKER, f"cluster {name} exists outside stack {stack}: the deployment would create "
+                     "another of the same name; delete or rename it first")
     if wanted == deployed:
         grown = f"; auto scaling grew it from the template's {deployed:,}" if current > deployed else ""
         return Check("MSK broker storage", OK, f"{current:,} GiB per broker{grown}; the deployment leaves it alone")
     if wanted < current + 10:
         return Check("MSK broker storage", BLOCKER,
                      f"msk.ebs_volume_gib {wanted:,} would be sent to MSK, whose brokers hold {current:,} GiB: MSK "
-                     f"refuses less than {current + 10:,}; set at least that"
-                     + (f", or put back the deployed {deployed:,}" if deployed else ""))  # fmt: skip
+                     f"refuses less than {current + 10:,}; set at least that, or put back the deployed {deployed:,}")
     return Check("MSK broker storage", OK, f"grows from {current:,} to {wanted:,} GiB per broker "
                  "(not within the cool-down after an auto scaling action, which MSK refuses)")
 
@@ -362,7 +393,7 @@ def preflight(config: EnvironmentConfig, session, mfa_serial: str | None = None,
               read_code: Callable[[str], str] | None = None) -> list[Check]:
     ec2, quotas = session.client("ec2"), ServiceQuotas(session.client("service-quotas"))
     secrets = session.client("secretsmanager")
-    clusters = msk_clusters(session.client("kafka"))
+    clusters = msk_clusters(session.client("kafka"))  # read by the broker and storage checks
     fabric = config.service_fabric
     return [
         check_tools(),

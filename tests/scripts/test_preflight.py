@@ -338,3 +338,36 @@ def test_a_changed_volume_below_what_auto_scaling_reached_is_a_blocker(account, 
     assert rows["MSK broker storage"][0] == "BLOCKER"
     assert ("blocker: MSK broker storage: msk.ebs_volume_gib 150 would be sent to MSK, whose brokers hold 330 GiB: "
             "MSK refuses less than 340; set at least that, or put back the deployed 100") in err
+
+
+def test_a_cluster_retained_outside_its_stack_is_a_blocker(account, capsys):
+    """prod's cluster outlives a deleted Msk stack (removal.py): the deployment would create another
+    of the same name, not change this one's storage."""
+    account.client("kafka").create_cluster_v2(ClusterName="telemetry-dev", Provisioned={
+        "KafkaVersion": "3.9.x", "NumberOfBrokerNodes": 3,
+        "BrokerNodeGroupInfo": {"InstanceType": "kafka.m7g.large", "ClientSubnets": ["a", "b", "c"],
+                                "StorageInfo": {"EbsStorageInfo": {"VolumeSize": 150}}}})
+    code, rows, err = run(account, capsys)
+    assert code == 1
+    assert rows["MSK broker storage"] == ("BLOCKER", "cluster telemetry-dev exists outside stack Telemetry-dev-Msk: "
+                                          "the deployment would create another of the same name; delete or rename it first")
+
+
+def test_clusters_msk_will_not_list_leave_their_two_rows_unchecked_not_the_run_ended():
+    """ListClustersV2 refused (MSK's ForbiddenException, botocore's model): the broker and storage rows
+    say so; the permissions row is where the missing action is named."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from scripts.preflight import WARNING, check_broker_storage, check_brokers, msk_clusters
+    from stacks.config import load_environment, read_environments
+
+    kafka = boto3.client("kafka", region_name="eu-west-1", aws_access_key_id="a", aws_secret_access_key="b")
+    with Stubber(kafka) as stubber:
+        stubber.add_client_error("list_clusters_v2", "ForbiddenException", "not allowed", 403)
+        found = msk_clusters(kafka)
+    config = load_environment(read_environments(), "dev")
+    brokers = check_brokers(found, quotas=None, config=config)
+    storage = check_broker_storage(found, cloudformation=None, config=config)
+    assert brokers.result == storage.result == WARNING
+    assert storage.detail.startswith("not checked: ListClustersV2 refused: An error occurred (ForbiddenException)")
