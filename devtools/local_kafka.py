@@ -237,9 +237,11 @@ def _write_config(
     sasl_users: dict[str, str] | None = None,
     super_user: str | None = None,
     scram_port: int | None = None,
+    tiered_storage: bool = False,
 ) -> Path:
     config = data_dir / "server.properties"
-    values = {"port": port, "controller_port": controller_port, "log_dirs": data_dir / "logs"}
+    values = {"port": port, "controller_port": controller_port, "log_dirs": data_dir / "logs",
+              "remote_dir": data_dir / "remote"}  # fmt: skip
     if sasl_users is None:
         listeners = "listeners-plaintext.properties"
     else:
@@ -253,7 +255,7 @@ def _write_config(
         )
     text = "\n".join(
         string.Template((FILES / name).read_text()).substitute(values)
-        for name in ("server.properties", listeners)
+        for name in ("server.properties", listeners, *(["tiered-storage.properties"] if tiered_storage else []))
     )
     config.write_text(text)
     return config
@@ -268,10 +270,11 @@ def _prepare_storage(
     super_user: str | None = None,
     extra_classpath: list[Path] = (),
     scram_port: int | None = None,
+    tiered_storage: bool = False,
 ) -> Path:
     """Writes server.properties and formats the KRaft storage; removes data_dir on failure."""
     try:
-        config = _write_config(data_dir, port, controller_port, sasl_users, super_user, scram_port)
+        config = _write_config(data_dir, port, controller_port, sasl_users, super_user, scram_port, tiered_storage)
         command = java_command(
             "kafka.tools.StorageTool",
             "format",
@@ -379,8 +382,10 @@ def start_broker(
     full_jit: bool = False,
     sasl_users: dict[str, str] | None = None,
     super_user: str | None = None,
+    tiered_storage: bool = False,
 ) -> Broker:
     """Start a broker recorded in state_dir, or return the one already running there.
+    tiered_storage: remote log storage on, into a directory (local-kafka/tiered-storage.properties).
     full_jit: let the JVM's C2 compiler run (for long benchmarks that warm the broker first).
     sasl_users ({name: password}) with super_user (one of them): the policy-enforcing broker,
     SASL/PLAIN on its main listener and SASL/SCRAM-SHA-512 on a second (no SCRAM users until
@@ -410,7 +415,7 @@ def start_broker(
         while scram_port in (port, controller_port):
             scram_port = free_port()
     config = _prepare_storage(
-        data_dir, port, controller_port, libs_dir, sasl_users, super_user, extra_classpath, scram_port
+        data_dir, port, controller_port, libs_dir, sasl_users, super_user, extra_classpath, scram_port, tiered_storage
     )
     log_path = state_dir / "broker.log"
     process = _launch(config, log_path, "wb", libs_dir, JVM_OPTIONS + ([] if full_jit else QUICK_JIT), extra_classpath)

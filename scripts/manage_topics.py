@@ -90,7 +90,7 @@ class Environment:
 
 def declared_environment(environment: str) -> Environment:
     from stacks.config import ConfigError, load_environment, read_environments
-    from stacks.sizing import retention_bytes_guard
+    from stacks.sizing import local_hours, retention_bytes_guard, segment_bytes
     from stacks.naming import (
         bootstrap_parameter_name,
         manage_topics_document_name,
@@ -106,12 +106,15 @@ def declared_environment(environment: str) -> Environment:
         config = load_environment(read_environments(), environment)
     except ConfigError as error:
         raise TopicError(str(error)) from None
-    # Every topic gets the retention.bytes guard sized from the brokers' storage (stacks/sizing.py).
-    guard = retention_bytes_guard(config)
+    # Every topic gets the guard sized from the brokers' storage (stacks/sizing.py); a tiered topic
+    # also what stays on the brokers and its segment size.
     specs = [
-        TopicSpec(t.name, t.partitions, t.replication_factor, t.retention_hours * MS_PER_HOUR, guard)
+        TopicSpec(t.name, t.partitions, t.replication_factor, t.retention_hours * MS_PER_HOUR,
+                  retention_bytes_guard(config, t),
+                  *((int(local_hours(config, t) * MS_PER_HOUR), segment_bytes(config, t))
+                    if config.msk.tiered(t) else ()))
         for t in config.msk.topics
-    ]
+    ]  # fmt: skip
     return Environment(
         specs,
         config.region,

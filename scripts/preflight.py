@@ -225,8 +225,18 @@ def check_broker_storage(found: MskClusters, cloudformation, config: Environment
     # for a serverless cluster of the same name).
     storage = ours[0].get("Provisioned", {}).get("BrokerNodeGroupInfo", {}).get("StorageInfo", {})
     current = storage.get("EbsStorageInfo", {}).get("VolumeSize")
+    # MSK turns tiered storage on in place but never off: "TIERED -> LOCAL" is not an update MSK
+    # takes, and disabling it on a topic deletes what the remote tier holds ("Enable and disable
+    # tiered storage on an existing Amazon MSK topic"; botocore's Provisioned.StorageMode).
+    if ours[0].get("Provisioned", {}).get("StorageMode") == "TIERED" and config.msk.tiered_storage is None:
+        return Check(check, BLOCKER, f"cluster {name} uses tiered storage, which MSK cannot turn off: keep "
+                     "msk.tiered_storage (removing it would also set guards Kafka refuses on its tiered topics)")
     if current is None:
         return Check(check, WARNING, f"cluster {name} reports no EBS volume size (ListClustersV2); not checked")
+    if config.msk.storage_autoscaling_max_gib < current:
+        # Application Auto Scaling's MaxCapacity below the volume it already grew: it cannot shrink it.
+        return Check(check, BLOCKER, f"msk.storage_autoscaling_max_gib {config.msk.storage_autoscaling_max_gib:,} is "
+                     f"below the {current:,} GiB the brokers already hold (volumes never shrink); set at least that")
     try:
         deployed = deployed_volume_gib(cloudformation, stack)
     except cloudformation.exceptions.ClientError as error:

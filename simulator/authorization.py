@@ -27,7 +27,7 @@ _ACTIONS = {
         "kafka-cluster:DescribeTopicDynamicConfiguration on topic {topic}",
     (KafkaError.TOPIC_AUTHORIZATION_FAILED, "create"): "kafka-cluster:CreateTopic on topic {topic}",
     (KafkaError.TOPIC_AUTHORIZATION_FAILED, "add-partitions"): "kafka-cluster:AlterTopic on topic {topic}",
-    (KafkaError.TOPIC_AUTHORIZATION_FAILED, "set-retention"):
+    (KafkaError.TOPIC_AUTHORIZATION_FAILED, "set-configs"):
         "kafka-cluster:AlterTopicDynamicConfiguration on topic {topic}",
     # ... and the SASL/SCRAM users' ACLs: DescribeAcls needs DESCRIBE, CreateAcls and DeleteAcls
     # ALTER on the cluster (Kafka's AclApis).

@@ -47,16 +47,37 @@ class TopicSpec:
     partitions: int
     replication_factor: int
     retention_ms: int
-    # retention.bytes, per partition: the guard that keeps brokers from filling (stacks/sizing.py);
-    # None leaves the topic's as it is.
+    # The guard that keeps brokers from filling (stacks/sizing.py), per partition: retention.bytes,
+    # or local.retention.bytes on a tiered topic; None leaves the topic's as it is.
     retention_bytes: int | None = None
+    # Tiered storage (MSK's StorageMode TIERED): what stays on the brokers, and the segment size
+    # (only closed segments move to the remote tier). None: the topic is not tiered.
+    local_retention_ms: int | None = None
+    segment_bytes: int | None = None
 
     def configs(self) -> dict[str, str]:
-        """The topic configurations this tool declares."""
+        """The topic configurations this tool declares. A tiered topic's guard bounds what stays
+        on the brokers (local.retention.bytes), not what the remote tier keeps, so its
+        retention.bytes is -1 (Kafka topic configuration: "local.retention.bytes ... The value should
+        be less than or equal to retention.bytes", -1 for retention.bytes being no limit)."""
         declared = {"retention.ms": str(self.retention_ms)}
+        if self.local_retention_ms is None:
+            if self.retention_bytes is not None:
+                declared["retention.bytes"] = str(self.retention_bytes)
+            return declared
+        declared |= {"remote.storage.enable": "true", "local.retention.ms": str(self.local_retention_ms),
+                     "retention.bytes": "-1"}  # fmt: skip
         if self.retention_bytes is not None:
-            declared["retention.bytes"] = str(self.retention_bytes)
+            declared["local.retention.bytes"] = str(self.retention_bytes)
+        if self.segment_bytes is not None:
+            declared["segment.bytes"] = str(self.segment_bytes)
         return declared
+
+
+# What describe() reads of every topic; the others a declaration names are read when declared.
+RETENTION_KEYS = ("retention.ms", "retention.bytes")
+# What makes a topic tiered: set after it is created (KafkaTopics.apply).
+TIERING_KEYS = ("remote.storage.enable", "local.retention.ms", "local.retention.bytes")
 
 
 @dataclass(frozen=True)
@@ -66,17 +87,22 @@ class ExistingTopic:
     replication_factor: int
     retention_ms: int | None
     retention_bytes: int | None = None  # -1: no limit (Kafka's default)
+    others: tuple[tuple[str, str | None], ...] = ()  # the other declared configurations, as Kafka reports them
+
+    def configs(self) -> dict[str, str | None]:
+        found = dict(zip(RETENTION_KEYS, (self.retention_ms, self.retention_bytes)))
+        return {key: None if value is None else str(value) for key, value in found.items()} | dict(self.others)
 
 
 @dataclass(frozen=True)
 class TopicChange:
     topic: TopicSpec
-    action: str  # create | add-partitions | set-retention | unchanged | cannot-reconcile
+    action: str  # create | add-partitions | set-configs | unchanged | cannot-reconcile
     detail: str
 
     @property
     def writes(self) -> bool:
-        return self.action in ("create", "add-partitions", "set-retention")
+        return self.action in ("create", "add-partitions", "set-configs")
 
 
 @dataclass(frozen=True, order=True)
@@ -152,13 +178,11 @@ def plan(specs: Iterable[TopicSpec], existing: Mapping[str, ExistingTopic]) -> l
                     spec, "add-partitions", f"{current.partitions} -> {spec.partitions} partitions"
                 )
             )
-        retention = [f"retention.ms {current.retention_ms} -> {spec.retention_ms}"] * (
-            current.retention_ms != spec.retention_ms
-        )
-        if spec.retention_bytes is not None and current.retention_bytes != spec.retention_bytes:
-            retention.append(f"retention.bytes {current.retention_bytes} -> {spec.retention_bytes}")
-        if retention:
-            changes.append(TopicChange(spec, "set-retention", ", ".join(retention)))
+        found = current.configs()
+        differing = [f"{key} {found.get(key)} -> {value}" for key, value in spec.configs().items()
+                     if found.get(key) != value]  # fmt: skip
+        if differing:
+            changes.append(TopicChange(spec, "set-configs", ", ".join(differing)))
         if not any(c.topic is spec for c in changes):
             changes.append(
                 TopicChange(
@@ -190,7 +214,8 @@ class KafkaTopics:
         self._admin = admin_client(settings)
         self._timeout = timeout_s
 
-    def describe(self, names: Sequence[str]) -> dict[str, ExistingTopic]:
+    def describe(self, names: Sequence[str], others: Sequence[str] = ()) -> dict[str, ExistingTopic]:
+        """The topics that exist of `names`, with their retention and the `others` configurations."""
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import ConfigResource, ResourceType
 
@@ -220,10 +245,11 @@ class KafkaTopics:
                 except KafkaException as error:
                     reason = missing_permission(error.args[0], "describe-configs", topic=resource.name)
                     raise TopicError(f"describe configuration of {resource.name} failed: {reason}") from None
-                retention[resource.name] = tuple(
-                    int(entry.value) if entry and entry.value is not None else None
-                    for entry in (entries.get("retention.ms"), entries.get("retention.bytes"))
-                )
+                retention[resource.name] = (
+                    *(int(entry.value) if entry and entry.value is not None else None
+                      for entry in (entries.get(key) for key in RETENTION_KEYS)),
+                    tuple((key, entries[key].value if key in entries else None) for key in others),
+                )  # fmt: skip
         topics = {}
         for name in present:
             partitions = partitions_of[name]
@@ -234,44 +260,50 @@ class KafkaTopics:
         return topics
 
     def apply(self, change: TopicChange) -> None:
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import (
-            AlterConfigOpType,
-            ConfigEntry,
-            ConfigResource,
-            NewPartitions,
-            NewTopic,
-            ResourceType,
-        )
+        from confluent_kafka.admin import NewPartitions, NewTopic
 
         spec = change.topic
         if change.action == "create":
+            # MSK: "You must use Apache Kafka client version 3.0.0 or higher to create new topics
+            # with tiered storage enabled" ("Requirements for tiered storage"), while any client may
+            # alter one; so a tiered topic is created without its tiering and then tiered by the
+            # IncrementalAlterConfigs every configuration change uses.
+            untiered = {key: value for key, value in spec.configs().items() if key not in TIERING_KEYS}
             futures = self._admin.create_topics(
-                [
-                    NewTopic(
-                        spec.name,
-                        spec.partitions,
-                        spec.replication_factor,
-                        config=spec.configs(),
-                    )
-                ],
+                [NewTopic(spec.name, spec.partitions, spec.replication_factor, config=untiered)],
                 request_timeout=self._timeout,
             )
+            self._settle(futures, change)
+            if untiered == spec.configs():
+                return
+            change = TopicChange(spec, "set-configs", "tiering the new topic")
+            futures = self._alter(spec)
         elif change.action == "add-partitions":
             futures = self._admin.create_partitions(
                 [NewPartitions(spec.name, spec.partitions)], request_timeout=self._timeout
             )
-        elif change.action == "set-retention":
-            entries = [
-                ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
-                for key, value in spec.configs().items()
-            ]
-            futures = self._admin.incremental_alter_configs(
-                [ConfigResource(ResourceType.TOPIC, spec.name, incremental_configs=entries)],
-                request_timeout=self._timeout,
-            )
+        elif change.action == "set-configs":
+            futures = self._alter(spec)
         else:
             return
+        self._settle(futures, change)
+
+    def _alter(self, spec: TopicSpec):
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+        entries = [
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+            for key, value in spec.configs().items()
+        ]
+        return self._admin.incremental_alter_configs(
+            [ConfigResource(ResourceType.TOPIC, spec.name, incremental_configs=entries)],
+            request_timeout=self._timeout,
+        )
+
+    def _settle(self, futures, change: TopicChange) -> None:
+        from confluent_kafka import KafkaException
+
+        spec = change.topic
         for future in futures.values():
             try:
                 future.result()
@@ -409,7 +441,8 @@ def reconcile_acls(
 def reconcile(
     kafka: KafkaTopics, specs: Sequence[TopicSpec], *, dry_run: bool, out=sys.stdout
 ) -> int:
-    changes = plan(specs, kafka.describe([s.name for s in specs]))
+    others = sorted({key for spec in specs for key in spec.configs()} - set(RETENTION_KEYS))
+    changes = plan(specs, kafka.describe([s.name for s in specs], others))
     for change in changes:
         verb = f"would {change.action}" if dry_run and change.writes else change.action
         print(f"{change.topic.name}: {verb}: {change.detail}", file=out, flush=True)

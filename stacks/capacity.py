@@ -147,6 +147,18 @@ KAFKA_SEGMENT_BYTES = _limit("segment.bytes default (Kafka), one open per partit
                              ("Apache Kafka documentation, Broker Configs: log.segment.bytes",
                               "https://kafka.apache.org/documentation/#brokerconfigs_log.segment.bytes"))  # fmt: skip
 TIERED_SEGMENT_BYTES_DEFAULT = _limit("segment.bytes default on tiered clusters", 128, "MiB", MSK_SKILL_SIZING)
+# A tiered topic's brokers delete a local segment only once the remote tier has it (Kafka,
+# UnifiedLog.deletableSegments, isSegmentEligibleForDeletion: "they are uploaded to the remote
+# storage", or the log start offset passed them, which only remote retention moves), so while
+# copying stalls they keep everything: neither local.retention.* nor retention.ms deletes a byte.
+# The volumes must then hold this long of the rate on top of the local retention, without counting
+# on storage auto scaling (its next step may be hours away, AUTOSCALING_COOLDOWN): the blueprint's
+# choice, a day for the copy to resume or for whoever the disk alarm pages to act.
+TIERED_STALL_HOURS = _limit("hours of stalled copying to the remote tier a broker's volume holds (auto scaling not "
+                            "counted)", 24, "hours",
+                            ("This blueprint's choice, README \"Sized from the workload\"; Kafka UnifiedLog.deletableSegments",
+                             "https://github.com/apache/kafka/blob/3.9/storage/src/main/java/org/apache/kafka/storage/"
+                             "internals/log/UnifiedLog.java"))  # fmt: skip
 NAT_BANDWIDTH = _limit("NAT gateway bandwidth (scales automatically to 100 Gbps)", 5, "Gbps", NAT)
 ENDPOINT_BANDWIDTH = _limit("interface endpoint bandwidth per zone (scales automatically to 100 Gbps)", 10, "Gbps",
                             PRIVATELINK)  # fmt: skip
@@ -238,6 +250,9 @@ class Constraint:
     unit: str
     fix: str = ""  # the smallest change that makes it pass, one line
     binding: bool = False
+    # A rule the service sets (a minimum version or retention), passed or not: never the binding
+    # constraint, which is the capacity the load comes closest to using up.
+    rule: bool = False
 
     @property
     def ok(self) -> bool:
@@ -281,11 +296,13 @@ class Assessment:
 
 
 def assess(constraints: Iterable[Constraint]) -> Assessment:
-    """Name the binding constraint: the one with the least headroom."""
+    """Name the binding constraint: the capacity with the least headroom (a rule only when every
+    row is one)."""
     rows = list(constraints)
     if not rows:
         raise ValueError("no constraints to assess")
-    tightest = min(range(len(rows)), key=lambda i: rows[i].headroom)
+    candidates = [i for i, c in enumerate(rows) if not c.rule] or range(len(rows))
+    tightest = min(candidates, key=lambda i: rows[i].headroom)
     return Assessment(tuple(replace(c, binding=i == tightest) for i, c in enumerate(rows)))
 
 
@@ -325,12 +342,14 @@ def open_segments_gib(partitions: int, replication_factor: int, broker_count: in
 
 
 def retention_hours_held(workload: Workload, *, partitions: int, replication_factor: int, broker_count: int,
-                         ebs_volume_gib: float, fill_percent: float) -> float:  # fmt: skip
+                         ebs_volume_gib: float, fill_percent: float,
+                         segment_mib: float = KAFKA_SEGMENT_BYTES.value) -> float:  # fmt: skip
     """Hours of the rate the fullest broker keeps within fill_percent of its volume (the storage
     auto scaling target, where MSK holds it), its open segments counted."""
     hourly = broker_gib_per_hour(workload, partitions=partitions, replication_factor=replication_factor,
                                  broker_count=broker_count)  # fmt: skip
-    usable = ebs_volume_gib * fill_percent / 100 - open_segments_gib(partitions, replication_factor, broker_count)
+    usable = ebs_volume_gib * fill_percent / 100 - open_segments_gib(partitions, replication_factor, broker_count,
+                                                                     segment_mib)  # fmt: skip
     return math.inf if hourly <= 0 else max(0.0, usable) / hourly
 
 
@@ -347,18 +366,22 @@ def volume_needed_gib(workload: Workload, *, hours: float, partitions: int, repl
 
 
 def _storage_fix(workload: Workload, *, hours: float, partitions: int, replication_factor: int, broker_count: int,
-                 ebs_volume_gib: float, fill_percent: float, retention_hours: float) -> str:  # fmt: skip
+                 ebs_volume_gib: float, fill_percent: float, retention_hours: float,
+                 segment_mib: float = KAFKA_SEGMENT_BYTES.value) -> str:  # fmt: skip
     """'enable tiered storage with at most N h on brokers, or use B x V GiB' (whichever apply)."""
     options = []
     held = retention_hours_held(workload, partitions=partitions, replication_factor=replication_factor,
                                 broker_count=broker_count, ebs_volume_gib=ebs_volume_gib,
-                                fill_percent=fill_percent)  # fmt: skip
-    if retention_hours >= TIERED_MIN_RETENTION.value and held >= 1:
+                                fill_percent=fill_percent, segment_mib=segment_mib)  # fmt: skip
+    if hours < retention_hours and held >= 1:  # already tiered: fewer hours on the brokers
+        options.append(f"keep at most {math.floor(held)} h on brokers (tiered_storage.local_retention_hours)")
+    elif retention_hours >= TIERED_MIN_RETENTION.value and held >= 1:
         options.append(f"enable tiered storage with at most {math.floor(held)} h on brokers")
     count = broker_count
     while count <= 60:
         volume = volume_needed_gib(workload, hours=hours, partitions=partitions, replication_factor=replication_factor,
-                                   broker_count=count, fill_percent=fill_percent)  # fmt: skip
+                                   broker_count=count, fill_percent=fill_percent,
+                                   extra_gib=open_segments_gib(partitions, replication_factor, count, segment_mib))  # fmt: skip
         if volume <= MAX_STORAGE_PER_BROKER.value:
             options.append(f"use {count} x {min(MAX_STORAGE_PER_BROKER.value, math.ceil(volume / 100) * 100):,.0f} GiB")
             break
@@ -432,14 +455,28 @@ def msk_standard_constraints(
         need_gib, min(ebs_volume_gib, MAX_STORAGE_PER_BROKER.value), "GiB per broker",
         _storage_fix(workload, hours=local_hours, partitions=partitions, replication_factor=replication_factor,
                      broker_count=broker_count, ebs_volume_gib=ebs_volume_gib, fill_percent=fill_percent,
-                     retention_hours=retention_hours)))  # fmt: skip
+                     retention_hours=retention_hours,
+                     segment_mib=TIERED_SEGMENT_BYTES_DEFAULT.value if tiered else KAFKA_SEGMENT_BYTES.value)))  # fmt: skip
     if tiered:
+        hourly = broker_gib_per_hour(workload, partitions=partitions, replication_factor=replication_factor,
+                                     broker_count=broker_count)  # fmt: skip
+        stall_gib = stalled_volume_gib(workload, local_hours=local_hours, partitions=partitions,
+                                       replication_factor=replication_factor, broker_count=broker_count)  # fmt: skip
+        held = math.inf if hourly <= 0 else (min(ebs_volume_gib, MAX_STORAGE_PER_BROKER.value)
+                                             - (stall_gib - hourly * TIERED_STALL_HOURS.value)) / hourly  # fmt: skip
+        rows.append(Constraint(
+            f"msk: hours of stalled copying to the remote tier before a broker's volume fills (auto scaling not "
+            f"counted), at {workload.messages_per_second:,.0f} msg/s", TIERED_STALL_HOURS.value, held, "hours",
+            f"use {broker_count} x {min(MAX_STORAGE_PER_BROKER.value, math.ceil(stall_gib / 100) * 100):,.0f} GiB "
+            "(ebs_volume_gib)"))  # fmt: skip
         rows.append(Constraint("msk: tiered topic retention (MSK's minimum for remote storage)",
                                TIERED_MIN_RETENTION.value, retention_hours, "hours",
-                               f"keep at least {TIERED_MIN_RETENTION.value:g} h on the topic or do not tier it"))  # fmt: skip
+                               f"keep at least {TIERED_MIN_RETENTION.value:g} h on the topic or do not tier it",
+                               rule=True))  # fmt: skip
         if kafka_version is not None:
             rows.append(Constraint("msk: Kafka version for tiered storage", TIERED_MIN_KAFKA.value,
-                                   _kafka_version(kafka_version), "version", "use Kafka 3.6 or later"))  # fmt: skip
+                                   _kafka_version(kafka_version), "version", "use Kafka 3.6 or later",
+                                   rule=True))  # fmt: skip
     return rows
 
 
@@ -633,18 +670,39 @@ class Candidate:
 HOURS_PER_MONTH = 730
 
 
-def _quantities(workload: Workload, design: MskDesign, retention_hours: float, replication_factor: int) -> dict:
+def quantities(workload: Workload, design: MskDesign, retention_hours: float) -> dict[str, float]:
+    """What a price table multiplies for the design at the workload (Candidate.quantities)."""
     gib_hour = workload.gib_per_hour()
     quantities = {"broker_hours": design.broker_count * HOURS_PER_MONTH}
     if design.kind == "express":
-        quantities["express_storage_gib_month"] = gib_hour * retention_hours * EXPRESS_REPLICATION.value
+        # Express storage is billed on the data retained, one copy: msk_sizing.py's
+        # calculate_express_sizing (data in x retention hours), following the pricing page.
+        quantities["express_storage_gib_month"] = gib_hour * retention_hours
         quantities["express_data_in_gib"] = gib_hour * HOURS_PER_MONTH
     else:
         quantities["ebs_gib_month"] = design.broker_count * design.ebs_volume_gib
         if design.kind == "tiered":
-            # The remote tier keeps one copy (msk_sizing.py counts it so too).
-            quantities["tiered_gib_month"] = gib_hour * (retention_hours - design.primary_retention_hours)
+            quantities["tiered_gib_month"] = remote_tier_gib(workload, retention_hours)
     return quantities
+
+
+def stalled_volume_gib(workload: Workload, *, local_hours: float, partitions: int, replication_factor: int,
+                       broker_count: int, stall_hours: float = TIERED_STALL_HOURS.value) -> float:  # fmt: skip
+    """The volume the fullest broker of a tiered topic fills after `stall_hours` of stalled copying
+    on top of its local retention, its open (128 MiB) segments counted: full, not at a target."""
+    hourly = broker_gib_per_hour(workload, partitions=partitions, replication_factor=replication_factor,
+                                 broker_count=broker_count)  # fmt: skip
+    return hourly * (local_hours + stall_hours) + open_segments_gib(partitions, replication_factor, broker_count,
+                                                                    TIERED_SEGMENT_BYTES_DEFAULT.value)  # fmt: skip
+
+
+def remote_tier_gib(workload: Workload, retention_hours: float) -> float:
+    """What the remote tier keeps of a tiered topic: one copy of its whole retention. Kafka copies
+    each segment to the remote tier once it is rolled, not once local retention deletes it
+    (KIP-405; RemoteLogManager's copy task takes every segment below the active one), so the hours
+    still on the brokers are in the remote tier too. msk_sizing.py counts only the hours beyond
+    the local retention; this is the larger, what the tier holds."""
+    return workload.gib_per_hour() * retention_hours
 
 
 def propose(workload: Workload, *, partitions: int, replication_factor: int, retention_hours: float,
@@ -671,8 +729,7 @@ def propose(workload: Workload, *, partitions: int, replication_factor: int, ret
                                                     retention_hours=retention_hours,
                                                     fill_percent=fill_percent))  # fmt: skip
                 if assessment.ok:
-                    best = Candidate(design, assessment, _quantities(workload, design, retention_hours,
-                                                                     replication_factor))  # fmt: skip
+                    best = Candidate(design, assessment, quantities(workload, design, retention_hours))
                     break
             if best:
                 break
@@ -690,6 +747,9 @@ def _sized(workload: Workload, kind: str, instance: str, count: int, *, partitio
     segments = replicas * TIERED_SEGMENT_BYTES_DEFAULT.value / 1024 if kind == "tiered" else None
     volume = volume_needed_gib(workload, hours=local, partitions=partitions, replication_factor=replication_factor,
                                broker_count=count, fill_percent=fill_percent, extra_gib=segments)  # fmt: skip
+    if kind == "tiered":  # and a stalled copy's day on top of the local retention
+        volume = max(volume, stalled_volume_gib(workload, local_hours=local, partitions=partitions,
+                                                replication_factor=replication_factor, broker_count=count))  # fmt: skip
     volume = max(1.0, min(MAX_STORAGE_PER_BROKER.value, math.ceil(volume / 100) * 100))
     return MskDesign(kind, instance, count, volume, primary_retention_hours if kind == "tiered" else None)
 

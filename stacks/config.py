@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from stacks import capacity
 from stacks.lifecycle_timing import LifecycleTiming
 
 SUPPORTED_AZ_COUNT = 3
@@ -96,6 +97,19 @@ class TopicConfig(_Section):
     retention_hours: int = Field(ge=1)
 
 
+# MSK's minimum retention for a tiered topic (the capacity model's cited row).
+TIERED_MIN_RETENTION_HOURS = int(capacity.TIERED_MIN_RETENTION.value)
+
+
+class TieredStorageConfig(_Section):
+    """MSK tiered storage (the cluster's StorageMode TIERED): every topic kept at least
+    TIERED_MIN_RETENTION_HOURS moves its closed segments to the remote tier and keeps only
+    `local_retention_hours` on the brokers (`telemetry topics` sets remote.storage.enable and
+    local.retention.ms on it); topics kept less stay on the brokers alone."""
+
+    local_retention_hours: int = Field(ge=1)
+
+
 class MskConfig(_Section):
     kafka_version: Literal[MSK_KAFKA_VERSIONS]  # type: ignore[valid-type]
     broker_instance_type: str = Field(pattern=r"^kafka\.[a-z0-9]+\.[a-z0-9]+$")
@@ -111,6 +125,7 @@ class MskConfig(_Section):
     storage_autoscaling_target_percent: int = Field(default=70, ge=10, le=80)
     storage_autoscaling_max_gib: int = Field(le=16_384)
     topics: tuple[TopicConfig, ...] = Field(min_length=1)
+    tiered_storage: TieredStorageConfig | None = None
     # The principals allowed to assume the topic administrator role (with MFA): IAM user ARN
     # patterns of this environment's account, e.g. arn:aws:iam::111111111111:user/telemetry-dev-operators/*.
     topic_administrators: tuple[str, ...] = Field(min_length=1)
@@ -142,6 +157,33 @@ class MskConfig(_Section):
                 f"storage_autoscaling_target_percent {self.storage_autoscaling_target_percent} must be below "
                 f"disk_alarm_percent {self.disk_alarm_percent}, or the alarm pages before auto scaling acts"
             )
+        return self
+
+    def tiered(self, topic: TopicConfig) -> bool:
+        """Whether the topic keeps its older segments in the remote tier."""
+        return self.tiered_storage is not None and topic.retention_hours >= TIERED_MIN_RETENTION_HOURS
+
+    @model_validator(mode="after")
+    def _tiered_storage(self) -> MskConfig:
+        if self.tiered_storage is None:
+            return self
+        if self.broker_instance_type.startswith("kafka.t3."):
+            raise ValueError(
+                f"tiered_storage: {self.broker_instance_type} brokers cannot use tiered storage; use kafka.m5 or kafka.m7g"
+            )
+        local = self.tiered_storage.local_retention_hours
+        tiered = [t for t in self.topics if self.tiered(t)]
+        if not tiered:
+            raise ValueError(
+                f"tiered_storage: no topic keeps {TIERED_MIN_RETENTION_HOURS} h or more (MSK's minimum for a tiered "
+                "topic), so nothing would be tiered; remove tiered_storage or raise a topic's retention_hours"
+            )
+        for topic in tiered:
+            if local >= topic.retention_hours:
+                raise ValueError(
+                    f"tiered_storage: local_retention_hours {local} must be below topic '{topic.name}''s "
+                    f"retention_hours {topic.retention_hours} (what stays on the brokers is part of what is kept)"
+                )
         return self
 
     @model_validator(mode="after")

@@ -48,6 +48,7 @@ class MskStack(Stack):
             min_insync_replicas=MIN_INSYNC_REPLICAS,
             broker_log_retention_days=settings.broker_log_retention_days,
             removal_policy=removal_policy(config),
+            tiered_storage=settings.tiered_storage is not None,
         )
         self.bootstrap_brokers = BootstrapBrokers(
             self,

@@ -34,6 +34,19 @@ def sink_topic(config: EnvironmentConfig) -> TopicConfig:
     return next(t for t in config.msk.topics if t.name == config.telemetry_sink.topic)
 
 
+def local_hours(config: EnvironmentConfig, topic: TopicConfig) -> float:
+    """The hours of a topic its brokers keep: all of them, or the local retention of a tiered topic."""
+    tiered = config.msk.tiered_storage
+    return tiered.local_retention_hours if config.msk.tiered(topic) else topic.retention_hours
+
+
+def segment_bytes(config: EnvironmentConfig, topic: TopicConfig) -> int:
+    """The segment size of a topic: what `telemetry topics` declares on a tiered topic (the model's
+    tiered segment row, above MSK's 48 MiB minimum), else the brokers' default (Kafka's 1 GiB)."""
+    row = capacity.TIERED_SEGMENT_BYTES_DEFAULT if config.msk.tiered(topic) else capacity.KAFKA_SEGMENT_BYTES
+    return int(row.value) * capacity.MIB
+
+
 def constraints(config: EnvironmentConfig, workload: capacity.Workload) -> list[capacity.Constraint]:
     topic = sink_topic(config)
     msk = config.msk
@@ -47,6 +60,7 @@ def constraints(config: EnvironmentConfig, workload: capacity.Workload) -> list[
             replication_factor=topic.replication_factor,
             retention_hours=topic.retention_hours,
             fill_percent=msk.storage_autoscaling_target_percent,
+            primary_retention_hours=local_hours(config, topic) if msk.tiered(topic) else None,
             kafka_version=msk.kafka_version,
         ),
         *capacity.sink_constraints(
@@ -69,33 +83,42 @@ def assess_environment(config: EnvironmentConfig, *, rate: float | None = None) 
 
 
 def retention_hours_held(config: EnvironmentConfig, *, rate: float | None = None) -> float:
-    """How many hours of the telemetry topic the brokers hold at the rate, below the disk alarm."""
+    """How many hours of the sink topic the brokers hold at the rate, at the storage auto scaling
+    target (below the disk alarm). For a tiered topic that is what stays local: the remote tier
+    keeps the rest of its retention."""
     topic = sink_topic(config)
     msk = config.msk
     return capacity.retention_hours_held(
         workload_of(config, rate=rate), partitions=topic.partitions, replication_factor=topic.replication_factor,
         broker_count=msk.broker_count, ebs_volume_gib=msk.ebs_volume_gib, fill_percent=msk.storage_autoscaling_target_percent,
+        segment_mib=segment_bytes(config, topic) / capacity.MIB,
     )  # fmt: skip
 
 
-# The retention.bytes guard on every declared topic (`telemetry topics` sets it). retention.bytes is
-# per partition, and Kafka deletes whole closed segments past it, so a partition can hold up to one
+# The guard on what each declared topic keeps on the brokers (`telemetry topics` sets it):
+# retention.bytes, or local.retention.bytes on a tiered topic (Kafka topic configuration:
+# "local.retention.bytes: the maximum size of local log segments that can grow for a partition
+# before it deletes the old segments"; the remote tier is not on the brokers' volumes). It is per
+# partition, and Kafka deletes whole closed segments past it, so a partition can hold up to one
 # segment more ("retention.bytes": "the maximum size a partition ... can grow to before we will
-# discard old log segments", Kafka topic configuration; log.segment.bytes defaults to 1 GiB, which the
-# brokers' configuration keeps, msk_cluster.server_properties). Sized so that every partition replica
-# a broker holds, at the guard plus one segment, fits in GUARD_PERCENT of the volume storage auto
-# scaling may grow to: the disk alarm (85% of the current volume) pages long before, and the guard
-# only ever deletes data when auto scaling has reached its ceiling and nobody acted.
+# discard old log segments"; log.segment.bytes defaults to 1 GiB, which the brokers' configuration
+# keeps, msk_cluster.server_properties; a tiered topic declares its own, segment_bytes). Sized so
+# that every partition replica a broker holds, at the guard plus one segment, fits in GUARD_PERCENT
+# of the volume storage auto scaling may grow to: the disk alarm (85% of the current volume) pages
+# long before, and the guard only ever deletes data when auto scaling has reached its ceiling and
+# nobody acted.
 GUARD_PERCENT = 95
 SEGMENT_BYTES = int(capacity.KAFKA_SEGMENT_BYTES.value) * capacity.MIB  # the model's open-segment row
 
 
-def retention_bytes_guard(config: EnvironmentConfig) -> int:
+def retention_bytes_guard(config: EnvironmentConfig, topic: TopicConfig | None = None) -> int:
+    """The guard for `topic` (default: the sink topic)."""
     msk = config.msk
+    topic = topic or sink_topic(config)
     replicas = sum(t.partitions * t.replication_factor for t in msk.topics)
     per_broker = -(-replicas // msk.broker_count)  # the fullest broker, replicas spread evenly
     usable = msk.storage_autoscaling_max_gib * 1024**3 * GUARD_PERCENT // 100
-    guard = usable // per_broker - SEGMENT_BYTES
+    guard = usable // per_broker - segment_bytes(config, topic)
     if guard <= 0:
         raise ValueError(
             f"msk.storage_autoscaling_max_gib {msk.storage_autoscaling_max_gib} leaves no room for a retention.bytes "
@@ -112,9 +135,19 @@ def autoscaled_volume_gib(config: EnvironmentConfig, *, rate: float, provisioned
     topic = sink_topic(config)
     msk = config.msk
     held = capacity.volume_needed_gib(
-        workload_of(config, rate=rate), hours=topic.retention_hours, partitions=topic.partitions,
+        workload_of(config, rate=rate), hours=local_hours(config, topic), partitions=topic.partitions,
         replication_factor=topic.replication_factor, broker_count=msk.broker_count,
         fill_percent=msk.storage_autoscaling_target_percent,
+        extra_gib=capacity.open_segments_gib(topic.partitions, topic.replication_factor, msk.broker_count,
+                                             segment_bytes(config, topic) / capacity.MIB),
     )  # fmt: skip
     floor = float(msk.ebs_volume_gib if provisioned is None else provisioned)
     return min(float(msk.storage_autoscaling_max_gib), max(floor, held))
+
+
+def remote_tier_gib(config: EnvironmentConfig, *, rate: float | None = None) -> float:
+    """GiB the remote tier holds of the sink topic at the rate (0 when it is not tiered)."""
+    topic = sink_topic(config)
+    if not config.msk.tiered(topic):
+        return 0.0
+    return capacity.remote_tier_gib(workload_of(config, rate=rate), topic.retention_hours)

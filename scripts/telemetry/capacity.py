@@ -45,7 +45,8 @@ def report(config: Any, rate: float | None) -> dict:
         "environment": config.name,
         "workload": {**asdict(workload), "declared": rate is None},
         "topic": {"name": topic.name, "partitions": topic.partitions, "replication_factor": topic.replication_factor,
-                  "retention_hours": topic.retention_hours},
+                  "retention_hours": topic.retention_hours,
+                  "local_retention_hours": sizing.local_hours(config, topic) if config.msk.tiered(topic) else None},
         "retention_hours_held": None if math.isinf(held) else round(held, 1),
         "constraints": [
             {"name": c.name, "need": round(c.need, 3), "provided": _number_or_none(round(c.provided, 3)),
@@ -70,7 +71,10 @@ def _text(found: dict, limits: bool) -> str:
         f"{workload['devices']:,} devices, {workload['iot_share']:.0%} through AWS IoT Core"
         + ("" if workload["declared"] else " (--rate; the declared workload differs)"),
         f"topic {topic['name']}: {topic['partitions']} partitions, replication {topic['replication_factor']}, "
-        f"{topic['retention_hours']:g} h kept; the brokers hold "
+        f"{topic['retention_hours']:g} h kept"
+        + ("" if topic["local_retention_hours"] is None else
+           f", the last {topic['local_retention_hours']:g} h on the brokers and all of it in the remote tier (tiered storage)")
+        + "; the brokers hold "
         + ("every hour" if found["retention_hours_held"] is None else f"{found['retention_hours_held']:,.1f} h")
         + " at this rate below the disk alarm",
         "",

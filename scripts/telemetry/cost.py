@@ -88,13 +88,15 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     scenario = pricing_model.Scenario(args.rate, devices, args.message_bytes, args.transport)
     result = pricing_model.estimate(config, stacks, table, scenario)
     paths = pricing_model.paths(config, stacks, table, scenario)
+    designs = pricing_model.msk_designs(config, table)
     warning = table.staleness_warning(today)
     if args.format == "json":
         body = result.as_dict(paths)
+        body["msk_designs"] = designs
         body["prices"] = {"as_of": table.as_of.isoformat(), "refreshed": table.refreshed, "kept": table.kept}
         print(json.dumps(body, indent=2))
     else:
-        print(describe(result, paths, table, warning))
+        print(describe(result, paths, table, warning, designs))
     if warning and args.format == "json":
         print(warning, file=sys.stderr)
     if args.plot:
@@ -107,7 +109,8 @@ def _usd(value: float) -> str:
     return f"${value:,.2f}"
 
 
-def describe(result: Any, paths: dict[str, float], table: Any, warning: str | None) -> str:
+def describe(result: Any, paths: dict[str, float], table: Any, warning: str | None,
+             designs: list[dict[str, Any]] | None = None) -> str:  # fmt: skip
     scenario = result.scenario
     out = [
         f"{result.environment} in {result.region}: prices as of {table.as_of} (On-Demand, USD, a 730-hour month)",
@@ -125,6 +128,7 @@ def describe(result: Any, paths: dict[str, float], table: Any, warning: str | No
     free: dict[str, Counter] = defaultdict(Counter)
     for item in result.no_charge:
         free[item.stack][item.type.split("::", 1)[-1]] += 1
+    out += ["", *summary_table(result)]
     for stack in list(dict.fromkeys([*by_stack, *free])):
         lines = by_stack.get(stack, [])
         out += ["", f"{stack}: {_usd(sum(line.monthly_usd for line in lines))} a month"]
@@ -158,7 +162,41 @@ def describe(result: Any, paths: dict[str, float], table: Any, warning: str | No
     if result.unpriced:
         out.append("unpriced: " + ", ".join(f"{u.stack}/{u.logical_id} ({u.type})" for u in result.unpriced))
     out.append("assumptions (the templates cannot say): see scripts/telemetry/estimate.py ASSUMPTIONS, or --format json")
+    if designs:
+        out += ["", *designs_table(designs, result.environment)]
+    out += ["", f"monthly total: {_usd(result.monthly_usd)}"]
     return "\n".join(out)
+
+
+def _table(rows: list[tuple[str, ...]], right: set[int]) -> list[str]:
+    """Rows in aligned columns: the columns in `right` aligned right (numbers), the rest left."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+                             for i, cell in enumerate(row)).rstrip() for row in rows]  # fmt: skip
+
+
+def summary_table(result: Any) -> list[str]:
+    """Per stack: the fixed floor, what the scenario's usage adds, and the total; the total last."""
+    rows = [("stack", "fixed", "usage", "total")]
+    for stack in dict.fromkeys(line.stack for line in result.lines):
+        lines = [line for line in result.lines if line.stack == stack]
+        fixed = sum(line.monthly_usd for line in lines if not line.usage)
+        usage = sum(line.monthly_usd for line in lines if line.usage)
+        rows.append((stack, _usd(fixed), _usd(usage), _usd(fixed + usage)))
+    rows.append(("total", _usd(result.floor_usd), _usd(result.usage_usd), _usd(result.monthly_usd)))
+    return ["summary (USD a month; per resource below):", *_table(rows, {1, 2, 3})]
+
+
+def designs_table(designs: list[dict[str, Any]], environment: str) -> list[str]:
+    """The environment's MSK design beside the smallest sound one of each kind, priced alike."""
+    rows = [("", "MSK design", "holds", "USD a month")]
+    for design in designs:
+        mark = "this environment" if design["this_environment"] else design["kind"]
+        price = "no price" if design["monthly_usd"] is None else _usd(design["monthly_usd"])
+        rows.append((mark, design["design"] + (" (cheapest)" if design["cheapest"] else ""),
+                     "yes" if design["holds"] else "NO", price))  # fmt: skip
+    return [f"MSK designs for {environment}'s declared workload (stacks/capacity.propose), brokers and storage "
+            "priced from the same table (estimate.msk_designs):", *_table(rows, {3})]
 
 
 def draw(result: Any, path: Path) -> None:

@@ -368,6 +368,12 @@ class Pricer:
                 self.line(stack, logical_id, kind, f"broker storage auto scaling adds {grown - volume:,.0f} GB to each "
                           f"of {brokers} brokers at {self.scenario.rate:,.0f} msg/s", brokers * (grown - volume),
                           "msk.storage", usage=True)
+        if props.get("StorageMode") == "TIERED" and self.scenario.rate:
+            from stacks.sizing import remote_tier_gib
+
+            self.line(stack, logical_id, kind, f"tiered storage: the telemetry topic's remote tier at "
+                      f"{self.scenario.rate:,.0f} msg/s", remote_tier_gib(self.config, rate=self.scenario.rate),
+                      "msk.tiered.storage", usage=True)
         level = props.get("EnhancedMonitoring", "DEFAULT")
         topics = len(self.config.msk.topics)
         metrics = brokers * (MSK_METRICS_PER_BROKER.get(level, 0) + topics * MSK_METRICS_PER_TOPIC_PER_BROKER.get(level, 0))
@@ -637,6 +643,54 @@ class Pricer:
         fabric = self.config.service_fabric
         for name in (fabric.cluster_certificate_secret, fabric.admin_certificate_secret):
             self._secret_lines("(created before deploying)", name, "AWS::SecretsManager::Secret", f"secret {name}")
+
+
+# What each of a design's quantities (stacks/capacity.quantities) costs: its price's key.
+DESIGN_PRICES = {"ebs_gib_month": "msk.storage", "tiered_gib_month": "msk.tiered.storage",
+                 "express_storage_gib_month": "msk.express.storage", "express_data_in_gib": "msk.express.data_in"}  # fmt: skip
+
+
+def design_usd(candidate: Any, prices: PriceTable) -> dict[str, float] | None:
+    """A design's monthly price, per quantity; None when the table lacks one of its prices."""
+    keys = {"broker_hours": f"msk.{candidate.design.broker_instance_type}", **DESIGN_PRICES}
+    try:
+        return {name: quantity * prices.usd(keys[name]) for name, quantity in candidate.quantities.items()}
+    except KeyError:
+        return None
+
+
+def msk_designs(config: Any, prices: PriceTable) -> list[dict[str, Any]]:
+    """The environment's MSK design and the smallest sound design of each kind (Standard with larger
+    volumes, Standard with tiered storage, Express: stacks/capacity.propose) for its declared
+    workload, priced from the same table; the cheapest marked. The environment's volumes are priced
+    at what storage auto scaling holds them at for the declared rate."""
+    from stacks import capacity, sizing
+
+    msk = config.msk
+    topic = sizing.sink_topic(config)
+    workload = sizing.workload_of(config)
+    tiered = msk.tiered(topic)
+    own = capacity.MskDesign("tiered" if tiered else "standard", msk.broker_instance_type, msk.broker_count,
+                             sizing.autoscaled_volume_gib(config, rate=workload.messages_per_second),
+                             sizing.local_hours(config, topic) if tiered else None)  # fmt: skip
+    shipped = capacity.Candidate(own, sizing.assess_environment(config),
+                                 capacity.quantities(workload, own, topic.retention_hours))  # fmt: skip
+    proposed = capacity.propose(
+        workload, partitions=topic.partitions, replication_factor=topic.replication_factor,
+        retention_hours=topic.retention_hours, fill_percent=msk.storage_autoscaling_target_percent,
+        primary_retention_hours=sizing.local_hours(config, topic) if tiered else 6,
+    )  # fmt: skip
+    priced = [(candidate, design_usd(candidate, prices)) for candidate in [shipped, *proposed]]
+    cheapest = min((sum(usd.values()) for _, usd in priced if usd is not None), default=None)
+    return [
+        {"design": candidate.design.describe(), "kind": candidate.design.kind, "this_environment": index == 0,
+         "holds": candidate.assessment.ok,
+         "monthly_usd": None if usd is None else round(sum(usd.values()), 2),
+         "cheapest": usd is not None and round(sum(usd.values()), 2) == round(cheapest, 2),
+         "quantities": {name: round(value, 1) for name, value in candidate.quantities.items()},
+         "usd": None if usd is None else {name: round(value, 2) for name, value in usd.items()}}
+        for index, (candidate, usd) in enumerate(priced)
+    ]  # fmt: skip
 
 
 def _service_name(value: Any) -> str:

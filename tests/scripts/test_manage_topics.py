@@ -52,7 +52,7 @@ def test_plan_covers_every_difference():
         ("grow", "add-partitions"),
         ("shrink", "cannot-reconcile"),
         ("retain", "cannot-reconcile"),
-        ("retain", "set-retention"),
+        ("retain", "set-configs"),
     ]
 
 
@@ -98,7 +98,7 @@ def test_the_retention_bytes_guard_is_set_on_create_and_reconciled_after(topics)
 
     out = io.StringIO()
     assert reconcile(topics, [spec(name, 3, 24, 7 * 2**30)], dry_run=False, out=out) == 0
-    assert f"{name}: set-retention: retention.bytes {5 * 2**30} -> {7 * 2**30}" in out.getvalue()
+    assert f"{name}: set-configs: retention.bytes {5 * 2**30} -> {7 * 2**30}" in out.getvalue()
     # A KRaft broker answers DescribeConfigs from its metadata image, which takes the controller's
     # change a moment after IncrementalAlterConfigs returns: wait for it (at most 10 s).
     deadline = time.monotonic() + 10
@@ -113,17 +113,30 @@ def test_the_retention_bytes_guard_is_set_on_create_and_reconciled_after(topics)
 
 def test_every_declared_topic_carries_the_guard_sized_from_the_brokers_storage():
     from stacks.config import load_environment, read_environments
-    from stacks.sizing import GUARD_PERCENT, SEGMENT_BYTES, retention_bytes_guard
+    from stacks.sizing import GUARD_PERCENT, retention_bytes_guard, segment_bytes
 
     for env in ("dev", "prod"):
         config = load_environment(read_environments(), env)
-        guard = retention_bytes_guard(config)
-        assert {s.retention_bytes for s in declared_environment(env).topics} == {guard}
+        (topic,) = config.msk.topics
+        guard = retention_bytes_guard(config, topic)
+        assert [s.retention_bytes for s in declared_environment(env).topics] == [guard]
         # Every replica on the fullest broker at the guard plus one open segment fits below 95% of
         # the largest volume storage auto scaling may grow to.
         replicas = -(-sum(t.partitions * t.replication_factor for t in config.msk.topics) // config.msk.broker_count)
-        assert replicas * (guard + SEGMENT_BYTES) <= config.msk.storage_autoscaling_max_gib * 2**30 * GUARD_PERCENT / 100
-    assert retention_bytes_guard(load_environment(read_environments(), "prod")) // 2**30 == 252
+        assert replicas * (guard + segment_bytes(config, topic)) <= (
+            config.msk.storage_autoscaling_max_gib * 2**30 * GUARD_PERCENT / 100)
+    # dev keeps its topic on the brokers: the guard is retention.bytes.
+    (dev,) = declared_environment("dev").topics
+    assert dev.configs() == {"retention.ms": str(24 * HOUR_MS), "retention.bytes": str(dev.retention_bytes)}
+    # prod's topic is tiered: the guard bounds what stays on the brokers (local.retention.bytes),
+    # the remote tier keeps the topic's whole retention, segments roll at 128 MiB.
+    (prod,) = declared_environment("prod").topics
+    assert prod.retention_bytes // 2**30 == 63
+    assert prod.configs() == {
+        "retention.ms": str(168 * HOUR_MS), "retention.bytes": "-1", "remote.storage.enable": "true",
+        "local.retention.ms": str(12 * HOUR_MS), "local.retention.bytes": str(prod.retention_bytes),
+        "segment.bytes": str(128 * 2**20),
+    }
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:

@@ -77,7 +77,7 @@ def test_the_topic_administrator_creates_then_alters_the_declared_topic(
     out = io.StringIO()
     assert reconcile(topics, [spec(name, 6, 48)], dry_run=False, out=out) == 0
     assert f"{name}: add-partitions: 3 -> 6 partitions" in out.getvalue()
-    assert f"{name}: set-retention: retention.ms {24 * HOUR_MS} -> {48 * HOUR_MS}" in out.getvalue()
+    assert f"{name}: set-configs: retention.ms {24 * HOUR_MS} -> {48 * HOUR_MS}" in out.getvalue()
 
     as_super_user = KafkaTopics(secured_kafka.broker.client_settings(), timeout_s=30)
     assert as_super_user.describe([name]) == {name: ExistingTopic(name, 6, 1, 48 * HOUR_MS, BROKER_RETENTION_BYTES)}

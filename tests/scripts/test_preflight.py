@@ -371,3 +371,36 @@ def test_clusters_msk_will_not_list_leave_their_two_rows_unchecked_not_the_run_e
     storage = check_broker_storage(found, cloudformation=None, config=config)
     assert brokers.result == storage.result == WARNING
     assert storage.detail.startswith("not checked: ListClustersV2 refused: An error occurred (ForbiddenException)")
+
+
+def test_a_volume_auto_scaling_grew_past_the_configured_ceiling_is_a_blocker(account, capsys):
+    """dev's ceiling is 400 GiB; auto scaling already grew the volumes to 500 (a ceiling lowered in
+    cdk.json since): Application Auto Scaling cannot honour a maximum below the volume."""
+    deployed_msk(account, template_gib=150, current_gib=500)
+    code, rows, err = run(account, capsys)
+    assert code == 1
+    assert rows["MSK broker storage"] == ("BLOCKER", "msk.storage_autoscaling_max_gib 400 is below the 500 GiB the "
+                                          "brokers already hold (volumes never shrink); set at least that")
+
+
+def test_a_tiered_cluster_whose_configuration_dropped_tiered_storage_is_a_blocker():
+    """MSK cannot turn tiered storage off: a cluster ListClustersV2 reports TIERED (botocore's
+    Provisioned.StorageMode) against a configuration without msk.tiered_storage (dev's)."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from scripts.preflight import BLOCKER, check_broker_storage, msk_clusters
+    from stacks.config import load_environment, read_environments
+
+    kafka = boto3.client("kafka", region_name="eu-west-1", aws_access_key_id="a", aws_secret_access_key="b")
+    cluster = {"ClusterName": "telemetry-dev", "ClusterType": "PROVISIONED", "Provisioned": {
+        "StorageMode": "TIERED", "NumberOfBrokerNodes": 3,
+        "BrokerNodeGroupInfo": {"InstanceType": "kafka.m7g.large", "ClientSubnets": ["a", "b", "c"],
+                                "StorageInfo": {"EbsStorageInfo": {"VolumeSize": 150}}}}}
+    with Stubber(kafka) as stubber:
+        stubber.add_response("list_clusters_v2", {"ClusterInfoList": [cluster]})
+        found = msk_clusters(kafka)
+    storage = check_broker_storage(found, cloudformation=None, config=load_environment(read_environments(), "dev"))
+    assert (storage.result, storage.detail) == (BLOCKER, "cluster telemetry-dev uses tiered storage, which MSK cannot "
+                                                "turn off: keep msk.tiered_storage (removing it would also set guards "
+                                                "Kafka refuses on its tiered topics)")

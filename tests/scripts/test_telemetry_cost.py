@@ -321,3 +321,46 @@ def test_storage_auto_scaling_is_priced_at_a_rate_the_volumes_cannot_hold():
     assert 150 < expected < config.msk.storage_autoscaling_max_gib
     assert grown.usage and grown.quantity == pytest.approx(3 * (expected - 150))
     assert any("outside what it was sized for" in note for note in result.notes)
+
+
+def test_the_remote_tier_is_priced_at_the_rate_for_the_whole_retention():
+    """A tiered cluster pays for the remote tier by the GiB-month: one copy of the topic's whole
+    168 h (Kafka copies each segment once it rolls, stacks/capacity.remote_tier_gib), usage only."""
+    stack = fake_stack({"Kafka": {"Type": "AWS::MSK::Cluster", "Properties": {
+        "NumberOfBrokerNodes": 6, "StorageMode": "TIERED", "BrokerNodeGroupInfo": {
+            "InstanceType": "kafka.m7g.xlarge", "StorageInfo": {"EBSStorageInfo": {"VolumeSize": 200}}}}}})
+    config = config_of("prod")
+    table = flat_table(**{"msk.tiered.storage": 0.5})
+    (tier,) = [line for line in estimate(config, [stack], table, Scenario(73_800, 10, 512, "kafka")).lines
+               if line.unit_usd == 0.5]
+    # 73,800 msg/s of 512 B, compressed 10.02x, for 168 h, in GiB.
+    assert tier.usage and tier.quantity == pytest.approx(73_800 * 512 / 10.02 * 3600 * 168 / 2**30)
+    assert not [line for line in estimate(config, [stack], table, IDLE).lines if line.unit_usd == 0.5]
+
+
+def test_prods_msk_design_is_compared_with_the_cheapest_of_each_kind(capsys):
+    assert cli.main(["cost", "--env", "prod", "--format", "json"]) == 0
+    designs = json.loads(capsys.readouterr().out)["msk_designs"]
+    assert [d["kind"] for d in designs] == ["tiered", "standard", "tiered", "express"]
+    assert designs[0]["this_environment"] and not any(d["this_environment"] for d in designs[1:])
+    assert all(d["holds"] for d in designs)
+    (cheapest,) = [d for d in designs if d["cheapest"]]
+    assert cheapest["monthly_usd"] == min(d["monthly_usd"] for d in designs)
+    for design in designs:  # each price is its quantities times the table's prices
+        assert design["monthly_usd"] == pytest.approx(sum(design["usd"].values()), abs=0.02)
+    # Storage: the tiered designs pay for a few GiB-months of volume and the remote tier, the
+    # Standard one for the whole retention on its volumes.
+    standard = next(d for d in designs if d["kind"] == "standard")
+    assert standard["usd"]["ebs_gib_month"] > 5 * designs[0]["usd"]["ebs_gib_month"]
+
+
+def test_the_report_opens_with_a_summary_in_aligned_columns_and_ends_with_the_total(capsys):
+    assert cli.main(["cost", "--env", "dev", "--rate", "5000"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    start = out.index("summary (USD a month; per resource below):")
+    table = out[start + 1:out.index("", start)]
+    assert table[0].split() == ["stack", "fixed", "usage", "total"] and table[-1].split()[0] == "total"
+    assert len({len(row) for row in table}) == 1  # every number right-aligned to the same column end
+    total = table[-1].split()[-1]
+    assert out[-1] == f"monthly total: {total}"
+    assert start < next(i for i, line in enumerate(out) if line.startswith("Telemetry-dev-"))

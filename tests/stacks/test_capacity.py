@@ -291,7 +291,9 @@ def test_assess_names_the_tightest_constraint_binding():
 
 @pytest.mark.parametrize(
     "workload, partitions, retention, standard_gib, tiered_gib, kpus",
-    [(POC, 48, 168, 3200, 200, 2), (MEDIUM, 24, 72, 300, 100, 1), (HIGH, 48, 24, 700, None, 4)],
+    # Tiered: 6 h local plus a day of stalled copying (TIERED_STALL_HOURS) on the volume, full:
+    # POC 30 h x 12.64 GiB/h + 48 open 128 MiB segments = 385 GiB -> 400.
+    [(POC, 48, 168, 3200, 400, 2), (MEDIUM, 24, 72, 300, 100, 1), (HIGH, 48, 24, 700, None, 4)],
     ids=["poc", "5k-1KB-72h", "200k-256B-24h"],
 )
 def test_the_three_workloads_as_derived_by_hand(workload, partitions, retention, standard_gib, tiered_gib, kpus):

@@ -10,7 +10,7 @@ import pytest
 
 from stacks.config import ConfigError, load_environment
 from stacks.platform import build_platform
-from stacks.sizing import assess_environment, retention_hours_held
+from stacks.sizing import assess_environment, local_hours, retention_hours_held
 from tests.conftest import ENVIRONMENTS, cdk_context
 
 
@@ -20,7 +20,8 @@ def test_every_shipped_environment_holds_its_declared_workload_for_its_whole_ret
     assessment = assess_environment(config)
     assert assessment.ok, assessment.refusal()
     topic = next(t for t in config.msk.topics if t.name == config.telemetry_sink.topic)
-    assert retention_hours_held(config) >= topic.retention_hours
+    # What the brokers must keep: the whole retention, or a tiered topic's local retention.
+    assert retention_hours_held(config) >= local_hours(config, topic)
 
 
 def test_prod_declares_the_proof_of_concepts_load():
@@ -45,8 +46,15 @@ def changed(env: str, **paths) -> object:
 # One case per constraint: the environment as shipped with one thing changed, and the line synthesis
 # prints (the constraint's name and the smallest fix).
 REFUSED = [
-    ("storage", "prod", {"workload__messages_per_second": 150_000, "workload__peak_messages_per_second": 150_000},
-     "msk: broker storage for 168 h at 150,000 msg/s", "use 6 x "),
+    ("storage", "dev", {"workload__messages_per_second": 15_000, "workload__peak_messages_per_second": 15_000,
+                        "telemetry_sink__parallelism": 4},
+     "msk: broker storage for 24 h at 15,000 msg/s", "use 3 x "),
+    ("local storage of a tiered topic", "prod", {"msk__tiered_storage__local_retention_hours": 100,
+                                                 "msk__ebs_volume_gib": 850},
+     "msk: broker storage for 100 h at 73,800 msg/s", "keep at most 93 h on brokers (tiered_storage.local_retention_hours)"),
+    ("a day of stalled tiering", "prod", {"msk__ebs_volume_gib": 200},
+     "msk: hours of stalled copying to the remote tier before a broker's volume fills (auto scaling not counted), "
+     "at 73,800 msg/s: needs 24.00 hours, 19.16 provided", "use 6 x 300 GiB (ebs_volume_gib)"),
     ("replicas per broker", "dev", {"msk__topics": [{"name": "telemetry", "partitions": 1200, "replication_factor": 3,
                                                     "retention_hours": 24}],
                                     "msk__ebs_volume_gib": 16_000, "msk__storage_autoscaling_max_gib": 16_384},
@@ -102,7 +110,13 @@ def test_prod_brokers_grow_their_storage_before_it_fills_and_page_before_the_cei
 
 
 @pytest.mark.parametrize(("paths", "message"), [
-    ({"msk__storage_autoscaling_max_gib": 1_000}, "storage_autoscaling_max_gib 1000 must be above ebs_volume_gib 1600"),
+    ({"msk__storage_autoscaling_max_gib": 100}, "storage_autoscaling_max_gib 100 must be above ebs_volume_gib 300"),
+    ({"msk__tiered_storage__local_retention_hours": 168},
+     "tiered_storage: local_retention_hours 168 must be below topic 'telemetry''s retention_hours 168"),
+    ({"msk__tiered_storage": {"local_retention_hours": 12, "local_hours": 3}}, "tiered_storage.local_hours"),
+    ({"msk__broker_instance_type": "kafka.t3.small"}, "tiered_storage: kafka.t3.small brokers cannot use tiered storage"),
+    ({"msk__topics": [{"name": "telemetry", "partitions": 48, "replication_factor": 3, "retention_hours": 48}]},
+     "tiered_storage: no topic keeps 72 h or more (MSK's minimum for a tiered topic)"),
     ({"msk__storage_autoscaling_target_percent": 90}, "storage_autoscaling_target_percent: Input should be less than or equal to 80"),
     ({"msk__storage_autoscaling_target_percent": 80, "msk__disk_alarm_percent": 75}, "must be below disk_alarm_percent 75"),
     ({"workload__peak_messages_per_second": 1_000}, "peak_messages_per_second 1000 is below messages_per_second 73800"),
@@ -120,8 +134,11 @@ def test_telemetry_capacity_shows_every_constraint_and_names_the_binding_one(cap
     assert cli.main(["capacity", "--env", "prod", "--format", "json", "--limits"]) == 0
     found = json.loads(capsys.readouterr().out)
     assert found["ok"] and found["refusal"] is None
-    assert found["binding"].startswith("msk: broker storage for 168 h at 73,800 msg/s")
-    assert found["retention_hours_held"] >= found["topic"]["retention_hours"] == 168
+    # Tiered: 12 h on the brokers, the remote tier holds the 168; what binds is the day of stalled
+    # copying the volumes must hold on top (a rule such as MSK's Kafka version never binds).
+    assert found["binding"].startswith("msk: hours of stalled copying to the remote tier")
+    assert found["topic"]["retention_hours"] == 168 and found["topic"]["local_retention_hours"] == 12
+    assert found["retention_hours_held"] >= 12
     names = [c["name"] for c in found["constraints"]]
     assert any(n.startswith("msk: volume throughput") for n in names) and "sink: KPUs at peak" in names
     assert all({"need", "provided", "unit", "headroom", "ok", "binding"} <= set(c) for c in found["constraints"])
@@ -130,5 +147,5 @@ def test_telemetry_capacity_shows_every_constraint_and_names_the_binding_one(cap
     # At twice the rate: exit 1, and the same line synthesis would print.
     assert cli.main(["capacity", "--env", "prod", "--rate", "147600"]) == 1
     out = capsys.readouterr().out
-    assert "does not hold the load: msk: broker storage for 168 h at 147,600 msg/s" in out
+    assert "does not hold the load: msk: hours of stalled copying to the remote tier" in out
     assert out.splitlines()[0].endswith("(--rate; the declared workload differs)")
