@@ -40,10 +40,15 @@ BAD_INPUT = [
     (["preflight", "--env", "qa"], 2, "unknown environment 'qa'; known environments: dev, prod, staging"),
     (["preflight", "--env", "dev", "--region", "us-east-1"], 2, "dev lives in eu-west-1"),
     (["preflight", "--env", "dev", "--format", "yaml"], 2, "invalid choice: 'yaml'"),
-    # --format is offered only where the command has a JSON answer
-    (["cluster", "scale", "--env", "dev", "--format", "json"], 2,
-     "unrecognized arguments: --format json (see telemetry cluster scale --help)"),
-    (["deploy", "--env", "dev", "--format", "json"], 2, "--format json goes with --dry-run"),
+    # an option of another subcommand is named with this one's help
+    (["cluster", "scale", "--env", "dev", "--cdk-out", "x"], 2,
+     "unrecognized arguments: --cdk-out x (see telemetry cluster scale --help)"),
+    # where a run reports its progress as text, JSON is the dry run's (and the error says so in JSON)
+    (["deploy", "--env", "dev", "--format", "json"], 2,
+     "telemetry deploy reports its progress as text; --format json goes with --dry-run"),
+    (["topics", "--env", "dev", "--mfa-serial", "arn:aws:iam::1:mfa/me", "--format", "json"], 2,
+     "telemetry topics reports its progress as text; --format json goes with --dry-run"),
+    (["clustr", "status", "--format", "json"], 2, "invalid choice: 'clustr' (did you mean 'cluster'?"),
     (["topics", "--env", "dev", "--timeout", "-1"], 2, "must be more than 0 seconds"),
     (["topics", "--env", "dev", "--timeout", "soon"], 2, "'soon' is not a number of seconds"),
     (["topics", "--env", "dev", "--here", "--mfa-serial", "arn:aws:iam::1:mfa/me"], 2,
@@ -73,10 +78,10 @@ BAD_INPUT = [
     (["cluster", "drain", "--env", "dev", "--node", "scale-0"], 2, "Unable to locate credentials"),
     (["devices", "provision", "--env", "dev", "--count", "5"], 2, "Unable to locate credentials"),
     (["devices", "delete", "--env", "dev"], 2, "Unable to locate credentials"),
-    # a dry run that reads the account is not told to use --dry-run
-    (["devices", "provision", "--env", "dev", "--count", "5", "--dry-run"], 2,
-     "(or the AWS access key variables), even with --dry-run: this command's plan reads what the account holds"),
-    (["cluster", "scale", "--env", "dev", "--desired", "3", "--dry-run"], 2, "even with --dry-run"),
+    (["cluster", "status", "--env", "dev", "--format", "json"], 2, "Unable to locate credentials"),
+    # a dry run checks what the checkout can: the configured limits, a seed node's name
+    (["cluster", "scale", "--env", "dev", "--desired", "9", "--dry-run"], 2,
+     "9 is outside telemetry-dev-sf-scaling's limits 0-3"),
     (["simulate", "--env", "dev", "--rate", "100", "--duration", "10"], 2, "Unable to locate credentials: this command calls AWS"),
     (["topics", "--env", "dev", "--mfa-serial", "arn:aws:iam::1:mfa/me"], 2, "no AWS credentials"),
     (["deploy", "--env", "dev"], 2, "Unable to locate credentials"),
@@ -98,17 +103,22 @@ def test_bad_input_is_one_line_and_the_documented_exit_code(argv, code, fragment
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
-    assert fragment in lines[0] and "Traceback" not in out + err
-    assert lines[0].startswith("telemetry") and ": error: " in lines[0]  # one voice, whichever tool spoke
+    assert "Traceback" not in out + err
+    if "json" in argv:  # --format json: the error as JSON, {"error": ...} alone, and nothing on stdout
+        error = json.loads(lines[0])
+        assert list(error) == ["error"] and fragment in error["error"] and out == ""
+    else:
+        assert fragment in lines[0]
+        assert lines[0].startswith("telemetry") and ": error: " in lines[0]  # one voice, whichever tool spoke
 
 
-def test_a_dry_run_that_reads_the_account_says_so_in_its_help(capsys):
-    for argv, offline in ((["devices", "provision", "--help"], False), (["cluster", "drain", "--help"], False),
-                          (["deploy", "--help"], True), (["simulate", "--help"], True)):
-        assert cli.main(argv) == 0
+def test_every_dry_run_says_in_its_help_that_it_plans_offline_and_json_says_where_it_applies(capsys):
+    for command in cli.COMMANDS:
+        assert cli.main([*command.path, "--help"]) == 0
         text = " ".join(capsys.readouterr().out.split())
-        assert ("Its --dry-run needs no credentials." in text) == offline, argv
-        assert ("Its --dry-run reads the account (credentials needed) and changes nothing." in text) == (not offline), argv
+        assert ("--dry-run" in text) == (cli.DRY_RUN_NEEDS in text), command.path
+        assert "--format {text,json}" in text, command.path
+        assert ("json with --dry-run only" in text) == (command.json == cli.DRY_RUN_ONLY), command.path
 
 
 def test_every_subcommand_says_what_it_needs_and_where_it_runs(capsys):
