@@ -45,7 +45,9 @@ the replay (what was published is journaled and deleted; run it again).
 
 Needs sqs:ReceiveMessage, sqs:DeleteMessage, sqs:ChangeMessageVisibility and
 sqs:GetQueueAttributes on the queue, iot:Publish on arn:aws:iot:<region>:<account>:topic/telemetry/<environment>/*,
-iot:DescribeEndpoint and cloudformation:DescribeStacks.
+iot:DescribeEndpoint and cloudformation:DescribeStacks. --dry-run needs none of them: offline, it
+names the queue, the pace and the journal, and what a run would read first (the queue's URL and
+contents).
 """
 
 from __future__ import annotations

@@ -13,41 +13,40 @@ An error is one line on stderr naming what was wrong and what to do; --debug add
 traceback. Each subcommand's help says whether it needs AWS credentials and where it must run.
 
 Every --dry-run plans offline, from this checkout alone (cdk.json, the synthesized templates):
-no credentials, no network. It says what a run would change, and what a run would read from the
-account that the dry run could not. It writes nothing into the checkout.
+no credentials, no network, nothing written into the checkout. It says what a run would change,
+and what a run would first read from the account or the cluster that the dry run could not. (One
+exception: topics --dry-run against a broker named with --bootstrap-servers and a local broker's
+protocol reads that broker.)
 
 --format json, on every subcommand: stdout carries one JSON document, the plan or the result;
 what the command says on the way goes to stderr; an error is {"error": "..."} on stderr with the
-same exit code. deploy and topics answer in JSON for --dry-run only (their runs report progress
-as text, and topics reads an MFA code from the terminal). The documents, per subcommand:
+same exit code (scripts/telemetry/output.py). deploy and topics answer in JSON for --dry-run only:
+their runs report progress as text, and topics reads an MFA code from the terminal. The documents:
 
-    preflight          {"environment", "account", "region", "checks": [{...}], "blockers"}
+    every --dry-run    {"environment", "region", "dry_run": true, <the command's fields>,
+                       "would_read": [...], "would_change": [...]}, but deploy's (below):
+                       scale: group, desired, minimum, maximum (null for another --group);
+                       drain: node; devices provision: devices, things, policy, parameters;
+                       devices delete: fleet, things, parameters; devices replay: queue, since,
+                       rate, workers, journal, rule; topics: runs_on, topics, acls; cluster
+                       bootstrap: source, cluster_config (thumbprints as placeholders), written
+                       (--output, or null); simulate: the run's parameters and host_rates
+    preflight          {"environment", "account", "region", "checks": [...], "blockers"}
     deploy --dry-run   {"environment", "account", "region", "placeholders", "steps": [{"name", "does"}]}
-    topics --dry-run   the dry-run plan (below) with "runs_on", "topics", "acls"; against a local
-                       broker (--bootstrap-servers, PLAINTEXT or SASL_PLAINTEXT) {"environment",
-                       "dry_run", "brokers", "changes": [line, ...], "cannot_reconcile"}
-    cluster bootstrap  {"environment", "cluster", "seeds", "cluster_config", "command_id", "result"};
-                       --dry-run: the dry-run plan with "source", "cluster_config" (the document
-                       itself, thumbprints as placeholders) and "written" (--output, or null)
-    cluster status     [{"node_name", "instance_id", ..., "flag"}, ...]
-    cluster scale      {"group", "desired", "steady"}; --dry-run: the plan with "group",
-                       "desired", "minimum", "maximum" (null: read from another --group)
-    cluster drain      {"node", "result": "removed" | "already removed"}; --dry-run: the plan with "node"
-    devices provision  {"environment", "devices", "created", "repaired", "unchanged", "failed"};
-                       --dry-run: the plan with "devices", "things", "policy", "parameters"
-    devices delete     {"environment", "fleet", "deleted", "failed"}; --dry-run: the plan with "fleet",
-                       "things", "parameters"
+    topics --dry-run   against a local broker: {"environment", "dry_run", "brokers",
+                       "changes": [line, ...], "cannot_reconcile"}
+    cluster bootstrap  {"environment", "cluster", "seeds", "cluster_config", "command_id", "result"}
+    cluster status     [{"node", "node_status", "seed", "node_type", "instance_id",
+                       "instance_state", "availability_zone", "address", "flag"}, ...]
+    cluster scale      {"group", "desired", "steady"}
+    cluster drain      {"node", "result": "removed" | "already removed"}
+    devices provision  {"environment", "devices", "created", "repaired", "unchanged", "failed"}
+    devices delete     {"environment", "fleet", "deleted", "failed"}
     devices export     {"environment", "directory", "exported": [thing, ...], "failed": [thing, ...]}
-    devices replay     the tally {"replayed", ...}; --dry-run: the plan with "queue", "since", "rate",
-                       "workers", "journal", "rule"
-    simulate           the merged fleet report (the file --report names); --dry-run: the plan with
-                       the run's parameters and "host_rates"; --plan: the fleet plan with its
-                       quota "checks" and "refusals"
-    capacity           {"environment", ..., "ok"}
-    cost               the estimate, with "prices"
-
-The dry-run plan: {"environment", "region", "dry_run": true, <the command's fields>,
-"would_read": [...], "would_change": [...]}.
+    devices replay     the tally: {"replayed", "already_replayed", "left_...", ...}
+    simulate           the merged fleet report (as --report writes it); --plan: the fleet plan
+                       with its quota "checks" and "refusals"
+    capacity, cost     the model's figures, as the text shows them
 """
 
 from __future__ import annotations

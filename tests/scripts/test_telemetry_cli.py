@@ -121,6 +121,80 @@ def test_every_dry_run_says_in_its_help_that_it_plans_offline_and_json_says_wher
         assert ("json with --dry-run only" in text) == (command.json == cli.DRY_RUN_ONLY), command.path
 
 
+# Every subcommand with a --dry-run, and what else its command line needs ({cdk_out}: templates).
+DRY_RUNS = {
+    ("deploy",): ["--cdk-out", "{cdk_out}"],
+    ("topics",): [],
+    ("cluster", "bootstrap"): ["--cdk-out", "{cdk_out}"],
+    ("cluster", "scale"): [],
+    ("cluster", "drain"): ["--node", "scale-i-0abc"],
+    ("devices", "provision"): ["--count", "5"],
+    ("devices", "delete"): [],
+    ("devices", "replay"): ["--since", "2h"],
+    ("simulate",): ["--rate", "1000", "--duration", "60"],
+}
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """No AWS credentials anywhere (empty config and credentials files), and no network: a
+    connection attempt fails the test, whoever makes it."""
+    import socket
+
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_DEFAULT_PROFILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+    def no_network(*args, **kwargs):
+        raise AssertionError(f"a network connection was attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+
+
+def checkout_status() -> str:
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_every_dry_run_prints_its_plan_as_json_offline_and_writes_nothing(offline, synthesized, capsys):
+    """`telemetry SUBCOMMAND --dry-run --format json` for every subcommand that has a dry run, as
+    typed (through cli.main, with no session given): one JSON document on stdout, exit 0, with no
+    credentials and no network, and the checkout as it was."""
+    offered = set()
+    for command in cli.COMMANDS:
+        assert cli.main([*command.path, "--help"]) == 0
+        if "--dry-run" in capsys.readouterr().out:
+            offered.add(command.path)
+    assert offered == set(DRY_RUNS)  # a new dry run joins the table
+    cdk_out = str(synthesized("dev").outdir)
+    before = checkout_status()
+
+    for path, extra in DRY_RUNS.items():
+        argv = [*path, "--env", "dev", *(arg.format(cdk_out=cdk_out) for arg in extra), "--dry-run", "--format", "json"]
+        code = cli.main(argv)
+        out, err = capsys.readouterr()
+        assert code == 0, (path, err)
+        plan = json.loads(out)  # the whole of stdout is one document
+        assert plan["environment"] == "dev", path
+        if path != ("deploy",):  # deploy's plan is its steps; every other dry run names what it cannot see
+            assert plan["dry_run"] is True and plan["would_read"] and plan["would_change"], path
+    assert checkout_status() == before
+
+
+def test_a_misspelt_subcommand_gets_a_suggestion_and_a_json_error_on_stderr(capsys):
+    assert cli.main(["devices", "provison", "--env", "dev", "--format", "json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert json.loads(err) == {"error": "argument COMMAND: invalid choice: 'provison' (did you mean 'provision'? choose "
+                                        "from provision, delete, export, replay) (see telemetry devices --help)"}
+
+
 def test_every_subcommand_says_what_it_needs_and_where_it_runs(capsys):
     for command in cli.COMMANDS:
         assert cli.main([*command.path, "--help"]) == 0
