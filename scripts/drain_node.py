@@ -309,13 +309,15 @@ def plan(args: argparse.Namespace) -> int:
                               "changes nothing")
     stack = service_fabric_stack_name(config)
     reads = []
-    if not args.endpoint:
-        reads.append(f"the HTTP gateway's address: output HttpGatewayEndpoint of stack {stack} (CloudFormation)")
-    if not args.client_cert:
-        reads.append(f"the admin client certificate: secret {fabric.admin_certificate_secret} (Secrets Manager)")
-    if not (args.ca_bundle or args.server_thumbprint or args.insecure or urlsplit(args.endpoint or "").scheme == "http"):
-        reads.append(f"the cluster certificate's thumbprint, to verify the gateway: secret "
-                     f"{fabric.cluster_certificate_secret} (Secrets Manager)")
+    if not standalone(args):  # as connect() reaches the gateway: the stack's outputs, then its secrets
+        reads.append(f"the outputs of stack {stack} (CloudFormation): "
+                     + ("" if args.endpoint else "the HTTP gateway's address (HttpGatewayEndpoint), ")
+                     + "the certificate secrets' names")
+        if not args.client_cert:
+            reads.append(f"the admin client certificate: secret {fabric.admin_certificate_secret} (Secrets Manager)")
+        if not (args.ca_bundle or args.insecure):
+            reads.append(f"the cluster certificate, to verify the gateway: secret {fabric.cluster_certificate_secret} "
+                         "(Secrets Manager)")
     reads += [
         f"from the cluster's HTTP gateway: {name}'s status and node type (a seed node is refused, an unknown one is a "
         "failure, one already removed is done), the cluster configuration and its version, and any configuration "

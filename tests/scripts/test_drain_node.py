@@ -805,10 +805,11 @@ def test_a_dry_run_names_what_the_stack_would_give_and_refuses_a_seed_by_its_nam
     assert plan.returncode == 0, plan.stderr
     reads = json.loads(plan.stdout)["would_read"]
     assert reads[:3] == [
-        "the HTTP gateway's address: output HttpGatewayEndpoint of stack Telemetry-dev-ServiceFabric (CloudFormation)",
+        "the outputs of stack Telemetry-dev-ServiceFabric (CloudFormation): the HTTP gateway's address "
+        "(HttpGatewayEndpoint), the certificate secrets' names",
         "the admin client certificate: secret telemetry-dev/service-fabric/admin-certificate (Secrets Manager)",
-        "the cluster certificate's thumbprint, to verify the gateway: secret "
-        "telemetry-dev/service-fabric/cluster-certificate (Secrets Manager)",
+        "the cluster certificate, to verify the gateway: secret telemetry-dev/service-fabric/cluster-certificate "
+        "(Secrets Manager)",
     ]
     assert seed.returncode == drain_node.EXIT_REFUSED
     assert one_line(seed.stderr) == (f"{PROG}: refused: seed-1 is a seed node of dev (seed-0, seed-1, seed-2); a drain "
