@@ -305,10 +305,13 @@ def test_a_cluster_that_already_answers_with_every_seed_is_recorded_and_nothing_
     session.session.cluster_nodes = [{"Name": s["name"], "NodeStatus": "Up", "IsSeedNode": True} for s in seeds] + [
         {"Name": "scale-0", "NodeStatus": "Up", "IsSeedNode": False}]
     sent = sent_commands(session.session)
-    assert run(["--env", "prod", "--output", str(tmp_path / "c.json"), "--poll-interval", "0"], session) == 0
+    assert run(["--env", "prod", "--output", str(tmp_path / "c.json"), "--poll-interval", "0", "--format", "json"],
+               session) == 0
     assert sent == []
-    out = capsys.readouterr().out
-    assert "seed-0 lists a cluster of 6 node(s), 6 Up: 5 of 5 seeds" in out and "nothing to create" in out
+    out, err = capsys.readouterr()  # --format json: what it says on the way on stderr, its answer on stdout
+    assert "seed-0 lists a cluster of 6 node(s), 6 Up: 5 of 5 seeds" in err and "nothing to create" in err
+    assert json.loads(out) == {"environment": "prod", "cluster": "telemetry-prod-sf", "seeds": [s["name"] for s in seeds],
+                               "cluster_config": str(tmp_path / "c.json"), "command_id": None, "result": "found running"}
     created = session.client("ssm").get_parameter(Name="/telemetry-prod/service-fabric/cluster-created")
     assert created["Parameter"]["Value"].endswith(f" found running stack {stack_id(STACK)}")
 

@@ -317,6 +317,9 @@ def test_a_drain_removes_the_node_over_rest_alone_and_a_second_run_writes_nothin
     assert "already removed (listed in NodesToBeRemoved)" in second.stdout
     assert posts(sf_emulator) == []
     assert len(sf_cluster.upgrade_requests) == 1
+    as_json = run(*gateway, "--node", "scale-0", *FAST, "--format", "json")
+    assert json.loads(as_json.stdout) == {"node": "scale-0", "result": "already removed"}
+    assert "already removed (listed in NodesToBeRemoved)" in as_json.stderr
 
 
 # -- 2. two drains in a row --------------------------------------------------------------------
