@@ -7,9 +7,10 @@ Microsoft's ClusterConfig.X509.MultiMachine.json sample), publishes the cluster 
 thumbprint to SSM (the node lifecycle functions pin the gateway by it) and runs the
 create-cluster Run Command document on seed-0, printing its status until it finishes.
 
---dry-run needs no AWS credentials: it reads the synthesized template in cdk.out (make synth
-ENV=<env>), writes the JSON with the certificate thumbprints left as placeholders naming their
-secrets (only a real run reads the secrets), and sends nothing.
+--dry-run needs no AWS credentials: it reads the synthesized template in cdk.out (synthesized into
+a temporary folder when cdk.out lacks the environment, as deploy's plan does), builds the JSON with the certificate thumbprints left as placeholders naming their
+secrets (only a real run reads the secrets), writes it only where --output says (never into the
+checkout by default), and sends nothing.
 Exit codes: 0 cluster created (or dry run written); 1 cluster creation failed or timed out;
 2 refused (a seed not running at its address, bad config); a failed AWS call is 1, missing credentials 2 (as every `telemetry` command).
 """
@@ -328,16 +329,44 @@ def write_cluster_config(args: argparse.Namespace, config: EnvironmentConfig, cl
 
 
 def dry_run(args: argparse.Namespace, config: EnvironmentConfig) -> int:
-    outputs = synthesized_outputs(args.cdk_out, service_fabric_stack_name(config))
+    from scripts.telemetry.output import dry_run_plan
+
+    outputs = synthesized_outputs(args.cdk_out, config)
+    cluster_secret, admin_secret = outputs.get("ClusterCertificateSecret"), outputs.get("AdminCertificateSecret")
     cluster_config = build_cluster_config(
         config,
         outputs.seeds,
-        cluster_thumbprint=placeholder_thumbprint(outputs.get("ClusterCertificateSecret")),
-        admin_thumbprint=placeholder_thumbprint(outputs.get("AdminCertificateSecret")),
+        cluster_thumbprint=placeholder_thumbprint(cluster_secret),
+        admin_thumbprint=placeholder_thumbprint(admin_secret),
     )
-    write_cluster_config(args, config, cluster_config)
-    print(f"dry run from {outputs.source}: no AWS call made; thumbprints are read from the secrets by a real run")
-    return 0
+    if args.output:  # only where asked: a dry run writes nothing into the checkout by itself
+        write_cluster_config(args, config, cluster_config)
+    else:
+        for node in cluster_config["nodes"]:
+            print(f"{node['nodeName']}: {node['iPAddress']} {node['faultDomain']} {node['upgradeDomain']}")
+    first = min(outputs.seeds, key=lambda s: s.index).name
+    default_output = REPO / "cluster-config" / f"{config.name}.json"
+    return dry_run_plan(
+        args, config,
+        summary=[f"dry run from {outputs.source}: no AWS call made; thumbprints are read from the secrets by a real "
+                 "run" + ("" if args.output else "; ClusterConfig.json not written (--output FILE writes it)")],
+        would_read=[
+            f"the outputs of stack {outputs.stack_name} (CloudFormation): the deployed seed addresses and names, "
+            "which this plan takes from the synthesized template",
+            f"the seed instances (EC2, tag sf:cluster={service_fabric_cluster_name(config)}): each must run at its "
+            "address",
+            f"the certificates in secrets {cluster_secret} and {admin_secret} (Secrets Manager), for their thumbprints",
+            f"whether the create-cluster document still runs on {first}, or the cluster already answers",
+        ],
+        would_change=[
+            f"write ClusterConfig.json to {args.output or default_output}",
+            f"put the gateway's certificate thumbprint in SSM parameter {gateway_thumbprint_parameter_name(config)}",
+            f"send the create-cluster document ({outputs.get('CreateClusterDocumentName')}) to {first} and wait up "
+            f"to {args.timeout:.0f} s for it",
+            f"record the creation in SSM parameter {cluster_created_parameter_name(config)}",
+        ],
+        source=outputs.source, cluster_config=cluster_config, written=str(args.output) if args.output else None,
+    )
 
 
 def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
@@ -372,6 +401,7 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
               "waiting for it instead of sending another")
     elif cluster_answers(session, config, outputs, seed_ids):
         aws.record_created(cluster_created_parameter_name(config), "found running", outputs.stack_id)
+        answer(args, config, cluster_config, "", "found running")
         return 0
     else:
         command_id = aws.send_create(document, first.instance_id, cluster_config, int(args.timeout))
@@ -388,7 +418,20 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
         raise OperationFailed(f"cluster creation {status}: {detail}")
     print(f"cluster {cluster_config['name']} created with {len(seeds)} seed nodes")
     aws.record_created(cluster_created_parameter_name(config), f"command {command_id}", outputs.stack_id)
+    answer(args, config, cluster_config, command_id, "created")
     return 0
+
+
+def answer(args: argparse.Namespace, config: EnvironmentConfig, cluster_config: dict, command_id: str,
+           result: str) -> None:
+    """--format json: what the run did, as one document."""
+    if args.format == "json":
+        from scripts.telemetry.output import document
+
+        document({"environment": config.name, "cluster": cluster_config["name"],
+                  "seeds": [node["nodeName"] for node in cluster_config["nodes"]],
+                  "cluster_config": str(args.output or REPO / "cluster-config" / f"{config.name}.json"),
+                  "command_id": command_id or None, "result": result})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -398,10 +441,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run",
         action="store_true",
-        help="no AWS credentials needed: write ClusterConfig.json from the synthesized template (make synth "
-        "ENV=<env>) with placeholder thumbprints; send nothing",
+        help="no AWS credentials needed: build ClusterConfig.json from the synthesized template (cdk.out, or "
+        "a synthesis made now) with placeholder thumbprints, write it only to --output, and say what a run would read and "
+        "change; send nothing",
     )
-    parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out", help="synthesized templates for --dry-run (default cdk.out)")
+    parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out", help="synthesized templates for --dry-run (default cdk.out; synthesized here if they lack the environment)")
 
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:

@@ -96,14 +96,22 @@ def deployed_outputs(cloudformation, stack_name: str) -> ClusterOutputs:
     return ClusterOutputs(stack_name, f"stack {stack_name}", values, stack.get("StackId", ""), stack.get("CreationTime"))
 
 
-def synthesized_outputs(cdk_out: Path, stack_name: str) -> ClusterOutputs:
-    """Outputs of the synthesized template; those that are references (endpoints) map to ''."""
+def synthesized_outputs(cdk_out: Path, config) -> ClusterOutputs:
+    """Outputs of the synthesized Service Fabric template, from cdk_out or, when it lacks the
+    environment, a synthesis made now (deploy's, into a temporary folder); those that are
+    references (endpoints) map to ''."""
+    from scripts.telemetry.deploy import read_cloud_assembly, synthesized_stacks
+
+    stack_name = service_fabric_stack_name(config)
     path = cdk_out / f"{stack_name}.template.json"
-    if not path.exists():
-        raise ToolError(f"{path} does not exist; run make synth ENV=<env> first")
-    outputs = json.loads(path.read_text()).get("Outputs", {})
-    values = {k: o["Value"] if isinstance(o["Value"], str) else "" for k, o in outputs.items()}
-    return ClusterOutputs(stack_name, str(path.relative_to(REPO) if path.is_relative_to(REPO) else path), values)
+    kept = any(stack.name == stack_name for stack in read_cloud_assembly(cdk_out, config.stack_prefix))
+    stack = next((s for s in synthesized_stacks(cdk_out, config) if s.name == stack_name), None)
+    if stack is None:
+        raise ToolError(f"the synthesized app has no stack {stack_name}")
+    values = {k: o["Value"] if isinstance(o["Value"], str) else "" for k, o in stack.template.get("Outputs", {}).items()}
+    source = str(path.relative_to(REPO) if path.is_relative_to(REPO) else path) if kept else (
+        f"a synthesis of {config.name} made now")
+    return ClusterOutputs(stack_name, source, values)
 
 
 def service_fabric_stack_name(config) -> str:

@@ -16,7 +16,6 @@ Exit codes: 0 every node and instance accounted for; 1 something flagged; 2 bad 
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -120,7 +119,9 @@ def status(args: argparse.Namespace, session_factory: Callable[[str], object]) -
     instances = node_instances(session.client("ec2"), service_fabric_cluster_name(config))
     rows = join_nodes_and_instances(nodes, instances)
     if args.json:
-        print(json.dumps([asdict(r) for r in rows], indent=2))
+        from scripts.telemetry.output import document
+
+        document([asdict(r) for r in rows])
     else:
         print(render(rows))
     return 1 if any(r.flag for r in rows) else 0

@@ -9,6 +9,11 @@ list. Over REST alone; only if the upgrade leaves the node listed does a clean-u
 FabricHostSvc (over SSM with --instance-id, else by you) and RemoveNodeState. Every step
 picks up where the node is, so re-running after a failure or an interruption is safe.
 
+--dry-run plans offline: the steps a drain takes from a node still in the cluster, which
+connection it would use, and what it would read first (the gateway's address and certificates from
+the stack and its secrets, then the node's state, which decides the steps already done); a seed
+node's name (seed-0 ... from cdk.json's seed_node_count) is refused there as a run refuses it.
+
 exit status, as every `telemetry` subcommand: 0 the node is out of the cluster and its
 configuration (or already was); 1 failed (unknown node, TLS, the cluster refused, a seed node
 refused with nothing changed, or timed out: re-run to go on); 2 bad usage or configuration;
@@ -18,6 +23,7 @@ refused with nothing changed, or timed out: re-run to go on); 2 bad usage or con
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 import time
@@ -51,7 +57,7 @@ from node_lifecycle import (
 from node_lifecycle.membership_config import DEFAULT_START_GRACE_SECONDS
 from node_lifecycle.node_stage import describe
 from sf_rest import FabricError, ServiceFabricClient, TlsError
-from sf_rest.cluster_config import for_removal, node_names, nodes_to_be_removed
+from sf_rest.cluster_config import node_names, nodes_to_be_removed
 from sf_rest.gateway import normalise_thumbprint
 
 from scripts.telemetry.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError, one_line, worded
@@ -103,7 +109,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run",
         action="store_true",
-        help="show what a drain would do from the node's current state; change nothing",
+        help="offline: the steps a drain takes, the connection it would use and what it would read from the stack, "
+        "its secrets and the cluster first (the node's state decides which steps are done); call and change nothing",
     )
 
 
@@ -286,43 +293,50 @@ def precheck(client: ServiceFabricClient, name: str) -> int | None:
     return None
 
 
-def dry_run(client: ServiceFabricClient, args: argparse.Namespace) -> int:
-    name = args.node
-    node = client.get_node_info(name)
-    stage = node_stage(node)
-    if node is not None and stage == NodeStage.UNSETTLED:
-        raise LifecycleError(f"{name} is {node.status}: a drain would not touch it now")
-    if stage == NodeStage.DOWN:
-        raise LifecycleError(
-            f"{name} is Down: the Upgrade Orchestration Service cannot remove it (it waits for "
-            "Disabled, which a Down node never reaches); start FabricHostSvc on its machine, or "
-            "see the README's runbook for a lost machine"
-        )
-    steps = []
-    if stage <= NodeStage.DEACTIVATE:
-        steps.append(f"deactivate {name} with intent RemoveNode (RemoveData if refused)")
-    if stage <= NodeStage.DEACTIVATING:
-        steps.append(f"wait for {name} to be Disabled with its deactivation Completed")
-    config = client.get_cluster_configuration()
-    if stage < NodeStage.REMOVED and name in node_names(config):
-        target = for_removal(config, name)
-        steps.append(
-            f"configuration upgrade {config.get('clusterConfigurationVersion')} -> "
-            f"{target.get('clusterConfigurationVersion')}: {name} out of nodes, NodesToBeRemoved "
-            f"= {name} (any earlier value dropped), while its machine runs"
-        )
-        upgrade = client.get_cluster_configuration_upgrade_status()
-        if upgrade.is_running:
-            steps.append(f"(first wait for the running upgrade: {upgrade.upgrade_state})")
-        steps.append(f"wait until the upgrade has rolled forward and {name} left the node list")
-    say(
-        "dry run: nothing was changed. A drain would:"
-        if steps
-        else "dry run: nothing to do, the node is already out of the cluster"
-    )
-    for step in steps:
-        say(f"  - {step}")
-    return EXIT_OK
+def plan(args: argparse.Namespace) -> int:
+    """--dry-run: the whole drain from a node still in the cluster, offline; what the node's state
+    would skip is named as something a run reads."""
+    from stacks.naming import seed_node_name, stop_host_document_name
+
+    from scripts.cluster_inventory import service_fabric_stack_name
+    from scripts.telemetry.output import dry_run_plan
+
+    config = environment(args)
+    name, fabric = args.node, config.service_fabric
+    seeds = [seed_node_name(index) for index in range(fabric.seed_node_count)]
+    if name in seeds:
+        raise SeedNodeRefused(f"{name} is a seed node of {config.name} ({', '.join(seeds)}); a drain refuses it and "
+                              "changes nothing")
+    stack = service_fabric_stack_name(config)
+    reads = []
+    if not standalone(args):  # as connect() reaches the gateway: the stack's outputs, then its secrets
+        reads.append(f"the outputs of stack {stack} (CloudFormation): "
+                     + ("" if args.endpoint else "the HTTP gateway's address (HttpGatewayEndpoint), ")
+                     + "the certificate secrets' names")
+        if not args.client_cert:
+            reads.append(f"the admin client certificate: secret {fabric.admin_certificate_secret} (Secrets Manager)")
+        if not (args.ca_bundle or args.insecure):
+            reads.append(f"the cluster certificate, to verify the gateway: secret {fabric.cluster_certificate_secret} "
+                         "(Secrets Manager)")
+    reads += [
+        f"from the cluster's HTTP gateway: {name}'s status and node type (a seed node is refused, an unknown one is a "
+        "failure, one already removed is done), the cluster configuration and its version, and any configuration "
+        "upgrade running; so which of the steps below are done already (a drain picks up where the node is)",
+    ]
+    if args.instance_id:
+        reads.append(f"whether {args.instance_id} is a managed node SSM Run Command reaches")
+    stop = (f"stop FabricHostSvc on {args.instance_id} over SSM Run Command (document {stop_host_document_name(config)})"
+            if args.instance_id else "ask you to stop FabricHostSvc on its machine (no --instance-id)")
+    changes = [
+        f"deactivate {name} with intent RemoveNode (RemoveData if refused) and wait until it is Disabled",
+        f"start a configuration upgrade to the next version with {name} out of nodes and alone in NodesToBeRemoved "
+        "(any earlier value dropped), while its machine runs; first wait for a configuration upgrade already running",
+        f"wait until the upgrade has rolled forward and {name} has left the node list",
+        f"only if the upgrade leaves {name} listed: {stop}, wait until it is Down, then RemoveNodeState",
+        f"give up after --timeout {args.timeout:g} s (a run started again goes on from there)",
+    ]
+    return dry_run_plan(args, config, summary=[f"drain {name} out of the {config.name} cluster"],
+                        would_read=reads, would_change=changes, node=name)
 
 
 def standalone(args: argparse.Namespace) -> bool:
@@ -379,10 +393,12 @@ def make_fabric_host(args: argparse.Namespace, session_factory: Callable[[str], 
     return host
 
 
-def fail(code: int, kind: str, message: object = None, *, prog: str = PROG) -> int:
+def _fail(code: int, kind: str, message: object = None, *, prog: str = PROG, json_output: bool = False) -> int:
+    from scripts.telemetry.output import error as print_error
+
     if message is None:  # fail(*worded(error)): (code, message)
         kind, message = "error", kind
-    print(f"{prog}: {kind}: {one_line(message, limit=400)}", file=sys.stderr, flush=True)
+    print_error(one_line(message, limit=400), prog=prog, kind=kind, json_output=json_output)
     return code
 
 
@@ -395,19 +411,25 @@ def drain(args: argparse.Namespace, session_factory: Callable[[str], object], *,
     # Retry notes from the client go to stdout with the progress, so stderr only ever
     # holds the one line that says why we failed.
     logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="  note: %(message)s")
+    json_output = getattr(args, "format", "text") == "json"
+    fail = functools.partial(_fail, json_output=json_output)
     if args.insecure:
         warnings.filterwarnings("ignore", message="Unverified HTTPS request")
         say("warning: --insecure: the gateway's certificate is not verified")
     cleanup: Callable[[], None] = lambda: None
     try:
+        if args.dry_run:
+            return plan(args)
         client, cleanup = connect(args, session_factory)
         with client:
             early = precheck(client, args.node)
-            if early is not None:
-                return early
-            if args.dry_run:
-                return dry_run(client, args)
-            return Drain(client, args, make_fabric_host(args, session_factory)).run()
+            result = "already removed" if early is not None else "removed"
+            code = early if early is not None else Drain(client, args, make_fabric_host(args, session_factory)).run()
+        if json_output:
+            from scripts.telemetry.output import document
+
+            document({"node": args.node, "result": result})
+        return code
     except SeedNodeRefused as err:
         return fail(EXIT_REFUSED, "refused", err, prog=prog)
     except WaitTimedOut as err:

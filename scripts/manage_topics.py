@@ -23,6 +23,12 @@ group (as the topic administrator with --assume-role), or a local broker named b
 --bootstrap-servers: PLAINTEXT, or SASL_PLAINTEXT as --sasl-username with the password in
 $SIMULATOR_SASL_PASSWORD.
 
+--dry-run plans offline from cdk.json: the declared topics and ACLs, where the work would run,
+and what a run reads first (the fleet's hosts, the role, the brokers, then the topics and ACLs the
+cluster has, which decide what is created or changed). Only against a broker named on the command
+line with a local broker's protocol (--bootstrap-servers with PLAINTEXT or SASL_PLAINTEXT: no AWS
+in the way) does it read that broker and list the differences.
+
 Exit codes: 0 topics and ACLs match the declaration (or would, with --dry-run); 1 a topic
 difference Kafka cannot reconcile remains; 2 bad input, a refused request or an unreachable
 cluster.
@@ -459,7 +465,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=_positive_seconds, default=30.0, help="seconds per admin request (default 30)"
     )
     parser.add_argument(
-        "--dry-run", action="store_true", help="show what would change, change nothing"
+        "--dry-run", action="store_true",
+        help="offline: the declared topics and ACLs, where a run would do the work and what it would read from the "
+        "account and the cluster first; no MFA needed. With --bootstrap-servers and PLAINTEXT or SASL_PLAINTEXT "
+        "(a local broker): the differences against that broker. Changes nothing",
     )
 
 
@@ -490,7 +499,7 @@ def usage_problem(args: argparse.Namespace) -> str | None:
         return "--assume-role goes with --security-protocol SASL_SSL (MSK IAM), and only"
     if args.mfa_serial and not (args.assume_role or on_fleet(args)):
         return "--mfa-serial goes with --assume-role (or with the default run on a fleet host)"
-    if on_fleet(args) and not args.mfa_serial:
+    if on_fleet(args) and not args.mfa_serial and not args.dry_run:  # a dry run assumes no role
         return (
             "on a fleet host the work runs as the topic administrator role, which requires MFA: pass "
             "--mfa-serial ARN (or --here on a host in the VPC)"
@@ -540,10 +549,68 @@ def require_credentials(region: str) -> None:
         )
 
 
+def local_broker(args: argparse.Namespace) -> bool:
+    """The brokers are named on the command line and reached without AWS (no MSK IAM)."""
+    return bool(args.bootstrap_servers) and args.security_protocol != "SASL_SSL"
+
+
+def offline_plan(args: argparse.Namespace) -> int:
+    """--dry-run away from a local broker: the declaration, where it would be reconciled, and what
+    a run reads first; offline."""
+    from stacks.config import load_environment, read_environments
+    from scripts.telemetry.output import dry_run_plan
+
+    config = load_environment(read_environments(), args.env)
+    environment = declared_environment(args.env)
+    reads, changes = [], []
+    if on_fleet(args):
+        runs_on = (f"a host of simulator fleet {environment.fleet} over SSM Run Command (document "
+                   f"{environment.topics_document}), as role {environment.topic_admin_role} (MFA)")
+        reads += [f"the running hosts of simulator fleet {environment.fleet} and their SSM Agents (EC2, Systems "
+                  "Manager), to pick one",
+                  f"role {environment.topic_admin_role}, assumed with your MFA code (STS), to sign an MSK IAM token"]
+    else:
+        who = f"role {environment.topic_admin_role} (assumed, MFA)" if args.assume_role else "your own credentials"
+        runs_on = f"this machine, over MSK IAM as {who}"
+    if not args.bootstrap_servers:
+        reads.append(f"the brokers from SSM parameter {environment.bootstrap_parameter}" + (
+            " (on the host)" if on_fleet(args) else ""))
+    reads.append("from the cluster (Kafka's admin API): which declared topics exist, with their partitions, "
+                 "replication factor and configuration, and the ACLs of " + ", ".join(
+                     sorted({acl.principal for acl in environment.acls})))
+    changes += [
+        f"topic {topic.name}: create it with {topic.partitions} partitions, replication factor "
+        f"{topic.replication_factor}, retention.ms {topic.retention_ms}"
+        + (f", retention.bytes {topic.retention_bytes}" if topic.retention_bytes else "")
+        + " if it is missing; else raise its partitions to that and set those configurations where they differ "
+        "(fewer partitions or another replication factor are reported, not forced)"
+        for topic in environment.topics
+    ]
+    changes += [f"ACL {acl.principal}: {acl.permission} {acl.operation} on {acl.resource} {acl.name}, created if missing"
+                for acl in environment.acls]
+    changes.append("every other ACL of " + ", ".join(sorted({acl.principal for acl in environment.acls}))
+                   + " removed")
+    if on_fleet(args):
+        changes.append(f"for the host: the token in a SecureString parameter under {environment.token_parameter}, "
+                       "deleted when the command ends")
+    changes.append(f"record the reconcile in SSM parameter {environment.reconciled_parameter} (telemetry deploy "
+                   "reads it)")
+    return dry_run_plan(
+        args, config, summary=[f"reconcile the topics and ACLs of {config.name} on {runs_on}"],
+        would_read=reads, would_change=changes, runs_on=runs_on,
+        topics=[{"name": s.name, "partitions": s.partitions, "replication_factor": s.replication_factor,
+                 "retention_ms": s.retention_ms, "retention_bytes": s.retention_bytes} for s in environment.topics],
+        acls=[{"principal": a.principal, "permission": a.permission, "operation": a.operation,
+               "resource": a.resource, "name": a.name} for a in environment.acls],
+    )
+
+
 def run(args: argparse.Namespace, session_factory: Callable[[str], object] | None = None) -> int:
     """Reconcile; a problem is raised as TopicError, worded for the operator."""
     import boto3
 
+    if args.dry_run and not local_broker(args):
+        return offline_plan(args)
     environment = declared_environment(args.env)
     if args.security_protocol == "SASL_SSL":
         require_credentials(environment.region)
@@ -567,6 +634,16 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], object] | Non
         credentials = assume_topic_admin(environment, args.mfa_serial)
         settings["oauth_cb"] = msk_iam_token_callback(environment.region, credentials)
     declaration = Declaration(environment.topics, environment.acls)
+    if args.dry_run and getattr(args, "format", "text") == "json":  # a local broker's differences, as data
+        import io
+
+        from scripts.telemetry.output import document
+
+        lines = io.StringIO()
+        status = reconcile_declaration(settings, declaration, timeout_s=args.timeout, dry_run=True, out=lines)
+        document({"environment": args.env, "dry_run": True, "brokers": bootstrap,
+                  "changes": lines.getvalue().splitlines(), "cannot_reconcile": status == 1})
+        return status
     status = reconcile_declaration(settings, declaration, timeout_s=args.timeout, dry_run=args.dry_run)
     if status == 0 and not args.dry_run and args.security_protocol == "SASL_SSL":  # MSK, not a local broker
         record_reconciled(environment)

@@ -449,8 +449,10 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> i
     if getattr(args, "format", "text") != "json":
         return report(config, checks)
     blockers = sum(1 for c in checks if c.result == BLOCKER)
-    print(json.dumps({"environment": config.name, "account": config.account, "region": config.region,
-                      "checks": [asdict(c) for c in checks], "blockers": blockers}, indent=2))
+    from scripts.telemetry.output import document
+
+    document({"environment": config.name, "account": config.account, "region": config.region,
+              "checks": [asdict(c) for c in checks], "blockers": blockers})
     return 1 if blockers else 0
 
 

@@ -27,6 +27,10 @@ complete ("unchanged") without more calls: the policy and the certificate's stat
 again, so a certificate deactivated by hand stays so. AWS calls retry throttling with botocore's
 standard retry mode.
 
+--dry-run plans offline from cdk.json: the thing, policy and parameter names a run would use, and
+what it reads from the account first (the fleet's things and stored credentials, each thing's
+certificates, the KMS key), which decides what is created, repaired or deleted.
+
 Exit codes, as every `telemetry` command: 0 done (or dry run); 1 some devices failed (the others
 are done; run again to finish) or an AWS call failed; 2 bad input, a missing stack output or
 policy, or no credentials (nothing changed by this device or later ones).
@@ -354,6 +358,7 @@ class Provisioner:
     def __init__(self, fleet: Fleet, registry: DeviceRegistry, store: CredentialStore,
                  say: Callable[[str], None] = print) -> None:
         self.fleet, self.registry, self.store, self.say = fleet, registry, store, say
+        self.result: dict = {}  # what the last create, delete or export did (--format json)
 
     def states(self, indices: Iterable[int], things: dict[str, dict[str, str]],
                stored: dict[str, Credentials | None]) -> Iterable[DeviceState]:
@@ -364,7 +369,7 @@ class Provisioner:
             yield DeviceState(index, thing, exists, labelled, self.registry.principals(thing) if exists else [],
                               thing in stored, stored.get(thing))
 
-    def create(self, count: int, *, key_arn: str | None, dry_run: bool) -> int:
+    def create(self, count: int, *, key_arn: str | None) -> int:
         things, stored = self.registry.fleet_things(self.fleet), self.store.stored()
         tally = Tally()
         for state in self.states(range(1, count + 1), things, stored):
@@ -372,13 +377,9 @@ class Provisioner:
                 repair = plan_repair(state, self.registry)
                 fresh = not state.thing_exists and not state.parameter_exists
                 outcome = "unchanged" if repair.nothing else "created" if fresh else "repaired"
-                if dry_run:
-                    verb = {"created": "would create", "repaired": "would repair"}.get(outcome, outcome)
-                    self.say(f"{state.thing}: {verb}" + (f": {repair.describe()}" if outcome != "unchanged" else ""))
-                else:
-                    certificate = self.apply(state, repair, key_arn) if not repair.nothing else state.stored.certificate_arn
-                    self.say(f"{state.thing}: {outcome}" + (f" ({repair.describe()})" if outcome == "repaired" else "")
-                             + f", certificate {short(certificate)}")
+                certificate = self.apply(state, repair, key_arn) if not repair.nothing else state.stored.certificate_arn
+                self.say(f"{state.thing}: {outcome}" + (f" ({repair.describe()})" if outcome == "repaired" else "")
+                         + f", certificate {short(certificate)}")
             except (DeviceFailure, ClientError) as error:
                 outcome = "failed"
                 self.say(f"{state.thing}: failed: {one_line(error)}")
@@ -390,11 +391,9 @@ class Provisioner:
         if above:
             self.say(f"{len(above)} device(s) above --count {count} exist and were left as they are "
                      f"(highest {above[-1]}; --delete removes every device)")
-        if dry_run:
-            self.say(f"dry run, nothing changed: devices 1-{count}: {tally.counts.get('created', 0)} to create, "
-                     f"{tally.counts.get('repaired', 0)} to repair, {tally.line(('unchanged', 'failed'))}")
-        else:
-            self.say(f"devices 1-{count}: {tally.line(('created', 'repaired', 'unchanged', 'failed'))}")
+        self.say(f"devices 1-{count}: {tally.line(('created', 'repaired', 'unchanged', 'failed'))}")
+        self.result = {"environment": self.fleet.config.name, "devices": f"1-{count}",
+                       **{o: tally.counts.get(o, 0) for o in ("created", "repaired", "unchanged", "failed")}}
         return 1 if tally.counts.get("failed") else 0
 
     def apply(self, state: DeviceState, repair: Repair, key_arn: str) -> str:
@@ -423,7 +422,7 @@ class Provisioner:
         self.registry.attach(state.thing, certificate, self.fleet.policy)
         return certificate
 
-    def delete(self, *, dry_run: bool) -> int:
+    def delete(self) -> int:
         things, stored = self.registry.fleet_things(self.fleet), self.store.stored()
         tally = Tally()
         for thing in sorted(set(things) | set(stored)):
@@ -434,18 +433,15 @@ class Provisioner:
                     certificates.append(stored_arn)  # a run stopped between storing and attaching
                 parts = ([f"certificate {short(c)}" for c in certificates] + (["thing"] if thing in things else [])
                          + (["stored credentials"] if thing in stored else []))
-                if dry_run:
-                    self.say(f"{thing}: would delete {', '.join(parts)}")
-                else:
-                    # Contract order: detach policy, detach thing, INACTIVE, delete certificate (retire),
-                    # delete thing, then the parameter last, so a rerun still finds what is left.
-                    for certificate in certificates:
-                        self.registry.retire(certificate)
-                    if thing in things:
-                        self.registry.delete_thing(thing)
-                    if thing in stored:
-                        self.store.delete(thing)
-                    self.say(f"{thing}: deleted {', '.join(parts)}")
+                # Contract order: detach policy, detach thing, INACTIVE, delete certificate (retire),
+                # delete thing, then the parameter last, so a rerun still finds what is left.
+                for certificate in certificates:
+                    self.registry.retire(certificate)
+                if thing in things:
+                    self.registry.delete_thing(thing)
+                if thing in stored:
+                    self.store.delete(thing)
+                self.say(f"{thing}: deleted {', '.join(parts)}")
                 outcome = "deleted"
             except ClientError as error:
                 outcome = "failed"
@@ -454,8 +450,9 @@ class Provisioner:
             if tally.consecutive_failures >= CONSECUTIVE_FAILURES_TO_STOP:
                 self.say(f"stopping: {CONSECUTIVE_FAILURES_TO_STOP} devices in a row failed")
                 break
-        prefix = "dry run, nothing changed: would delete" if dry_run else "deleted"
-        self.say(f"{prefix} {tally.counts.get('deleted', 0)} device(s) of {self.fleet.attribute}, {tally.counts.get('failed', 0)} failed")
+        self.say(f"deleted {tally.counts.get('deleted', 0)} device(s) of {self.fleet.attribute}, {tally.counts.get('failed', 0)} failed")
+        self.result = {"environment": self.fleet.config.name, "fleet": self.fleet.attribute,
+                       **{o: tally.counts.get(o, 0) for o in ("deleted", "failed")}}
         return 1 if tally.counts.get("failed") else 0
 
     def export(self, directory: Path, first: int, count: int | None) -> int:
@@ -469,14 +466,17 @@ class Provisioner:
         if not things:
             raise ToolError(f"no stored device credentials from device {first} on; run --count N first")
         failed = 0
+        self.result = {"environment": self.fleet.config.name, "directory": str(directory), "exported": [], "failed": []}
         for thing in things:
             credentials = stored.get(thing)
             if credentials is None:
                 failed += 1
+                self.result["failed"].append(thing)
                 self.say(f"{thing}: failed: " + ("no stored credentials; run --count first" if thing not in stored
                                                  else "stored credentials are not this tool's JSON; run --count to replace them"))
                 continue
             write_device(directory, thing, credentials.certificate_pem, credentials.private_key)
+            self.result["exported"].append(thing)
             self.say(f"{thing}: wrote {thing}.cert.pem and {thing}.key.pem")
         self.say(f"exported {len(things) - failed} device(s) to {directory}, {failed} failed")
         return 1 if failed else 0
@@ -512,12 +512,80 @@ def one_line(error: BaseException) -> str:
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
     config = load_environment(read_environments(), args.env)
+    if args.dry_run:
+        return plan_delete(args, config) if args.delete else plan_provision(args, config)
     session = session_factory(config.region)
+    provisioner = provisioner_for(config, session)
     if args.export:
-        return provisioner_for(config, session).export(args.export, args.first, args.count)
-    if args.delete:
-        return provisioner_for(config, session).delete(dry_run=args.dry_run)
-    return ensure_devices(config, session, args.count, dry_run=args.dry_run)
+        code = provisioner.export(args.export, args.first, args.count)
+    elif args.delete:
+        code = provisioner.delete()
+    else:
+        code = ensure_devices(config, session, args.count, provisioner=provisioner)
+    if args.format == "json":
+        from scripts.telemetry.output import document
+
+        document(provisioner.result)
+    return code
+
+
+def plan_provision(args: argparse.Namespace, config: EnvironmentConfig) -> int:
+    """--dry-run of provision: the names and steps from cdk.json; which devices exist is what a run
+    reads first."""
+    from scripts.telemetry.output import dry_run_plan
+
+    fleet, count = Fleet(config), args.count
+    things = fleet.thing(1) + (f" .. {fleet.thing(count)}" if count > 1 else "")
+    return dry_run_plan(
+        args, config,
+        summary=[f"devices 1-{count} of {config.name}: things {things}"],
+        would_read=[
+            f"output {CREDENTIALS_KEY_OUTPUT} of stack {device_gateway_stack_name(config)}: the KMS key the "
+            "credentials are stored with (CloudFormation)",
+            f"that IoT policy {fleet.policy} exists (the DeviceGateway stack's)",
+            f"the things with attribute {FLEET_ATTRIBUTE}={fleet.attribute} (AWS IoT ListThings) and the stored "
+            f"credentials under {fleet.path} (SSM GetParametersByPath): which of devices 1-{count} exist, are "
+            "complete or need repair, and how many above --count exist (left alone)",
+            "each existing thing's certificates (ListThingPrincipals) and a stored certificate's status",
+        ],
+        would_change=[
+            f"for each device of 1-{count} that is missing: create its thing with attributes "
+            f"{', '.join(f'{k}={v}' for k, v in fleet.attributes.items())}, an active certificate and key, store "
+            f"them in SecureString {fleet.parameter('<thing>')} (Standard tier, the KMS key above), then attach "
+            f"policy {fleet.policy} and the thing to the certificate",
+            f"for each one an earlier run left incomplete: add a missing {DEVICE_ENVIRONMENT_ATTRIBUTE} attribute, "
+            "retire (detach, deactivate, delete) a certificate whose key is not stored, make a new one or attach the "
+            "stored one",
+            "leave complete devices, and every device above --count, as they are",
+        ],
+        devices=f"1-{count}", things=[fleet.thing(1), fleet.thing(count)], policy=fleet.policy,
+        parameters=fleet.path,
+    )
+
+
+def plan_delete(args: argparse.Namespace, config: EnvironmentConfig) -> int:
+    """--dry-run of delete: what a run removes, by name; how many there are is what it reads."""
+    from scripts.telemetry.output import dry_run_plan
+
+    fleet = Fleet(config)
+    return dry_run_plan(
+        args, config,
+        summary=[f"every device of {config.name}: things {fleet.thing(1)} .. {fleet.thing(MAX_DEVICES)} with "
+                 f"attribute {FLEET_ATTRIBUTE}={fleet.attribute}, and their stored credentials"],
+        would_read=[
+            f"the things with attribute {FLEET_ATTRIBUTE}={fleet.attribute} (AWS IoT ListThings) and the stored "
+            f"credentials under {fleet.path} (SSM GetParametersByPath): which devices exist",
+            "each thing's certificates (ListThingPrincipals), a stored certificate's status, and each certificate's "
+            "policies and things",
+        ],
+        would_change=[
+            "for each device: detach each certificate's policies and things, set it INACTIVE and delete it; delete "
+            f"the thing; then delete its parameter {fleet.parameter('<thing>')} (last, so a run started again "
+            "finds what is left)",
+            "leave every other thing alone (another environment's, or one without the fleet attribute)",
+        ],
+        fleet=fleet.attribute, things=f"{fleet.thing(1)} .. {fleet.thing(MAX_DEVICES)}", parameters=fleet.path,
+    )
 
 
 def provisioner_for(config: EnvironmentConfig, session, say: Callable[[str], None] = print) -> Provisioner:
@@ -526,15 +594,15 @@ def provisioner_for(config: EnvironmentConfig, session, say: Callable[[str], Non
                        CredentialStore(session.client("ssm", config=botocore_config()), fleet), say=say)
 
 
-def ensure_devices(config: EnvironmentConfig, session, count: int, *, dry_run: bool = False,
-                   say: Callable[[str], None] = print) -> int:
+def ensure_devices(config: EnvironmentConfig, session, count: int, *, say: Callable[[str], None] = print,
+                   provisioner: Provisioner | None = None) -> int:
     """Devices 1..count exist with stored credentials (what is missing is created, what an
     interrupted run left is repaired); 0 when every one is, 1 when some failed."""
-    provisioner = provisioner_for(config, session, say)
+    provisioner = provisioner or provisioner_for(config, session, say)
     outputs = deployed_outputs(session.client("cloudformation", config=botocore_config()), device_gateway_stack_name(config))
     key_arn = outputs.get(CREDENTIALS_KEY_OUTPUT)
     provisioner.registry.require_policy(provisioner.fleet.policy)
-    return provisioner.create(count, key_arn=key_arn, dry_run=dry_run)
+    return provisioner.create(count, key_arn=key_arn)
 
 
 def botocore_config():
@@ -564,7 +632,9 @@ def add_arguments(parser: argparse.ArgumentParser, mode: str) -> None:
         parser.add_argument("--count", type=_device_number, metavar="N", help="export N devices (default: all)")
         parser.add_argument("--first", type=_device_number, metavar="I", default=1, help="first device number (default 1)")
     if mode in ("provision", "delete"):
-        parser.add_argument("--dry-run", action="store_true", help="print what would be created or deleted; change nothing")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="offline: print what a run would read from the account and create or delete; call "
+                            "and change nothing")
 
 
 def check_arguments(args: argparse.Namespace) -> None:

@@ -45,7 +45,9 @@ the replay (what was published is journaled and deleted; run it again).
 
 Needs sqs:ReceiveMessage, sqs:DeleteMessage, sqs:ChangeMessageVisibility and
 sqs:GetQueueAttributes on the queue, iot:Publish on arn:aws:iot:<region>:<account>:topic/telemetry/<environment>/*,
-iot:DescribeEndpoint and cloudformation:DescribeStacks.
+iot:DescribeEndpoint and cloudformation:DescribeStacks. --dry-run needs none of them: offline, it
+names the queue, the pace and the journal, and what a run would read first (the queue's URL and
+contents).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from stacks.naming import (
     FAILED_DELIVERIES_EXPIRY_WARNING_DAYS,
     FAILED_DELIVERIES_QUEUE_OUTPUT,
     SQS_MAX_RETENTION_DAYS,
+    device_failed_deliveries_queue_name,
     device_rule_name,
     device_topic_filter,
 )
@@ -505,17 +508,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--journal", type=Path, metavar="FILE",
                         help="the ids already published (default $XDG_STATE_HOME/telemetry/replay-<prefix>.journal)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="show the queue and what would be replayed; receive, publish and delete nothing")
+                        help="offline: what a replay would read from the account and publish and delete; call and "
+                        "change nothing")
 
 
-def plan_text(config: EnvironmentConfig, queue_url: str, attributes: dict, args, rate: float, journal: Path) -> str:
-    visible = int(attributes.get("ApproximateNumberOfMessages", 0))
-    hidden = int(attributes.get("ApproximateNumberOfMessagesNotVisible", 0))
-    return (
-        f"queue {queue_url}: about {visible:,} messages waiting ({hidden:,} received by someone and not yet deleted)\n"
-        f"would publish each one queued since {args.since.isoformat(timespec='seconds')} to its topic under "
-        f"{device_topic_filter(config)} at {rate:,.0f} msg/s over {args.workers} workers, rule {device_rule_name(config)} "
-        f"writing it to Kafka topic {config.device_gateway.topic}; journal {journal}"
+def plan(args: argparse.Namespace, config: EnvironmentConfig, rate: float, journal: Path) -> int:
+    """--dry-run: the replay as cdk.json and the flags give it, offline; the queue's contents are
+    what a run reads."""
+    from scripts.telemetry.output import dry_run_plan
+
+    queue, rule, since = device_failed_deliveries_queue_name(config), device_rule_name(config), args.since
+    return dry_run_plan(
+        args, config,
+        summary=[f"replay the device messages rule {rule} could not deliver since {since.isoformat(timespec='seconds')}, "
+                 f"from queue {queue}"],
+        would_read=[
+            f"the queue's URL: output {FAILED_DELIVERIES_QUEUE_OUTPUT} of stack {device_gateway_stack_name(config)} "
+            "(CloudFormation)",
+            "how many messages wait in the queue (SQS GetQueueAttributes), and each one as it is received",
+            "the account's AWS IoT data endpoint (DescribeEndpoint)",
+            f"the journal {journal}: the ids an earlier replay published",
+        ],
+        would_change=[
+            f"publish each error action message of rule {rule} queued since then to its original topic under "
+            f"{device_topic_filter(config)} (AWS IoT data plane Publish, QoS 1) at most {rate:,.0f} msg/s over "
+            f"{args.workers} workers, so the rule writes it to Kafka topic {config.device_gateway.topic}",
+            f"record each published id in the journal {journal}, then delete the message from the queue",
+            "leave the others in the queue (queued before --since, failing again during the replay, unreadable), "
+            f"visible again when the replay ends after waiting {args.settle_seconds} s for messages that fail again",
+        ],
+        queue=queue, since=since.isoformat(), rate=rate, workers=args.workers, journal=str(journal), rule=rule,
     )
 
 
@@ -523,23 +545,16 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> i
     from botocore.config import Config
 
     config = load_environment(read_environments(), args.env)
+    rate = args.rate or max(1.0, config.device_gateway.publish_quota_per_s / 10)
+    journal_path = args.journal or default_journal(config)
+    if args.dry_run:
+        return plan(args, config, rate, journal_path)
     session = session_factory(config.region)
     outputs = deployed_outputs(session.client("cloudformation", config=Config(**RETRIES)), device_gateway_stack_name(config))
     queue_url = outputs.get(FAILED_DELIVERIES_QUEUE_OUTPUT)  # ToolError when the stack lacks it
     # One connection per worker (botocore keeps 10 by default).
     clients = Config(**RETRIES, max_pool_connections=args.workers + 1)
     sqs = session.client("sqs", config=clients)
-    rate = args.rate or max(1.0, config.device_gateway.publish_quota_per_s / 10)
-    journal_path = args.journal or default_journal(config)
-    if args.dry_run:
-        attributes = sqs.get_queue_attributes(
-            QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-        )["Attributes"]
-        text = plan_text(config, queue_url, attributes, args, rate, journal_path)
-        print(json.dumps({"queue_url": queue_url, **attributes, "since": args.since.isoformat(), "rate": rate,
-                          "workers": args.workers, "journal": str(journal_path), "dry_run": True}, indent=2)
-              if args.format == "json" else text)
-        return 0
     endpoint = session.client("iot", config=Config(**RETRIES)).describe_endpoint(endpointType="iot:Data-ATS")["endpointAddress"]
     publisher = IotDataPublisher(session.client("iot-data", endpoint_url=f"https://{endpoint}", config=clients))
     journal = Journal(journal_path)
@@ -581,7 +596,9 @@ def outcome(tally: Tally, rule_name: str) -> str:
 
 def report(tally: Tally, output_format: str) -> None:
     if output_format == "json":
-        print(json.dumps(tally.as_dict(), indent=2))
+        from scripts.telemetry.output import document
+
+        document(tally.as_dict())
         return
     print(
         f"replayed {tally.replayed:,}; already replayed before (deleted only) {tally.already_replayed:,}; "

@@ -472,11 +472,48 @@ def print_fleet_plan(config: EnvironmentConfig, args: argparse.Namespace) -> int
     devices = args.fleet_devices or args.devices * config.simulator_fleet.host_count
     fleet = plan_fleet(devices=devices, rate=args.rate, message_bytes=args.message_bytes, transport=args.transport,
                        config=config, hosts=args.hosts)
-    print(describe(fleet))
+    if args.format == "json":
+        from dataclasses import asdict
+
+        from scripts.telemetry.output import document
+
+        document({"environment": config.name, **asdict(fleet), "refusals": fleet.refusals})
+    else:
+        print(describe(fleet))
     refusal = fleet.refusal_line()
     if refusal:  # the plan was asked for and shown; a check it fails is a failed check (exit 1)
         raise OperationFailed(refusal)
     return 0
+
+
+def dry_run(plan: RunPlan, args: argparse.Namespace, config: EnvironmentConfig) -> int:
+    """--dry-run: the run's plan, offline. Without --hosts it assumes the configured fleet size,
+    where a run takes every running host it finds."""
+    from scripts.telemetry.output import dry_run_plan
+
+    hosts = args.hosts or config.simulator_fleet.host_count
+    text = describe_plan(plan, hosts)  # refuses more hosts than the topic has partitions
+    hosts_read = (f"the running hosts of fleet {plan.fleet} whose SSM Agent is Online (EC2, Systems Manager): "
+                  + (f"{hosts} of them are needed" if args.hosts else
+                     f"a run uses every one it finds; this plan assumes the configured {hosts}"))
+    reads = [hosts_read, f"the results bucket from document {plan.document}'s parameters (Systems Manager)"]
+    if plan.transport == "mqtt":
+        reads += ["the account's AWS IoT data endpoint (DescribeEndpoint)",
+                  f"after the run, rule {plan.rule_name}'s AWS IoT metrics in CloudWatch"]
+    reads.append(f"each host's report from s3://<results bucket>/runs/{plan.run_id}/")
+    report_path = args.report or REPO / "reports" / f"{plan.run_id}.json"
+    return dry_run_plan(
+        args, config, summary=[text, "dry run: nothing sent"], would_read=reads,
+        would_change=[
+            f"send document {plan.document} to {hosts} host(s) over SSM Run Command and follow it",
+            f"put the fleet's figures into log group {plan.log_group} (namespace {SIMULATOR_METRICS_NAMESPACE})",
+            f"write the merged report to {report_path} and its plot to {args.plot or report_path.with_suffix('.png')}",
+        ],
+        run_id=plan.run_id, fleet=plan.fleet, document=plan.document, transport=plan.transport,
+        total_rate=plan.total_rate, duration_s=plan.duration_s, warmup_s=plan.warmup_s,
+        message_bytes=plan.message_bytes, devices_per_host=plan.devices, hosts=hosts,
+        host_rates=split_rate(plan.total_rate, hosts),
+    )
 
 
 def make_plan(config: EnvironmentConfig, args: argparse.Namespace) -> RunPlan:
@@ -597,9 +634,7 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> i
         raise RunError("the following arguments are required: --duration")
     plan = make_plan(config, args)
     if args.dry_run:
-        print(describe_plan(plan, args.hosts or config.simulator_fleet.host_count))
-        print("dry run: nothing sent")
-        return 0
+        return dry_run(plan, args, config)
     # AWS errors go up as botocore raised them: telemetry (and main) word them, so missing
     # credentials say how to give them and a failed call exits 1, as in every other command.
     timeout = args.timeout or args.warmup + args.duration + SETUP_ALLOWANCE_S
@@ -623,7 +658,12 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> i
     from simulator.plot import write_percentile_plot
 
     write_percentile_plot(report, plot_path)
-    print(format_summary(report))
+    if args.format == "json":
+        from scripts.telemetry.output import document
+
+        document(report)
+    else:
+        print(format_summary(report))
     for failed in report["fleet"]["failed_hosts"]:
         print(f"host {failed['instance_id']} FAILED ({failed['status']}): {failed['reason']}")
     print(f"wrote {report_path} and {plot_path}")

@@ -9,6 +9,10 @@ the group has exactly that many instances in service, none still joining or drai
 lifecycle hook (Pending:Wait, Terminating:Wait, ...), and no scaling activity in progress. Any
 group but a Service Fabric scaling node group (tag sf:nodetype ScalingNodeType) is refused.
 
+--dry-run plans offline from cdk.json (the group's name, the configured limits, which the stack
+gives the group) and names what a run reads from Auto Scaling first: the group's current size,
+instances, activities and tag, none of which the checkout knows.
+
 Exit codes: 0 steady at the desired size (or dry run); 1 not steady before the timeout;
 2 refused (outside min/max, not a scaling node group, unknown group); a failed AWS call is 1, missing credentials 2 (as every `telemetry` command).
 """
@@ -128,8 +132,46 @@ def wait_until_steady(
         sleep(poll_interval_s)
 
 
+def plan(args: argparse.Namespace, config) -> int:
+    """--dry-run: the change from cdk.json alone; the group's state is what a run reads first."""
+    from scripts.telemetry.output import dry_run_plan
+
+    name = args.group or scaling_group_name(config)
+    desired = config.service_fabric.scaling_desired_nodes if args.desired is None else args.desired
+    if args.group:  # another group keeps its own limits, which only Auto Scaling knows
+        minimum = maximum = None
+        limits = "its own limits"
+        resize = f"set its desired capacity to {desired} (SetDesiredCapacity) unless it is already"
+    else:  # the stack gives the environment's group cdk.json's maximum; a run sets the minimum
+        minimum, maximum = config.service_fabric.scaling_min_nodes, config.service_fabric.scaling_max_nodes
+        if not minimum <= desired <= maximum:
+            raise ToolError(f"{desired} is outside {name}'s limits {minimum}-{maximum}")
+        limits = f"limits {minimum}-{maximum}, from cdk.json"
+        resize = (f"set its minimum to {minimum} and desired capacity to {desired} (UpdateAutoScalingGroup) where the "
+                  f"minimum differs (the stack creates it at 0), else its desired capacity (SetDesiredCapacity) "
+                  "unless it is already")
+    return dry_run_plan(
+        args, config,
+        summary=[f"{name}: -> desired {desired} ({limits})"],
+        would_read=[
+            f"{name}'s current desired capacity, limits, instances and their lifecycle states, and its scaling "
+            "activities (Auto Scaling DescribeAutoScalingGroups, DescribeScalingActivities)",
+            f"its {NODE_TYPE_TAG} tag: a group that is not a {SCALING_NODE_TYPE} group is refused",
+        ],
+        would_change=[
+            resize,
+            f"wait up to {args.timeout:.0f} s, a line every {args.poll_interval:g} s, until exactly {desired} "
+            "instance(s) are InService, none joining or draining in a lifecycle hook and no scaling activity in "
+            "progress (the node lifecycle automation joins or drains each node)",
+        ],
+        group=name, desired=desired, minimum=minimum, maximum=maximum,
+    )
+
+
 def scale(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
     config = load_environment(read_environments(), args.env)
+    if args.dry_run:
+        return plan(args, config)
     name = args.group or scaling_group_name(config)
     groups = ScalingGroups(session_factory(config.region))
     state = groups.state(name)
@@ -138,15 +180,16 @@ def scale(args: argparse.Namespace, session_factory: Callable[[str], object]) ->
     desired = config.service_fabric.scaling_desired_nodes if args.desired is None else args.desired
     check_request(state, desired, minimum)
     print(f"{name}: {state.progress()} -> desired {desired} (limits {minimum}-{state.max_size})")
-    if args.dry_run:
-        print("dry run: desired capacity not changed")
-        return 0
     if state.min_size != minimum:
         groups.set_size(name, minimum, desired)
     elif state.desired != desired:
         groups.set_desired(name, desired)
     if wait_until_steady(groups, name, desired, timeout_s=args.timeout, poll_interval_s=args.poll_interval):
         print(f"{name} is steady with {desired} node(s) in service")
+        if args.format == "json":
+            from scripts.telemetry.output import document
+
+            document({"group": name, "desired": desired, "steady": True})
         return 0
     raise OperationFailed(f"{name} not steady after {args.timeout:.0f} s; the node lifecycle automation may be stuck "
                           "(check its alarms and the group's activity history)")
@@ -171,7 +214,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", help="Auto Scaling group name (default: the environment's scaling group)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for a steady group (default 3600)")
     parser.add_argument("--poll-interval", type=float, default=15.0, help="seconds between progress lines (default 15)")
-    parser.add_argument("--dry-run", action="store_true", help="check and print the change; change nothing")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="offline: check the size against cdk.json's limits and print the change and what a run "
+                        "would read from Auto Scaling first; call and change nothing")
 
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:

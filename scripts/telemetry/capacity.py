@@ -13,7 +13,6 @@ command: 0 the environment holds the load; 1 it does not (the same refusal synth
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict
@@ -108,7 +107,9 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     if args.format == "json":
         if not args.limits:
             found.pop("limits")
-        print(json.dumps(found, indent=2))
+        from scripts.telemetry.output import document
+
+        document(found)
     else:
         print(_text(found, args.limits))
     return 0 if found["ok"] else 1

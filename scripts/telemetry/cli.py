@@ -11,6 +11,42 @@ and means the same by its exit code:
 
 An error is one line on stderr naming what was wrong and what to do; --debug adds the
 traceback. Each subcommand's help says whether it needs AWS credentials and where it must run.
+
+Every --dry-run plans offline, from this checkout alone (cdk.json, the synthesized templates):
+no credentials, no network, nothing written into the checkout. It says what a run would change,
+and what a run would first read from the account or the cluster that the dry run could not. (One
+exception: topics --dry-run against a broker named with --bootstrap-servers and a local broker's
+protocol reads that broker.)
+
+--format json, on every subcommand: stdout carries one JSON document, the plan or the result;
+what the command says on the way goes to stderr; an error is {"error": "..."} on stderr with the
+same exit code (scripts/telemetry/output.py). deploy and topics answer in JSON for --dry-run only:
+their runs report progress as text, and topics reads an MFA code from the terminal. The documents:
+
+    every --dry-run    {"environment", "region", "dry_run": true, <the command's fields>,
+                       "would_read": [...], "would_change": [...]}, but deploy's (below):
+                       scale: group, desired, minimum, maximum (null for another --group);
+                       drain: node; devices provision: devices, things, policy, parameters;
+                       devices delete: fleet, things, parameters; devices replay: queue, since,
+                       rate, workers, journal, rule; topics: runs_on, topics, acls; cluster
+                       bootstrap: source, cluster_config (thumbprints as placeholders), written
+                       (--output, or null); simulate: the run's parameters and host_rates
+    preflight          {"environment", "account", "region", "checks": [...], "blockers"}
+    deploy --dry-run   {"environment", "account", "region", "placeholders", "steps": [{"name", "does"}]}
+    topics --dry-run   against a local broker: {"environment", "dry_run", "brokers",
+                       "changes": [line, ...], "cannot_reconcile"}
+    cluster bootstrap  {"environment", "cluster", "seeds", "cluster_config", "command_id", "result"}
+    cluster status     [{"node", "node_status", "seed", "node_type", "instance_id",
+                       "instance_state", "availability_zone", "address", "flag"}, ...]
+    cluster scale      {"group", "desired", "steady"}
+    cluster drain      {"node", "result": "removed" | "already removed"}
+    devices provision  {"environment", "devices", "created", "repaired", "unchanged", "failed"}
+    devices delete     {"environment", "fleet", "deleted", "failed"}
+    devices export     {"environment", "directory", "exported": [thing, ...], "failed": [thing, ...]}
+    devices replay     the tally: {"replayed", "already_replayed", "left_...", ...}
+    simulate           the merged fleet report (as --report writes it); --plan: the fleet plan
+                       with its quota "checks" and "refusals"
+    capacity, cost     the model's figures, as the text shows them
 """
 
 from __future__ import annotations
@@ -26,12 +62,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
+from scripts.telemetry import output
 from scripts.telemetry.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError, one_line, worded
 
 PROG = "telemetry"
 DISTRIBUTION = "telemetry-platform-blueprint"  # pyproject.toml's project name
 REPO = Path(__file__).resolve().parents[2]
 
+ALWAYS, DRY_RUN_ONLY = "always", "dry-run only"
+DRY_RUN_NEEDS = ("Its --dry-run needs no credentials and no network: it plans from this checkout, says what a run "
+                 "would read from the account and change, and writes nothing.")
 OFFLINE = "Needs: nothing but this checkout (no AWS credentials). Runs anywhere."
 WORKSTATION = (
     "Needs: AWS credentials for the environment's account (--profile, or the usual AWS variables). "
@@ -47,26 +87,25 @@ class Command:
     summary: str
     needs: str
     module: str  # the module with add_arguments(parser) and run(args, session_factory) -> int
-    dry_run_offline: bool = False  # its --dry-run needs no credentials
     mode: str = ""  # for a module that serves several subcommands: which one (args.mode)
-    json: bool = False  # it answers --format json
+    json: str = ALWAYS  # --format json: ALWAYS, or DRY_RUN_ONLY where a run streams its progress as text
 
 
 COMMANDS = (
     Command(("preflight",), "check an account before the first deployment; changes nothing", WORKSTATION,
-            "scripts.preflight", json=True),
+            "scripts.preflight"),
     Command(("deploy",), "the first deployment, step by step and resumable (--dry-run: the plan)", WORKSTATION,
-            "scripts.telemetry.deploy", dry_run_offline=True, json=True),
+            "scripts.telemetry.deploy", json=DRY_RUN_ONLY),
     Command(("topics",), "create or update the declared Kafka topics and the gateway's SCRAM ACLs",
             WORKSTATION + " The Kafka work runs on a simulator fleet host over SSM Run Command, as the topic "
             "administrator role (needs --mfa-serial); --here runs it on this machine instead (a host in the VPC "
             "with the MSK client security group, or a local broker).",
-            "scripts.manage_topics"),
+            "scripts.manage_topics", json=DRY_RUN_ONLY),
     Command(("cluster", "bootstrap"), "create the Service Fabric cluster on the seed nodes", WORKSTATION,
-            "scripts.bootstrap_cluster", dry_run_offline=True),
+            "scripts.bootstrap_cluster"),
     Command(("cluster", "status"), "the cluster's nodes joined with their instances; flags zombies",
             WORKSTATION + " Reaches the cluster's HTTP gateway (19080): from the VPC or a management CIDR.",
-            "scripts.cluster_status", json=True),
+            "scripts.cluster_status"),
     Command(("cluster", "scale"), "set the scaling node group's size and wait until it is steady", WORKSTATION,
             "scripts.scale"),
     Command(("cluster", "drain"), "drain one node and remove it from the cluster, as the scale-in automation does",
@@ -79,14 +118,14 @@ COMMANDS = (
     Command(("devices", "export"), "write device certificates and keys into a folder", WORKSTATION,
             "scripts.provision_devices", mode="export"),
     Command(("devices", "replay"), "publish again the device messages the IoT rule could not deliver to Kafka",
-            WORKSTATION, "scripts.replay_device_messages", json=True),
+            WORKSTATION, "scripts.replay_device_messages"),
     Command(("simulate",), "run the simulator fleet over SSM Run Command and print the merged report",
-            WORKSTATION, "scripts.run_simulation", dry_run_offline=True),
+            WORKSTATION, "scripts.run_simulation"),
     Command(("capacity",), "what the declared workload needs against what the environment provides", OFFLINE,
-            "scripts.telemetry.capacity", json=True),
+            "scripts.telemetry.capacity"),
     Command(("cost",), "what the environment costs per month, per message and per device", OFFLINE
             + " --live refreshes the prices from the AWS Price List API and needs credentials.",
-            "scripts.telemetry.cost", json=True),
+            "scripts.telemetry.cost"),
 )
 GROUPS = {
     "cluster": "the Service Fabric cluster: bootstrap, status, scale, drain",
@@ -113,19 +152,18 @@ class OneLineParser(argparse.ArgumentParser):
             raise argparse.ArgumentError(action, f"invalid choice: {value!r} ({hint}choose from {', '.join(choices)})")
 
 
-def global_options(*, json_output: bool) -> argparse.ArgumentParser:
-    """The options every subcommand takes; --format only where the command has a JSON answer (an
-    option a command cannot honour is not offered, rather than refused after parsing)."""
+def global_options(*, json_mode: str) -> argparse.ArgumentParser:
+    """The options every subcommand takes; --format's help says where a command answers in JSON
+    for its --dry-run only."""
     common = argparse.ArgumentParser(add_help=False)
     options = common.add_argument_group("global options")
     options.add_argument("--env", required=True, metavar="ENV", help="environment name in cdk.json (dev, staging, prod)")
     options.add_argument("--profile", metavar="NAME", help="AWS named profile (default: the usual AWS variables)")
     options.add_argument("--region", metavar="REGION",
                          help="must be the environment's region when given (cdk.json fixes it per environment)")
-    if json_output:
-        options.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
-    else:
-        common.set_defaults(format="text")
+    only = "; json with --dry-run only (a run reports its progress as text)" if json_mode == DRY_RUN_ONLY else ""
+    options.add_argument("--format", choices=("text", "json"), default="text",
+                         help=f"output format (default text); json: one JSON document on stdout{only}")
     options.add_argument("--debug", action="store_true", help="on failure, print the traceback too")
     return common
 
@@ -138,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     root.add_argument("--version", action="version", version=f"{PROG} {version()}")
     groups = root.add_subparsers(title="commands", metavar="COMMAND", parser_class=OneLineParser, required=True)
-    commons = {json_output: global_options(json_output=json_output) for json_output in (True, False)}
+    commons = {json_mode: global_options(json_mode=json_mode) for json_mode in (ALWAYS, DRY_RUN_ONLY)}
     made: dict[str, Any] = {}
     for command in COMMANDS:
         parent = groups
@@ -150,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                     required=True)
             parent = made[group]
         module: ModuleType = importlib.import_module(command.module)
-        epilog = command.needs + (" Its --dry-run needs no credentials." if command.dry_run_offline else "")
+        epilog = command.needs
 
         parser = parent.add_parser(command.path[-1], help=command.summary, description=command.summary[0].upper() + command.summary[1:] + ".",
                                    epilog=epilog, parents=[commons[command.json]])
@@ -158,10 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
             module.add_arguments(parser, mode=command.mode)
         else:
             module.add_arguments(parser)
-        if not command.dry_run_offline and any("--dry-run" in a.option_strings for a in parser._actions):
-            # Its plan depends on what the account holds: said in its help, and in the error without
-            # credentials (which would otherwise suggest the very --dry-run given).
-            parser.epilog = f"{parser.epilog} Its --dry-run reads the account (credentials needed) and changes nothing."
+        if any("--dry-run" in a.option_strings for a in parser._actions):
+            parser.epilog = f"{parser.epilog} {DRY_RUN_NEEDS}"
         parser.set_defaults(command=command, module=module, mode=command.mode)
     return root
 
@@ -199,6 +235,9 @@ def check_globals(args: argparse.Namespace) -> None:
     checker = getattr(args.module, "check_arguments", None)
     if checker is not None:
         checker(args)
+    if args.format == "json" and args.command.json == DRY_RUN_ONLY and not getattr(args, "dry_run", False):
+        raise UsageError(f"{PROG} {' '.join(args.command.path)} reports its progress as text; "
+                         "--format json goes with --dry-run")
 
 
 def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], Any] | None = None) -> int:
@@ -206,6 +245,7 @@ def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], Any
     sessions, for tests that answer through moto or botocore's Stubber."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    json_output = output.wants_json(argv)
     profile_before = os.environ.get("AWS_PROFILE")
     args: argparse.Namespace | None = None
     try:
@@ -213,22 +253,24 @@ def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], Any
         if unknown:  # named with the subcommand whose options they are not
             raise UsageError(f"unrecognized arguments: {' '.join(unknown)} "
                              f"(see {PROG} {' '.join(args.command.path)} --help)")
+        json_output = args.format == "json"
         check_globals(args)
         if args.profile:
             os.environ["AWS_PROFILE"] = args.profile  # for the tools that build their own clients
-        return int(args.module.run(args, session_factory or profile_sessions(args)))
+        with output.json_run(json_output):
+            return int(args.module.run(args, session_factory or profile_sessions(args)))
     except SystemExit as exit_:  # --help, or a tool that exits by itself
         return int(exit_.code or 0)
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        output.error("", kind="interrupted", json_output=json_output)
         return EXIT_INTERRUPTED
     except Exception as error:  # noqa: BLE001 - the one place every failure becomes one line
-        code, message = worded(error, dry_run=getattr(args, "dry_run", False))
+        code, message = worded(error)
         if debug:
             traceback.print_exc()
         elif code == EXIT_FAILED and message.startswith("internal error"):
             message += " (run again with --debug for the traceback)"
-        print(f"{PROG}: error: {one_line(message)}", file=sys.stderr)
+        output.error(one_line(message), prog=PROG, json_output=json_output)
         return code
     finally:
         if profile_before is None:

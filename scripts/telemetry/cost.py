@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -94,7 +93,9 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
         body = result.as_dict(paths)
         body["msk_designs"] = designs
         body["prices"] = {"as_of": table.as_of.isoformat(), "refreshed": table.refreshed, "kept": table.kept}
-        print(json.dumps(body, indent=2))
+        from scripts.telemetry.output import document
+
+        document(body)
     else:
         print(describe(result, paths, table, warning, designs))
     if warning and args.format == "json":

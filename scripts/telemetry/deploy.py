@@ -72,8 +72,6 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     from stacks.config import load_environment, read_environments
 
     config = load_environment(read_environments(), args.env)
-    if args.format == "json" and not args.dry_run:
-        raise UsageError("telemetry deploy reports its progress as text; --format json goes with --dry-run")
     if not args.dry_run:
         from botocore.exceptions import NoCredentialsError
 
@@ -103,8 +101,10 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     steps = plan(config, synthesized_stacks(args.cdk_out, config))
     shipped = placeholders(config)
     if args.format == "json":
-        print(json.dumps({"environment": config.name, "account": config.account, "region": config.region,
-                          "placeholders": shipped, "steps": [asdict(step) for step in steps]}, indent=2))
+        from scripts.telemetry.output import document
+
+        document({"environment": config.name, "account": config.account, "region": config.region,
+                  "placeholders": shipped, "steps": [asdict(step) for step in steps]})
     else:
         print(describe(config, steps))
         if shipped:

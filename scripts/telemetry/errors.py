@@ -27,9 +27,8 @@ def one_line(text: object, limit: int = 600) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def worded(error: BaseException, *, dry_run: bool = False) -> tuple[int, str]:
-    """(exit code, message) for an error that reached the command's top; `dry_run`: the command
-    was given --dry-run (whose plan, then, reads the account), so the hint does not suggest it."""
+def worded(error: BaseException) -> tuple[int, str]:
+    """(exit code, message) for an error that reached the command's top."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError, ProfileNotFound
     from sf_rest import FabricError
 
@@ -44,11 +43,10 @@ def worded(error: BaseException, *, dry_run: bool = False) -> tuple[int, str]:
     if isinstance(error, ProfileNotFound):
         return EXIT_USAGE, f"{error}; list profiles with 'aws configure list-profiles'"
     if isinstance(error, (NoCredentialsError, NoRegionError)):
-        hint = ("even with --dry-run: this command's plan reads what the account holds" if dry_run
-                else "or use --dry-run where the command has one")
+        # Every --dry-run plans offline, so it is the way to see a plan without credentials.
         return EXIT_USAGE, (
             f"{error}: this command calls AWS; pass --profile NAME or set AWS_PROFILE (or the AWS "
-            f"access key variables), {hint}"
+            "access key variables), or use --dry-run where the command has one"
         )
     if isinstance(error, ClientError):
         code = error.response.get("Error", {}).get("Code", "")

@@ -191,11 +191,29 @@ def test_dry_run_needs_no_credentials_and_writes_the_synthesized_topology(synthe
     assert "no AWS call made" in capsys.readouterr().out
 
 
-def test_dry_run_without_a_synthesized_template_says_what_to_run(tmp_path, capsys):
-    argv = ["--env", "prod", "--dry-run", "--cdk-out", str(tmp_path)]
-    assert cli.main(["cluster", "bootstrap", *argv], session_factory=lambda region: None) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("telemetry: error: ") and line.endswith("does not exist; run make synth ENV=<env> first")
+def test_dry_run_without_a_synthesized_template_synthesizes_as_deploy_does_and_writes_nothing(
+        synthesized, monkeypatch, tmp_path, capsys):
+    """cdk.out without the environment: the synthesis deploy's plan makes (into a temporary
+    folder; the session's own synthesis stands in for it here), and, without --output, the
+    ClusterConfig in the plan only."""
+    import shutil
+
+    from scripts.telemetry import deploy
+
+    made = []
+
+    def synthesize(config, outdir):
+        made.append(config.name)
+        shutil.copytree(synthesized("prod").outdir, outdir, dirs_exist_ok=True)
+
+    monkeypatch.setattr(deploy, "synthesize", synthesize)
+    argv = ["--env", "prod", "--dry-run", "--cdk-out", str(tmp_path / "cdk.out"), "--format", "json"]
+    assert cli.main(["cluster", "bootstrap", *argv], session_factory=lambda region: None) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert made == ["prod"] and plan["source"] == "a synthesis of prod made now" and plan["written"] is None
+    assert [node["nodeName"] for node in plan["cluster_config"]["nodes"]] == [s["name"] for s in template_seeds(synthesized)]
+    assert plan["would_change"][0] == f"write ClusterConfig.json to {bootstrap_cluster.REPO / 'cluster-config' / 'prod.json'}"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_creates_the_cluster_on_seed_0_from_the_stack_outputs(aws, pki, tmp_path, capsys):
@@ -287,10 +305,13 @@ def test_a_cluster_that_already_answers_with_every_seed_is_recorded_and_nothing_
     session.session.cluster_nodes = [{"Name": s["name"], "NodeStatus": "Up", "IsSeedNode": True} for s in seeds] + [
         {"Name": "scale-0", "NodeStatus": "Up", "IsSeedNode": False}]
     sent = sent_commands(session.session)
-    assert run(["--env", "prod", "--output", str(tmp_path / "c.json"), "--poll-interval", "0"], session) == 0
+    assert run(["--env", "prod", "--output", str(tmp_path / "c.json"), "--poll-interval", "0", "--format", "json"],
+               session) == 0
     assert sent == []
-    out = capsys.readouterr().out
-    assert "seed-0 lists a cluster of 6 node(s), 6 Up: 5 of 5 seeds" in out and "nothing to create" in out
+    out, err = capsys.readouterr()  # --format json: what it says on the way on stderr, its answer on stdout
+    assert "seed-0 lists a cluster of 6 node(s), 6 Up: 5 of 5 seeds" in err and "nothing to create" in err
+    assert json.loads(out) == {"environment": "prod", "cluster": "telemetry-prod-sf", "seeds": [s["name"] for s in seeds],
+                               "cluster_config": str(tmp_path / "c.json"), "command_id": None, "result": "found running"}
     created = session.client("ssm").get_parameter(Name="/telemetry-prod/service-fabric/cluster-created")
     assert created["Parameter"]["Value"].endswith(f" found running stack {stack_id(STACK)}")
 

@@ -317,6 +317,9 @@ def test_a_drain_removes_the_node_over_rest_alone_and_a_second_run_writes_nothin
     assert "already removed (listed in NodesToBeRemoved)" in second.stdout
     assert posts(sf_emulator) == []
     assert len(sf_cluster.upgrade_requests) == 1
+    as_json = run(*gateway, "--node", "scale-0", *FAST, "--format", "json")
+    assert json.loads(as_json.stdout) == {"node": "scale-0", "result": "already removed"}
+    assert "already removed (listed in NodesToBeRemoved)" in as_json.stderr
 
 
 # -- 2. two drains in a row --------------------------------------------------------------------
@@ -774,51 +777,47 @@ def test_a_gateway_certificate_from_another_ca_is_one_line(
 # -- 9. dry run --------------------------------------------------------------------------------
 
 
-def test_a_dry_run_shows_the_remaining_steps_and_writes_nothing(
+def test_a_dry_run_plans_offline_reaching_neither_the_cluster_nor_aws(
     run, gateway, sf_cluster, sf_emulator, aws_calls
 ):
+    """The whole drain from a node still in the cluster, and what a run reads first: here the
+    flags name the gateway and its certificates, so only the cluster's own state is left."""
     fresh = run(*gateway, "--node", "scale-0", "--instance-id", INSTANCE, "--dry-run")
 
     assert (fresh.returncode, fresh.stderr) == (0, ""), fresh.stdout
-    assert fresh.stdout.splitlines() == [
-        "scale-0: Up; in the cluster configuration (version 1.0.0)",
-        "dry run: nothing was changed. A drain would:",
-        "  - deactivate scale-0 with intent RemoveNode (RemoveData if refused)",
-        "  - wait for scale-0 to be Disabled with its deactivation Completed",
-        "  - configuration upgrade 1.0.0 -> 1.0.1: scale-0 out of nodes, NodesToBeRemoved = "
-        "scale-0 (any earlier value dropped), while its machine runs",
-        "  - wait until the upgrade has rolled forward and scale-0 left the node list",
+    lines = fresh.stdout.splitlines()
+    assert lines[:3] == [
+        "drain scale-0 out of the dev cluster",
+        "a run would first read (this offline dry run could not):",
+        "  - from the cluster's HTTP gateway: scale-0's status and node type (a seed node is refused, an unknown one "
+        "is a failure, one already removed is done), the cluster configuration and its version, and any configuration "
+        "upgrade running; so which of the steps below are done already (a drain picks up where the node is)",
     ]
-    assert posts(sf_emulator) == []
-    assert aws_calls == []  # a dry run does not even check SSM access
-    assert sf_cluster.node("scale-0").status == "Up"
-    assert sf_cluster.upgrade_requests == []
+    assert "  - deactivate scale-0 with intent RemoveNode (RemoveData if refused) and wait until it is Disabled" in lines
+    assert (f"  - only if the upgrade leaves scale-0 listed: stop FabricHostSvc on {INSTANCE} over SSM Run Command "
+            "(document telemetry-dev-sf-stop-host), wait until it is Down, then RemoveNodeState") in lines
+    assert lines[-1] == "dry run: nothing was read from AWS, nothing was changed"
+    assert sf_emulator.requests == []  # not even a look at the node
+    assert aws_calls == []
 
 
-def test_a_dry_run_picks_up_where_the_node_is(
-    run, gateway, sf_cluster, sf_emulator, aws_calls
-):
-    sf_cluster.deactivate("scale-1", "RemoveNode")
-    sf_cluster.tick(sf_cluster.deactivation_ticks)  # Disabled: half-way through a drain
-    sf_cluster.run_other_upgrade(ticks=100)
-    sf_cluster.stop_host("scale-0")
-    sf_emulator.clear_log()
+def test_a_dry_run_names_what_the_stack_would_give_and_refuses_a_seed_by_its_name(run, sf_emulator, aws_calls):
+    plan = run("--node", "scale-0", "--dry-run", "--format", "json")
+    seed = run("--node", "seed-1", "--dry-run")
 
-    halfway = run(*gateway, "--node", "scale-1", "--dry-run")
-    down = run(*gateway, "--node", "scale-0", "--dry-run")
-
-    assert (halfway.returncode, halfway.stderr) == (0, ""), halfway.stdout
-    assert halfway.stdout.splitlines()[1:] == [
-        "dry run: nothing was changed. A drain would:",
-        "  - configuration upgrade 1.0.0 -> 1.0.1: scale-1 out of nodes, NodesToBeRemoved = "
-        "scale-1 (any earlier value dropped), while its machine runs",
-        "  - (first wait for the running upgrade: RollingForwardInProgress)",
-        "  - wait until the upgrade has rolled forward and scale-1 left the node list",
+    assert plan.returncode == 0, plan.stderr
+    reads = json.loads(plan.stdout)["would_read"]
+    assert reads[:3] == [
+        "the outputs of stack Telemetry-dev-ServiceFabric (CloudFormation): the HTTP gateway's address "
+        "(HttpGatewayEndpoint), the certificate secrets' names",
+        "the admin client certificate: secret telemetry-dev/service-fabric/admin-certificate (Secrets Manager)",
+        "the cluster certificate, to verify the gateway: secret telemetry-dev/service-fabric/cluster-certificate "
+        "(Secrets Manager)",
     ]
-    assert down.returncode == drain_node.EXIT_FAILED
-    assert one_line(down.stderr).startswith(f"{PROG}: error: scale-0 is Down")
-    assert posts(sf_emulator) == []
-    assert sf_cluster.upgrade_requests == []
+    assert seed.returncode == drain_node.EXIT_REFUSED
+    assert one_line(seed.stderr) == (f"{PROG}: refused: seed-1 is a seed node of dev (seed-0, seed-1, seed-2); a drain "
+                                     "refuses it and changes nothing")
+    assert sf_emulator.requests == [] and aws_calls == []
 
 
 # -- 10. the cluster from --env ----------------------------------------------------------------
@@ -844,9 +843,10 @@ def test_with_env_the_endpoint_and_certificates_come_from_the_stack_outputs(
         "ClusterCertificateSecret": "telemetry-dev/service-fabric/cluster-certificate",
         "AdminCertificateSecret": "telemetry-dev/service-fabric/admin-certificate",
     }))
-    result = run("--node", "scale-0", "--dry-run", session=stubbed)
-    assert result.returncode == drain_node.EXIT_OK, result.stderr
-    assert "dry run: nothing was changed" in result.stdout
+    result = run("--node", "scale-42", session=stubbed)  # unknown: one look at the cluster, nothing changed
+    assert result.returncode == drain_node.EXIT_FAILED, result.stderr
+    assert f"'scale-42' is not known to the cluster at {sf_emulator.endpoint}" in one_line(result.stderr)
+    assert posts(sf_emulator) == []
     stubbed.stubber.assert_no_pending_responses()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 import time
@@ -158,6 +159,21 @@ def test_command_dry_run_shows_the_declared_topics(kafka_broker):
         "telemetry: would create: 12 partitions, RF 3\n"
         "acl User:iot-device-gateway: allow WRITE on topic telemetry: would create\n"
     )
+
+
+@pytest.mark.integration
+def test_a_dry_run_against_a_local_broker_lists_its_differences_as_json(kafka_broker, capsys):
+    """The one dry run that reads something: a broker named on the command line, no AWS between."""
+    from scripts.telemetry import cli
+
+    assert cli.main(["topics", "--env", "dev", "--bootstrap-servers", kafka_broker.bootstrap_servers,
+                     "--security-protocol", "PLAINTEXT", "--dry-run", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "environment": "dev", "dry_run": True, "brokers": kafka_broker.bootstrap_servers,
+        "changes": ["telemetry: would create: 12 partitions, RF 3",
+                    "acl User:iot-device-gateway: allow WRITE on topic telemetry: would create"],
+        "cannot_reconcile": False,
+    }
 
 
 @pytest.mark.integration

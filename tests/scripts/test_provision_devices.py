@@ -185,8 +185,6 @@ def test_a_device_made_before_the_environment_attribute_gets_it_and_keeps_its_ce
     certificate = aws.stored()[parameter(1)]["certificate_arn"]
     capsys.readouterr()
 
-    assert aws.run(["devices", "provision", "--env", "dev", "--count", "2", "--dry-run"]) == 0
-    assert f"{thing(1)}: would repair: thing attribute environment" in capsys.readouterr().out
     assert aws.run(["devices", "provision", "--env", "dev", "--count", "2"]) == 0
     out = lines(capsys)
     assert out[0].startswith(f"{thing(1)}: repaired (thing attribute environment), certificate")
@@ -281,24 +279,40 @@ def test_delete_removes_every_device_of_the_environment_and_nothing_of_another(a
     assert lines(capsys)[-1] == "deleted 0 device(s) of telemetry-dev-simulator, 0 failed"
 
 
-def test_dry_runs_change_nothing(aws, capsys):
-    assert aws.run(["devices", "provision", "--env", "dev", "--count", "2", "--dry-run"]) == 0
-    out = lines(capsys)
-    assert out[0] == f"{thing(1)}: would create: thing, certificate, stored credentials, policy and thing attachments"
-    assert out[-1] == "dry run, nothing changed: devices 1-2: 2 to create, 0 to repair, 0 unchanged, 0 failed"
-    assert (aws.things(), aws.stored(), aws.certificates()) == ([], {}, {})
-
+def test_dry_runs_plan_offline_and_change_nothing(aws, capsys):
+    """A dry run reads nothing from the account, even one that has devices: it names what a run
+    would read there first, and what it would create or delete."""
     assert aws.run(["devices", "provision", "--env", "dev", "--count", "2"]) == 0
     before = (aws.things(), aws.stored(), aws.certificates())
     capsys.readouterr()
-    assert aws.run(["devices", "provision", "--env", "dev", "--count", "3", "--dry-run"]) == 0
-    assert lines(capsys)[:3] == [f"{thing(1)}: unchanged", f"{thing(2)}: unchanged",
-                                f"{thing(3)}: would create: thing, certificate, stored credentials, policy and thing attachments"]
-    assert aws.run(["devices", "delete", "--env", "dev", "--dry-run"]) == 0
+
+    def no_session(region):
+        raise AssertionError("a dry run asked for an AWS session")
+
+    assert cli.main(["devices", "provision", "--env", "dev", "--count", "3", "--dry-run"], session_factory=no_session) == 0
     out = lines(capsys)
-    assert out[0].startswith(f"{thing(1)}: would delete certificate ") and out[0].endswith(", thing, stored credentials")
-    assert out[-1] == "dry run, nothing changed: would delete 2 device(s) of telemetry-dev-simulator, 0 failed"
+    assert out[0] == f"devices 1-3 of dev: things {thing(1)} .. {thing(3)}"
+    assert any("the things with attribute fleet=telemetry-dev-simulator (AWS IoT ListThings)" in line for line in out)
+    assert any(line.startswith("  - for each device of 1-3 that is missing: create its thing") for line in out)
+    assert out[-1] == "dry run: nothing was read from AWS, nothing was changed"
+    assert cli.main(["devices", "delete", "--env", "dev", "--dry-run", "--format", "json"], session_factory=no_session) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["fleet"], plan["parameters"], plan["dry_run"]) == ("telemetry-dev-simulator", "/telemetry-dev/devices", True)
+    assert plan["would_change"][0].startswith("for each device: detach each certificate's policies and things")
     assert (aws.things(), aws.stored(), aws.certificates()) == before
+
+
+def test_a_run_answers_in_json_with_its_counts(aws, capsys, tmp_path):
+    assert aws.run(["devices", "provision", "--env", "dev", "--count", "2", "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"environment": "dev", "devices": "1-2", "created": 2, "repaired": 0, "unchanged": 0,
+                               "failed": 0}
+    assert err.startswith(f"{thing(1)}: created")  # what it says on the way goes to stderr
+    assert aws.run(["devices", "export", "--env", "dev", "--dir", str(tmp_path / "keys"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["exported"] == [thing(1), thing(2)]
+    assert aws.run(["devices", "delete", "--env", "dev", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"environment": "dev", "fleet": "telemetry-dev-simulator",
+                                                   "deleted": 2, "failed": 0}
 
 
 def test_export_writes_private_files_for_the_simulator(aws, tmp_path, capsys):
@@ -377,7 +391,7 @@ def test_a_missing_stack_or_stack_output_is_one_line_and_exit_2(aws, capsys):
     assert aws.exit_code(["devices", "provision", "--env", "dev", "--count", "1"], stack=False) == 2
     assert refusal(capsys) == (
         "telemetry: error: stack Telemetry-dev-DeviceGateway is not deployed in this account and region; run make deploy")
-    assert aws.exit_code(["devices", "provision", "--env", "dev", "--count", "1", "--dry-run"], outputs={"TopicRuleName": "x"}) == 2
+    assert aws.exit_code(["devices", "provision", "--env", "dev", "--count", "1"], outputs={"TopicRuleName": "x"}) == 2
     assert refusal(capsys) == "telemetry: error: stack Telemetry-dev-DeviceGateway has no output DeviceCredentialsKeyArn; redeploy the stack"
     assert (aws.things(), aws.certificates()) == ([], {})
 

@@ -282,15 +282,21 @@ def test_the_command_replays_through_iot_data_publish_and_answers_json(queue, mo
         assert db.execute("SELECT COUNT(*) FROM published").fetchone() == (3,)
 
 
-def test_the_dry_run_reads_the_queue_and_changes_nothing(queue, moto_session, tmp_path, monkeypatch, capsys):
+def test_the_dry_run_plans_offline_and_changes_nothing(queue, moto_session, tmp_path, monkeypatch, capsys):
+    """Offline: the queue's contents are named as what a run reads first, not read."""
     queue.fail(*device_message(1, 0))
-    gateway = Gateway(moto_session, queue.url, [])
+
+    def no_session(region):
+        raise AssertionError("a dry run asked for an AWS session")
+
     code = run_command(["devices", "replay", "--env", "dev", "--since", "2h", "--dry-run", "--journal", str(tmp_path / "j")],
-                       lambda region: gateway, monkeypatch)
+                       no_session, monkeypatch)
     out = capsys.readouterr().out
     assert code == 0
-    assert "about 1 messages waiting" in out and "telemetry/dev/+/data" in out and "2,000 msg/s" in out
-    assert gateway.iot_data is None and queue.counts() == (1, 0) and not (tmp_path / "j").exists()
+    assert "from queue telemetry-dev-device-failed-deliveries" in out
+    assert "how many messages wait in the queue (SQS GetQueueAttributes)" in out
+    assert "telemetry/dev/+/data" in out and "2,000 msg/s" in out
+    assert queue.counts() == (1, 0) and not (tmp_path / "j").exists()
 
 
 def test_messages_that_failed_again_fail_the_command_in_one_line(queue, moto_session, tmp_path, monkeypatch, capsys):

@@ -321,6 +321,19 @@ def test_main_writes_report_and_plot_and_exits_on_the_verdict(aws, tmp_path, cap
     assert code == 1
 
 
+def test_with_format_json_the_merged_report_is_the_one_document_on_stdout(aws, tmp_path, capsys):
+    hosts = fleet_ids(aws)
+    for host in hosts:
+        upload(aws, "run-7", host, host_report(host, [700] * 100, run_id="run-7", rate=3000, min_rate=5000))
+    code = cli.main([
+        "simulate", "--env", "dev", "--rate", "9000", "--duration", "10", "--run-id", "run-7", "--poll-interval", "0",
+        "--report", str(tmp_path / "fleet.json"), "--format", "json",
+    ], session_factory=lambda region: aws)
+    out, err = capsys.readouterr()
+    assert code == 1 and json.loads(out) == json.loads((tmp_path / "fleet.json").read_text())
+    assert "sent run run-7" in err and "wrote" in err  # the progress and the notes, on stderr
+
+
 def test_dry_run_prints_the_plan_for_the_configured_fleet_without_aws():
     """The installed command, run as typed, with no AWS credentials anywhere."""
     telemetry = str(Path(sys.executable).parent / "telemetry")

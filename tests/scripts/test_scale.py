@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -90,10 +91,23 @@ def test_scales_in(aws):
     assert group(aws)["Instances"] == []
 
 
-def test_dry_run_changes_nothing(aws, capsys):
-    assert run(["--env", "dev", "--desired", "2", "--dry-run"], aws) == 0
+def test_dry_run_plans_offline_and_changes_nothing(aws, capsys):
+    def no_session(region):
+        raise AssertionError("a dry run asked for an AWS session")
+
+    assert cli.main(["cluster", "scale", "--env", "dev", "--desired", "2", "--dry-run"], session_factory=no_session) == 0
     assert group(aws)["DesiredCapacity"] == 1
-    assert "dry run" in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{SCALING}: -> desired 2 (limits 0-3, from cdk.json)"
+    assert out[2].startswith(f"  - {SCALING}'s current desired capacity, limits, instances")
+    assert out[-1] == "dry run: nothing was read from AWS, nothing was changed"
+
+
+def test_a_run_answers_in_json_once_steady_with_its_progress_on_stderr(aws, capsys):
+    assert run(["--env", "dev", "--desired", "2", "--poll-interval", "0", "--format", "json"], aws) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"group": SCALING, "desired": 2, "steady": True}
+    assert f"{SCALING} is steady with 2 node(s) in service" in err
 
 
 def refused(session, capsys, argv) -> str:

@@ -40,10 +40,15 @@ BAD_INPUT = [
     (["preflight", "--env", "qa"], 2, "unknown environment 'qa'; known environments: dev, prod, staging"),
     (["preflight", "--env", "dev", "--region", "us-east-1"], 2, "dev lives in eu-west-1"),
     (["preflight", "--env", "dev", "--format", "yaml"], 2, "invalid choice: 'yaml'"),
-    # --format is offered only where the command has a JSON answer
-    (["cluster", "scale", "--env", "dev", "--format", "json"], 2,
-     "unrecognized arguments: --format json (see telemetry cluster scale --help)"),
-    (["deploy", "--env", "dev", "--format", "json"], 2, "--format json goes with --dry-run"),
+    # an option of another subcommand is named with this one's help
+    (["cluster", "scale", "--env", "dev", "--cdk-out", "x"], 2,
+     "unrecognized arguments: --cdk-out x (see telemetry cluster scale --help)"),
+    # where a run reports its progress as text, JSON is the dry run's (and the error says so in JSON)
+    (["deploy", "--env", "dev", "--format", "json"], 2,
+     "telemetry deploy reports its progress as text; --format json goes with --dry-run"),
+    (["topics", "--env", "dev", "--mfa-serial", "arn:aws:iam::1:mfa/me", "--format", "json"], 2,
+     "telemetry topics reports its progress as text; --format json goes with --dry-run"),
+    (["clustr", "status", "--format", "json"], 2, "invalid choice: 'clustr' (did you mean 'cluster'?"),
     (["topics", "--env", "dev", "--timeout", "-1"], 2, "must be more than 0 seconds"),
     (["topics", "--env", "dev", "--timeout", "soon"], 2, "'soon' is not a number of seconds"),
     (["topics", "--env", "dev", "--here", "--mfa-serial", "arn:aws:iam::1:mfa/me"], 2,
@@ -73,10 +78,10 @@ BAD_INPUT = [
     (["cluster", "drain", "--env", "dev", "--node", "scale-0"], 2, "Unable to locate credentials"),
     (["devices", "provision", "--env", "dev", "--count", "5"], 2, "Unable to locate credentials"),
     (["devices", "delete", "--env", "dev"], 2, "Unable to locate credentials"),
-    # a dry run that reads the account is not told to use --dry-run
-    (["devices", "provision", "--env", "dev", "--count", "5", "--dry-run"], 2,
-     "(or the AWS access key variables), even with --dry-run: this command's plan reads what the account holds"),
-    (["cluster", "scale", "--env", "dev", "--desired", "3", "--dry-run"], 2, "even with --dry-run"),
+    (["cluster", "status", "--env", "dev", "--format", "json"], 2, "Unable to locate credentials"),
+    # a dry run checks what the checkout can: the configured limits, a seed node's name
+    (["cluster", "scale", "--env", "dev", "--desired", "9", "--dry-run"], 2,
+     "9 is outside telemetry-dev-sf-scaling's limits 0-3"),
     (["simulate", "--env", "dev", "--rate", "100", "--duration", "10"], 2, "Unable to locate credentials: this command calls AWS"),
     (["topics", "--env", "dev", "--mfa-serial", "arn:aws:iam::1:mfa/me"], 2, "no AWS credentials"),
     (["deploy", "--env", "dev"], 2, "Unable to locate credentials"),
@@ -98,17 +103,96 @@ def test_bad_input_is_one_line_and_the_documented_exit_code(argv, code, fragment
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
-    assert fragment in lines[0] and "Traceback" not in out + err
-    assert lines[0].startswith("telemetry") and ": error: " in lines[0]  # one voice, whichever tool spoke
+    assert "Traceback" not in out + err
+    if "json" in argv:  # --format json: the error as JSON, {"error": ...} alone, and nothing on stdout
+        error = json.loads(lines[0])
+        assert list(error) == ["error"] and fragment in error["error"] and out == ""
+    else:
+        assert fragment in lines[0]
+        assert lines[0].startswith("telemetry") and ": error: " in lines[0]  # one voice, whichever tool spoke
 
 
-def test_a_dry_run_that_reads_the_account_says_so_in_its_help(capsys):
-    for argv, offline in ((["devices", "provision", "--help"], False), (["cluster", "drain", "--help"], False),
-                          (["deploy", "--help"], True), (["simulate", "--help"], True)):
-        assert cli.main(argv) == 0
+def test_every_dry_run_says_in_its_help_that_it_plans_offline_and_json_says_where_it_applies(capsys):
+    for command in cli.COMMANDS:
+        assert cli.main([*command.path, "--help"]) == 0
         text = " ".join(capsys.readouterr().out.split())
-        assert ("Its --dry-run needs no credentials." in text) == offline, argv
-        assert ("Its --dry-run reads the account (credentials needed) and changes nothing." in text) == (not offline), argv
+        assert ("--dry-run" in text) == (cli.DRY_RUN_NEEDS in text), command.path
+        assert "--format {text,json}" in text, command.path
+        assert ("json with --dry-run only" in text) == (command.json == cli.DRY_RUN_ONLY), command.path
+
+
+# Every subcommand with a --dry-run, and what else its command line needs ({cdk_out}: templates).
+DRY_RUNS = {
+    ("deploy",): ["--cdk-out", "{cdk_out}"],
+    ("topics",): [],
+    ("cluster", "bootstrap"): ["--cdk-out", "{cdk_out}"],
+    ("cluster", "scale"): [],
+    ("cluster", "drain"): ["--node", "scale-i-0abc"],
+    ("devices", "provision"): ["--count", "5"],
+    ("devices", "delete"): [],
+    ("devices", "replay"): ["--since", "2h"],
+    ("simulate",): ["--rate", "1000", "--duration", "60"],
+}
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """No AWS credentials anywhere (empty config and credentials files), and no network: a
+    connection attempt fails the test, whoever makes it."""
+    import socket
+
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_DEFAULT_PROFILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+    def no_network(*args, **kwargs):
+        raise AssertionError(f"a network connection was attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+
+
+def checkout_status() -> str:
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_every_dry_run_prints_its_plan_as_json_offline_and_writes_nothing(offline, synthesized, capsys):
+    """`telemetry SUBCOMMAND --dry-run --format json` for every subcommand that has a dry run, as
+    typed (through cli.main, with no session given): one JSON document on stdout, exit 0, with no
+    credentials and no network, and the checkout as it was."""
+    offered = set()
+    for command in cli.COMMANDS:
+        assert cli.main([*command.path, "--help"]) == 0
+        if "--dry-run" in capsys.readouterr().out:
+            offered.add(command.path)
+    assert offered == set(DRY_RUNS)  # a new dry run joins the table
+    cdk_out = str(synthesized("dev").outdir)
+    before = checkout_status()
+
+    for path, extra in DRY_RUNS.items():
+        argv = [*path, "--env", "dev", *(arg.format(cdk_out=cdk_out) for arg in extra), "--dry-run", "--format", "json"]
+        code = cli.main(argv)
+        out, err = capsys.readouterr()
+        assert code == 0, (path, err)
+        plan = json.loads(out)  # the whole of stdout is one document
+        assert plan["environment"] == "dev", path
+        if path != ("deploy",):  # deploy's plan is its steps; every other dry run names what it cannot see
+            assert plan["dry_run"] is True and plan["would_read"] and plan["would_change"], path
+    assert checkout_status() == before
+
+
+def test_a_misspelt_subcommand_gets_a_suggestion_and_a_json_error_on_stderr(capsys):
+    assert cli.main(["devices", "provison", "--env", "dev", "--format", "json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert json.loads(err) == {"error": "argument COMMAND: invalid choice: 'provison' (did you mean 'provision'? choose "
+                                        "from provision, delete, export, replay) (see telemetry devices --help)"}
 
 
 def test_every_subcommand_says_what_it_needs_and_where_it_runs(capsys):
