@@ -580,8 +580,7 @@ def offline_plan(args: argparse.Namespace) -> int:
                      sorted({acl.principal for acl in environment.acls})))
     changes += [
         f"topic {topic.name}: create it with {topic.partitions} partitions, replication factor "
-        f"{topic.replication_factor}, retention.ms {topic.retention_ms}"
-        + (f", retention.bytes {topic.retention_bytes}" if topic.retention_bytes else "")
+        f"{topic.replication_factor}, " + ", ".join(f"{key} {value}" for key, value in topic.configs().items())
         + " if it is missing; else raise its partitions to that and set those configurations where they differ "
         "(fewer partitions or another replication factor are reported, not forced)"
         for topic in environment.topics
@@ -599,7 +598,7 @@ def offline_plan(args: argparse.Namespace) -> int:
         args, config, summary=[f"reconcile the topics and ACLs of {config.name} on {runs_on}"],
         would_read=reads, would_change=changes, runs_on=runs_on,
         topics=[{"name": s.name, "partitions": s.partitions, "replication_factor": s.replication_factor,
-                 "retention_ms": s.retention_ms, "retention_bytes": s.retention_bytes} for s in environment.topics],
+                 "configs": s.configs()} for s in environment.topics],
         acls=[{"principal": a.principal, "permission": a.permission, "operation": a.operation,
                "resource": a.resource, "name": a.name} for a in environment.acls],
     )
