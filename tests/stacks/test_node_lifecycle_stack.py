@@ -11,6 +11,7 @@ import pytest
 import tree_sitter_powershell
 import yaml
 from tree_sitter import Language, Parser
+from node_lifecycle.patching import PATCH_STEPS
 from node_lifecycle.workflow import SCALE_IN_STEPS, SCALE_OUT_STEPS
 
 from stacks.config import load_environment
@@ -87,13 +88,15 @@ def test_every_step_the_state_machines_invoke_exists_in_the_lambda(dev):
     found = machines(dev)
     assert set(invoked_steps(found["scale-in"])) == set(SCALE_IN_STEPS) - {"keep_warm"}
     assert set(invoked_steps(found["scale-out"])) == set(SCALE_OUT_STEPS) - {"keep_warm"}
+    assert set(invoked_steps(found["patch"])) == set(PATCH_STEPS) - {"keep_warm"}
 
 
 def test_the_drain_and_join_functions_are_invoked_daily_so_they_never_go_inactive(dev):
     (rule,) = [r["Properties"] for r in resources(dev, "AWS::Events::Rule").values()
                if r["Properties"].get("ScheduleExpression") == "rate(1 day)"]  # fmt: skip
     functions = {lid for lid, f in resources(dev, "AWS::Lambda::Function").items()
-                 if f["Properties"]["Handler"] in ("node_lifecycle.handlers.scale_in", "node_lifecycle.handlers.scale_out")}  # fmt: skip
+                 if f["Properties"]["Handler"] in ("node_lifecycle.handlers.scale_in", "node_lifecycle.handlers.scale_out",
+                                                   "node_lifecycle.handlers.patch")}  # fmt: skip
     assert {t["Arn"]["Fn::GetAtt"][0] for t in rule["Targets"]} == functions
     assert {t["Input"] for t in rule["Targets"]} == {'{"step":"keep_warm"}'}
 
@@ -113,8 +116,9 @@ def retrier(entry: dict) -> Retrier:
 
 # Steps that make no call that could fail for now (or catch what they call), and the hold, whose
 # own failure is caught into its next turn: only Lambda's invoke errors are retried in place.
-INVOKE_ONLY = {"fail", "clean_up", "alarm_undelivered", "hold_instance", "hold_lost"}
-FAILURE_PATH = {"scale-in": "Release the lock and word the alarm", "scale-out": "Release the lock and clean up the join"}
+INVOKE_ONLY = {"fail", "clean_up", "alarm_undelivered", "hold_instance", "hold_lost", "stop"}
+FAILURE_PATH = {"scale-in": "Release the lock and word the alarm", "scale-out": "Release the lock and clean up the join",
+                "patch": "Leave the node safe and word the alarm"}
 
 
 def test_every_lambda_task_rides_out_throttling_and_what_can_be_transient_is_retried(each):
@@ -184,8 +188,9 @@ def test_no_execution_outlives_its_lifecycle_action(each, synthesized):
     for hook in group["Properties"]["LifecycleHookSpecificationList"]:
         assert hook["HeartbeatTimeout"] == timing.heartbeat_timeout_seconds
     global_timeout = min(48 * 3600, 100 * timing.heartbeat_timeout_seconds)
-    for asl in machines(template).values():
-        assert asl["TimeoutSeconds"] == global_timeout
+    for flow, asl in machines(template).items():
+        if flow != "patch":  # no lifecycle action: tests/stacks/test_patch_workflow.py
+            assert asl["TimeoutSeconds"] == global_timeout
     assert timing.drain_span_seconds <= global_timeout and timing.join_span_seconds <= global_timeout
     assert timing.drain_history_events <= 12_500
 
@@ -204,13 +209,14 @@ def test_lifecycle_events_are_retried_then_kept_in_an_encrypted_queue_that_alarm
         # Started at its latest, an execution's first heartbeat (after its invoke retries) still lands in time.
         assert timing.event_age_seconds + INVOKE_RETRY.span_seconds + HEARTBEAT_LANDING_SECONDS <= timing.heartbeat_timeout_seconds
     policy = json.dumps(next(iter(resources(template, "AWS::SQS::QueuePolicy").values()))["Properties"])
-    assert policy.count('"Service": "events.amazonaws.com"') == 2 and "aws:SourceArn" in policy
+    # The lifecycle rules and the maintenance window's (test_patch_workflow.py) share the queue.
+    assert policy.count('"Service": "events.amazonaws.com"') == 3 and "aws:SourceArn" in policy
     alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
     depth = [a for a in alarms if a.get("MetricName") == "ApproximateNumberOfMessagesVisible"]
     assert len(depth) == 1 and depth[0]["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id, "QueueName"]}}]
     assert depth[0]["Threshold"] == 1 and depth[0]["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
     lost = [a for a in alarms if a.get("MetricName") == "InvocationsFailedToBeSentToDlq"]
-    assert len(lost) == 2
+    assert len(lost) == 3
 
 
 def test_the_failure_paths_need_no_gateway_and_end_holding_or_abandoning(dev):
@@ -311,6 +317,7 @@ def test_the_reaper_runs_every_five_minutes(dev):
 def test_functions_run_in_the_vpc_with_the_gateway_client_group_and_validated_settings(dev):
     functions = resources(dev, "AWS::Lambda::Function")
     assert sorted(f["Properties"]["Handler"] for f in functions.values()) == [
+        "node_lifecycle.handlers.patch",
         "node_lifecycle.handlers.reaper",
         "node_lifecycle.handlers.scale_in",
         "node_lifecycle.handlers.scale_out",
