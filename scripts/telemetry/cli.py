@@ -72,6 +72,9 @@ COMMANDS = (
     Command(("cluster", "drain"), "drain one node and remove it from the cluster, as the scale-in automation does",
             WORKSTATION + " Reaches the cluster's HTTP gateway (19080): from the VPC or a management CIDR.",
             "scripts.drain_node"),
+    Command(("cluster", "patch"), "install Windows updates on every node in place, seeds included, one at a time",
+            WORKSTATION + " Starts the patch state machine, which reaches the cluster itself; --dry-run plans offline.",
+            "scripts.patch_cluster", dry_run_offline=True, json=True),
     Command(("devices", "provision"), "create the simulator's AWS IoT things and certificates", WORKSTATION,
             "scripts.provision_devices", mode="provision"),
     Command(("devices", "delete"), "delete every simulated device of the environment and its stored keys",
@@ -89,7 +92,7 @@ COMMANDS = (
             "scripts.telemetry.cost", json=True),
 )
 GROUPS = {
-    "cluster": "the Service Fabric cluster: bootstrap, status, scale, drain",
+    "cluster": "the Service Fabric cluster: bootstrap, status, scale, drain, patch",
     "devices": "AWS IoT devices: provision, delete and export the simulator's; replay failed deliveries",
 }
 
