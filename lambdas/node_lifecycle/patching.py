@@ -137,11 +137,18 @@ def poll_scan(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def up_to_date(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Nothing to install: the node is done without leaving service."""
+    """Nothing to install: the node is done without leaving service. One a run stopped by hand
+    left deactivated for its restart (intent Restart, its host running) is activated first: its
+    updates are in, and nothing else would ever bring it back into service."""
     name = state["current"]["node_name"]
+    node = _node(runtime, name)
+    reactivated = (node.deactivation_intent == DeactivationIntent.RESTART and not node.raw.get("IsStopped")
+                   and node.status in (NodeStatus.DISABLING, NodeStatus.DISABLED))  # fmt: skip
+    if reactivated:
+        runtime.client.activate_node(name)
     _progress(runtime).record(state["run"]["owner"], current=name, stage="up to date", lease_seconds=_lease_seconds(runtime), done=name)
     runtime.record_metric("NodesUpToDate", 1, "Count")
-    return {"node_name": name, "outcome": "up to date"}
+    return {"node_name": name, "outcome": "up to date", "reactivated": reactivated}
 
 
 def acquire_lock(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -302,7 +309,8 @@ def stop(runtime: Runtime, state: State) -> dict[str, Any]:
             f"Patching {'node ' + name if name else 'the cluster'} stopped: {reason}.",
             f"The node was {left}." if name else "",
             _what_to_do(reason, name),
-            "Then run telemetry cluster patch --env <environment>: the run resumes at this node"
+            "Then run telemetry cluster patch --env <environment>: the run resumes "
+            + ("at this node" if name else "where the round stopped")
             + (f" (done this round: {', '.join(done)})." if done else "."),
             *notes,
         ]).replace("  ", " ").strip(),
@@ -322,7 +330,7 @@ def _leave_safe(runtime: Runtime, name: str, notes: list[str]) -> str:
             if deactivated:
                 runtime.client.activate_node(name)
                 return f"{node.status} and has been activated again"
-            return f"{node.status} and active (it was never taken out of service)"
+            return f"{node.status} and active (not deactivated by this run)"
         return f"{node.status}; left deactivated ({node.deactivation_intent or 'no intent'}) until it is Up again"
     except Exception as err:  # noqa: BLE001 - the gateway may be what failed
         notes.append(f"Its state could not be read or changed ({type(err).__name__}: {err}).")

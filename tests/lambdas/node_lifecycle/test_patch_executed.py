@@ -125,16 +125,17 @@ def test_every_node_is_patched_seeds_first_one_at_a_time(patching: Patching):
 
 
 def test_a_node_with_nothing_to_install_is_scanned_and_left_in_service(patching: Patching):
-    patching.node("scale-1").missing = 0
-    for name in SEEDS + ["scale-0"]:
-        patching.node(name).missing = 0 if name != "seed-2" else 1
+    for name in SEEDS + SCALING:
+        patching.node(name).missing = 1 if name == "seed-2" else 0
+    # A run stopped by hand (no failure path) after scale-1's install left it deactivated.
+    patching.world.cluster.fm.deactivate("scale-1", "Restart")
 
     execution = patching.run()
 
     assert execution.status == "SUCCEEDED"
     assert [(n, op) for n, op, _ in patching.stand_in.sent if op == "Install"] == [("seed-2", "Install")]
     assert patching.rules.deactivated == ["seed-2"]
-    assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []
+    assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []  # scale-1 activated
 
 
 def test_a_health_drop_between_nodes_stops_before_the_next_node_leaves_service(patching: Patching):
@@ -149,7 +150,7 @@ def test_a_health_drop_between_nodes_stops_before_the_next_node_leaves_service(p
     (alarm,) = patching.world.machines.alarms()
     assert alarm.subject == "Service Fabric patching stopped at seed-1"
     assert "ClusterNotHealthy" in alarm.message and "Watchdog reported Warning" in alarm.message
-    assert "never taken out of service" in alarm.message and "resumes at this node (done this round: seed-0)" in alarm.message
+    assert "not deactivated by this run" in alarm.message and "resumes at this node (done this round: seed-0)" in alarm.message
     assert patching.world.lock_holder() is None
     progress = patching.progress()
     assert "Owner" not in progress and [d["S"] for d in progress["Done"]["L"]] == ["seed-0"]
