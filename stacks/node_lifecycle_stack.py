@@ -133,6 +133,8 @@ class NodeLifecycleStack(cdk.Stack):
             "SCALE_OUT_STATE_MACHINE_ARN": machine_arns["ScaleOut"],
             "SCALE_IN_STATE_MACHINE_ARN": machine_arns["ScaleIn"],
             "LIFECYCLE_GLOBAL_TIMEOUT_SECONDS": str(config.lifecycle_timing.global_timeout_seconds),
+            # The reaper does not count a seed Down while patching restarts it, up to a node's time.
+            "PATCH_NODE_TIMEOUT_SECONDS": str(config.patching.node_timeout_minutes * 60),
         }
         code = function_code()
 
@@ -268,7 +270,8 @@ class NodeLifecycleStack(cdk.Stack):
             "Monitoring",
             namespace=NODE_LIFECYCLE_METRICS_NAMESPACE,
             cluster_name=cluster_name,
-            state_machine_arns=machine_arns,
+            # A run that stops alarms with its own words; timed-out or aborted runs alarm here.
+            state_machine_arns={**machine_arns, "Patch": state_machine_arn(config, patch_machine_name)},
             reaper_interval_minutes=lifecycle.reaper_interval_minutes,
             alarm_topic=alarms.topic,
             dashboard=dashboard,

@@ -267,6 +267,7 @@ ENVIRONMENT = {
     "SCALE_OUT_STATE_MACHINE_ARN": "arn:aws:states:eu-west-1:123456789012:stateMachine:telemetry-test-sf-scale-out",
     "SCALE_IN_STATE_MACHINE_ARN": "arn:aws:states:eu-west-1:123456789012:stateMachine:telemetry-test-sf-scale-in",
     "LIFECYCLE_GLOBAL_TIMEOUT_SECONDS": "90000",
+    "PATCH_NODE_TIMEOUT_SECONDS": "3600",
 }
 
 
