@@ -62,16 +62,18 @@ def begin(runtime: Runtime, state: State) -> dict[str, Any]:
     only = str(event.get("node") or "") if isinstance(event, Mapping) else ""
     owner = f"{PATCH}:{execution}"
     progress = _progress(runtime).claim(owner, lease_seconds=_lease_seconds(runtime))
-    nodes = runtime.client.get_node_info_list()
-    listed = [n for n in nodes if n.status not in (NodeStatus.REMOVED, NodeStatus.UNKNOWN, NodeStatus.INVALID)]
-    order = [n.name for n in sorted(listed, key=lambda n: (not n.is_seed_node, n.name))]
-    if only:
-        if only not in order:
-            _progress(runtime).release(owner, stopped=progress.stopped)
+    try:
+        nodes = runtime.client.get_node_info_list()
+        listed = [n for n in nodes if n.status not in (NodeStatus.REMOVED, NodeStatus.UNKNOWN, NodeStatus.INVALID)]
+        order = [n.name for n in sorted(listed, key=lambda n: (not n.is_seed_node, n.name))]
+        if only and only not in order:
             raise LifecycleError(f"node {only} is not in the cluster (nodes: {', '.join(order)})")
-        remaining = [only]
-    else:
-        remaining = [name for name in order if name not in progress.done]
+    except Exception:
+        # Nothing started: the lease goes (a retry of this step claims it again), with the
+        # last run's word on where the round stopped kept for the next.
+        _progress(runtime).release(owner, stopped=progress.stopped)
+        raise
+    remaining = [only] if only else [name for name in order if name not in progress.done]
     runtime.record_metric("PatchRunsStarted", 1, "Count")
     return {
         "owner": owner,

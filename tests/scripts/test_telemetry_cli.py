@@ -224,9 +224,14 @@ def test_the_patch_plan_is_printed_offline_seeds_first(no_aws, capsys):
     assert "cluster health" in plan["read_only_by_a_live_run"]
     assert plan["state_machine"].endswith(":stateMachine:telemetry-prod-sf-patch")
 
+    assert cli.main(["cluster", "patch", "--env", "prod", "--dry-run"]) == 0  # as the README's day-2 table types it
+    text = capsys.readouterr().out
+    assert "nodes, one at a time: seed-0, seed-1, seed-2, seed-3, seed-4, then the scaling nodes" in text
+    assert "maintenance window: cron(0 3 ? * THU *) UTC, enabled" in text and text.endswith("dry run: nothing started\n")
+
     assert cli.main(["cluster", "patch", "--env", "dev", "--dry-run", "--node", "seed-2"]) == 0
     text = capsys.readouterr().out
-    assert "nodes, one at a time: seed-2\n" in text and "disabled" in text and text.endswith("dry run: nothing started\n")
+    assert "nodes, one at a time: seed-2\n" in text and "disabled" in text
 
 
 def test_a_live_patch_run_starts_the_patch_state_machine_with_the_node(moto_session, monkeypatch, capsys):

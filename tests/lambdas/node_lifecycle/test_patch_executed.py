@@ -214,6 +214,11 @@ def test_a_failed_install_stops_the_run_and_a_rerun_resumes_at_that_node(patchin
 
 
 def test_one_node_on_request_leaves_the_round_as_it_was(patching: Patching):
+    unknown = patching.run({"node": "scale-9"})
+    assert (unknown.status, unknown.error) == ("FAILED", "PatchStopped")
+    (alarm,) = patching.world.machines.alarms()
+    assert "node scale-9 is not in the cluster" in alarm.message and "Owner" not in patching.progress()
+
     execution = patching.run({"node": "scale-1"})
 
     assert execution.status == "SUCCEEDED"
