@@ -107,7 +107,12 @@ class PatchWorkflow(Construct):
         activate = steps.task("Activate the node", "activate", "activation").next(healthy)
         back = steps.poll("Wait until the node is back after its reboot", "poll_back_up", "back", activate)
         installed = steps.poll("Wait for the install and reboot", "poll_install", "installed", back)
-        install = steps.task("Install updates, rebooting if needed", "install", "install").next(installed)
+        # Not run again after an error that may have come after SendCommand: a second Install
+        # beside the first would run two Windows Update sessions on one machine. The run stops
+        # instead (the node activated again) and the next resumes at it.
+        install = steps.invoke("Install updates, rebooting if needed", "install", "$.install", transient=False)
+        steps.catchers.append(install)
+        install.next(installed)
         disabled = steps.poll("Wait until the node is Disabled", "poll_disabled", "disabled", install)
         deactivate = steps.task("Deactivate the node (intent Restart)", "deactivate", "deactivation").next(disabled)
         health = steps.task("Check cluster health is Ok", "check_health", "health").next(deactivate)

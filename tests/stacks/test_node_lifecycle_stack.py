@@ -117,7 +117,7 @@ def retrier(entry: dict) -> Retrier:
 
 # Steps that make no call that could fail for now (or catch what they call), and the hold, whose
 # own failure is caught into its next turn: only Lambda's invoke errors are retried in place.
-INVOKE_ONLY = {"fail", "clean_up", "alarm_undelivered", "hold_instance", "hold_lost", "stop"}
+INVOKE_ONLY = {"fail", "clean_up", "alarm_undelivered", "hold_instance", "hold_lost", "stop", "install"}
 FAILURE_PATH = {"scale-in": "Release the lock and word the alarm", "scale-out": "Release the lock and clean up the join",
                 "patch": "Leave the node safe and word the alarm"}
 
