@@ -289,12 +289,15 @@ def stop(runtime: Runtime, state: State) -> dict[str, Any]:
     run, current = state.get("run") or {}, state.get("current") or {}
     owner, name = str(run.get("owner") or ""), str(current.get("node_name") or "")
     notes: list[str] = []
-    left = _leave_safe(runtime, name, notes) if name else "no node had been started"
     reason = _failure(state)
     try:
-        done = list(_progress(runtime).read().done)
-    except Exception:  # noqa: BLE001 - only the alarm's wording depends on it
-        done = []
+        progress = _progress(runtime).read()
+    except Exception:  # noqa: BLE001 - only the wording and the install guard depend on it
+        progress = None
+    done = list(progress.done) if progress else []
+    # An install that was sent (or may have been) and has not ended may yet reboot the machine.
+    install_may_run = progress is None or (progress.stage == "install" and "PatchInstallFailed" not in reason)
+    left = _leave_safe(runtime, name, notes, install_may_run=install_may_run) if name else "no node had been started"
     for what, release in (("membership lock", lambda: runtime.lock.release(owner)),
                           ("patch progress lease", lambda: _progress(runtime).release(owner, stopped=f"{name}: {reason}"))):  # fmt: skip
         if not owner:
@@ -320,15 +323,19 @@ def stop(runtime: Runtime, state: State) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _leave_safe(runtime: Runtime, name: str, notes: list[str]) -> str:
+def _leave_safe(runtime: Runtime, name: str, notes: list[str], *, install_may_run: bool) -> str:
     """Activated where it is up (the deactivation cancelled or undone), left deactivated where it
-    is Down (so it takes no replicas while it comes back); what was done, in words."""
+    is Down (so it takes no replicas while it comes back) or where an install may still reboot it;
+    what was done, in words."""
     try:
         node = runtime.client.get_node_info(name)
         if node is None:
             return "no longer in the cluster"
         deactivated = node.deactivation_intent not in ("", "Invalid")
         if node.status in (NodeStatus.UP, NodeStatus.DISABLING, NodeStatus.DISABLED) and not node.raw.get("IsStopped"):
+            if deactivated and install_may_run:
+                return (f"{node.status}; left deactivated, because an install may still be running on it and reboot "
+                        "it: activate it once its AWS-RunPatchBaseline command has ended and the node is Up")
             if deactivated:
                 runtime.client.activate_node(name)
                 return f"{node.status} and has been activated again"
