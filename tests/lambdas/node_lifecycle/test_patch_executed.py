@@ -7,6 +7,9 @@ scale-0..1) and AWS-RunPatchBaseline as Run Command runs it on the machines
 sampled at every gateway request and every change a command makes to a machine: no more than one
 seed is ever away (not Up, or deactivated) at once, and no node is deactivated while cluster
 health is not Ok.
+
+The scenarios share one platform (emulator, moto, state machines, instances: `platform`); each
+gets a fresh cluster, lock table and inbox (`patching`), so they pass in any order.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.sf_emulator import EmulatedCluster, Pki, SfEmulator
+from tests.sf_emulator import EmulatedCluster, Pki, SfEmulator, standard_cluster
 
-from tests.lambdas.node_lifecycle.executions import World, open_world
+from tests.lambdas.node_lifecycle.executions import LOCK_ITEM, World, open_world
 from tests.lambdas.node_lifecycle.patch_baseline_stand_in import Machine, PatchBaselineStandIn
 
 pytestmark = pytest.mark.integration  # the HTTPS emulator and the ASL interpreter's threads
@@ -88,13 +91,21 @@ class Patching:
                    for n in names)  # fmt: skip
 
 
-@pytest.fixture
-def patching(synthesized, sf_cluster: EmulatedCluster, sf_emulator: SfEmulator, sf_pki: Pki, monkeypatch) -> Iterator[Patching]:
-    with open_world(ENVIRONMENT, synthesized, sf_cluster, sf_emulator, sf_pki, monkeypatch) as world:
-        rules = Rules(sf_cluster)
-        rules.watch()
-        stand_in = PatchBaselineStandIn(sf_cluster, world.clock, on_change=rules.sample)
-        world.wire.machines.patching = stand_in
+@dataclass
+class Platform:
+    """What the module's scenarios share: one emulator, one moto world with the synthesized state
+    machines, and an instance per node (building these takes longer than most scenarios)."""
+
+    world: World
+    machine: dict[str, Any]
+    instance_of: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def platform(synthesized, sf_pki: Pki) -> Iterator[Platform]:
+    cluster = standard_cluster()
+    with pytest.MonkeyPatch.context() as monkeypatch, SfEmulator(cluster, pki=sf_pki) as emulator, \
+            open_world(ENVIRONMENT, synthesized, cluster, emulator, sf_pki, monkeypatch) as world:  # fmt: skip
         cluster_name = world.setting("CLUSTER_NAME")
         instance_of = {}
         for name in SEEDS + SCALING:
@@ -103,9 +114,29 @@ def patching(synthesized, sf_cluster: EmulatedCluster, sf_emulator: SfEmulator, 
             found = world.ec2.run_instances(ImageId="ami-12c6146b", InstanceType="m5.large", MinCount=1, MaxCount=1,
                                             TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}])  # fmt: skip
             instance_of[name] = found["Instances"][0]["InstanceId"]
-            stand_in.machines[instance_of[name]] = Machine(name, missing=3)
         (machine,) = [m for m in world.machines.state_machines.values() if m["name"].endswith("-sf-patch")]
-        yield Patching(world, stand_in, rules, machine, instance_of)
+        yield Platform(world, machine, instance_of)
+
+
+@pytest.fixture
+def patching(platform: Platform) -> Patching:
+    """A fresh cluster (seeds and scaling nodes Up, 3 updates missing on each), an empty lock
+    table and inbox, on the module's platform."""
+    world = platform.world
+    cluster = standard_cluster()
+    world.emulator.cluster = world.cluster = world.wire.machines.cluster = cluster
+    world.emulator.clear_log()
+    for key in (PROGRESS_ITEM, LOCK_ITEM):
+        world.dynamodb.delete_item(TableName=world.lock_table, Key=key)
+    world.machines.alarms()  # read, and so emptied
+    world.machines.metrics.recorded.clear()
+    world.machines.after_step.clear()
+    rules = Rules(cluster)
+    rules.watch()
+    stand_in = PatchBaselineStandIn(cluster, world.clock, on_change=rules.sample)
+    stand_in.machines.update({instance_id: Machine(name, missing=3) for name, instance_id in platform.instance_of.items()})
+    world.wire.machines.patching = stand_in
+    return Patching(world, stand_in, rules, platform.machine, platform.instance_of)
 
 
 def test_every_node_is_patched_seeds_first_one_at_a_time(patching: Patching):
