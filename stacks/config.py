@@ -529,6 +529,42 @@ class NodeLifecycleConfig(_Section):
         return self
 
 
+# EventBridge schedule expressions (EventBridge User Guide, "Schedule expressions for rules"):
+# cron(minutes hours day-of-month month day-of-week year), one of day-of-month and day-of-week
+# being '?'; rate(value unit), unit minute(s), hour(s) or day(s), singular exactly when value is 1.
+CRON_EXPRESSION = r"^cron\((\S+) (\S+) (\S+) (\S+) (\S+) (\S+)\)$"
+RATE_EXPRESSION = r"^rate\(([1-9][0-9]*) (minutes?|hours?|days?)\)$"
+
+
+def _check_schedule(expression: str) -> str:
+    rate = re.fullmatch(RATE_EXPRESSION, expression)
+    if rate:
+        if (rate.group(1) == "1") != (not rate.group(2).endswith("s")):
+            raise ValueError(f"'{expression}': the unit is singular for 1 and plural otherwise, as EventBridge requires")
+        return expression
+    cron = re.fullmatch(CRON_EXPRESSION, expression)
+    if not cron:
+        raise ValueError(
+            f"'{expression}' is not an EventBridge schedule; use cron(minutes hours day-of-month month day-of-week year), "
+            "e.g. cron(0 3 ? * SUN *), or rate(7 days)"
+        )
+    if (cron.group(3) == "?") == (cron.group(5) == "?"):
+        raise ValueError(f"'{expression}': exactly one of day-of-month and day-of-week must be '?'")
+    return expression
+
+
+class PatchingConfig(_Section):
+    """Windows updates on every node in place (the patch state machine): when, and how it paces."""
+
+    enabled: bool  # whether the maintenance window's schedule starts runs (the CLI always can)
+    schedule: str  # the maintenance window: an EventBridge cron() or rate() expression, UTC
+    poll_interval_seconds: int = Field(ge=15, le=600)  # between looks at a node, a command or health
+    # A node's whole patch (scan, deactivation, install and reboot, return, health) must fit in this.
+    node_timeout_minutes: int = Field(ge=15, le=720)
+
+    _schedule = field_validator("schedule")(_check_schedule)
+
+
 # Managed Service for Apache Flink runtimes this platform's job is built for (flink/pom.xml).
 FLINK_RUNTIMES = ("FLINK-1_20", "FLINK-2_2")
 # S3 keeps an object in Standard-IA for at least 30 days before a lifecycle rule may move it on.
@@ -675,6 +711,7 @@ class EnvironmentConfig(_Section):
     simulator_fleet: SimulatorFleetConfig
     telemetry_sink: TelemetrySinkConfig
     node_lifecycle: NodeLifecycleConfig
+    patching: PatchingConfig
     device_gateway: DeviceGatewayConfig
     workload: WorkloadConfig
 
@@ -729,6 +766,7 @@ class EnvironmentConfig(_Section):
             )
         for problem in self.lifecycle_timing.problems():
             raise ValueError(problem)
+        self._patch_run_fits_one_execution()
         for arn in self.msk.topic_administrators:
             account = re.fullmatch(PRINCIPAL_ARN_PATTERN, arn).group(1)
             if account != self.account:
@@ -738,6 +776,33 @@ class EnvironmentConfig(_Section):
         if self.production:
             self._production_management_cidrs()
         return self
+
+    @property
+    def patch_run_history_events(self) -> int:
+        """The most history events one patch run can write: every node at its longest (each
+        look at it a Task, a Choice and a Wait), seeds and the largest scaling group."""
+        from stacks.lifecycle_timing import EVENTS_OUTSIDE_LOOPS, EVENTS_PER_LOOP
+
+        patching, nodes = self.patching, self.service_fabric.seed_node_count + self.service_fabric.scaling_max_nodes
+        looks = patching.node_timeout_minutes * 60 // patching.poll_interval_seconds
+        return nodes * (looks * EVENTS_PER_LOOP + EVENTS_OUTSIDE_LOOPS // 4) + EVENTS_OUTSIDE_LOOPS
+
+    def _patch_run_fits_one_execution(self) -> None:
+        from stacks.lifecycle_timing import HISTORY_EVENT_LIMIT
+
+        if (events := self.patch_run_history_events) >= HISTORY_EVENT_LIMIT:
+            raise ValueError(
+                f"patching: a run over {self.service_fabric.seed_node_count} seeds and up to "
+                f"{self.service_fabric.scaling_max_nodes} scaling nodes could write {events:,} history events, and Step "
+                f"Functions fails an execution at {HISTORY_EVENT_LIMIT:,}; raise patching.poll_interval_seconds or lower "
+                "patching.node_timeout_minutes"
+            )
+        if self.patching.node_timeout_minutes * 60 > self.node_lifecycle.lock_ttl_seconds:
+            raise ValueError(
+                f"patching.node_timeout_minutes: {self.patching.node_timeout_minutes} min is longer than "
+                f"node_lifecycle.lock_ttl_seconds ({self.node_lifecycle.lock_ttl_seconds} s); the membership lock a "
+                "patched node holds is renewed at every look, but a run that died must not keep it longer than a node's time"
+            )
 
     def _production_management_cidrs(self) -> None:
         vpc = ipaddress.ip_network(self.network.cidr)

@@ -29,6 +29,7 @@ from stacks.constructs.lifecycle_monitoring import LifecycleMonitoring
 from stacks.constructs.lifecycle_workflows import Pacing, ScaleInWorkflow, ScaleOutWorkflow
 from stacks.constructs.undelivered_events import UndeliveredEventsQueue
 from stacks.constructs.membership_lock_table import MembershipLockTable
+from stacks.constructs.patch_workflow import PatchWorkflow
 from stacks.constructs.node_scripts import render_add_node_document, render_stop_host_document
 from stacks.constructs.zombie_reaper import ZombieReaper
 from stacks.naming import (
@@ -51,6 +52,8 @@ from stacks.naming import (
     stop_host_document_name,
 )
 from stacks.removal import removal_policy
+
+PATCH_DOCUMENT = "AWS-RunPatchBaseline"  # lambdas/node_lifecycle/patch_baseline.py sends it
 
 
 
@@ -108,6 +111,7 @@ class NodeLifecycleStack(cdk.Stack):
             "ScaleIn": node_lifecycle_state_machine_name(config, "scale-in"),
             "ScaleOut": node_lifecycle_state_machine_name(config, "scale-out"),
         }
+        patch_machine_name = node_lifecycle_state_machine_name(config, "patch")
         machine_arns = {label: state_machine_arn(config, name) for label, name in state_machine_names.items()}
         environment = {
             "SF_GATEWAY_ENDPOINTS": ",".join(gateway_endpoints),
@@ -129,6 +133,8 @@ class NodeLifecycleStack(cdk.Stack):
             "SCALE_OUT_STATE_MACHINE_ARN": machine_arns["ScaleOut"],
             "SCALE_IN_STATE_MACHINE_ARN": machine_arns["ScaleIn"],
             "LIFECYCLE_GLOBAL_TIMEOUT_SECONDS": str(config.lifecycle_timing.global_timeout_seconds),
+            # The reaper does not count a seed Down while patching restarts it, up to a node's time.
+            "PATCH_NODE_TIMEOUT_SECONDS": str(config.patching.node_timeout_minutes * 60),
         }
         code = function_code()
 
@@ -158,12 +164,18 @@ class NodeLifecycleStack(cdk.Stack):
         reaper = function("ReaperFunction", "reaper", f"Restarts lost lifecycle actions, counts zombie and Down seed nodes of {cluster_name}",
                           lifecycle.drain_timeout_minutes)
 
-        for made in (scale_in, scale_out):
+        patching = config.patching
+        patch = function("PatchFunction", "patch", f"Patches Windows on the {cluster_name} nodes in place, one at a time",
+                         patching.node_timeout_minutes)  # fmt: skip
+
+        for made in (scale_in, scale_out, patch):
             self.lock.table.grant_read_write_data(made.function)  # the reaper never locks
+        for made in (scale_in, scale_out):  # patching serves no lifecycle action
             self._grant_lifecycle_actions(made, config, group_name)
         self._grant_run_command(scale_in, config, stop_host.ref, "stop the Fabric host service")
         self._grant_run_command(scale_out, config, add_node.ref, "run AddNode.ps1")
         self._grant_node_tagging(scale_out, config)
+        self._grant_patch_baseline(patch, config)
         self._grant_orphan_restarts(reaper, config, group_name, list(machine_arns.values()))
 
         timing = config.lifecycle_timing
@@ -212,6 +224,30 @@ class NodeLifecycleStack(cdk.Stack):
         # not the use of the topic's key that publishing to an encrypted topic needs.
         for workflow in (self.scale_in, self.scale_out):
             alarms.grant_publish(workflow.state_machine)
+        self.patch = PatchWorkflow(
+            self,
+            "Patch",
+            function=patch.function,
+            alarm_topic=alarms.topic,
+            state_machine_name=patch_machine_name,
+            pacing=Pacing(
+                poll_interval=cdk.Duration.seconds(patching.poll_interval_seconds),
+                lock_retry=cdk.Duration.seconds(lifecycle.lock_retry_seconds),
+                hold_interval=cdk.Duration.seconds(timing.hold_interval_seconds),  # no hold here
+                # Every node at its longest, and an hour to spare.
+                timeout=cdk.Duration.minutes(
+                    (settings.seed_node_count + settings.scaling_max_nodes) * patching.node_timeout_minutes + 60
+                ),
+                event_age=cdk.Duration.hours(1),  # a maintenance window started an hour late is still one
+            ),
+            schedule=patching.schedule,
+            schedule_enabled=patching.enabled,
+            undelivered_events=self.undelivered_events.queue,
+            log_retention_days=lifecycle.log_retention_days,
+            removal_policy=removal,
+        )
+        alarms.grant_publish(self.patch.state_machine)
+        self.undelivered_events.watch(self.patch.rule, "Patch")
         self.undelivered_events.watch(self.scale_in.rule, "ScaleIn")
         self.undelivered_events.watch(self.scale_out.rule, "ScaleOut")
         # A function in a VPC idle for weeks goes Inactive, and the invoke that finds it so fails
@@ -219,12 +255,12 @@ class NodeLifecycleStack(cdk.Stack):
         events.Rule(
             self,
             "KeepWarm",
-            description=f"Keeps the {cluster_name} drain and join functions from going Inactive between scaling events",
+            description=f"Keeps the {cluster_name} drain, join and patch functions from going Inactive between their runs",
             schedule=events.Schedule.rate(cdk.Duration.days(1)),
             targets=[
                 targets.LambdaFunction(made.function, event=events.RuleTargetInput.from_object({"step": "keep_warm"}),
                                        retry_attempts=2)  # fmt: skip
-                for made in (scale_in, scale_out)
+                for made in (scale_in, scale_out, patch)
             ],
         )
         self.reaper = ZombieReaper(self, "ZombieReaper", function=reaper.function,
@@ -234,7 +270,8 @@ class NodeLifecycleStack(cdk.Stack):
             "Monitoring",
             namespace=NODE_LIFECYCLE_METRICS_NAMESPACE,
             cluster_name=cluster_name,
-            state_machine_arns=machine_arns,
+            # A run that stops alarms with its own words; timed-out or aborted runs alarm here.
+            state_machine_arns={**machine_arns, "Patch": state_machine_arn(config, patch_machine_name)},
             reaper_interval_minutes=lifecycle.reaper_interval_minutes,
             alarm_topic=alarms.topic,
             dashboard=dashboard,
@@ -270,9 +307,9 @@ class NodeLifecycleStack(cdk.Stack):
         acknowledge(
             self._policy(made),
             "AwsSolutions-IAM5",
-            "ec2:DescribeInstances and ssm:GetCommandInvocation support no resource-level "
-            "permissions; they read which instance runs which node, whether it still exists, and "
-            "how a Run Command sent to a node went.",
+            "ec2:DescribeInstances, ssm:GetCommandInvocation and ssm:DescribeInstancePatchStates support "
+            "no resource-level permissions; they read which instance runs which node, whether it still "
+            "exists, how a Run Command sent to a node went and what patches it reported.",
             finding=wildcard_resource_finding("*"),
         )
 
@@ -315,6 +352,31 @@ class NodeLifecycleStack(cdk.Stack):
             f"Run Command may target only instances tagged as scaling nodes of this cluster (condition on "
             f"the {CLUSTER_TAG} and {NODE_TYPE_TAG} tags), to {purpose}, with this stack's document alone; "
             "instance ids are not known in advance.",
+            finding=wildcard_resource_finding(f"arn:<AWS::Partition>:ec2:{config.region}:{config.account}:instance/*"),
+        )
+
+    def _grant_patch_baseline(self, made: LifecycleFunction, config: EnvironmentConfig) -> None:
+        """AWS-RunPatchBaseline (an AWS-owned document: no account in its ARN) on this cluster's
+        nodes, seeds and scaling nodes alike (tag condition), and the patch states it reports."""
+        fn = made.function
+        document = self.format_arn(service="ssm", resource="document", resource_name=PATCH_DOCUMENT, account="")
+        fn.add_to_role_policy(iam.PolicyStatement(actions=["ssm:SendCommand"], resources=[document]))
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["ssm:SendCommand"],
+                resources=[self.format_arn(service="ec2", resource="instance", resource_name="*")],
+                conditions={"StringEquals": {f"ssm:resourceTag/{CLUSTER_TAG}": service_fabric_cluster_name(config)}},
+            )
+        )
+        fn.add_to_role_policy(
+            iam.PolicyStatement(actions=["ssm:GetCommandInvocation", "ssm:DescribeInstancePatchStates"], resources=["*"])
+        )
+        acknowledge(
+            self._policy(made),
+            "AwsSolutions-IAM5",
+            f"Run Command may send only the AWS-RunPatchBaseline document, and only to instances tagged as nodes of "
+            f"this cluster (condition on the {CLUSTER_TAG} tag: its seeds and scaling nodes); instance ids are not "
+            "known in advance.",
             finding=wildcard_resource_finding(f"arn:<AWS::Partition>:ec2:{config.region}:{config.account}:instance/*"),
         )
 

@@ -50,3 +50,21 @@ class NodeJoinFailed(LifecycleError):
 class ActionNoLongerPending(LifecycleError):
     """A held instance's lifecycle action is gone: completed by someone, or timed out. Its
     instance terminates; the hold cannot go on."""
+
+
+class ClusterNotHealthy(LifecycleError):
+    """Cluster health is not Ok: no node is taken out of service (the Patch Orchestration
+    Application's rule), or it did not come back to Ok after a node was patched."""
+
+
+class DeactivationRefused(LifecycleError):
+    """The Failover Manager holds the deactivation in a safety check that says no (a seed whose
+    restart would put seed quorum at risk)."""
+
+
+class PatchInstallFailed(LifecycleError):
+    """AWS-RunPatchBaseline ended Failed, Cancelled or TimedOut, or left patches failed."""
+
+
+class NodeDidNotReturn(LifecycleError):
+    """A node did not come back Up after its machine rebooted, within the node's time."""

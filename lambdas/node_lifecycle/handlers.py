@@ -1,4 +1,4 @@
-"""Lambda entry points: node_lifecycle.handlers.scale_in / scale_out / reap_zombies.
+"""Lambda entry points: node_lifecycle.handlers.scale_in / scale_out / patch / reaper.
 
 Thin by design: validate the environment once, build the adapters once per container,
 run one step, publish metrics as CloudWatch embedded-metric-format log lines, and let any
@@ -18,6 +18,7 @@ from sf_rest import FabricError
 from .runtime import UNREACHABLE, Runtime
 from .settings import Settings
 from .step_errors import as_step_error
+from .patching import PATCH_STEPS
 from .workflow import SCALE_IN_STEPS, SCALE_OUT_STEPS, reap, run_step
 
 metrics = Metrics()  # namespace and dimension from the validated settings, on first use
@@ -59,6 +60,11 @@ def scale_in(event: dict[str, Any], context: Any) -> dict[str, Any]:
 @metrics.log_metrics
 def scale_out(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return _run(lambda current: run_step(SCALE_OUT_STEPS, current, event))
+
+
+@metrics.log_metrics
+def patch(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return _run(lambda current: run_step(PATCH_STEPS, current, event))
 
 
 @metrics.log_metrics

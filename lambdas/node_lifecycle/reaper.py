@@ -41,6 +41,7 @@ def decide_reaping(
     now: datetime,
     down_for: timedelta,
     node_types: Collection[str] | None = None,
+    restart_for: timedelta = timedelta(0),
 ) -> ReaperDecision:
     """Sort the Down nodes into zombies, seeds to alarm on, and ones that may yet come back.
 
@@ -48,6 +49,9 @@ def decide_reaping(
     does not know it any more). `node_types`, when given, limits removal to nodes of those
     types (the scaling group's), so a fixed machine missing from the map is never taken
     for gone. `now` must be timezone-aware: it is compared with the gateway's NodeDownAt.
+    A seed deactivated with intent Restart is being patched (patching.py reboots it) and is
+    not counted Down for `restart_for`, the patch run's time for a node: past that, the run has
+    alarmed, and the seed alarm goes on as for any Down seed.
     """
     zombies: list[str] = []
     seeds: list[str] = []
@@ -56,7 +60,9 @@ def decide_reaping(
         if node.status != NodeStatus.DOWN:
             continue
         if node.is_seed_node:
-            seeds.append(node.name)
+            restarting = node.deactivation_intent == "Restart" and down_duration(node, now) < restart_for
+            if not restarting:
+                seeds.append(node.name)
             continue
         if node_types is not None and node.node_type not in node_types:
             continue

@@ -29,6 +29,8 @@ from .interfaces import AutoScalingLifecycle, FabricHost, InstanceDirectory, Mem
 from .lifecycle_hooks import AutoScalingLifecycleHooks
 from .membership_lock import DynamoDbMembershipLock
 from .orphans import Executions
+from .patch_baseline import SsmPatchBaseline
+from .patch_progress import DynamoDbPatchProgress
 from .settings import Settings, SettingsError
 
 # The gateway answers these when its machine is gone or not listening: try the next seed.
@@ -54,6 +56,8 @@ class Runtime:
     # (metric name, value, unit) -> CloudWatch; the handlers emit embedded-metric-format logs.
     record_metric: Callable[[str, float, str], None] = lambda name, value, unit: None
     executions: Executions | None = None  # the state machines' executions (the reaper's backstop)
+    patch_baseline: SsmPatchBaseline | None = None  # AWS-RunPatchBaseline on a node's machine
+    patch_progress: DynamoDbPatchProgress | None = None  # how far the patch round got
     _client: ServiceFabricClient | None = field(default=None, init=False, repr=False)
 
     @property
@@ -83,7 +87,7 @@ class Runtime:
         def client(name: str, config: Config | None = None) -> Any:
             return session.client(name, region_name=settings.region, config=config)
 
-        secrets, ssm = client("secretsmanager"), client("ssm")
+        secrets, ssm, dynamodb = client("secretsmanager"), client("ssm"), client("dynamodb")
         retry = replace(DEFAULT_RETRY, sleep=sleep, clock=clock)
 
         def make_client(endpoint: str, **options: Any) -> ServiceFabricClient:
@@ -96,9 +100,11 @@ class Runtime:
             host=SsmFabricHost(ssm, add_node_document=settings.add_node_document,
                                stop_host_document=settings.stop_host_document),
             lifecycle=AutoScalingLifecycleHooks(client("autoscaling", HEARTBEAT_CLIENT)),
-            lock=DynamoDbMembershipLock(client("dynamodb"), settings.lock_table, clock=clock),
+            lock=DynamoDbMembershipLock(dynamodb, settings.lock_table, clock=clock),
             clock=clock,
             executions=StepFunctionsExecutions(client("stepfunctions")),
+            patch_baseline=SsmPatchBaseline(ssm),
+            patch_progress=DynamoDbPatchProgress(dynamodb, settings.lock_table, clock),
         )
 
 

@@ -37,6 +37,7 @@ class Settings:
     scale_out_state_machine_arn: str = ""
     scale_in_state_machine_arn: str = ""
     global_timeout_seconds: int = 0  # a lifecycle action's longest life
+    patch_node_timeout_seconds: int = 0  # a patched seed's planned restart is not "Down" for this long
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
@@ -82,4 +83,5 @@ class Settings:
             scale_out_state_machine_arn=text("SCALE_OUT_STATE_MACHINE_ARN"),
             scale_in_state_machine_arn=text("SCALE_IN_STATE_MACHINE_ARN"),
             global_timeout_seconds=seconds("LIFECYCLE_GLOBAL_TIMEOUT_SECONDS", 60),
+            patch_node_timeout_seconds=seconds("PATCH_NODE_TIMEOUT_SECONDS", 60),
         )

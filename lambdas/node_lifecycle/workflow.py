@@ -552,6 +552,7 @@ def reap_zombies(runtime: Runtime, now: datetime | None = None) -> dict[str, Any
         now=now or datetime.now(timezone.utc),
         down_for=timedelta(seconds=runtime.settings.zombie_down_seconds),
         node_types={runtime.settings.scaling_node_type},
+        restart_for=timedelta(seconds=runtime.settings.patch_node_timeout_seconds),
     )
     runtime.record_metric("ZombieNodes", decision.zombie_count, "Count")
     runtime.record_metric("SeedNodesDown", len(decision.seed_nodes_down), "Count")

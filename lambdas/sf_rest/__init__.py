@@ -20,6 +20,8 @@ from .errors import (
 from .gateway import Timeouts
 from .models import (
     ClusterConfigurationUpgradeStatus,
+    ClusterHealth,
+    HealthState,
     DeactivationIntent,
     DeactivationStatus,
     NodeInfo,
@@ -32,6 +34,8 @@ from .retry import NO_RETRY, RetryPolicy
 __all__ = [
     "ClientCertificate",
     "ClusterConfigurationUpgradeStatus",
+    "ClusterHealth",
+    "HealthState",
     "ConfigurationUpgradeRefused",
     "DeactivationIntent",
     "DeactivationStatus",

@@ -18,6 +18,7 @@ from .errors import FabricError
 from .gateway import DEFAULT_RETRY, DEFAULT_TIMEOUTS, Gateway, Timeouts
 from .models import (
     ClusterConfigurationUpgradeStatus,
+    ClusterHealth,
     NodeInfo,
     UpgradeHealthPolicy,
 )
@@ -149,6 +150,20 @@ class ServiceFabricClient:
             params={"api-version": API_VERSION},
             idempotent=True,
         )
+
+    # -- health ------------------------------------------------------------------------
+
+    def get_cluster_health(self) -> ClusterHealth:
+        """GET /$/GetClusterHealth with the cluster's own health policy (the POST form, which
+        takes a policy in the body, is not used: the cluster's policy is the one upgrades and
+        the Patch Orchestration Application honour). Nodes are returned, applications not."""
+        response = self._gateway.request(
+            "GET",
+            "/$/GetClusterHealth",
+            params={"api-version": API_VERSION, "NodesHealthStateFilter": "65535", "ApplicationsHealthStateFilter": "1"},
+            idempotent=True,
+        )
+        return ClusterHealth.from_json(response.json())
 
     # -- standalone cluster configuration ----------------------------------------------
 

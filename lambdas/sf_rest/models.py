@@ -105,6 +105,50 @@ class NodeInfo:
         )
 
 
+class HealthState(StrEnum):
+    """HealthState (REST reference, sfclient-model-healthstate)."""
+
+    INVALID = "Invalid"
+    OK = "Ok"
+    WARNING = "Warning"
+    ERROR = "Error"
+    UNKNOWN = "Unknown"
+
+
+@dataclass(frozen=True)
+class ClusterHealth:
+    """GET /$/GetClusterHealth (REST reference, sfclient-api-getclusterhealth): the aggregated
+    state, and the nodes and unhealthy evaluations behind it (only the fields used)."""
+
+    aggregated_health_state: str
+    node_health_states: Mapping[str, str]  # node name -> its aggregated health state
+    unhealthy_evaluations: tuple[str, ...]  # each evaluation's Description, for the alarm
+
+    @classmethod
+    def from_json(cls, item: Mapping[str, Any]) -> ClusterHealth:
+        nodes = {
+            str(node.get("Name", "")): str(node.get("AggregatedHealthState", HealthState.UNKNOWN))
+            for node in item.get("NodeHealthStates") or []
+        }
+        evaluations = tuple(
+            str((wrapper.get("HealthEvaluation") or {}).get("Description", ""))
+            for wrapper in item.get("UnhealthyEvaluations") or []
+        )
+        return cls(str(item.get("AggregatedHealthState", HealthState.UNKNOWN)), nodes, evaluations)
+
+    @property
+    def is_ok(self) -> bool:
+        return self.aggregated_health_state == HealthState.OK
+
+    def describe(self) -> str:
+        """One line: the state and why ("Warning: ..."), for a wait's detail or an alarm."""
+        why = "; ".join(e for e in self.unhealthy_evaluations if e)
+        unhealthy = sorted(name for name, state in self.node_health_states.items() if state != HealthState.OK)
+        if unhealthy and not why:
+            why = "unhealthy nodes: " + ", ".join(unhealthy)
+        return f"{self.aggregated_health_state}: {why}" if why else self.aggregated_health_state
+
+
 @dataclass(frozen=True)
 class ClusterConfigurationUpgradeStatus:
     upgrade_state: str

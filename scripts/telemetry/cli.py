@@ -30,12 +30,15 @@ their runs report progress as text, and topics reads an MFA code from the termin
                        devices delete: fleet, things, parameters; devices replay: queue, since,
                        rate, workers, journal, rule; topics: runs_on, topics, acls; cluster
                        bootstrap: source, cluster_config (thumbprints as placeholders), written
-                       (--output, or null); simulate: the run's parameters and host_rates
+                       (--output, or null); cluster patch: state_machine, schedule, nodes,
+                       then, steps_per_node, node_time_limit_minutes, poll_interval_seconds,
+                       on_failure; simulate: the run's parameters and host_rates
     preflight          {"environment", "account", "region", "checks": [...], "blockers"}
     deploy --dry-run   {"environment", "account", "region", "placeholders", "steps": [{"name", "does"}]}
     topics --dry-run   against a local broker: {"environment", "dry_run", "brokers",
                        "changes": [line, ...], "cannot_reconcile"}
     cluster bootstrap  {"environment", "cluster", "seeds", "cluster_config", "command_id", "result"}
+    cluster patch      {"execution_arn", "nodes", "input"}: the execution it started
     cluster status     [{"node", "node_status", "seed", "node_type", "instance_id",
                        "instance_state", "availability_zone", "address", "flag"}, ...]
     cluster scale      {"group", "desired", "steady"}
@@ -111,6 +114,9 @@ COMMANDS = (
     Command(("cluster", "drain"), "drain one node and remove it from the cluster, as the scale-in automation does",
             WORKSTATION + " Reaches the cluster's HTTP gateway (19080): from the VPC or a management CIDR.",
             "scripts.drain_node"),
+    Command(("cluster", "patch"), "install Windows updates on every node in place, seeds included, one at a time",
+            WORKSTATION + " Starts the patch state machine, which reaches the cluster itself; --dry-run plans offline.",
+            "scripts.patch_cluster"),
     Command(("devices", "provision"), "create the simulator's AWS IoT things and certificates", WORKSTATION,
             "scripts.provision_devices", mode="provision"),
     Command(("devices", "delete"), "delete every simulated device of the environment and its stored keys",
@@ -128,7 +134,7 @@ COMMANDS = (
             "scripts.telemetry.cost"),
 )
 GROUPS = {
-    "cluster": "the Service Fabric cluster: bootstrap, status, scale, drain",
+    "cluster": "the Service Fabric cluster: bootstrap, status, scale, drain, patch",
     "devices": "AWS IoT devices: provision, delete and export the simulator's; replay failed deliveries",
 }
 

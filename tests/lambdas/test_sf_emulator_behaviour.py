@@ -184,6 +184,73 @@ def test_down_time_is_reported_and_the_host_can_come_back(sf_cluster, sf_client)
     assert sf_client.get_node_info("scale-1").status == NodeStatus.UP
 
 
+# -- the Failover Manager: a restart (patching) and the seeds' quorum check -------------------
+
+
+def test_a_restart_deactivation_closes_the_replicas_and_survives_the_reboot(sf_client, sf_cluster):
+    sf_client.deactivate_node("seed-0", DeactivationIntent.RESTART)
+    seen = [sf_client.get_node_info("seed-0") for _ in range(2)]
+    assert [(n.status, n.deactivation_status) for n in seen] == [("Disabling", "SafetyCheckInProgress"), ("Disabled", "Completed")]
+    assert sf_cluster.node("seed-0").replicas == 0
+
+    sf_cluster.stop_host("seed-0")  # Windows reboots
+    assert sf_client.get_node_info("seed-0").status == NodeStatus.DOWN
+    sf_cluster.start_host("seed-0")
+    back = sf_client.get_node_info("seed-0")
+    assert (back.status, back.deactivation_intent) == ("Disabled", "Restart")  # still deactivated: no replicas yet
+
+    sf_client.activate_node("seed-0")
+    up = sf_client.get_node_info("seed-0")
+    assert (up.status, up.deactivation_intent, sf_cluster.node("seed-0").replicas) == ("Up", "Invalid", 4)
+
+
+def test_a_seed_is_held_for_quorum_while_another_seed_is_away(sf_client, sf_cluster):
+    sf_client.deactivate_node("seed-0", DeactivationIntent.RESTART)
+    _until(lambda: sf_client.get_node_info("seed-0").is_deactivated)
+    sf_client.deactivate_node("seed-1", DeactivationIntent.RESTART)
+
+    held = [sf_client.get_node_info("seed-1") for _ in range(5)]
+
+    assert {(n.status, n.deactivation_status) for n in held} == {("Disabling", "SafetyCheckInProgress")}
+    assert held[-1].raw["NodeDeactivationInfo"]["PendingSafetyChecks"] == [{"SafetyCheck": {"Kind": "EnsureSeedNodeQuorum"}}]
+    sf_client.activate_node("seed-0")  # seed-0 back in service: seed-1 may go
+    assert _until(lambda: sf_client.get_node_info("seed-1").is_deactivated)
+
+
+def test_a_seed_just_back_up_does_not_count_for_quorum_until_the_wait_passes(sf_client, sf_cluster):
+    sf_cluster.seed_wait_ticks = 10
+    for node in sf_cluster.nodes.values():
+        node.up_since_tick = -100
+    sf_cluster.stop_host("seed-0")
+    sf_cluster.start_host("seed-0")  # Up again, but only just
+    sf_client.deactivate_node("seed-1", DeactivationIntent.RESTART)
+
+    assert sf_client.get_node_info("seed-1").raw["NodeDeactivationInfo"]["PendingSafetyChecks"] != []
+    assert _until(lambda: sf_client.get_node_info("seed-1").is_deactivated, limit=12)
+
+
+# -- health: what GetClusterHealth aggregates ---------------------------------------------------
+
+
+def test_cluster_health_is_ok_with_every_node_up_or_deactivated(sf_client, sf_cluster):
+    assert sf_client.get_cluster_health().aggregated_health_state == "Ok"
+    sf_client.deactivate_node("scale-0", DeactivationIntent.RESTART)
+    _until(lambda: sf_client.get_node_info("scale-0").is_deactivated)
+    assert sf_client.get_cluster_health().is_ok  # a Disabled node is up: FM_NodeUp
+
+
+def test_a_down_node_makes_the_cluster_error_and_a_warning_report_makes_it_warning(sf_client, sf_cluster):
+    sf_cluster.stop_host("scale-1")
+    health = sf_client.get_cluster_health()
+    assert (health.aggregated_health_state, health.node_health_states["scale-1"]) == ("Error", "Error")
+    assert "scale-1" in health.describe()
+    sf_cluster.start_host("scale-1")
+    sf_cluster.report_cluster_health("Warning", "replicas not ready")
+    assert sf_client.get_cluster_health().describe() == "Warning: Watchdog reported Warning for Availability: replicas not ready"
+    sf_cluster.report_cluster_health("Ok", "")
+    assert sf_client.get_cluster_health().is_ok
+
+
 # -- the Failover Manager: RemoveNodeState and what the node list shows -----------------------
 
 

@@ -61,6 +61,11 @@ BAD_INPUT = [
     (["cluster", "drain", "--env", "dev", "--node", "scale-0", "--server-thumbprint", "xyz"], 2,
      "--server-thumbprint must be 40"),
     (["cluster", "drain", "--env", "dev", "--node", "scale-0", "--timeout", "0"], 2, "must be positive"),
+    (["cluster", "patch", "--env", "dev", "--node", "seed-5", "--dry-run"], 2,
+     "--node seed-5: environment dev has 3 seeds, seed-0 to seed-2"),
+    (["cluster", "patch", "--env", "dev", "--node", "scale-0;reboot"], 2, "is not a node name: seed-N for a seed"),
+    (["cluster", "patch", "--env", "qa", "--dry-run"], 2, "unknown environment 'qa'"),
+    (["cluster", "patch", "--env", "dev", "--dry-run", "--format", "yaml"], 2, "invalid choice: 'yaml'"),
     (["devices", "provision", "--env", "dev"], 2, "required: --count"),
     (["devices", "provision", "--env", "dev", "--count", "0"], 2, "must be 1-"),
     (["devices", "export", "--env", "dev", "--dir", "/tmp/x", "--first", "9995", "--count", "9"], 2,
@@ -76,6 +81,7 @@ BAD_INPUT = [
     (["cluster", "status", "--env", "dev"], 2, "Unable to locate credentials"),
     (["cluster", "scale", "--env", "dev", "--desired", "3"], 2, "Unable to locate credentials"),
     (["cluster", "drain", "--env", "dev", "--node", "scale-0"], 2, "Unable to locate credentials"),
+    (["cluster", "patch", "--env", "dev"], 2, "Unable to locate credentials"),
     (["devices", "provision", "--env", "dev", "--count", "5"], 2, "Unable to locate credentials"),
     (["devices", "delete", "--env", "dev"], 2, "Unable to locate credentials"),
     (["cluster", "status", "--env", "dev", "--format", "json"], 2, "Unable to locate credentials"),
@@ -128,6 +134,7 @@ DRY_RUNS = {
     ("cluster", "bootstrap"): ["--cdk-out", "{cdk_out}"],
     ("cluster", "scale"): [],
     ("cluster", "drain"): ["--node", "scale-i-0abc"],
+    ("cluster", "patch"): [],
     ("devices", "provision"): ["--count", "5"],
     ("devices", "delete"): [],
     ("devices", "replay"): ["--since", "2h"],
@@ -290,3 +297,40 @@ def test_the_installed_command_refuses_bad_input_in_one_line():
 
     assert result.returncode == 2
     assert result.stderr.strip() == "telemetry: error: unknown environment 'qa'; known environments: dev, prod, staging"
+
+
+def test_the_patch_plan_is_printed_offline_seeds_first(no_aws, capsys):
+    assert cli.main(["cluster", "patch", "--env", "prod", "--dry-run", "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["nodes"] == ["seed-0", "seed-1", "seed-2", "seed-3", "seed-4"]  # prod's five seeds, from cdk.json
+    assert plan["then"].startswith("the scaling nodes the cluster lists when the run starts (up to 12)")
+    assert plan["schedule"] == {"expression": "cron(0 3 ? * THU *)", "enabled": True}
+    assert plan["steps_per_node"][3] == "deactivate the node with intent Restart and wait until it is Disabled"
+    assert "cluster health" in plan["would_read"] and plan["dry_run"] is True
+    assert plan["state_machine"].endswith(":stateMachine:telemetry-prod-sf-patch")
+
+    assert cli.main(["cluster", "patch", "--env", "prod", "--dry-run"]) == 0  # as the README's day-2 table types it
+    text = capsys.readouterr().out
+    assert "nodes, one at a time: seed-0, seed-1, seed-2, seed-3, seed-4, then the scaling nodes" in text
+    assert "maintenance window: cron(0 3 ? * THU *) UTC, enabled" in text
+    assert text.endswith("dry run: nothing was read from AWS, nothing was changed\n")
+
+    assert cli.main(["cluster", "patch", "--env", "dev", "--dry-run", "--node", "seed-2"]) == 0
+    text = capsys.readouterr().out
+    assert "nodes, one at a time: seed-2\n" in text and "disabled" in text
+
+
+def test_a_live_patch_run_starts_the_patch_state_machine_with_the_node(moto_session, monkeypatch, capsys):
+    import scripts.patch_cluster as patch_cluster
+
+    sfn = moto_session.client("stepfunctions")
+    arn = sfn.create_state_machine(name="telemetry-dev-sf-patch", definition='{"StartAt":"P","States":{"P":{"Type":"Pass","End":true}}}',
+                                   roleArn="arn:aws:iam::123456789012:role/patch")["stateMachineArn"]  # fmt: skip
+    monkeypatch.setattr(patch_cluster, "state_machine_arn", lambda config, name: arn)  # moto's one account
+
+    assert cli.main(["cluster", "patch", "--env", "dev", "--node", "scale-i-0123456789abcdef0", "--format", "json"],
+                    session_factory=lambda region: moto_session) == 0  # fmt: skip
+
+    started = json.loads(capsys.readouterr().out)
+    described = sfn.describe_execution(executionArn=started["execution_arn"])
+    assert json.loads(described["input"]) == {"node": "scale-i-0123456789abcdef0"}

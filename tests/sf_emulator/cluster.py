@@ -75,10 +75,14 @@ class EmulatedCluster:
         self.start_wait_ticks = start_wait_ticks
         self.accepted_intents = tuple(accepted_intents)
         self.ticks = 0
+        # Health reports on the cluster entity (ReportClusterHealth), as a watchdog or an operator
+        # sends them: (source, property) -> (state, description).
+        self.cluster_reports: dict[tuple[str, str], tuple[str, str]] = {}
 
     # -- settings passed through to the parts -----------------------------------------------
 
     deactivation_ticks = _setting("fm", "deactivation_ticks")
+    seed_wait_ticks = _setting("fm", "seed_wait_ticks")
     accepted_intents = _setting("fm", "accepted_intents", convert=tuple)
     upgrade_ticks = _setting("uos", "upgrade_ticks")
     upgrade_outcome = _setting("uos", "upgrade_outcome")
@@ -180,6 +184,13 @@ class EmulatedCluster:
         with self.lock:
             self.fm.nodes[name].stuck_in_safety_check = stuck
 
+    def report_cluster_health(self, state: str, description: str, *, source: str = "Watchdog",
+                              prop: str = "Availability") -> None:  # fmt: skip
+        """A health report on the cluster entity (REST: POST /$/ReportClusterHealth); "Ok"
+        replaces an earlier report of the same source and property, as a new report does."""
+        with self.lock:
+            self.cluster_reports[(source, prop)] = (state, description)
+
     def node(self, name: str) -> EmulatedNode | None:
         with self.lock:
             return copy.copy(self.fm.nodes.get(name))
@@ -240,6 +251,40 @@ class EmulatedCluster:
                 return
         status, code = GATEWAY_TIMEOUT
         raise EmulatedFabricError(status, code, "Operation timed out.")
+
+    def cluster_health(self) -> dict[str, Any]:
+        """GET /$/GetClusterHealth with the cluster's default policy (ClusterHealth, REST reference
+        sfclient-model-clusterhealth). The aggregation follows the Health Manager
+        (Management/healthmanager/ClusterEntity.cpp, EvaluateHealth then EvaluateNodes;
+        HealthEntity::UpdateHealthState): the cluster's own events first, then the nodes against
+        MaxPercentUnhealthyNodes, which the default ClusterHealthPolicy sets to 0 with
+        ConsiderWarningAsError false (ServiceModel/ClusterHealthPolicy.cpp): one node in Error makes
+        the cluster Error, one in Warning makes it Warning. Nodes the FM removed or never knew are
+        deleted from the Health Manager (HealthReportFactory.cpp, FM_DeleteNode) and not counted.
+        Applications are not modelled. The descriptions' wording is the emulator's."""
+        order = ("Ok", "Warning", "Error")
+        with self.lock:
+            worst, evaluations = "Ok", []
+            for (source, prop), (state, description) in sorted(self.cluster_reports.items()):
+                if state != "Ok":
+                    evaluations.append({"HealthEvaluation": {"Kind": "Event", "AggregatedHealthState": state,
+                                        "Description": f"{source} reported {state} for {prop}: {description}"}})  # fmt: skip
+                    worst = max(worst, state, key=order.index)
+            nodes = [n for n in self.fm.nodes.values() if n.status not in ("Removed", "Unknown")]
+            states = {n.name: n.health_state for n in nodes}
+            unhealthy = sorted(name for name, state in states.items() if state != "Ok")
+            if unhealthy:
+                nodes_state = max((states[name] for name in unhealthy), key=order.index)
+                evaluations.append({"HealthEvaluation": {"Kind": "Nodes", "AggregatedHealthState": nodes_state,
+                                    "Description": f"Unhealthy nodes: {', '.join(unhealthy)} "
+                                                   f"({len(unhealthy)}/{len(nodes)}), MaxPercentUnhealthyNodes=0%."}})  # fmt: skip
+                worst = max(worst, nodes_state, key=order.index)
+            return {
+                "AggregatedHealthState": worst,
+                "UnhealthyEvaluations": evaluations,
+                "NodeHealthStates": [{"Name": name, "AggregatedHealthState": state} for name, state in sorted(states.items())],
+                "ApplicationHealthStates": [],
+            }
 
     def upgrade_status(self) -> dict[str, Any]:
         with self.lock:

@@ -52,6 +52,15 @@ class EmulatedNode:
     stuck_in_safety_check: bool = False
     ticks_until_disabled: int = 0
     down_since: float | None = None
+    # Replicas the node hosts. A Restart deactivation (or stronger) ends with them closed or moved
+    # off the node, and activation lets the Cluster Resource Manager place them again: the REST
+    # reference's DeactivationIntent ("Restart: ... the node will be restarted after a short period
+    # of time ... Service Fabric does not restart the node") and the FM's safety checks
+    # (Reliability/Failover/fm/DeactivateNodesContext.cpp: EnsureSafeCloseReplicas,
+    # EnsureAvailability, EnsurePartitionQuorum). The count itself is the emulator's: 4 each.
+    replicas: int = 4
+    up_since_tick: int = 0  # when the node last came Up (the seed quorum check waits after that)
+    pending_safety_checks: tuple[str, ...] = ()
 
     def to_json(self, now: float) -> dict[str, Any]:
         """NodeInfo (REST reference, sfclient-model-nodeinfo): only the fields we model."""
@@ -64,16 +73,32 @@ class EmulatedNode:
             "IsSeedNode": self.is_seed,
             "UpgradeDomain": self.upgrade_domain,
             "FaultDomain": self.fault_domain,
-            "HealthState": "Ok" if self.status == "Up" else "Warning",
+            "HealthState": self.health_state,
             "NodeDeactivationInfo": {
                 "NodeDeactivationIntent": self.deactivation_intent,
                 "NodeDeactivationStatus": self.deactivation_status,
                 "NodeDeactivationTask": [],
-                "PendingSafetyChecks": [],
+                # SafetyCheckWrapper list (REST reference, sfclient-model-safetycheckwrapper).
+                "PendingSafetyChecks": [{"SafetyCheck": {"Kind": kind}} for kind in self.pending_safety_checks],
             },
             "IsStopped": not self.host_running,
             "NodeDownTimeInSeconds": str(down),
         }
+
+    @property
+    def health_state(self) -> str:
+        """The node's health as the FM reports it to the Health Manager
+        (Reliability/Failover/fm/HealthReportFactory.cpp, GenerateNodeInfoHealthReport and
+        GenerateNodeDeactivationHealthReport; states in ServiceModel/HealthReport.cpp): a node that
+        is not up is FM_NodeDown or FM_SeedNodeDown, both Error; an up node, deactivated or not,
+        FM_NodeUp, Ok; a deactivation stuck in its safety checks FM_NodeDeactivateStuck, Warning.
+        The FM raises "stuck" only after a configured time; the emulator raises it as soon as a
+        test holds the checks (stuck_in_safety_check)."""
+        if self.status in ("Down", "Unknown", "Invalid"):
+            return "Error"
+        if self.stuck_in_safety_check and self.deactivation_status == "SafetyCheckInProgress":
+            return "Warning"
+        return "Ok"
 
     def config_entry(self) -> dict[str, str]:
         """How GetClusterConfiguration lists the node: built from the FM's NodeInfo
@@ -103,6 +128,11 @@ class FailoverManager:
         self.nodes: dict[str, EmulatedNode] = {}
         self.deactivation_ticks = 2
         self.accepted_intents: tuple[str, ...] = ALL_INTENTS
+        # Ticks a seed must have been Up before the seed quorum check counts it
+        # (DeactivateNodesContext::CheckSeedNodes: seedNodeWaitInterval = (LeaseDuration +
+        # ArbitrationTimeout) x SeedNodeWaitSafetyFactor); 0 counts it at once.
+        self.seed_wait_ticks = 0
+        self.ticks = 0
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -140,15 +170,39 @@ class FailoverManager:
     def tick(self) -> None:
         """Safety checks finish after `deactivation_ticks` ticks unless a test holds them
         (a stuck check is the field failure of service-fabric-issues #836)."""
+        self.ticks += 1
         for node in self.nodes.values():
             checking = node.deactivation_status == "SafetyCheckInProgress"
             if not checking or node.stuck_in_safety_check:
+                continue
+            # The FM re-runs a deactivation's checks on every pass of its background context, so
+            # a seed blocked for quorum goes on once enough seeds count as up again.
+            node.pending_safety_checks = self._seed_quorum_checks(node)
+            if node.pending_safety_checks:
                 continue
             node.ticks_until_disabled -= 1
             if node.ticks_until_disabled <= 0:
                 node.deactivation_status = "Completed"
                 if node.status == "Disabling":
                     node.status = "Disabled"
+                    if node.deactivation_intent in INTENT_ORDER[1:]:
+                        node.replicas = 0  # closed for the restart, or moved off for good
+
+    def _seed_quorum_checks(self, node: EmulatedNode) -> tuple[str, ...]:
+        """DeactivateNodesContext::CheckSeedNodes: deactivating a seed (any intent but
+        RemoveNode, which the UOS handles) waits with the safety check EnsureSeedNodeQuorum while
+        `upCount - (voters / 2 + 1) <= 0`, where upCount counts the seeds that are up, not pending
+        close and up for longer than the seed wait interval. The candidate itself counts as up
+        while it is; a seed being deactivated (Disabling, Disabled) is taken as pending close."""
+        if not node.is_seed or node.deactivation_intent == "RemoveNode" or node.status not in ("Up", "Disabling"):
+            return ()
+        seeds = [n for n in self.nodes.values() if n.is_seed]
+        up = sum(
+            1 for n in seeds
+            if (n.status == "Up" or n is node) and (n is node or n.deactivation_status == "None")
+            and self.ticks - n.up_since_tick >= self.seed_wait_ticks
+        )  # fmt: skip
+        return ("EnsureSeedNodeQuorum",) if up - (len(seeds) // 2 + 1) <= 0 else ()
 
     # -- operations -------------------------------------------------------------------------
 
@@ -177,7 +231,8 @@ class FailoverManager:
                 node.deactivation_status = "Completed"
             return
         node.status = "Disabling"
-        if self.deactivation_ticks <= 0 and not node.stuck_in_safety_check:
+        node.pending_safety_checks = self._seed_quorum_checks(node)
+        if self.deactivation_ticks <= 0 and not node.stuck_in_safety_check and not node.pending_safety_checks:
             node.status, node.deactivation_status = "Disabled", "Completed"
 
     def activate(self, name: str) -> None:
@@ -185,8 +240,10 @@ class FailoverManager:
         if node is None:
             return  # RemoveNodeDeactivation: no batch to remove is a success
         node.deactivation_intent, node.deactivation_status = "Invalid", "None"
+        node.pending_safety_checks = ()
         if node.status in ("Disabling", "Disabled"):
             node.status = "Up"
+            node.replicas = 4  # placed again by the Cluster Resource Manager (count: the emulator's)
 
     def remove_node_state(self, name: str) -> None:
         """Allowed only for a node that is not up (FailoverManager.cpp,
@@ -215,7 +272,12 @@ class FailoverManager:
         node.host_running = True
         node.down_since = None
         if node.status == "Down":
+            # A node deactivated before it went down comes back Disabled, its deactivation still
+            # in force (NodeDeactivationInfo is kept by the FM's NodeInfo across restarts); only
+            # Activate (RemoveNodeDeactivation) makes it Up. A restarted node opens no replicas
+            # while it stays deactivated.
             node.status = "Up" if node.deactivation_intent == "Invalid" else "Disabled"
+            node.up_since_tick = self.ticks
 
 
 def _manifest_row(entry: dict[str, Any]) -> EmulatedNode:

@@ -63,6 +63,12 @@ def _start_upgrade(cluster, match, query, body):
     return 202, None
 
 
+def _cluster_health(cluster, match, query, body):
+    # httpgateway/ClusterManagementHandler.cpp: GET (and POST, with a policy) /$/GetClusterHealth
+    # -> EvaluateClusterHealth. Filters are accepted and not applied: every node is returned.
+    return 200, cluster.cluster_health()
+
+
 def _upgrade_status(cluster, match, query, body):
     return 200, cluster.upgrade_status()
 
@@ -77,6 +83,7 @@ ROUTES: list[tuple[str, re.Pattern[str], str, Handler]] = [
     ("GET", re.compile(r"^/\$/GetClusterConfiguration$"), "6.0", _get_configuration),
     ("POST", re.compile(r"^/\$/StartClusterConfigurationUpgrade$"), "6.0", _start_upgrade),
     ("GET", re.compile(r"^/\$/GetClusterConfigurationUpgradeStatus$"), "6.0", _upgrade_status),
+    ("GET", re.compile(r"^/\$/GetClusterHealth$"), "6.0", _cluster_health),
 ]
 
 

@@ -430,3 +430,32 @@ def test_every_mistake_is_named_at_once_and_a_misspelt_key_gets_the_nearest_one(
     assert "msk.ebs_volume_gib: required key is missing" in message
     dev["msk"]["zzz"] = 1
     assert "msk.zzz: unknown key;" in refused(environments, "dev") + ";"  # nothing near: no guess
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("schedule", "every sunday", "patching.schedule: 'every sunday' is not an EventBridge schedule; use cron("),
+        ("schedule", "cron(0 3 * * SUN *)", "exactly one of day-of-month and day-of-week must be '?'"),
+        ("schedule", "rate(1 days)", "singular for 1 and plural otherwise"),
+        ("enabled", "yes", "patching.enabled: Input should be a valid boolean"),
+        ("poll_interval_seconds", 5, "patching.poll_interval_seconds: Input should be greater than or equal to 15"),
+        ("node_timeout_minutes", 90, "longer than node_lifecycle.lock_ttl_seconds (3600 s)"),
+        ("sheduled", "rate(7 days)", "patching.sheduled: unknown key (did you mean 'schedule'?)"),
+    ],
+)
+def test_bad_patching_values_are_refused_with_one_line(environments, key, value, expected):
+    environments["dev"]["patching"][key] = value
+    message = refused(environments, "dev")
+    assert expected in message and "\n" not in message
+
+
+def test_a_patch_run_that_could_pass_the_history_limit_is_refused(environments):
+    environments["prod"]["patching"].update(poll_interval_seconds=15, node_timeout_minutes=240)
+    message = refused(environments, "prod")
+    assert "history events, and Step Functions fails an execution at 25,000" in message
+    assert "raise patching.poll_interval_seconds" in message
+
+
+def test_patching_is_off_in_dev_and_on_in_staging_and_prod(environments):
+    assert [load_environment(environments, n).patching.enabled for n in ("dev", "staging", "prod")] == [False, True, True]

@@ -11,6 +11,7 @@ import pytest
 import tree_sitter_powershell
 import yaml
 from tree_sitter import Language, Parser
+from node_lifecycle.patching import PATCH_STEPS
 from node_lifecycle.workflow import SCALE_IN_STEPS, SCALE_OUT_STEPS
 
 from stacks.config import load_environment
@@ -19,6 +20,7 @@ from stacks.lifecycle_timing import (
     ALARM_PUBLISH_TIMEOUT_SECONDS,
     ALARM_RETRY,
     HEARTBEAT_LANDING_SECONDS,
+    HISTORY_EVENT_LIMIT,
     INVOKE_RETRY,
     SAFETY_MARGIN_SECONDS,
     STEP_RETRY,
@@ -87,13 +89,15 @@ def test_every_step_the_state_machines_invoke_exists_in_the_lambda(dev):
     found = machines(dev)
     assert set(invoked_steps(found["scale-in"])) == set(SCALE_IN_STEPS) - {"keep_warm"}
     assert set(invoked_steps(found["scale-out"])) == set(SCALE_OUT_STEPS) - {"keep_warm"}
+    assert set(invoked_steps(found["patch"])) == set(PATCH_STEPS) - {"keep_warm"}
 
 
 def test_the_drain_and_join_functions_are_invoked_daily_so_they_never_go_inactive(dev):
     (rule,) = [r["Properties"] for r in resources(dev, "AWS::Events::Rule").values()
                if r["Properties"].get("ScheduleExpression") == "rate(1 day)"]  # fmt: skip
     functions = {lid for lid, f in resources(dev, "AWS::Lambda::Function").items()
-                 if f["Properties"]["Handler"] in ("node_lifecycle.handlers.scale_in", "node_lifecycle.handlers.scale_out")}  # fmt: skip
+                 if f["Properties"]["Handler"] in ("node_lifecycle.handlers.scale_in", "node_lifecycle.handlers.scale_out",
+                                                   "node_lifecycle.handlers.patch")}  # fmt: skip
     assert {t["Arn"]["Fn::GetAtt"][0] for t in rule["Targets"]} == functions
     assert {t["Input"] for t in rule["Targets"]} == {'{"step":"keep_warm"}'}
 
@@ -113,8 +117,9 @@ def retrier(entry: dict) -> Retrier:
 
 # Steps that make no call that could fail for now (or catch what they call), and the hold, whose
 # own failure is caught into its next turn: only Lambda's invoke errors are retried in place.
-INVOKE_ONLY = {"fail", "clean_up", "alarm_undelivered", "hold_instance", "hold_lost"}
-FAILURE_PATH = {"scale-in": "Release the lock and word the alarm", "scale-out": "Release the lock and clean up the join"}
+INVOKE_ONLY = {"fail", "clean_up", "alarm_undelivered", "hold_instance", "hold_lost", "stop", "install"}
+FAILURE_PATH = {"scale-in": "Release the lock and word the alarm", "scale-out": "Release the lock and clean up the join",
+                "patch": "Leave the node safe and word the alarm"}
 
 
 def test_every_lambda_task_rides_out_throttling_and_what_can_be_transient_is_retried(each):
@@ -184,8 +189,9 @@ def test_no_execution_outlives_its_lifecycle_action(each, synthesized):
     for hook in group["Properties"]["LifecycleHookSpecificationList"]:
         assert hook["HeartbeatTimeout"] == timing.heartbeat_timeout_seconds
     global_timeout = min(48 * 3600, 100 * timing.heartbeat_timeout_seconds)
-    for asl in machines(template).values():
-        assert asl["TimeoutSeconds"] == global_timeout
+    for flow, asl in machines(template).items():
+        if flow != "patch":  # no lifecycle action: tests/stacks/test_patch_workflow.py
+            assert asl["TimeoutSeconds"] == global_timeout
     assert timing.drain_span_seconds <= global_timeout and timing.join_span_seconds <= global_timeout
     assert timing.drain_history_events <= 12_500
 
@@ -204,13 +210,14 @@ def test_lifecycle_events_are_retried_then_kept_in_an_encrypted_queue_that_alarm
         # Started at its latest, an execution's first heartbeat (after its invoke retries) still lands in time.
         assert timing.event_age_seconds + INVOKE_RETRY.span_seconds + HEARTBEAT_LANDING_SECONDS <= timing.heartbeat_timeout_seconds
     policy = json.dumps(next(iter(resources(template, "AWS::SQS::QueuePolicy").values()))["Properties"])
-    assert policy.count('"Service": "events.amazonaws.com"') == 2 and "aws:SourceArn" in policy
+    # The lifecycle rules and the maintenance window's (test_patch_workflow.py) share the queue.
+    assert policy.count('"Service": "events.amazonaws.com"') == 3 and "aws:SourceArn" in policy
     alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
     depth = [a for a in alarms if a.get("MetricName") == "ApproximateNumberOfMessagesVisible"]
     assert len(depth) == 1 and depth[0]["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id, "QueueName"]}}]
     assert depth[0]["Threshold"] == 1 and depth[0]["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
     lost = [a for a in alarms if a.get("MetricName") == "InvocationsFailedToBeSentToDlq"]
-    assert len(lost) == 2
+    assert len(lost) == 3
 
 
 def test_the_failure_paths_need_no_gateway_and_end_holding_or_abandoning(dev):
@@ -311,6 +318,7 @@ def test_the_reaper_runs_every_five_minutes(dev):
 def test_functions_run_in_the_vpc_with_the_gateway_client_group_and_validated_settings(dev):
     functions = resources(dev, "AWS::Lambda::Function")
     assert sorted(f["Properties"]["Handler"] for f in functions.values()) == [
+        "node_lifecycle.handlers.patch",
         "node_lifecycle.handlers.reaper",
         "node_lifecycle.handlers.scale_in",
         "node_lifecycle.handlers.scale_out",
@@ -515,3 +523,48 @@ def test_the_function_package_builds_without_docker(tmp_path):
         assert (tmp_path / path).is_file(), path
     assert not list(tmp_path.rglob("__pycache__"))
     assert not (tmp_path / "boto3").exists()  # the Lambda runtime provides it
+
+
+# -- patching every node in place -------------------------------------------------------------
+
+
+def test_the_maintenance_window_starts_the_patch_run_where_patching_is_enabled(each):
+    """The patch state machine and its schedule (off in dev); the executions are in
+    tests/lambdas/node_lifecycle/test_patch_executed.py."""
+    name, template, _ = each
+    config = load_environment(cdk_context()["environments"], name)
+    (lid, machine), = [(lid, m) for lid, m in resources(template, "AWS::StepFunctions::StateMachine").items()
+                       if m["Properties"]["StateMachineName"] == f"telemetry-{name}-sf-patch"]  # fmt: skip
+    (rule,) = [r["Properties"] for r in resources(template, "AWS::Events::Rule").values()
+               if any(t["Arn"] == {"Ref": lid} for t in r["Properties"]["Targets"])]  # fmt: skip
+    assert rule["ScheduleExpression"] == config.patching.schedule
+    assert rule["State"] == ("ENABLED" if config.patching.enabled else "DISABLED")
+    assert config.patching.enabled == (name != "dev")
+    (target,) = rule["Targets"]
+    assert json.loads(target["Input"]) == {"trigger": "schedule"} and "DeadLetterConfig" in target
+    # Every node at its longest fits the execution, and its history the Standard limit.
+    nodes = config.service_fabric.seed_node_count + config.service_fabric.scaling_max_nodes
+    assert machines(template)["patch"]["TimeoutSeconds"] >= nodes * config.patching.node_timeout_minutes * 60
+    assert config.patch_run_history_events < HISTORY_EVENT_LIMIT
+    assert machines(template)["patch"]["States"]["Wait for the scan: wait"]["Seconds"] == config.patching.poll_interval_seconds
+
+
+def test_the_patch_function_runs_only_aws_run_patch_baseline_and_only_on_this_clusters_nodes(synthesized):
+    """Evaluated by moto's IAM policy evaluator with the ARNs Run Command checks: the AWS-owned
+    document (no account in its ARN) on instances tagged as this cluster's, seeds included."""
+    from moto.iam.access_control import IAMPolicy, PermissionResult
+
+    dev = synthesized("dev").template("node_lifecycle")
+    statements = statements_of(dev, "patch")
+    policy = IAMPolicy(json.dumps({"Version": "2012-10-17", "Statement": literal(statements)}))
+    document = "arn:aws:ssm:eu-west-1::document/AWS-RunPatchBaseline"
+    assert policy.is_action_permitted("ssm:SendCommand", document) == PermissionResult.PERMITTED
+    for other in ("arn:aws:ssm:eu-west-1::document/AWS-RunPowerShellScript",
+                  "arn:aws:ssm:eu-west-1:111111111111:document/telemetry-dev-sf-add-node"):  # fmt: skip
+        assert policy.is_action_permitted("ssm:SendCommand", other) != PermissionResult.PERMITTED
+    (on_instances,) = [s for s in statements if "ssm:SendCommand" in json.dumps(s["Action"]) and "Condition" in s]
+    assert on_instances["Condition"] == {"StringEquals": {"ssm:resourceTag/sf:cluster": "telemetry-dev-sf"}}
+    assert literal(on_instances["Resource"]) == "arn:aws:ec2:eu-west-1:111111111111:instance/*"
+    granted = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert not {"autoscaling:CompleteLifecycleAction", "ec2:CreateTags", "states:StartExecution"} & granted
+    assert {"ssm:DescribeInstancePatchStates", "ssm:GetCommandInvocation"} <= granted

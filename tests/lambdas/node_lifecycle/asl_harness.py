@@ -376,10 +376,15 @@ class LifecycleStateMachines:
                 and any(target["Arn"] == {"Ref": lid} for target in r["Properties"].get("Targets", []))
             )  # fmt: skip
             target = next(t for t in rule["Targets"] if t["Arn"] == {"Ref": lid})
-            assert not {"Input", "InputPath", "InputTransformer"} & set(target), "the harness passes the event as input"
+            assert not {"InputPath", "InputTransformer"} & set(target), "the harness passes the event or Input as input"
+            # A lifecycle rule passes its event; a schedule passes the target's Input (EventBridge
+            # User Guide, "Transforming target input": a constant Input replaces the event).
+            assert ("Input" in target) == ("ScheduleExpression" in rule), "a lifecycle rule passes the event as input"
             made[p["StateMachineName"]] = {
                 "name": p["StateMachineName"], "arn": arn, "definition": definition,
-                "pattern": rule["EventPattern"], "role": f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/{lid}",
+                "pattern": rule.get("EventPattern"), "schedule": rule.get("ScheduleExpression"),
+                "scheduled_input": json.loads(target["Input"]) if "Input" in target else None,
+                "role": f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/{lid}",
                 "retry_policy": target.get("RetryPolicy") or {},
                 "dead_letter_arn": self.templates.resolve("node_lifecycle", (target.get("DeadLetterConfig") or {}).get("Arn")),
                 "rule_arn": f"arn:aws:events:{self.region}:{DEFAULT_ACCOUNT_ID}:rule/{lid}",
@@ -561,7 +566,8 @@ class LifecycleStateMachines:
 
     def _route(self, action: LifecycleAction) -> tuple[dict[str, Any], dict[str, Any]]:
         event = action.event(DEFAULT_ACCOUNT_ID, self.region)
-        matching = [m for m in self.state_machines.values() if EventPattern.load(json.dumps(m["pattern"])).matches_event(event)]
+        matching = [m for m in self.state_machines.values()
+                    if m["pattern"] and EventPattern.load(json.dumps(m["pattern"])).matches_event(event)]  # fmt: skip
         assert len(matching) == 1, f"{len(matching)} rules match {event['detail-type']}"
         return matching[0], event
 

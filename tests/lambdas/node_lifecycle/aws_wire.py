@@ -10,7 +10,8 @@ What is answered here, each with its source:
   not implement (see lifecycle_actions.py for the model of a pending action), and
   `DescribeAutoScalingGroups`, for the instances those pending actions hold.
 - The machines behind SSM Run Command: moto records `SendCommand` but cannot run PowerShell, so the
-  add-node document joins the node to the emulated cluster and the stop script stops its host.
+  add-node document joins the node to the emulated cluster and the stop script stops its host;
+  AWS-RunPatchBaseline and the patch states it reports are patch_baseline_stand_in.py's.
 - Faults: an AWS error answered instead of moto's, `times` times, so that botocore's own retries
   and then ours meet it.
 """
@@ -115,6 +116,7 @@ class Machines:
     node_by_instance: dict[str, str] = field(default_factory=dict)
     unregistered: set[str] = field(default_factory=set)
     add_node_fails: bool = False
+    patching: Any = None  # patch_baseline_stand_in.PatchBaselineStandIn: AWS-RunPatchBaseline on the machines
     add_node_failure = "AddNode.ps1: the node could not reach the seed's client connection endpoint"
 
     def send_command(self, url: str, body: dict[str, Any]) -> AWSResponse | None:
@@ -179,6 +181,15 @@ class AwsWire:
             return self._lifecycle_action(request.url, operation, {k: v[0] for k, v in parse_qs(body).items()})
         if service == "auto-scaling" and operation == "DescribeAutoScalingGroups":
             return self._waiting_instances(request.url, {k: v[0] for k, v in parse_qs(body).items()})
+        patching = self.machines.patching
+        if patching is not None and service == "ssm":
+            payload = json.loads(body)
+            if operation == "SendCommand" and payload.get("DocumentName") == "AWS-RunPatchBaseline":
+                return patching.send_command(request.url, payload)
+            if operation == "GetCommandInvocation" and patching.owns(payload["CommandId"]):
+                return patching.command_invocation(request.url, payload)
+            if operation == "DescribeInstancePatchStates":
+                return patching.patch_states(request.url, payload)
         if service == "ssm" and operation == "SendCommand":
             return self.machines.send_command(request.url, json.loads(body))
         if service == "ssm" and operation == "GetCommandInvocation":

@@ -55,6 +55,19 @@ def node(
 # -- the reaper ----------------------------------------------------------------------------
 
 
+def test_a_seed_patching_restarts_is_not_counted_down_until_the_node_time_passes():
+    """Patching deactivates a seed with intent Restart before its reboot: the seed alarm waits
+    for the patch run's time for a node (the run alarms itself if the seed does not come back)."""
+    restarting = node("seed-1", "Down", seed=True, down_seconds=600, node_type="PrimaryNodeType", intent="Restart")
+    stuck = node("seed-2", "Down", seed=True, down_seconds=4000, node_type="PrimaryNodeType", intent="Restart")
+    crashed = node("seed-0", "Down", seed=True, down_seconds=60, node_type="PrimaryNodeType")
+
+    decision = decide_reaping([restarting, stuck, crashed], {}, now=NOW, down_for=TEN_MINUTES,
+                              restart_for=timedelta(hours=1))  # fmt: skip
+
+    assert decision.seed_nodes_down == ("seed-0", "seed-2")
+
+
 def test_the_reaper_removes_only_long_down_non_seed_nodes_whose_instance_is_gone():
     nodes = [
         node("scale-0", "Down", down_seconds=3600),  # instance terminated: a zombie

@@ -267,6 +267,7 @@ ENVIRONMENT = {
     "SCALE_OUT_STATE_MACHINE_ARN": "arn:aws:states:eu-west-1:123456789012:stateMachine:telemetry-test-sf-scale-out",
     "SCALE_IN_STATE_MACHINE_ARN": "arn:aws:states:eu-west-1:123456789012:stateMachine:telemetry-test-sf-scale-in",
     "LIFECYCLE_GLOBAL_TIMEOUT_SECONDS": "90000",
+    "PATCH_NODE_TIMEOUT_SECONDS": "3600",
 }
 
 
@@ -393,3 +394,35 @@ def test_the_reaper_starts_nothing_for_an_action_auto_scaling_no_longer_has(worl
     answer = restart_orphaned_actions(runtime)
 
     assert (answer["actions_restarted"], answer["actions_gone"], executions.started) == ([], ["i-0gone"], [])
+
+
+@pytest.mark.parametrize(
+    ("stage", "error", "left"),
+    [
+        # The install was sent and had not ended when the run stopped: it may yet reboot the node.
+        ("install", "WaitTimedOut: gave up waiting for the updates to install", "left deactivated, because an install may still be running"),
+        # It ended Failed: nothing more will reboot the node, which goes back into service.
+        ("install", "PatchInstallFailed: installing updates on scale-0 ended Failed", "Disabled and has been activated again"),
+        ("deactivate", "ClusterNotHealthy: cluster health is Warning", "Disabled and has been activated again"),
+    ],
+)
+def test_a_stopped_patch_run_activates_its_node_unless_an_install_may_still_reboot_it(world, dynamodb, lock_table, sf_client,
+                                                                                       sf_cluster, stage, error, left):  # fmt: skip
+    from node_lifecycle.patch_progress import DynamoDbPatchProgress
+    from node_lifecycle.patching import stop
+
+    runtime, clock, _, _ = world
+    runtime.patch_progress = DynamoDbPatchProgress(dynamodb, lock_table, clock)
+    owner = "patch:run-1"
+    runtime.patch_progress.claim(owner, lease_seconds=600)
+    runtime.patch_progress.record(owner, current="scale-0", stage=stage, lease_seconds=600)
+    sf_client.deactivate_node("scale-0", "Restart")
+    sf_cluster.tick(3)
+    state = {"run": {"owner": owner}, "current": {"node_name": "scale-0"},
+             "error": {"Error": "PermanentError", "Cause": json.dumps({"errorMessage": error})}}  # fmt: skip
+
+    alarm = stop(runtime, state)
+
+    assert left in alarm["node_left"]
+    assert (sf_client.get_node_info("scale-0").status == "Up") == ("activated again" in left)
+    assert runtime.patch_progress.read().owner == "" and "scale-0: " + error in runtime.patch_progress.read().stopped

@@ -1,0 +1,147 @@
+"""The patch state machine: Windows updates on every node in place, seeds included, one node at a
+time (lambdas/node_lifecycle/patching.py holds the steps), and the maintenance window's schedule
+that starts it. `telemetry cluster patch` starts it too.
+
+It is built from the lifecycle machinery (stacks/constructs/lifecycle_workflows.py): the same
+Lambda Task conventions (TransientError retried, every failure caught), Wait states for every
+wait, the membership lock's wait loop, and the worded alarm with its fallback and an undelivered
+count. There is no lifecycle action here, so there are no heartbeats and no hold: a failure
+leaves the node in its safest state, alarms with what to do, and fails the execution.
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from stacks.compliance import acknowledge, attribute_ref, wildcard_resource_finding
+from stacks.constructs.lifecycle_workflows import Pacing, _Steps
+from stacks.constructs.log_group import log_group
+from stacks.lifecycle_timing import EVENT_RETRIES_MAX, LAMBDA_TASK_TIMEOUT_SECONDS
+
+# What a scheduled run gets as input (a CLI run names the node, or nothing).
+SCHEDULED_INPUT = {"trigger": "schedule"}
+
+
+class PatchWorkflow(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        function: lambda_.IFunction,
+        alarm_topic: sns.ITopic,
+        state_machine_name: str,
+        pacing: Pacing,
+        schedule: str,
+        schedule_enabled: bool,
+        undelivered_events: sqs.IQueue,
+        log_retention_days: int,
+        removal_policy: cdk.RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        steps = _Steps(self, function, pacing)
+        definition = self._definition(steps)
+        steps.catch_all(self._failure_path(steps, alarm_topic))
+        logs = log_group(self, "ExecutionLogs", retention_days=log_retention_days, removal_policy=removal_policy)
+        self.state_machine = sfn.StateMachine(
+            self,
+            "StateMachine",
+            state_machine_name=state_machine_name,
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
+            timeout=pacing.timeout,
+            tracing_enabled=True,
+            logs=sfn.LogOptions(destination=logs, level=sfn.LogLevel.ALL, include_execution_data=True),
+        )
+        self.rule = events.Rule(
+            self,
+            "MaintenanceWindow",
+            description=f"The maintenance window: starts {state_machine_name}"
+            + ("" if schedule_enabled else " (disabled in this environment: patching.enabled)"),
+            schedule=events.Schedule.expression(schedule),
+            enabled=schedule_enabled,
+            targets=[
+                targets.SfnStateMachine(
+                    self.state_machine,
+                    input=events.RuleTargetInput.from_object(SCHEDULED_INPUT),
+                    retry_attempts=EVENT_RETRIES_MAX,
+                    max_event_age=pacing.event_age,
+                    dead_letter_queue=undelivered_events,
+                )
+            ],
+        )
+        policy = self.state_machine.role.node.try_find_child("DefaultPolicy")
+        assert policy is not None
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5",
+            "Step Functions invokes the one patch function by its ARN and any of its versions "
+            "(':*'), as the CDK's LambdaInvoke grant writes it; no other function is reachable.",
+            finding=wildcard_resource_finding(f"{attribute_ref(function, 'Arn')}:*"),
+        )
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5",
+            "X-Ray trace segments and sampling rules have no resource-level permissions, so AWS "
+            "requires Resource '*' for tracing a state machine.",
+            finding=wildcard_resource_finding("*"),
+        )
+
+    def _definition(self, steps: _Steps) -> sfn.IChainable:
+        payload = sfn.TaskInput.from_object(
+            {"step": "begin", "state": {"event": sfn.JsonPath.object_at("$"), "execution": sfn.JsonPath.string_at("$$.Execution.Name")}}
+        )
+        begin = steps._lambda_task("Plan the patch run", payload, "$.run", transient=True, timeout_seconds=LAMBDA_TASK_TIMEOUT_SECONDS)
+        steps.catchers.append(begin)
+        pick = steps.task("Pick the next node", "next_node", "current")
+
+        finish = steps.task("Finish the round", "finish", "finished").next(sfn.Succeed(self, "Patched"))
+        done = steps.task("Record the node patched", "node_done", "node_result").next(pick)
+        healthy = steps.poll("Wait for cluster health Ok", "poll_health", "healthy", done)
+        activate = steps.task("Activate the node", "activate", "activation").next(healthy)
+        back = steps.poll("Wait until the node is back after its reboot", "poll_back_up", "back", activate)
+        installed = steps.poll("Wait for the install and reboot", "poll_install", "installed", back)
+        # Not run again after an error that may have come after SendCommand: a second Install
+        # beside the first would run two Windows Update sessions on one machine. The run stops
+        # instead (the node activated again) and the next resumes at it.
+        install = steps.invoke("Install updates, rebooting if needed", "install", "$.install", transient=False)
+        steps.catchers.append(install)
+        install.next(installed)
+        disabled = steps.poll("Wait until the node is Disabled", "poll_disabled", "disabled", install)
+        deactivate = steps.task("Deactivate the node (intent Restart)", "deactivate", "deactivation").next(disabled)
+        health = steps.task("Check cluster health is Ok", "check_health", "health").next(deactivate)
+        locked = steps.lock_then(health)
+        up_to_date = steps.task("Record the node up to date", "up_to_date", "node_result").next(pick)
+        needed = sfn.Choice(self, "Anything to install?")
+        needed.when(sfn.Condition.number_greater_than("$.scanned.to_install", 0), locked).otherwise(up_to_date)
+        scanned = steps.poll("Wait for the scan", "poll_scan", "scanned", needed)
+        scan = steps.task("Scan for missing updates", "scan", "scan").next(scanned)
+        left = sfn.Choice(self, "A node left?")
+        left.when(sfn.Condition.string_equals("$.current.node_name", ""), finish).otherwise(scan)
+        pick.next(left)
+        return begin.next(pick)
+
+    def _failure_path(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
+        """Leave the node in its safest state, give up the lock and the progress lease and word
+        the alarm (fallback text if that step fails), publish it, fail."""
+        failed = sfn.Fail(self, "Patching stopped", error="PatchStopped", cause="see the alarm message")
+        word, fallback = steps.worded_alarm(
+            "Leave the node safe and word the alarm", "stop", "Service Fabric patching stopped", transient=False,
+            fallback_message="Execution {} stopped patching, and the step that leaves the node safe and words this alarm "
+            "failed too; the execution history names the node. Check it with telemetry cluster status.",
+        )  # fmt: skip
+        alarm = steps.alarm(
+            "Alarm the operators",
+            alarm_topic,
+            subject=sfn.JsonPath.string_at("$.failure.subject"),
+            message=sfn.TaskInput.from_json_path_at("$.failure.message"),
+            then=failed,
+        )
+        fallback.next(alarm)
+        return word.next(alarm)

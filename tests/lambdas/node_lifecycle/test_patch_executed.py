@@ -1,0 +1,257 @@
+"""The patch state machine of the synthesized dev environment, executed.
+
+The synthesized definition runs under moto's ASL interpreter with the real Lambda code
+(asl_harness.py), against the Service Fabric emulator (seeds seed-0..2 and scaling nodes
+scale-0..1) and AWS-RunPatchBaseline as Run Command runs it on the machines
+(patch_baseline_stand_in.py). Every scenario also checks the two rules patching must never break,
+sampled at every gateway request and every change a command makes to a machine: no more than one
+seed is ever away (not Up, or deactivated) at once, and no node is deactivated while cluster
+health is not Ok.
+
+The scenarios share one platform (emulator, moto, state machines, instances: `platform`); each
+gets a fresh cluster, lock table and inbox (`patching`), so they pass in any order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.sf_emulator import EmulatedCluster, Pki, SfEmulator, standard_cluster
+
+from tests.lambdas.node_lifecycle.executions import LOCK_ITEM, World, open_world
+from tests.lambdas.node_lifecycle.patch_baseline_stand_in import Machine, PatchBaselineStandIn
+
+pytestmark = pytest.mark.integration  # the HTTPS emulator and the ASL interpreter's threads
+
+ENVIRONMENT = "dev"
+PROGRESS_ITEM = {"LockName": {"S": "patch-progress"}}
+SEEDS, SCALING = ["seed-0", "seed-1", "seed-2"], ["scale-0", "scale-1"]
+
+
+@dataclass
+class Rules:
+    """What the cluster went through, sampled at every gateway request and machine change."""
+
+    cluster: EmulatedCluster
+    most_seeds_away: int = 0
+    deactivated_while_unhealthy: list[str] = field(default_factory=list)
+    deactivated: list[str] = field(default_factory=list)
+
+    def sample(self) -> None:
+        away = [n for n in self.cluster.nodes.values()
+                if n.is_seed and (n.status != "Up" or n.deactivation_intent != "Invalid")]  # fmt: skip
+        self.most_seeds_away = max(self.most_seeds_away, len(away))
+
+    def watch(self) -> None:
+        cluster, tick, deactivate = self.cluster, self.cluster.tick, self.cluster.deactivate
+
+        def ticked(count: int = 1) -> None:
+            tick(count)
+            self.sample()
+
+        def deactivating(name: str, intent: str) -> None:
+            if cluster.cluster_health()["AggregatedHealthState"] != "Ok":
+                self.deactivated_while_unhealthy.append(name)
+            self.deactivated.append(name)
+            deactivate(name, intent)
+            self.sample()
+
+        cluster.tick, cluster.deactivate = ticked, deactivating  # the gateway's routes call these
+
+    def held(self) -> None:
+        assert self.most_seeds_away <= 1, f"{self.most_seeds_away} seeds were away at once"
+        assert self.deactivated_while_unhealthy == [], f"deactivated while health was not Ok: {self.deactivated_while_unhealthy}"
+
+
+@dataclass
+class Patching:
+    world: World
+    stand_in: PatchBaselineStandIn
+    rules: Rules
+    machine: dict[str, Any]
+    instance_of: dict[str, str]
+
+    def run(self, execution_input: dict[str, Any] | None = None):
+        execution = self.world.machines.start(self.machine, execution_input or self.machine["scheduled_input"])
+        self.rules.held()
+        return execution
+
+    def node(self, name: str) -> Machine:
+        return self.stand_in.machines[self.instance_of[name]]
+
+    def progress(self) -> dict[str, Any] | None:
+        return self.world.dynamodb.get_item(TableName=self.world.lock_table, Key=PROGRESS_ITEM, ConsistentRead=True).get("Item")
+
+    def active_and_up(self, *names: str) -> bool:
+        return all(self.world.cluster.node(n).status == "Up" and self.world.cluster.node(n).deactivation_intent == "Invalid"
+                   for n in names)  # fmt: skip
+
+
+@dataclass
+class Platform:
+    """What the module's scenarios share: one emulator, one moto world with the synthesized state
+    machines, and an instance per node (building these takes longer than most scenarios)."""
+
+    world: World
+    machine: dict[str, Any]
+    instance_of: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def platform(synthesized, sf_pki: Pki) -> Iterator[Platform]:
+    cluster = standard_cluster()
+    with pytest.MonkeyPatch.context() as monkeypatch, SfEmulator(cluster, pki=sf_pki) as emulator, \
+            open_world(ENVIRONMENT, synthesized, cluster, emulator, sf_pki, monkeypatch) as world:  # fmt: skip
+        cluster_name = world.setting("CLUSTER_NAME")
+        instance_of = {}
+        for name in SEEDS + SCALING:
+            tags = {"sf:nodename": name, "sf:cluster": cluster_name,
+                    "sf:nodetype": "PrimaryNodeType" if name in SEEDS else "ScalingNodeType"}  # fmt: skip
+            found = world.ec2.run_instances(ImageId="ami-12c6146b", InstanceType="m5.large", MinCount=1, MaxCount=1,
+                                            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}])  # fmt: skip
+            instance_of[name] = found["Instances"][0]["InstanceId"]
+        (machine,) = [m for m in world.machines.state_machines.values() if m["name"].endswith("-sf-patch")]
+        yield Platform(world, machine, instance_of)
+
+
+@pytest.fixture
+def patching(platform: Platform) -> Patching:
+    """A fresh cluster (seeds and scaling nodes Up, 3 updates missing on each), an empty lock
+    table and inbox, on the module's platform."""
+    world = platform.world
+    cluster = standard_cluster()
+    world.emulator.cluster = world.cluster = world.wire.machines.cluster = cluster
+    world.emulator.clear_log()
+    for key in (PROGRESS_ITEM, LOCK_ITEM):
+        world.dynamodb.delete_item(TableName=world.lock_table, Key=key)
+    world.machines.alarms()  # read, and so emptied
+    world.machines.metrics.recorded.clear()
+    world.machines.after_step.clear()
+    rules = Rules(cluster)
+    rules.watch()
+    stand_in = PatchBaselineStandIn(cluster, world.clock, on_change=rules.sample)
+    stand_in.machines.update({instance_id: Machine(name, missing=3) for name, instance_id in platform.instance_of.items()})
+    world.wire.machines.patching = stand_in
+    return Patching(world, stand_in, rules, platform.machine, platform.instance_of)
+
+
+def test_every_node_is_patched_seeds_first_one_at_a_time(patching: Patching):
+    execution = patching.run()
+
+    assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
+    assert patching.stand_in.sent == [(n, op, reboot) for n in SEEDS + SCALING
+                                      for op, reboot in (("Scan", "NoReboot"), ("Install", "RebootIfNeeded"))]  # fmt: skip
+    assert all(patching.node(n).reboots == 1 and patching.node(n).missing == 0 for n in SEEDS + SCALING)
+    assert patching.rules.deactivated == SEEDS + SCALING
+    assert [r.body for r in patching.world.emulator.requests if r.path.endswith("/$/Deactivate")] == [{"DeactivationIntent": "Restart"}] * 5
+    assert patching.active_and_up(*SEEDS, *SCALING)
+    assert patching.rules.most_seeds_away == 1  # each seed in turn, never two
+    assert patching.world.lock_holder() is None and patching.progress() is None  # the round is over
+    assert patching.world.machines.alarms() == []
+    assert patching.world.machines.metrics.names().count("NodesPatched") == 5
+
+
+def test_a_node_with_nothing_to_install_is_scanned_and_left_in_service(patching: Patching):
+    for name in SEEDS + SCALING:
+        patching.node(name).missing = 1 if name == "seed-2" else 0
+    # A run stopped by hand (no failure path) after scale-1's install left it deactivated.
+    patching.world.cluster.fm.deactivate("scale-1", "Restart")
+
+    execution = patching.run()
+
+    assert execution.status == "SUCCEEDED"
+    assert [(n, op) for n, op, _ in patching.stand_in.sent if op == "Install"] == [("seed-2", "Install")]
+    assert patching.rules.deactivated == ["seed-2"]
+    assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []  # scale-1 activated
+
+
+def test_a_health_drop_between_nodes_stops_before_the_next_node_leaves_service(patching: Patching):
+    patching.world.machines.after_step["node_done"] = lambda: patching.world.cluster.report_cluster_health(
+        "Warning", "an application's replicas are not ready")  # fmt: skip
+
+    execution = patching.run()
+
+    assert (execution.status, execution.error) == ("FAILED", "PatchStopped")
+    assert patching.rules.deactivated == ["seed-0"]  # seed-1 was scanned, never taken out of service
+    assert patching.active_and_up(*SEEDS)
+    (alarm,) = patching.world.machines.alarms()
+    assert alarm.subject == "Service Fabric patching stopped at seed-1"
+    assert "ClusterNotHealthy" in alarm.message and "Watchdog reported Warning" in alarm.message
+    assert "not deactivated by this run" in alarm.message and "resumes at this node (done this round: seed-0)" in alarm.message
+    assert patching.world.lock_holder() is None
+    progress = patching.progress()
+    assert "Owner" not in progress and [d["S"] for d in progress["Done"]["L"]] == ["seed-0"]
+
+
+def test_a_node_that_does_not_come_back_stops_the_run_and_stays_deactivated(patching: Patching):
+    patching.node("scale-0").fabric_returns = False
+
+    execution = patching.run()
+
+    assert (execution.status, execution.error) == ("FAILED", "PatchStopped")
+    node = patching.world.cluster.node("scale-0")
+    assert (node.status, node.deactivation_intent) == ("Down", "Restart")  # takes no replicas when it comes back
+    assert patching.rules.deactivated == SEEDS + ["scale-0"]  # scale-1 untouched
+    (alarm,) = patching.world.machines.alarms()
+    assert "NodeDidNotReturn" in alarm.message and "left deactivated" in alarm.message
+    assert "look at the instance" in alarm.message
+    (node_time,) = {f.environment["WORKFLOW_TIMEOUT_SECONDS"] for f in patching.world.machines.functions.values()
+                    if f.handler.endswith(".patch")}  # fmt: skip
+    assert execution.virtual_seconds >= int(node_time)  # waited the node's whole time for it
+
+
+def test_a_seed_the_failover_manager_refuses_to_deactivate_stops_the_run_and_is_activated_again(patching: Patching):
+    # A seed that came back within the seed wait interval does not count for seed quorum
+    # (DeactivateNodesContext::CheckSeedNodes): after seed-0's reboot, seed-1 must wait.
+    cluster = patching.world.cluster
+    for node in cluster.nodes.values():
+        node.up_since_tick = -1_000_000
+    cluster.seed_wait_ticks = 1_000_000
+
+    execution = patching.run()
+
+    assert (execution.status, execution.error) == ("FAILED", "PatchStopped")
+    assert patching.rules.deactivated == ["seed-0", "seed-1"]
+    assert patching.active_and_up(*SEEDS)  # seed-1's deactivation was cancelled
+    assert patching.node("seed-1").reboots == 0
+    (alarm,) = patching.world.machines.alarms()
+    assert "DeactivationRefused" in alarm.message and "EnsureSeedNodeQuorum" in alarm.message
+    assert "has been activated again" in alarm.message
+
+
+def test_a_failed_install_stops_the_run_and_a_rerun_resumes_at_that_node(patching: Patching):
+    patching.node("seed-1").install_fails = True
+
+    first = patching.run()
+
+    assert (first.status, first.error) == ("FAILED", "PatchStopped")
+    assert patching.active_and_up(*SEEDS)  # seed-1 never rebooted: activated again
+    (alarm,) = patching.world.machines.alarms()
+    assert "PatchInstallFailed" in alarm.message and "exit code 1" in alarm.message
+    patching.node("seed-1").install_fails = False
+    sent_before = len(patching.stand_in.sent)
+
+    second = patching.run()
+
+    assert second.status == "SUCCEEDED", [i for i in second.invocations if i.error]
+    assert [n for n, op, _ in patching.stand_in.sent[sent_before:] if op == "Scan"] == ["seed-1", "seed-2", *SCALING]
+    assert patching.node("seed-0").reboots == 1 and patching.node("seed-1").reboots == 1
+    assert patching.active_and_up(*SEEDS, *SCALING) and patching.progress() is None
+    assert patching.world.machines.alarms() == []
+
+
+def test_one_node_on_request_leaves_the_round_as_it_was(patching: Patching):
+    unknown = patching.run({"node": "scale-9"})
+    assert (unknown.status, unknown.error) == ("FAILED", "PatchStopped")
+    (alarm,) = patching.world.machines.alarms()
+    assert "node scale-9 is not in the cluster" in alarm.message and "Owner" not in patching.progress()
+
+    execution = patching.run({"node": "scale-1"})
+
+    assert execution.status == "SUCCEEDED"
+    assert [n for n, _, _ in patching.stand_in.sent] == ["scale-1", "scale-1"]
+    assert patching.progress()["Done"]["L"] == [{"S": "scale-1"}] and "Owner" not in patching.progress()
