@@ -445,7 +445,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "a synthesis made now) with placeholder thumbprints, write it only to --output, and say what a run would read and "
         "change; send nothing",
     )
-    parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out", help="synthesized templates for --dry-run (default cdk.out; synthesized here if they lack the environment)")
+    from scripts.telemetry.deploy import CDK_OUT_HELP
+
+    parser.add_argument("--cdk-out", type=Path, help=f"for --dry-run, {CDK_OUT_HELP}")
 
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:

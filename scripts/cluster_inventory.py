@@ -96,15 +96,15 @@ def deployed_outputs(cloudformation, stack_name: str) -> ClusterOutputs:
     return ClusterOutputs(stack_name, f"stack {stack_name}", values, stack.get("StackId", ""), stack.get("CreationTime"))
 
 
-def synthesized_outputs(cdk_out: Path, config) -> ClusterOutputs:
-    """Outputs of the synthesized Service Fabric template, from cdk_out or, when it lacks the
-    environment, a synthesis made now (deploy's, into a temporary folder); those that are
-    references (endpoints) map to ''."""
+def synthesized_outputs(cdk_out: Path | None, config) -> ClusterOutputs:
+    """Outputs of the synthesized Service Fabric template, as deploy.synthesized_stacks finds it
+    (cdk.out/<env>/ kept up to date, or --cdk-out); those that are references (endpoints) map to ''."""
     from scripts.telemetry.deploy import read_cloud_assembly, synthesized_stacks
 
     stack_name = service_fabric_stack_name(config)
-    path = cdk_out / f"{stack_name}.template.json"
-    kept = any(stack.name == stack_name for stack in read_cloud_assembly(cdk_out, config.stack_prefix))
+    folder = cdk_out if cdk_out is not None else REPO / "cdk.out" / config.name
+    path = folder / f"{stack_name}.template.json"
+    kept = cdk_out is None or any(s.name == stack_name for s in read_cloud_assembly(cdk_out, config.stack_prefix))
     stack = next((s for s in synthesized_stacks(cdk_out, config) if s.name == stack_name), None)
     if stack is None:
         raise ToolError(f"the synthesized app has no stack {stack_name}")

@@ -57,8 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --live: write the refreshed prices into the region's price table "
                         "(scripts/telemetry/prices/REGION.json), marked checked, for the next offline run")
     parser.add_argument("--plot", type=Path, metavar="PATH.png", help="also draw the fixed and usage split per stack")
-    parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out",
-                        help="synthesized templates (default cdk.out; synthesized here if they lack the environment)")
+    from scripts.telemetry.deploy import CDK_OUT_HELP
+
+    parser.add_argument("--cdk-out", type=Path, help=CDK_OUT_HELP)
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -212,7 +213,12 @@ def draw(result: Any, path: Path) -> None:
     figure, axes = plt.subplots(figsize=(10, 5))
     labels = [s.split("-")[-1] for s in stacks]
     axes.barh(labels, fixed, label="fixed floor")
-    axes.barh(labels, usage, left=fixed, label="usage")
+    bars = axes.barh(labels, usage, left=fixed, label="usage")
+    # Each bar's total at its end, and room on the right for the longest one's label.
+    totals = [f + u for f, u in zip(fixed, usage)]
+    axes.bar_label(bars, labels=[f"${total:,.0f}" for total in totals], padding=4)
+    axes.set_xlim(0, max(totals, default=0) * 1.2 or 1)
+    axes.invert_yaxis()  # the report's order, top to bottom
     axes.set_xlabel("USD a month")
     scenario = result.scenario
     axes.set_title(f"{result.environment}: ${result.monthly_usd:,.0f} a month at {scenario.rate:,.0f} msg/s "

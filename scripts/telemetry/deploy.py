@@ -23,8 +23,10 @@ made here when cdk.out holds no stacks of the environment), offline and without 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -54,6 +56,10 @@ class Step:
     does: list[str]
 
 
+CDK_OUT_HELP = ("synthesized templates to read (default: this environment's own in cdk.out/ENV, synthesized again "
+                "when the code or cdk.json changed)")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="print every step and what it would do, from cdk.json and the synthesized "
@@ -64,8 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "requires MFA (the code is read from the terminal)")
     parser.add_argument("--yes", action="store_true",
                         help="apply a change to a production stack without showing it and asking first")
-    parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out",
-                        help="synthesized templates (default cdk.out; synthesized here if they lack the environment)")
+    parser.add_argument("--cdk-out", type=Path, help=CDK_OUT_HELP)
 
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
@@ -93,8 +98,9 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
             raise UsageError(f"the topics of {config.name} are not reconciled yet, which the topic administrator "
                              "role does with MFA: add --mfa-serial ARN (your MFA device)")
         stacks = synthesized_stacks(args.cdk_out, config)
+        # The deployment synthesizes with the CDK CLI (assets built) into cdk.out, or --cdk-out.
         steps = journey(config, session, stacks, runner=run_command, say=_say, mfa_serial=args.mfa_serial, yes=args.yes,
-                        cdk_out=args.cdk_out)
+                        cdk_out=args.cdk_out or REPO / "cdk.out")
         return run_journey(steps, _say)
     from stacks.placeholders import placeholders
 
@@ -119,15 +125,68 @@ def _say(line: str) -> None:
 # -- the synthesized app ------------------------------------------------------------------
 
 
-def synthesized_stacks(cdk_out: Path, config: Any) -> list[Stack]:
-    """The environment's stacks in deployment order, from cdk.out or a synthesis made now."""
+# What a synthesis reads: when none of it changed, the environment's last synthesis is reused.
+SYNTHESIS_INPUTS = ("app.py", "cdk.json", "stacks", "lambdas", "userdata", "simulator", "flink/pom.xml", "flink/src")
+DIGEST_FILE = ".inputs-sha256"  # beside each cdk.out/<env>/ synthesis: the digest of its inputs
+
+
+def synthesis_inputs_digest(repo: Path = REPO) -> str:
+    """SHA-256 over every file a synthesis reads (names and bytes), bytecode left out."""
+    digest = hashlib.sha256()
+    for entry in SYNTHESIS_INPUTS:
+        path = repo / entry
+        files = [path] if path.is_file() else sorted(
+            f for f in path.rglob("*") if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc")
+        for file in files:
+            digest.update(file.relative_to(repo).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def synthesized_stacks(cdk_out: Path | None, config: Any) -> list[Stack]:
+    """The environment's stacks in deployment order. With `cdk_out` (--cdk-out): its templates, or
+    a synthesis made now into a temporary folder when it lacks the environment. Without: the
+    environment's own synthesis in cdk.out/<env>/, made again only when the code or cdk.json
+    changed since (the digest of its inputs is kept beside it)."""
+    if cdk_out is None:
+        return in_dependency_order(environment_synthesis(config))
     stacks = read_cloud_assembly(cdk_out, config.stack_prefix)
     if not stacks:
-        print(f"cdk.out has no stacks of {config.name}: synthesizing them (a few seconds)...", file=sys.stderr, flush=True)
+        print(f"{cdk_out} has no stacks of {config.name}: synthesizing them (a few seconds)...", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix=f"telemetry-{config.name}-") as outdir:
             synthesize(config, Path(outdir))
             stacks = read_cloud_assembly(Path(outdir), config.stack_prefix)
     return in_dependency_order(stacks)
+
+
+def environment_synthesis(config: Any, root: Path = REPO / "cdk.out") -> list[Stack]:
+    """cdk.out/<env>/, synthesized again when its inputs' digest differs; replaced whole, so a
+    synthesis that fails leaves the last good one."""
+    folder = root / config.name
+    digest = synthesis_inputs_digest()
+    marker = folder / DIGEST_FILE
+    if marker.is_file() and marker.read_text().strip() == digest:
+        stacks = read_cloud_assembly(folder, config.stack_prefix)
+        if stacks:
+            return stacks
+    print(f"synthesizing {config.name} into {folder.relative_to(REPO) if folder.is_relative_to(REPO) else folder} "
+          "(none yet, or the code or cdk.json changed since; a few seconds)...", file=sys.stderr, flush=True)
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{config.name}-", dir=root))
+    try:
+        synthesize(config, staging)
+        (staging / DIGEST_FILE).write_text(digest + "\n")
+        if not (marker.is_file() and marker.read_text().strip() == digest):  # else another run made it meanwhile
+            if folder.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{config.name}-old-", dir=root))
+                folder.rename(old / config.name)
+                shutil.rmtree(old, ignore_errors=True)
+            staging.rename(folder)
+    except OSError:
+        if not (marker.is_file() and marker.read_text().strip() == digest):
+            raise  # not a run beside this one that put its synthesis there first
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return read_cloud_assembly(folder, config.stack_prefix)
 
 
 def read_cloud_assembly(cdk_out: Path, prefix: str) -> list[Stack]:

@@ -812,3 +812,59 @@ def test_a_first_deployment_without_mfa_is_refused_before_anything_is_deployed(a
     assert capsys.readouterr().err.strip() == (
         "telemetry: error: the topics of dev are not reconciled yet, which the topic administrator role does with "
         "MFA: add --mfa-serial ARN (your MFA device)")
+
+
+# -- the environment's own synthesis, kept in cdk.out/<env>/ -------------------------------------
+
+
+def test_an_environments_synthesis_is_kept_and_made_again_only_when_its_inputs_change(tmp_path, monkeypatch):
+    """Every offline command reads the same cdk.out/<env>/: synthesized once, reused while nothing
+    the synthesis reads changed (the digest beside it), made again when something did, and a
+    synthesis that fails leaves the last good one."""
+    config = load_environment(read_environments(), "dev")
+    made = []
+
+    def synthesize(config, outdir: Path) -> None:  # a one-stack assembly, as the app writes it
+        made.append(outdir)
+        if len(made) == 3:
+            raise RuntimeError("synthesis failed")
+        (outdir / "Telemetry-dev-Msk.template.json").write_text(json.dumps({"Resources": {"N": {"Type": str(len(made))}}}))
+        (outdir / "manifest.json").write_text(json.dumps({"artifacts": {"Telemetry-dev-Msk": {
+            "type": "aws:cloudformation:stack", "properties": {"templateFile": "Telemetry-dev-Msk.template.json"}}}}))
+
+    digest = ["first"]
+    monkeypatch.setattr(deploy, "synthesize", synthesize)
+    monkeypatch.setattr(deploy, "synthesis_inputs_digest", lambda: digest[0])
+    root = tmp_path / "cdk.out"
+
+    def kind() -> str:
+        (stack,) = deploy.environment_synthesis(config, root)
+        return stack.template["Resources"]["N"]["Type"]
+
+    assert kind() == "1" and kind() == "1" and len(made) == 1  # kept
+    digest[0] = "second"  # cdk.json or the code changed
+    assert kind() == "2" and len(made) == 2
+    digest[0] = "third"
+    with pytest.raises(RuntimeError):
+        kind()
+    assert sorted(p.name for p in root.iterdir()) == ["dev"]  # no half-made synthesis left behind
+    (stack,) = deploy.read_cloud_assembly(root / "dev", config.stack_prefix)
+    assert stack.template["Resources"]["N"]["Type"] == "2"
+
+
+def test_the_inputs_digest_follows_cdk_json_and_the_code(tmp_path):
+    for entry in deploy.SYNTHESIS_INPUTS:
+        path = tmp_path / entry
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if "." in Path(entry).name:
+            path.write_text("x")
+        else:
+            path.mkdir()
+            (path / "module.py").write_text("a = 1")
+            (path / "__pycache__").mkdir()
+            (path / "__pycache__" / "module.cpython-311.pyc").write_bytes(b"bytecode")
+    before = deploy.synthesis_inputs_digest(tmp_path)
+    (tmp_path / "stacks" / "__pycache__" / "module.cpython-311.pyc").write_bytes(b"other bytecode")
+    assert deploy.synthesis_inputs_digest(tmp_path) == before
+    (tmp_path / "stacks" / "module.py").write_text("a = 2")
+    assert deploy.synthesis_inputs_digest(tmp_path) != before
