@@ -136,6 +136,16 @@ def seed_node_name(index: int) -> str:
     return f"seed-{index}"
 
 
+def node_lifecycle_alarm_name(cluster_name: str, kind: str) -> str:
+    """Named, so an instance refresh can stop on it (its AlarmSpecification takes alarm names)."""
+    return f"{cluster_name}-lifecycle-{kind}"
+
+
+# The alarms an instance refresh of the scaling group stops on (telemetry cluster refresh): a
+# replacement node that did not join, an old node whose drain failed, a seed gone Down meanwhile.
+REFRESH_STOP_ALARMS = ("JoinFailed", "DrainFailed", "SeedNodeDown")
+
+
 def scaling_group_name(config: EnvironmentConfig) -> str:
     return f"{service_fabric_cluster_name(config)}-scaling"
 

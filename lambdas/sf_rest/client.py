@@ -14,6 +14,7 @@ from urllib.parse import quote
 import requests
 
 from .client_certificate import ClientCertificate
+from .code_upgrade import CodeUpgradeProgress, MonitoredCodeUpgrade
 from .errors import FabricError
 from .gateway import DEFAULT_RETRY, DEFAULT_TIMEOUTS, Gateway, Timeouts
 from .models import (
@@ -215,3 +216,36 @@ class ServiceFabricClient:
             idempotent=True,
         )
         return ClusterConfigurationUpgradeStatus.from_json(response.json())
+
+    # -- cluster code (runtime) upgrade -------------------------------------------------
+
+    def provision_cluster(self, code_file_path: str) -> None:
+        """POST /$/Provision: register a code package already in the image store (its path
+        relative to the image store's root). Raises FabricError FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS
+        (409) when that version is provisioned already."""
+        self._gateway.request(
+            "POST",
+            "/$/Provision",
+            params={"api-version": API_VERSION},
+            body={"CodeFilePath": code_file_path},
+            idempotent=True,  # provisioning again answers VersionAlreadyExists
+        )
+
+    def start_cluster_upgrade(self, upgrade: MonitoredCodeUpgrade) -> None:
+        """POST /$/Upgrade (202). Poll get_cluster_upgrade_progress afterwards."""
+        self._gateway.request(
+            "POST",
+            "/$/Upgrade",
+            params={"api-version": API_VERSION},
+            body=upgrade.to_body(),
+            # Not resent: a start that went through answers FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS
+            # the second time; callers read the progress instead.
+            idempotent=False,
+        )
+
+    def get_cluster_upgrade_progress(self) -> CodeUpgradeProgress:
+        """GET /$/GetUpgradeProgress."""
+        response = self._gateway.request(
+            "GET", "/$/GetUpgradeProgress", params={"api-version": API_VERSION}, idempotent=True
+        )
+        return CodeUpgradeProgress.from_json(response.json())

@@ -26,7 +26,8 @@ their runs report progress as text, and topics reads an MFA code from the termin
     every --dry-run    {"environment", "region", "dry_run": true, <the command's fields>,
                        "would_read": [...], "would_change": [...]}, but deploy's (below):
                        scale: group, desired, minimum, maximum (null for another --group);
-                       drain: node; devices provision: devices, things, policy, parameters;
+                       drain: node; refresh: group, preferences; upgrade: from_version, version,
+                       code_file_path, upgrade, cdk_json; devices provision: devices, things, policy, parameters;
                        devices delete: fleet, things, parameters; devices replay: queue, since,
                        rate, workers, journal, rule; topics: runs_on, topics, acls; cluster
                        bootstrap: source, cluster_config (thumbprints as placeholders), written
@@ -43,6 +44,8 @@ their runs report progress as text, and topics reads an MFA code from the termin
                        "instance_state", "availability_zone", "address", "flag"}, ...]
     cluster scale      {"group", "desired", "steady"}
     cluster drain      {"node", "result": "removed" | "already removed"}
+    cluster refresh    {"group", "refresh_id", "status": "Successful"}
+    cluster upgrade    {"environment", "version", "previous", "state", "cdk_json": {key: value}}
     devices provision  {"environment", "devices", "created", "repaired", "unchanged", "failed"}
     devices delete     {"environment", "fleet", "deleted", "failed"}
     devices export     {"environment", "directory", "exported": [thing, ...], "failed": [thing, ...]}
@@ -117,6 +120,11 @@ COMMANDS = (
     Command(("cluster", "patch"), "install Windows updates on every node in place, seeds included, one at a time",
             WORKSTATION + " Starts the patch state machine, which reaches the cluster itself; --dry-run plans offline.",
             "scripts.patch_cluster"),
+    Command(("cluster", "refresh"), "replace the scaling nodes onto the group's current launch template (a new image), "
+            "one at a time through the join and drain automation", WORKSTATION, "scripts.refresh_nodes"),
+    Command(("cluster", "upgrade"), "upgrade the Service Fabric runtime: a monitored cluster code upgrade that rolls back "
+            "on failure", WORKSTATION + " Reaches the cluster's HTTP gateway (19080): from the VPC or a management CIDR.",
+            "scripts.upgrade_runtime"),
     Command(("devices", "provision"), "create the simulator's AWS IoT things and certificates", WORKSTATION,
             "scripts.provision_devices", mode="provision"),
     Command(("devices", "delete"), "delete every simulated device of the environment and its stored keys",
@@ -134,7 +142,7 @@ COMMANDS = (
             "scripts.telemetry.cost"),
 )
 GROUPS = {
-    "cluster": "the Service Fabric cluster: bootstrap, status, scale, drain, patch",
+    "cluster": "the Service Fabric cluster: bootstrap, status, scale, drain, patch, refresh, upgrade",
     "devices": "AWS IoT devices: provision, delete and export the simulator's; replay failed deliveries",
 }
 

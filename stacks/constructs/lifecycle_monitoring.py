@@ -16,6 +16,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from stacks.constructs.alarm_topic import notifying_alarm
+from stacks.naming import REFRESH_STOP_ALARMS, node_lifecycle_alarm_name
 
 
 class LifecycleMonitoring(Construct):
@@ -56,6 +57,7 @@ class LifecycleMonitoring(Construct):
                 comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 evaluation_periods=evaluation_periods,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                alarm_name=node_lifecycle_alarm_name(cluster_name, alarm_id) if alarm_id in REFRESH_STOP_ALARMS else None,
             )
 
         alarm("DrainFailed", f"A scale-in drain of {cluster_name} failed or stalled (see the alarm topic's message)",

@@ -27,6 +27,7 @@ from .failover_manager import (
     EmulatedNode,
     FailoverManager,
 )
+from .cluster_manager import ClusterManager
 from .upgrade_orchestration import Orchestration, UpgradeOrchestrationService, nodes_to_be_removed
 
 __all__ = [
@@ -68,6 +69,7 @@ class EmulatedCluster:
             clock=lambda: self.clock(), manifest_nodes=lambda: self.uos.topology
         )
         self.uos = UpgradeOrchestrationService(self.fm)
+        self.cm = ClusterManager()  # the fabric (runtime code) upgrade
         self.clock = clock
         self.page_size = page_size
         self.deactivation_ticks = deactivation_ticks
@@ -203,6 +205,7 @@ class EmulatedCluster:
                 self.ticks += 1
                 self.fm.tick()
                 self.uos.tick()
+                self.cm.tick()
 
     # -- gateway operations -----------------------------------------------------------------
 
@@ -289,3 +292,17 @@ class EmulatedCluster:
     def upgrade_status(self) -> dict[str, Any]:
         with self.lock:
             return self.uos.status()
+
+    # -- fabric (runtime code) upgrade: the Cluster Manager (cluster_manager.py) --------------
+
+    def provision_fabric(self, body: Any) -> None:
+        with self.lock:
+            self.cm.provision(body)
+
+    def start_fabric_upgrade(self, body: Any) -> None:
+        with self.lock:
+            self.cm.start_upgrade(body, sorted({node.upgrade_domain for node in self.fm.nodes.values()}))
+
+    def fabric_upgrade_progress(self) -> dict[str, Any]:
+        with self.lock:
+            return self.cm.progress()

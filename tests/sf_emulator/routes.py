@@ -73,6 +73,20 @@ def _upgrade_status(cluster, match, query, body):
     return 200, cluster.upgrade_status()
 
 
+def _provision_fabric(cluster, match, query, body):
+    cluster.provision_fabric(body)
+    return 200, None  # ClusterManagementHandler::OnProvisionComplete: an empty body
+
+
+def _start_fabric_upgrade(cluster, match, query, body):
+    cluster.start_fabric_upgrade(body)
+    return 202, None  # ClusterManagementHandler::OnUpgradeFabricComplete: StatusAccepted
+
+
+def _fabric_upgrade_progress(cluster, match, query, body):
+    return 200, cluster.fabric_upgrade_progress()
+
+
 _NODE = r"/Nodes/(?P<name>[^/]+)"
 ROUTES: list[tuple[str, re.Pattern[str], str, Handler]] = [
     ("GET", re.compile(r"^/Nodes$"), "6.3", _list_nodes),
@@ -84,6 +98,9 @@ ROUTES: list[tuple[str, re.Pattern[str], str, Handler]] = [
     ("POST", re.compile(r"^/\$/StartClusterConfigurationUpgrade$"), "6.0", _start_upgrade),
     ("GET", re.compile(r"^/\$/GetClusterConfigurationUpgradeStatus$"), "6.0", _upgrade_status),
     ("GET", re.compile(r"^/\$/GetClusterHealth$"), "6.0", _cluster_health),
+    ("POST", re.compile(r"^/\$/Provision$"), "6.0", _provision_fabric),
+    ("POST", re.compile(r"^/\$/Upgrade$"), "6.0", _start_fabric_upgrade),
+    ("GET", re.compile(r"^/\$/GetUpgradeProgress$"), "6.0", _fabric_upgrade_progress),
 ]
 
 

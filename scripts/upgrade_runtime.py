@@ -1,0 +1,226 @@
+"""`telemetry cluster upgrade`: a monitored upgrade of the Service Fabric runtime (cluster code
+upgrade) over the REST API, as the standalone guide does it for a cluster without internet access
+("Upgrade the Service Fabric version that runs on your cluster"):
+
+1. the runtime package (MicrosoftServiceFabric.<version>.cab, from the release notes) is in the
+   cluster's image store: copy it there first, from a node or any machine with the Service Fabric
+   PowerShell module, `Copy-ServiceFabricClusterPackage -Code -CodePackagePath <cab>
+   -ImageStoreConnectionString fabric:ImageStore` (--code-file-path names it in the store);
+2. Provision Cluster (POST /$/Provision, CodeFilePath); a version provisioned already is fine;
+3. Start Cluster Upgrade (POST /$/Upgrade): Rolling, Monitored, FailureAction Rollback, with
+   health checks after each upgrade domain and no unhealthy node or application tolerated;
+4. Get Cluster Upgrade Progress (GET /$/GetUpgradeProgress) every --poll-interval seconds, a line
+   each time, until RollingForwardCompleted (exit 0); RollingBackCompleted or Failed is exit 1
+   with the failure reason. An upgrade to this version already under way is followed, not
+   started again.
+
+Refused (exit 2): a version that is not four dot-separated numbers, a version not newer than the
+one the cluster runs, an upgrade to another version under way.
+
+When it completes, it prints the edit cdk.json needs so that nodes joining later (AddNode installs
+cdk.json's runtime) run the same version: runtime_version, and the release's runtime_cab_url,
+standalone_package_url and standalone_package_sha256, then `make deploy`.
+
+--dry-run plans offline from cdk.json: its runtime_version -> --version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from scripts.telemetry import output
+from scripts.telemetry.errors import OperationFailed, UsageError
+from stacks.config import RUNTIME_VERSION_PATTERN, SERVICE_FABRIC_RUNTIME_VERSION, load_environment, read_environments
+
+ALREADY_PROVISIONED = "FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS"  # ClusterManagerReplica::BeginAcceptProvisionFabric
+UPGRADE_IN_PROGRESS = "FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS"  # ClusterManagerReplica::BeginAcceptUpgradeFabric
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def code_file_path(args: argparse.Namespace) -> str:
+    # Where Copy-ServiceFabricClusterPackage puts the cab by default: its file name.
+    return args.code_file_path or f"MicrosoftServiceFabric.{args.version}.cab"
+
+
+def upgrade_description(version: str) -> Any:
+    from sf_rest.code_upgrade import MonitoredCodeUpgrade
+
+    return MonitoredCodeUpgrade(code_version=version)
+
+
+def cdk_json_edit(env: str, version: str) -> dict[str, str]:
+    key = f"environments.{env}.service_fabric"
+    return {
+        f"{key}.runtime_version": version,
+        f"{key}.runtime_cab_url": f"the Cab link of {version} in its release notes (microsoft/service-fabric release_notes)",
+        f"{key}.standalone_package_url": f"the Package link of {version} in the same release notes",
+        f"{key}.standalone_package_sha256": "Get-FileHash -Algorithm SHA256 of that package, after review",
+    }
+
+
+def edit_lines(env: str, version: str) -> list[str]:
+    lines = [f"cdk.json must follow, so nodes that join later install {version} too:"]
+    lines += [f"  {key}: {value}" for key, value in cdk_json_edit(env, version).items()]
+    lines.append(f"then: make deploy ENV={env}")
+    return lines
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", required=True, metavar="V", help="the runtime version to upgrade to, such as 11.5.0.1")
+    parser.add_argument("--code-file-path", metavar="PATH",
+                        help="the code package's path in the image store (default MicrosoftServiceFabric.V.cab, where "
+                             "Copy-ServiceFabricClusterPackage puts it)")
+    parser.add_argument("--endpoint", help="HTTP gateway, https://HOST:19080 (default: the stack's HttpGatewayEndpoint "
+                        "output); with the client certificate and a way to trust the gateway, no AWS call is made")
+    parser.add_argument("--client-cert", metavar="PEM", help="admin client certificate")
+    parser.add_argument("--client-key", metavar="PEM", help="its private key")
+    trust = parser.add_mutually_exclusive_group()
+    trust.add_argument("--ca-bundle", metavar="PEM", help="cluster CA to verify the gateway")
+    trust.add_argument("--server-thumbprint", metavar="HEX", help="verify the gateway by its certificate's thumbprint")
+    trust.add_argument("--insecure", action="store_true", help="do not verify the gateway")
+    parser.add_argument("--timeout", type=float, default=12 * 3600.0, metavar="SECONDS",
+                        help="follow the upgrade this long (default 43200); it goes on after")
+    parser.add_argument("--poll-interval", type=float, default=60.0, metavar="SECONDS",
+                        help="seconds between progress lines (default 60)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="offline: the upgrade from cdk.json's runtime_version to --version, its policy and what a "
+                             "run would read from the cluster first; call and change nothing")  # fmt: skip
+
+
+def check_arguments(args: argparse.Namespace) -> argparse.Namespace:
+    if not re.fullmatch(RUNTIME_VERSION_PATTERN, args.version):
+        raise UsageError(f"--version {args.version!r} is not a Service Fabric runtime version (four dot-separated "
+                         f"numbers, such as {SERVICE_FABRIC_RUNTIME_VERSION})")
+    if bool(args.client_cert) != bool(args.client_key):
+        raise UsageError("--client-cert and --client-key go together")
+    for flag in ("client_cert", "client_key", "ca_bundle"):
+        path = getattr(args, flag)
+        if path and not Path(path).is_file():
+            raise UsageError(f"--{flag.replace('_', '-')} {path}: no such file")
+    if args.endpoint and (urlsplit(args.endpoint).scheme not in ("http", "https") or not urlsplit(args.endpoint).netloc):
+        raise UsageError(f"--endpoint must be https://HOST:PORT, got {args.endpoint!r}")
+    if args.timeout <= 0 or args.poll_interval <= 0:
+        raise UsageError("--timeout and --poll-interval must be positive")
+    return args
+
+
+def refuse_not_newer(version: str, current: str, where: str) -> None:
+    if version_key(version) <= version_key(current):
+        raise UsageError(f"--version {version} is not newer than {current}, which {where}; a code upgrade goes to a "
+                         "newer runtime")
+
+
+def plan(args: argparse.Namespace, config: Any) -> int:
+    current = config.service_fabric.runtime_version
+    refuse_not_newer(args.version, current, "cdk.json names (runtime_version)")
+    body = upgrade_description(args.version).to_body()
+    path = code_file_path(args)
+    policy = body["MonitoringPolicy"]
+    return output.dry_run_plan(
+        args, config,
+        summary=[f"Service Fabric runtime {current} (cdk.json) -> {args.version}",
+                 f"  provision {path} from the image store, then a Rolling, Monitored upgrade, FailureAction "
+                 f"{policy['FailureAction']}: health checked {policy['HealthCheckWaitDurationInMilliseconds']} after "
+                 f"each upgrade domain, stable for {policy['HealthCheckStableDurationInMilliseconds']}, no unhealthy "
+                 "node or application",
+                 *("  " + line for line in edit_lines(config.name, args.version))],
+        would_read=[
+            "the gateway's endpoint and the admin certificate (the ServiceFabric stack's outputs and the certificate "
+            "secret), unless given as flags",
+            "the cluster's runtime version and whether an upgrade is under way (GetUpgradeProgress): a version not "
+            "newer, or another upgrade under way, is refused",
+        ],
+        would_change=[
+            f"provision {path} (POST /$/Provision; it must be in the image store already)",
+            f"start the code upgrade to {args.version} (POST /$/Upgrade) and follow it (GET /$/GetUpgradeProgress) "
+            f"a line every {args.poll_interval:g} s until it completes or rolls back",
+        ],
+        from_version=current, version=args.version, code_file_path=path, upgrade=body,
+        cdk_json=cdk_json_edit(config.name, args.version),
+    )  # fmt: skip
+
+
+def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
+    config = load_environment(read_environments(), args.env)
+    if args.dry_run:
+        return plan(args, config)
+    from scripts.drain_node import connect
+
+    client, clean_up = connect(args, session_factory)
+    try:
+        return upgrade(args, config, client)
+    finally:
+        clean_up()
+        client.close()
+
+
+def upgrade(args: argparse.Namespace, config: Any, client: Any, *, clock: Callable[[], float] = time.monotonic,
+            sleep: Callable[[float], None] = time.sleep) -> int:
+    from sf_rest import FabricError
+
+    progress = client.get_cluster_upgrade_progress()
+    following = progress.running and progress.code_version == args.version
+    if progress.running and not following:
+        raise UsageError(f"an upgrade to {progress.code_version} is under way ({progress.state}); wait until it ends, "
+                         "then run again")
+    if not following:
+        previous = progress.code_version
+        refuse_not_newer(args.version, previous, "the cluster runs")
+        path = code_file_path(args)
+        try:
+            client.provision_cluster(path)
+            print(f"provisioned {path}")
+        except FabricError as error:
+            if error.code != ALREADY_PROVISIONED:
+                raise OperationFailed(f"provisioning {path} failed: {error.code} {error}; is the package in the image "
+                                      "store? Copy-ServiceFabricClusterPackage -Code -CodePackagePath <cab> "
+                                      "-ImageStoreConnectionString fabric:ImageStore puts it there") from None
+            print(f"{args.version} is provisioned already")
+        try:
+            client.start_cluster_upgrade(upgrade_description(args.version))
+            print(f"upgrade {previous} -> {args.version} started: Rolling, Monitored, FailureAction Rollback")
+        except FabricError as error:
+            if error.code != UPGRADE_IN_PROGRESS:
+                raise
+            running = client.get_cluster_upgrade_progress()
+            if running.code_version != args.version:
+                raise UsageError(f"an upgrade to {running.code_version} is under way ({running.state}); wait until it "
+                                 "ends, then run again") from None
+    else:
+        previous = ""
+        print(f"an upgrade to {args.version} is under way ({progress.state}); following it")
+    started = clock()
+    while True:
+        progress = client.get_cluster_upgrade_progress()
+        elapsed = clock() - started
+        print(f"[{elapsed:6.0f} s] {progress.summary()}", flush=True)
+        if progress.state == "RollingForwardCompleted" and progress.code_version == args.version:
+            print(f"the cluster runs {args.version}")
+            print("\n".join(edit_lines(config.name, args.version)))
+            if args.format == "json":
+                output.document({"environment": config.name, "version": args.version, "previous": previous or None,
+                                 "state": progress.state, "cdk_json": cdk_json_edit(config.name, args.version)})
+            return 0
+        if not progress.running:
+            raise OperationFailed(f"the upgrade to {args.version} ended {progress.state} (failure: "
+                                  f"{progress.failure_reason or 'not given'}); the cluster runs {progress.code_version}; "
+                                  "its health evaluations say why (Get-ServiceFabricClusterUpgrade)")
+        if elapsed >= args.timeout:
+            raise OperationFailed(f"the upgrade to {args.version} is still {progress.state} after {args.timeout:.0f} s; "
+                                  "it goes on: run this command again to follow it")
+        sleep(args.poll_interval)
+
+
+if __name__ == "__main__":  # run by path, as before the one front door
+    from scripts.telemetry.errors import moved
+
+    raise SystemExit(moved("cluster upgrade"))

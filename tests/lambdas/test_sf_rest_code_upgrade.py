@@ -1,0 +1,71 @@
+"""The cluster code (runtime) upgrade through the REST client, against the HTTPS emulator's
+Cluster Manager (tests/sf_emulator/cluster_manager.py, each rule citing microsoft/service-fabric)."""
+
+from __future__ import annotations
+
+import pytest
+from sf_rest import FabricError
+from sf_rest.code_upgrade import MonitoredCodeUpgrade
+
+pytestmark = pytest.mark.integration  # starts the HTTPS emulator
+
+CAB = "MicrosoftServiceFabric.11.5.0.1.cab"
+
+
+def _error(call) -> tuple[int, str]:
+    with pytest.raises(FabricError) as raised:
+        call()
+    return raised.value.status, raised.value.code
+
+
+def test_provision_then_a_monitored_upgrade_rolls_forward_domain_by_domain(sf_client, sf_cluster, sf_emulator):
+    sf_cluster.cm.put_in_image_store(CAB)
+    sf_client.provision_cluster(CAB)
+    sf_client.start_cluster_upgrade(MonitoredCodeUpgrade("11.5.0.1"))
+    sent = sf_emulator.requests_to("POST", r"/\$/Upgrade")[0].body
+    assert sent["RollingUpgradeMode"] == "Monitored" and sent["UpgradeKind"] == "Rolling"
+    assert sent["MonitoringPolicy"]["FailureAction"] == "Rollback"
+    assert sent["ClusterHealthPolicy"]["MaxPercentUnhealthyNodes"] == 0
+    states = []
+    for _ in range(20):
+        progress = sf_client.get_cluster_upgrade_progress()
+        states.append((progress.state, sum(s == "Completed" for _, s in progress.domains)))
+        if not progress.running:
+            break
+    assert states[0][0] == "RollingForwardInProgress"
+    assert progress.state == "RollingForwardCompleted" and progress.code_version == "11.5.0.1"
+    assert [done for state, done in states if state == "RollingForwardInProgress"] == sorted(
+        done for state, done in states if state == "RollingForwardInProgress")  # domain after domain
+
+
+def test_the_cluster_managers_refusals(sf_client, sf_cluster):
+    sf_cluster.cm.put_in_image_store(CAB)
+    # Not provisioned -> FabricVersionNotFound (404); not in the image store -> Image Builder's error.
+    assert _error(lambda: sf_client.start_cluster_upgrade(MonitoredCodeUpgrade("11.5.0.1"))) == (
+        404, "FABRIC_E_FABRIC_VERSION_NOT_FOUND")
+    assert _error(lambda: sf_client.provision_cluster("MicrosoftServiceFabric.11.6.0.1.cab"))[1] == (
+        "FABRIC_E_IMAGEBUILDER_VALIDATION_ERROR")
+    sf_client.provision_cluster(CAB)
+    assert _error(lambda: sf_client.provision_cluster(CAB)) == (409, "FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS")
+    # The version it runs -> FabricAlreadyInTargetVersion; a second start -> FabricUpgradeInProgress.
+    assert _error(lambda: sf_client.start_cluster_upgrade(MonitoredCodeUpgrade("11.4.268.1"))) == (
+        409, "FABRIC_E_FABRIC_ALREADY_IN_TARGET_VERSION")
+    sf_client.start_cluster_upgrade(MonitoredCodeUpgrade("11.5.0.1"))
+    assert _error(lambda: sf_client.start_cluster_upgrade(MonitoredCodeUpgrade("11.5.0.1"))) == (
+        409, "FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS")
+
+
+def test_a_health_failure_rolls_back_to_the_version_it_ran(sf_client, sf_cluster):
+    sf_cluster.cm.put_in_image_store(CAB)
+    sf_cluster.cm.outcome = "RollingBackCompleted"
+    sf_client.provision_cluster(CAB)
+    sf_client.start_cluster_upgrade(MonitoredCodeUpgrade("11.5.0.1"))
+    seen = set()
+    for _ in range(30):
+        progress = sf_client.get_cluster_upgrade_progress()
+        seen.add(progress.state)
+        if not progress.running:
+            break
+    assert "RollingBackInProgress" in seen
+    assert (progress.state, progress.code_version, progress.failure_reason) == (
+        "RollingBackCompleted", "11.4.268.1", "HealthCheck")

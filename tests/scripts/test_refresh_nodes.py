@@ -1,0 +1,166 @@
+"""`telemetry cluster refresh` (scripts/refresh_nodes.py): Auto Scaling answered by botocore's
+Stubber, which checks every request against the real API model (StartInstanceRefresh's
+Preferences included) and raises the errors the model documents (InstanceRefreshInProgress,
+LimitExceeded)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from scripts import refresh_nodes
+from scripts.telemetry import cli
+
+GROUP = "telemetry-dev-sf-scaling"
+ALARMS = [f"telemetry-dev-sf-lifecycle-{kind}" for kind in ("JoinFailed", "DrainFailed", "SeedNodeDown")]
+NOW = datetime.datetime(2026, 11, 26, tzinfo=datetime.timezone.utc)
+
+
+class StubbedSession:
+    def __init__(self) -> None:
+        self.client_ = boto3.client("autoscaling", region_name="eu-west-1", aws_access_key_id="x",
+                                    aws_secret_access_key="x")
+        self.stubber = Stubber(self.client_)
+
+    def client(self, service: str):
+        assert service == "autoscaling"
+        return self.client_
+
+
+@pytest.fixture
+def aws():
+    session = StubbedSession()
+    with session.stubber:
+        yield session
+    session.stubber.assert_no_pending_responses()
+
+
+def group_is(stubber: Stubber, node_type: str = "ScalingNodeType") -> None:
+    instance = {"InstanceId": "i-0abc", "AvailabilityZone": "eu-west-1a", "LifecycleState": "InService",
+                "HealthStatus": "Healthy", "ProtectedFromScaleIn": False}
+    stubber.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [{
+        "AutoScalingGroupName": GROUP, "MinSize": 0, "MaxSize": 3, "DesiredCapacity": 2, "DefaultCooldown": 300,
+        "AvailabilityZones": ["eu-west-1a"], "HealthCheckType": "EC2", "CreatedTime": NOW,
+        "Instances": [instance, {**instance, "InstanceId": "i-0def"}],
+        "Tags": [{"Key": "sf:nodetype", "Value": node_type, "ResourceId": GROUP, "ResourceType": "auto-scaling-group",
+                  "PropagateAtLaunch": True}]}]}, {"AutoScalingGroupNames": [GROUP]})
+    stubber.add_response("describe_scaling_activities", {"Activities": []},
+                         {"AutoScalingGroupName": GROUP, "MaxRecords": 20})
+
+
+def refreshes_are(stubber: Stubber, *statuses: str) -> None:
+    stubber.add_response("describe_instance_refreshes", {"InstanceRefreshes": [
+        {"InstanceRefreshId": f"r-{i}", "AutoScalingGroupName": GROUP, "Status": status}
+        for i, status in enumerate(statuses)]}, {"AutoScalingGroupName": GROUP, "MaxRecords": 10})
+
+
+def progress_is(stubber: Stubber, status: str, percent: int, left: int, reason: str = "") -> None:
+    answer = {"InstanceRefreshId": "r-new", "AutoScalingGroupName": GROUP, "Status": status,
+              "PercentageComplete": percent, "InstancesToUpdate": left, **({"StatusReason": reason} if reason else {})}
+    stubber.add_response("describe_instance_refreshes", {"InstanceRefreshes": [answer]},
+                         {"AutoScalingGroupName": GROUP, "InstanceRefreshIds": ["r-new"]})
+
+
+EXPECTED_REQUEST = {
+    "AutoScalingGroupName": GROUP,
+    "Strategy": "Rolling",
+    "Preferences": {"MinHealthyPercentage": 100, "MaxHealthyPercentage": 110, "InstanceWarmup": 900,
+                    "SkipMatching": True, "AutoRollback": False, "AlarmSpecification": {"Alarms": ALARMS}},
+}
+
+
+def run(argv, session) -> int:
+    return cli.main(["cluster", "refresh", "--env", "dev", "--poll-interval", "0.001", *argv],
+                    session_factory=lambda region: session)
+
+
+def test_starts_a_launch_first_refresh_that_stops_on_the_lifecycle_alarms_and_follows_it(aws, capsys):
+    group_is(aws.stubber)
+    refreshes_are(aws.stubber, "Successful", "Cancelled")  # earlier refreshes that ended
+    aws.stubber.add_response("start_instance_refresh", {"InstanceRefreshId": "r-new"}, EXPECTED_REQUEST)
+    progress_is(aws.stubber, "InProgress", 0, 2)
+    progress_is(aws.stubber, "InProgress", 50, 1)
+    progress_is(aws.stubber, "Successful", 100, 0)
+    assert run(["--format", "json"], aws) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"group": GROUP, "refresh_id": "r-new", "status": "Successful"}
+    assert "instance refresh r-new started (desired 2: InService 2)" in err
+    assert f"{GROUP} InProgress, 50% done, 1 instance(s) to replace" in err
+
+
+def test_the_minimum_healthy_percentage_below_100_drains_first(aws):
+    group_is(aws.stubber)
+    refreshes_are(aws.stubber)
+    request = {**EXPECTED_REQUEST, "Preferences": {**EXPECTED_REQUEST["Preferences"], "MinHealthyPercentage": 50,
+                                                   "MaxHealthyPercentage": 100}}
+    aws.stubber.add_response("start_instance_refresh", {"InstanceRefreshId": "r-new"}, request)
+    progress_is(aws.stubber, "Successful", 100, 0)
+    assert run(["--min-healthy-percent", "50"], aws) == 0
+
+
+@pytest.mark.parametrize("status", ["InProgress", "Pending", "Cancelling", "RollbackInProgress", "Baking"])
+def test_a_refresh_under_way_is_refused_in_one_line(aws, capsys, status):
+    group_is(aws.stubber)
+    refreshes_are(aws.stubber, status)
+    assert run([], aws) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"telemetry: error: an instance refresh of {GROUP} is already under way (r-0, {status}); wait for it "
+                   f"(aws autoscaling describe-instance-refreshes --auto-scaling-group-name {GROUP}) or cancel it "
+                   "(aws autoscaling cancel-instance-refresh), then run again"]
+
+
+@pytest.mark.parametrize(("code", "exit_code", "fragment"), [
+    ("InstanceRefreshInProgress", 2, "already under way; wait for it"),  # started by someone else since we looked
+    ("LimitExceeded", 1, "Auto Scaling refused the refresh of telemetry-dev-sf-scaling: too many"),
+])
+def test_the_documented_errors_of_start_instance_refresh_are_one_line(aws, capsys, code, exit_code, fragment):
+    group_is(aws.stubber)
+    refreshes_are(aws.stubber)
+    aws.stubber.add_client_error("start_instance_refresh", service_error_code=code, service_message="too many",
+                                 http_status_code=400, expected_params=EXPECTED_REQUEST)
+    assert run([], aws) == exit_code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0] and "Traceback" not in err[0]
+
+
+def test_a_refresh_stopped_by_an_alarm_fails_with_its_reason(aws, capsys):
+    group_is(aws.stubber)
+    refreshes_are(aws.stubber)
+    aws.stubber.add_response("start_instance_refresh", {"InstanceRefreshId": "r-new"}, EXPECTED_REQUEST)
+    reason = f"The instance refresh failed because alarm {ALARMS[0]} went into ALARM state"
+    progress_is(aws.stubber, "Failed", 50, 1, reason)
+    assert run([], aws) == 1
+    assert f"instance refresh r-new of {GROUP} ended Failed: {reason}" in capsys.readouterr().err
+
+
+def test_only_the_scaling_node_group_is_refreshed(aws, capsys):
+    group_is(aws.stubber, node_type="PrimaryNodeType")
+    assert run([], aws) == 2
+    assert "is not a Service Fabric scaling node group" in capsys.readouterr().err
+
+
+def test_the_warm_up_and_the_stop_alarms_are_the_stacks(synthesized):
+    """The refresh names what the stacks create: the group's warm-up and the lifecycle alarms."""
+    from stacks.constructs.scaling_node_group import INSTANCE_WARMUP
+
+    assert refresh_nodes.INSTANCE_WARMUP_SECONDS == INSTANCE_WARMUP.to_seconds()
+    resources = synthesized("dev").stacks["node_lifecycle"]["Resources"].values()
+    names = {r["Properties"].get("AlarmName") for r in resources if r["Type"] == "AWS::CloudWatch::Alarm"}
+    assert set(ALARMS) <= names
+
+
+def test_bad_minimum_is_one_line(capsys):
+    assert cli.main(["cluster", "refresh", "--env", "dev", "--min-healthy-percent", "120"]) == 2
+    assert "must be 0-100, got 120" in capsys.readouterr().err
+
+
+def test_the_readme_command_plans_offline(capsys):
+    """README's `telemetry cluster refresh --env prod`, as its dry run: the preferences, no AWS."""
+    assert cli.main(["cluster", "refresh", "--env", "prod", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "telemetry-prod-sf-scaling: instance refresh, minimum healthy 100%, maximum 110%, warm-up 900 s" in out
+    assert "stops on: telemetry-prod-sf-lifecycle-JoinFailed, telemetry-prod-sf-lifecycle-DrainFailed" in out
