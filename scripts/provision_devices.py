@@ -456,7 +456,7 @@ class Provisioner:
         return 1 if tally.counts.get("failed") else 0
 
     def export(self, directory: Path, first: int, count: int | None) -> int:
-        prepare_export_directory(directory)
+        prepare_export_directory(directory, create=False)
         if count is None:
             stored = self.store.stored()
             things = sorted((t for t in stored if self.fleet.index_of(t) >= first), key=self.fleet.index_of)
@@ -465,6 +465,7 @@ class Provisioner:
             stored = self.store.read(things)
         if not things:
             raise ToolError(f"no stored device credentials from device {first} on; run --count N first")
+        prepare_export_directory(directory)
         failed = 0
         self.result = {"environment": self.fleet.config.name, "directory": str(directory), "exported": [], "failed": []}
         for thing in things:
@@ -489,8 +490,10 @@ def git_work_tree_of(path: Path) -> Path | None:
     return None
 
 
-def prepare_export_directory(directory: Path) -> None:
-    """A 0700 directory outside any git work tree (keys must never be committed)."""
+def prepare_export_directory(directory: Path, create: bool = True) -> None:
+    """A 0700 directory outside any git work tree (keys must never be committed); with create
+    False, only whether it may be one (so a run that fails first, without credentials, leaves
+    nothing behind)."""
     resolved = directory.expanduser().resolve()
     repository = git_work_tree_of(resolved)
     if repository is not None:
@@ -501,6 +504,8 @@ def prepare_export_directory(directory: Path) -> None:
         mode = stat.S_IMODE(resolved.stat().st_mode)
         if mode & 0o077:
             raise ToolError(f"{directory} is open to group or others (mode {mode:04o}); chmod 700 it or name a new directory")
+        return
+    if not create:
         return
     resolved.mkdir(parents=True, mode=0o700)
     resolved.chmod(0o700)  # mkdir's mode is subject to the umask

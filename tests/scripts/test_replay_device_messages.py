@@ -100,9 +100,14 @@ def test_every_failed_message_is_published_once_to_its_topic_with_its_bytes_and_
     recorder = Recorder()
     tally = queue.replay(recorder, tmp_path)
     assert sorted(recorder.published) == sorted(sent)
-    assert tally.as_dict() == {"replayed": 60, "already_replayed": 0, "left_before_since": 0, "left_failed_again": 0,
-                               "unreadable": 0, "delete_failures": 0, "visibility_failures": 0, "still_visible": 0,
-                               "oldest_left_days": 0.0, "stopped": ""}
+    # A standard queue delivers at least once ("Amazon SQS at-least-once delivery": a message may
+    # be received again), and moto's, with three workers receiving at once on a busy machine, now
+    # and then does: the journal then counts it already replayed and does not publish it twice.
+    found = tally.as_dict()
+    assert found.pop("already_replayed") <= 1
+    assert found == {"replayed": 60, "left_before_since": 0, "left_failed_again": 0, "unreadable": 0,
+                     "delete_failures": 0, "visibility_failures": 0, "still_visible": 0, "oldest_left_days": 0.0,
+                     "stopped": ""}
     assert queue.counts() == (0, 0)
     assert queue.replay(Recorder(), tmp_path).replayed == 0
 
