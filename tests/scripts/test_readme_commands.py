@@ -77,3 +77,32 @@ def test_each_readme_command_runs_as_typed_or_names_what_it_needs_in_one_line(ar
         (line,) = err.strip().splitlines()
         assert line.startswith("telemetry") and ": error: " in line and "credentials" in line, line
         assert not (tmp_path / "typed").exists()  # nothing made before the run knew it could not go on
+
+
+MAKE_INLINE = re.compile(r"`make ([a-z][a-z-]*(?: [A-Z]+=[a-z]+)?)")
+MAKE_LINE = re.compile(r"^make ([a-z][a-z-]*(?: [A-Z]+=[a-z]+)?)", re.M)  # a code block's line
+
+
+def readme_make_targets() -> list[list[str]]:
+    readme = (REPO / "README.md").read_text()
+    blocks = "\n".join(re.findall(r"^```[a-z]*\n(.*?)^```", readme, re.M | re.S))
+    found = []
+    for match in [*MAKE_INLINE.finditer(readme), *MAKE_LINE.finditer(blocks)]:
+        argv = match.group(1).split()
+        if argv not in found:
+            found.append(argv)
+    return found
+
+
+def test_every_make_target_the_readme_shows_is_one_the_makefile_has_and_expands_as_typed():
+    """Each `make ...` of the README, expanded by make itself (-n: what it would run, nothing run):
+    the target exists with the variables shown; what the whole ones do is run by CI (synth, test)
+    or by their own tests (demo, lint through test_compliance, cost through test_telemetry_cost)."""
+    import subprocess
+
+    targets = readme_make_targets()
+    assert {argv[0] for argv in targets} >= {"synth", "test", "demo", "lint", "diff", "deploy", "destroy", "cost", "bench"}
+    for argv in targets:
+        shown = subprocess.run(["make", "-n", *argv], cwd=REPO, capture_output=True, text=True, check=False)
+        assert shown.returncode == 0, (argv, shown.stderr)
+        assert shown.stdout.strip(), argv
