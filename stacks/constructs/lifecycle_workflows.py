@@ -52,6 +52,27 @@ PERMANENT_ERROR = "PermanentError"  # lambdas/node_lifecycle/step_errors.py
 WAITING = ("wait_for_upgrade", "wait_for_instance")
 
 
+def acknowledge_machine_policy(state_machine: sfn.StateMachine, function: lambda_.IFunction, which: str) -> None:
+    """The two wildcards of a state machine's role that invokes one function and traces, each
+    acknowledged on that role's policy alone."""
+    policy = state_machine.role.node.try_find_child("DefaultPolicy")
+    assert policy is not None
+    acknowledge(
+        policy,
+        "AwsSolutions-IAM5",
+        f"Step Functions invokes the one {which} function by its ARN and any of its versions "
+        "(':*'), as the CDK's LambdaInvoke grant writes it; no other function is reachable.",
+        finding=wildcard_resource_finding(f"{attribute_ref(function, 'Arn')}:*"),
+    )
+    acknowledge(
+        policy,
+        "AwsSolutions-IAM5",
+        "X-Ray trace segments and sampling rules have no resource-level permissions, so AWS "
+        "requires Resource '*' for tracing a state machine.",
+        finding=wildcard_resource_finding("*"),
+    )
+
+
 def _retry(task: sfn.TaskStateBase, retrier: Retrier) -> None:
     """One Retry entry as stacks/lifecycle_timing.py declares it, jittered so that executions
     retrying the same outage do not come back together."""
@@ -279,22 +300,7 @@ class _Workflow(Construct):
             ],
         )
         self.state_machine.node.add_dependency(group)
-        policy = self.state_machine.role.node.try_find_child("DefaultPolicy")
-        assert policy is not None
-        acknowledge(
-            policy,
-            "AwsSolutions-IAM5",
-            "Step Functions invokes the one lifecycle function by its ARN and any of its versions "
-            "(':*'), as the CDK's LambdaInvoke grant writes it; no other function is reachable.",
-            finding=wildcard_resource_finding(f"{attribute_ref(function, 'Arn')}:*"),
-        )
-        acknowledge(
-            policy,
-            "AwsSolutions-IAM5",
-            "X-Ray trace segments and sampling rules have no resource-level permissions, so AWS "
-            "requires Resource '*' for tracing a state machine.",
-            finding=wildcard_resource_finding("*"),
-        )
+        acknowledge_machine_policy(self.state_machine, function, "lifecycle")
 
     def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
         raise NotImplementedError

@@ -20,8 +20,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.compliance import acknowledge, attribute_ref, wildcard_resource_finding
-from stacks.constructs.lifecycle_workflows import Pacing, _Steps
+from stacks.constructs.lifecycle_workflows import Pacing, _Steps, acknowledge_machine_policy
 from stacks.constructs.log_group import log_group
 from stacks.lifecycle_timing import EVENT_RETRIES_MAX, LAMBDA_TASK_TIMEOUT_SECONDS
 
@@ -76,22 +75,7 @@ class PatchWorkflow(Construct):
                 )
             ],
         )
-        policy = self.state_machine.role.node.try_find_child("DefaultPolicy")
-        assert policy is not None
-        acknowledge(
-            policy,
-            "AwsSolutions-IAM5",
-            "Step Functions invokes the one patch function by its ARN and any of its versions "
-            "(':*'), as the CDK's LambdaInvoke grant writes it; no other function is reachable.",
-            finding=wildcard_resource_finding(f"{attribute_ref(function, 'Arn')}:*"),
-        )
-        acknowledge(
-            policy,
-            "AwsSolutions-IAM5",
-            "X-Ray trace segments and sampling rules have no resource-level permissions, so AWS "
-            "requires Resource '*' for tracing a state machine.",
-            finding=wildcard_resource_finding("*"),
-        )
+        acknowledge_machine_policy(self.state_machine, function, "patch")
 
     def _definition(self, steps: _Steps) -> sfn.IChainable:
         payload = sfn.TaskInput.from_object(
