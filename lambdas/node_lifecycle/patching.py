@@ -1,7 +1,7 @@
 """The states of the patch state machine: Windows updates on every node in place, seeds included,
 one node at a time, as the Patch Orchestration Application (microsoft/Service-Fabric-POA) does:
 
-    begin -> next_node -> scan* -> (nothing to install: node_done) -> acquire_lock
+    begin -> next_node -> poll_idle* -> scan* -> (nothing to install: node_done) -> acquire_lock
     -> check_health -> deactivate (intent Restart) -> poll_disabled* -> install (reboots if needed)
     -> poll_install* -> poll_back_up* -> activate -> poll_health* -> node_done -> next_node ...
     -> finish; any failure -> stop (the node left in its safest state, the alarm worded)
@@ -15,6 +15,11 @@ run. The membership lock is held from the deactivation until the node is active 
 Ok again, so no join, drain or other upgrade overlaps a node's restart; between nodes it is free,
 so scaling is never held up for a whole run. Progress lives in patch_progress.py: a rerun skips
 the nodes its round finished and starts again at the one that stopped it.
+
+No second Windows Update session ever starts beside one still running: before the scan a node
+waits (poll_idle) until no AWS-RunPatchBaseline command is Pending, InProgress, Delayed or
+Cancelling on its instance (an earlier, stopped run's Install goes on, and may reboot the machine,
+until it ends), and no node is activated while one is.
 
 Each step is idempotent: scanning again, a deactivation already in force, an install with nothing
 missing and an activation of an active node change nothing.
@@ -117,6 +122,27 @@ def _instance_of(runtime: Runtime, name: str) -> str:
     return found[0].instance_id
 
 
+def poll_idle(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Done once no AWS-RunPatchBaseline command runs on the node's instance (one a stopped run
+    left behind ends by itself: Success, Failed, TimedOut or Cancelled)."""
+    current = state["current"]
+    running = _running(runtime, current["instance_id"])
+    if running:
+        _check_deadline(runtime, state, f"the AWS-RunPatchBaseline command(s) still running on {current['node_name']} to end ({running})")
+    return {"done": not running, "running": running}
+
+
+def _running(runtime: Runtime, instance_id: str) -> str:
+    """The patch commands still running on the instance, in words ('' when none)."""
+    return ", ".join(f"{c.command_id} {c.status}" for c in runtime.patch_baseline.running(instance_id))
+
+
+def _check_nothing_runs(runtime: Runtime, current: Mapping[str, Any]) -> None:
+    running = _running(runtime, current["instance_id"])
+    if running:
+        raise LifecycleError(f"{current['node_name']} stays deactivated: an AWS-RunPatchBaseline command still runs on it ({running})")
+
+
 def scan(runtime: Runtime, state: State) -> dict[str, Any]:
     current = state["current"]
     command_id = runtime.patch_baseline.send(current["instance_id"], SCAN, node_name=current["node_name"])
@@ -147,6 +173,7 @@ def up_to_date(runtime: Runtime, state: State) -> dict[str, Any]:
     reactivated = (node.deactivation_intent == DeactivationIntent.RESTART and not node.raw.get("IsStopped")
                    and node.status in (NodeStatus.DISABLING, NodeStatus.DISABLED))  # fmt: skip
     if reactivated:
+        _check_nothing_runs(runtime, state["current"])
         runtime.client.activate_node(name)
     _progress(runtime).record(state["run"]["owner"], current=name, stage="up to date", lease_seconds=_lease_seconds(runtime), done=name)
     runtime.record_metric("NodesUpToDate", 1, "Count")
@@ -243,6 +270,7 @@ def poll_back_up(runtime: Runtime, state: State) -> dict[str, Any]:
 
 def activate(runtime: Runtime, state: State) -> dict[str, Any]:
     name = state["current"]["node_name"]
+    _check_nothing_runs(runtime, state["current"])
     _record(runtime, state, "activate")
     runtime.client.activate_node(name)
     return {"node_name": name}
@@ -297,6 +325,13 @@ def stop(runtime: Runtime, state: State) -> dict[str, Any]:
     done = list(progress.done) if progress else []
     # An install that was sent (or may have been) and has not ended may yet reboot the machine.
     install_may_run = progress is None or (progress.stage == "install" and "PatchInstallFailed" not in reason)
+    if name and not install_may_run:
+        # A command still running (this run's, cancelled but not ended, or an earlier run's) may reboot it.
+        try:
+            install_may_run = bool(_running(runtime, str(current.get("instance_id") or ""))) if current.get("instance_id") else False
+        except Exception as err:  # noqa: BLE001 - not knowing is taken as running
+            notes.append(f"Whether a patch command still runs on it could not be read ({type(err).__name__}: {err}).")
+            install_may_run = True
     left = _leave_safe(runtime, name, notes, install_may_run=install_may_run) if name else "no node had been started"
     for what, release in (("membership lock", lambda: runtime.lock.release(owner)),
                           ("patch progress lease", lambda: _progress(runtime).release(owner, stopped=f"{name}: {reason}"))):  # fmt: skip
@@ -430,6 +465,7 @@ def keep_warm(runtime: Runtime, state: State) -> dict[str, Any]:
 PATCH_STEPS: dict[str, Step] = {
     "begin": begin,
     "next_node": next_node,
+    "poll_idle": poll_idle,
     "scan": scan,
     "poll_scan": poll_scan,
     "up_to_date": up_to_date,

@@ -255,3 +255,35 @@ def test_one_node_on_request_leaves_the_round_as_it_was(patching: Patching):
     assert execution.status == "SUCCEEDED"
     assert [n for n, _, _ in patching.stand_in.sent] == ["scale-1", "scale-1"]
     assert patching.progress()["Done"]["L"] == [{"S": "scale-1"}] and "Owner" not in patching.progress()
+
+
+def test_a_rerun_waits_for_the_install_a_stopped_run_left_running(patching: Patching):
+    # seed-0's Windows Update outlasts the node's time: the run stops with the Install still
+    # InProgress on the machine (Run Command goes on with it), the node left deactivated.
+    patching.node("seed-0").install_hold = 10**6
+
+    first = patching.run()
+
+    assert (first.status, first.error) == ("FAILED", "PatchStopped")
+    (alarm,) = patching.world.machines.alarms()
+    assert "WaitTimedOut" in alarm.message and "left deactivated" in alarm.message
+    (running,) = [c for c in patching.stand_in.commands.values() if c.status == "InProgress"]
+    assert running.operation == "Install" and patching.world.cluster.node("seed-0").deactivation_intent == "Restart"
+    patching.node("seed-0").install_hold = 3  # it ends a few looks into the next run
+    sent_before = len(patching.stand_in.sent)
+
+    second = patching.run()
+
+    assert second.status == "SUCCEEDED", [i for i in second.invocations if i.error]
+    assert patching.stand_in.overlaps == []  # no Scan or Install beside the running Install
+    assert running.status == "Success" and patching.node("seed-0").reboots == 1  # it rebooted once, and ended
+    # seed-0 was found up to date after that install, and activated; the others patched.
+    assert [(n, op) for n, op, _ in patching.stand_in.sent[sent_before:] if op == "Install"] == [(n, "Install") for n in SEEDS[1:] + SCALING]
+    assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []
+
+
+def test_cancelling_is_not_the_end_of_a_command():
+    from node_lifecycle.patch_baseline import PatchCommand
+
+    assert not PatchCommand("c", "Cancelling", -1).finished  # the agent may still install and reboot
+    assert all(PatchCommand("c", s, 0).finished for s in ("Success", "Failed", "Cancelled", "TimedOut"))
