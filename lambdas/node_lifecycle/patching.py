@@ -10,8 +10,10 @@ one node at a time, as the Patch Orchestration Application (microsoft/Service-Fa
 
 Seeds go first and every node strictly alone: the loop is sequential, a node is only taken out
 of service while cluster health is Ok, and a seed only while every other seed is Up and active
-(`_check_seed_quorum`); the Failover Manager's own seed check refusing a deactivation stops the
-run. The membership lock is held from the deactivation until the node is active and health is
+(`_check_seed_quorum`). The Failover Manager's own seed check (EnsureSeedNodeQuorum) holds a
+seed's deactivation until every other seed has been up for its seed wait, 180 s by default, and
+then lets it through by itself: the run waits for that, up to SEED_QUORUM_WAIT_SECONDS, and only
+a seed held longer stops it. The membership lock is held from the deactivation until the node is active and health is
 Ok again, so no join, drain or other upgrade overlaps a node's restart; between nodes it is free,
 so scaling is never held up for a whole run. Progress lives in patch_progress.py: a rerun skips
 the nodes its round finished and starts again at the one that stopped it.
@@ -52,6 +54,12 @@ PATCH = "patch"
 SUBJECT_LIMIT = 99  # SNS Publish: Subject "must be less than 100 characters long"
 CLUSTER_TAG = "sf:cluster"  # stacks/naming.py, as the seeds and the scaling group are tagged
 SEED_QUORUM_CHECK = "EnsureSeedNodeQuorum"  # SafetyCheckKind (REST reference, sfclient-model-safetycheck)
+# The FM holds a seed's deactivation in EnsureSeedNodeQuorum until every other seed has been up for
+# seedNodeWaitInterval = (LeaseDuration + ArbitrationTimeout) x SeedNodeWaitSafetyFactor
+# = (30 s + 30 s) x 3 = 180 s with the defaults (microsoft/service-fabric:
+# Reliability/Failover/fm/DeactivateNodesContext.cpp CheckSeedNodes; Federation/FederationConfig.h;
+# Reliability/Failover/common/FailoverConfig.h), then lets it through. Held twice that long, it refuses.
+SEED_QUORUM_WAIT_SECONDS = 2 * (30 + 30) * 3
 # A scan's patch state older than its command by more than this is an earlier operation's.
 STATE_CLOCK_SKEW_SECONDS = 300
 
@@ -209,22 +217,27 @@ def deactivate(runtime: Runtime, state: State) -> dict[str, Any]:
     name = state["current"]["node_name"]
     _record(runtime, state, "deactivate")
     runtime.client.deactivate_node(name, DeactivationIntent.RESTART)
-    return {"node_name": name, "intent": DeactivationIntent.RESTART}
+    return {"node_name": name, "intent": DeactivationIntent.RESTART, "sent_at": runtime.clock()}
 
 
 def poll_disabled(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Disabled with the deactivation completed; a seed quorum safety check the FM holds it in
-    is its refusal."""
+    """Disabled with the deactivation completed. A seed the FM holds in its seed quorum safety
+    check is waited for (the FM lets it through once the other seeds have been up for its seed
+    wait); held for longer than SEED_QUORUM_WAIT_SECONDS, it is refused."""
     name = state["current"]["node_name"]
     _renew_lock(runtime, state)
     node = _node(runtime, name)
     pending = [check.get("SafetyCheck", {}).get("Kind", "") for check in
                (node.raw.get("NodeDeactivationInfo") or {}).get("PendingSafetyChecks") or []]  # fmt: skip
     if SEED_QUORUM_CHECK in pending:
-        raise DeactivationRefused(
-            f"the Failover Manager holds the deactivation of seed {name} in its {SEED_QUORUM_CHECK} safety check: "
-            "restarting it now would leave too few seeds up"
-        )
+        sent_at = float((state.get("deactivation") or {}).get("sent_at") or runtime.clock())
+        if runtime.clock() - sent_at > SEED_QUORUM_WAIT_SECONDS:
+            raise DeactivationRefused(
+                f"the Failover Manager held the deactivation of seed {name} in its {SEED_QUORUM_CHECK} safety check "
+                f"for more than {SEED_QUORUM_WAIT_SECONDS} s: restarting it now would leave too few seeds up"
+            )
+        _check_deadline(runtime, state, f"{name} to be Disabled (held in {SEED_QUORUM_CHECK})")
+        return {"done": False, "status": node.status, "deactivation": node.deactivation_status, "held": SEED_QUORUM_CHECK}
     if node.status == NodeStatus.UP and node.deactivation_intent in ("", "Invalid"):
         raise DeactivationRefused(f"{name} is Up and active again: someone activated it while it was being deactivated")
     if not node.is_deactivated:

@@ -123,7 +123,7 @@ def patching(platform: Platform) -> Patching:
     """A fresh cluster (seeds and scaling nodes Up, 3 updates missing on each), an empty lock
     table and inbox, on the module's platform."""
     world = platform.world
-    cluster = standard_cluster()
+    cluster = standard_cluster(clock=world.clock)  # the seed wait (180 s) passes in virtual time
     world.emulator.cluster = world.cluster = world.wire.machines.cluster = cluster
     world.emulator.clear_log()
     for key in (PROGRESS_ITEM, LOCK_ITEM):
@@ -206,11 +206,9 @@ def test_a_node_that_does_not_come_back_stops_the_run_and_stays_deactivated(patc
 
 def test_a_seed_the_failover_manager_refuses_to_deactivate_stops_the_run_and_is_activated_again(patching: Patching):
     # A seed that came back within the seed wait interval does not count for seed quorum
-    # (DeactivateNodesContext::CheckSeedNodes): after seed-0's reboot, seed-1 must wait.
-    cluster = patching.world.cluster
-    for node in cluster.nodes.values():
-        node.up_since_tick = -1_000_000
-    cluster.seed_wait_ticks = 1_000_000
+    # (DeactivateNodesContext::CheckSeedNodes): after seed-0's reboot, seed-1 must wait, here
+    # for longer than the run waits (twice the FM's 180 s).
+    patching.world.cluster.seed_wait_seconds = 1_000_000
 
     execution = patching.run()
 
@@ -219,7 +217,7 @@ def test_a_seed_the_failover_manager_refuses_to_deactivate_stops_the_run_and_is_
     assert patching.active_and_up(*SEEDS)  # seed-1's deactivation was cancelled
     assert patching.node("seed-1").reboots == 0
     (alarm,) = patching.world.machines.alarms()
-    assert "DeactivationRefused" in alarm.message and "EnsureSeedNodeQuorum" in alarm.message
+    assert "DeactivationRefused" in alarm.message and "EnsureSeedNodeQuorum" in alarm.message and "360 s" in alarm.message
     assert "has been activated again" in alarm.message
 
 
@@ -287,3 +285,24 @@ def test_cancelling_is_not_the_end_of_a_command():
 
     assert not PatchCommand("c", "Cancelling", -1).finished  # the agent may still install and reboot
     assert all(PatchCommand("c", s, 0).finished for s in ("Success", "Failed", "Cancelled", "TimedOut"))
+
+
+def test_a_seed_held_for_seed_quorum_waits_until_the_failover_manager_lets_it_go(patching: Patching):
+    # After seed-0's reboot, seed-1's deactivation is held in EnsureSeedNodeQuorum until seed-0
+    # has been up for the FM's seed wait (180 s); the FM then completes it by itself.
+    held: list[str] = []
+    sample = patching.rules.sample
+
+    def sampled() -> None:
+        sample()
+        held.extend(n.name for n in patching.world.cluster.nodes.values() if "EnsureSeedNodeQuorum" in n.pending_safety_checks)
+
+    patching.rules.sample = sampled
+
+    execution = patching.run()
+
+    assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
+    assert {"seed-1", "seed-2"} <= set(held)  # each waited for the seed before it
+    assert patching.rules.deactivated == SEEDS + SCALING and patching.rules.most_seeds_away == 1
+    assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []
+    assert execution.virtual_seconds >= 2 * 180
