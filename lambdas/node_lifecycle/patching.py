@@ -37,6 +37,7 @@ from sf_rest import DeactivationIntent, NodeInfo, NodeStatus
 
 from .errors import (
     ClusterNotHealthy,
+    ClusterUpgradeInProgress,
     DeactivationRefused,
     LifecycleError,
     NodeDidNotReturn,
@@ -60,6 +61,9 @@ SEED_QUORUM_CHECK = "EnsureSeedNodeQuorum"  # SafetyCheckKind (REST reference, s
 # Reliability/Failover/fm/DeactivateNodesContext.cpp CheckSeedNodes; Federation/FederationConfig.h;
 # Reliability/Failover/common/FailoverConfig.h), then lets it through. Held twice that long, it refuses.
 SEED_QUORUM_WAIT_SECONDS = 2 * (30 + 30) * 3
+# GetUpgradeProgress UpgradeState values with no code upgrade under way (REST reference,
+# sfclient-model-upgradestate); any other (in progress, pending, Failed) keeps nodes in service.
+UPGRADE_AT_REST = ("RollingForwardCompleted", "RollingBackCompleted", "Invalid")
 # A scan's patch state older than its command by more than this is an earlier operation's.
 STATE_CLOCK_SKEW_SECONDS = 300
 
@@ -195,12 +199,17 @@ def acquire_lock(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def check_health(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Cluster health must be Ok, and for a seed every other seed Up and active, before the node
-    leaves service."""
+    """Cluster health must be Ok (a Warning stops too), no cluster code upgrade under way, and for a
+    seed every other seed Up and active, before the node leaves service."""
     current = state["current"]
     health = runtime.client.get_cluster_health()
     if not health.is_ok:
         raise ClusterNotHealthy(f"cluster health is {health.describe()} before {current['node_name']} was taken out of service")
+    upgrade = runtime.client.get_cluster_upgrade_progress()
+    if upgrade.state not in UPGRADE_AT_REST:
+        raise ClusterUpgradeInProgress(
+            f"a cluster code upgrade is under way ({upgrade.summary()}); {current['node_name']} was not taken out of service"
+        )
     if current["is_seed"]:
         _check_seed_quorum(runtime.client.get_node_info_list(), current["node_name"])
     return {"health": health.aggregated_health_state}
@@ -398,6 +407,9 @@ def _what_to_do(reason: str, name: str) -> str:
     if "ClusterNotHealthy" in reason:
         return ("Find out why cluster health is not Ok (Service Fabric Explorer, or telemetry cluster status) and "
                 "fix it first: patching never takes a node out of service on an unhealthy cluster.")  # fmt: skip
+    if "ClusterUpgradeInProgress" in reason:
+        return ("Let the code upgrade end (telemetry cluster upgrade follows it; Get-ServiceFabricClusterUpgrade), "
+                "or see why it failed: patching never takes a node out of service during one.")  # fmt: skip
     if "DeactivationRefused" in reason:
         return ("Service Fabric refused to take the seed out of service without risking seed quorum: check that "
                 "every seed is Up (telemetry cluster status) and has been for a few minutes.")  # fmt: skip

@@ -306,3 +306,19 @@ def test_a_seed_held_for_seed_quorum_waits_until_the_failover_manager_lets_it_go
     assert patching.rules.deactivated == SEEDS + SCALING and patching.rules.most_seeds_away == 1
     assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []
     assert execution.virtual_seconds >= 2 * 180
+
+
+def test_a_cluster_code_upgrade_under_way_stops_patching_before_any_node_leaves_service(patching: Patching):
+    cm = patching.world.cluster.cm
+    cm.ticks_per_domain = 10**6  # telemetry cluster upgrade's upgrade, still in its first domain
+    cm.put_in_image_store("MicrosoftServiceFabric.11.5.0.1.cab")
+    cm.provision({"CodeFilePath": "MicrosoftServiceFabric.11.5.0.1.cab"})
+    cm.start_upgrade({"CodeVersion": "11.5.0.1", "RollingUpgradeMode": "Monitored"}, ["UD0", "UD1", "UD2"])
+
+    execution = patching.run()
+
+    assert (execution.status, execution.error) == ("FAILED", "PatchStopped")
+    assert patching.rules.deactivated == [] and patching.active_and_up(*SEEDS, *SCALING)
+    (alarm,) = patching.world.machines.alarms()
+    assert "ClusterUpgradeInProgress" in alarm.message and "RollingForwardInProgress to 11.5.0.1" in alarm.message
+    assert "Let the code upgrade end" in alarm.message and "resumes at this node" in alarm.message
