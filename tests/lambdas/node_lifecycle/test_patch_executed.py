@@ -322,3 +322,18 @@ def test_a_cluster_code_upgrade_under_way_stops_patching_before_any_node_leaves_
     (alarm,) = patching.world.machines.alarms()
     assert "ClusterUpgradeInProgress" in alarm.message and "RollingForwardInProgress to 11.5.0.1" in alarm.message
     assert "Let the code upgrade end" in alarm.message and "resumes at this node" in alarm.message
+
+
+def test_a_run_that_gives_up_waiting_for_a_running_install_leaves_the_node_deactivated(patching: Patching):
+    patching.node("seed-0").install_hold = 10**6  # an Install that runs on past two runs' node time
+    assert patching.run().status == "FAILED"
+    patching.world.machines.alarms()
+
+    second = patching.run()
+
+    assert (second.status, second.error) == ("FAILED", "PatchStopped")
+    assert patching.stand_in.overlaps == [] and [op for _, op, _ in patching.stand_in.sent] == ["Scan", "Install"]
+    (alarm,) = patching.world.machines.alarms()
+    assert "WaitTimedOut" in alarm.message and "still running on seed-0" in alarm.message
+    assert "left deactivated" in alarm.message  # stopped before its scan, yet the Install may still reboot it
+    assert patching.world.cluster.node("seed-0").deactivation_intent == "Restart"
