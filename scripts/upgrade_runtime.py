@@ -15,7 +15,11 @@ upgrade) over the REST API, as the standalone guide does it for a cluster withou
    started again.
 
 Refused (exit 2): a version that is not four dot-separated numbers, a version not newer than the
-one the cluster runs, an upgrade to another version under way.
+one the cluster runs, an upgrade to another version under way, and a patch run under way (its
+progress lease held: the patch-progress item of the membership lock table, as
+lambdas/node_lifecycle/patch_progress.py writes it). Both restart nodes; patching, for its part,
+refuses to take a node out of service during a code upgrade. That lease is read from DynamoDB
+even when the gateway and certificate are given as flags.
 
 When it completes, it prints the edit cdk.json needs so that nodes joining later (AddNode installs
 cdk.json's runtime) run the same version: runtime_version, and the release's runtime_cab_url,
@@ -37,9 +41,13 @@ from urllib.parse import urlsplit
 from scripts.telemetry import output
 from scripts.telemetry.errors import OperationFailed, UsageError
 from stacks.config import RUNTIME_VERSION_PATTERN, SERVICE_FABRIC_RUNTIME_VERSION, load_environment, read_environments
+from stacks.naming import membership_lock_table_name
 
 ALREADY_PROVISIONED = "FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS"  # ClusterManagerReplica::BeginAcceptProvisionFabric
 UPGRADE_IN_PROGRESS = "FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS"  # ClusterManagerReplica::BeginAcceptUpgradeFabric
+# The patch run's progress item in the membership lock table (lambdas/node_lifecycle/patch_progress.py
+# PROGRESS_KEY): Owner while a run works, LeaseUntil (epoch s) when its lease lapses.
+PATCH_PROGRESS_KEY = {"LockName": {"S": "patch-progress"}}
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -80,7 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the code package's path in the image store (default MicrosoftServiceFabric.V.cab, where "
                              "Copy-ServiceFabricClusterPackage puts it)")
     parser.add_argument("--endpoint", help="HTTP gateway, https://HOST:19080 (default: the stack's HttpGatewayEndpoint "
-                        "output); with the client certificate and a way to trust the gateway, no AWS call is made")
+                        "output); with the client certificate and a way to trust the gateway, the only AWS call is "
+                        "the read of the patch progress lease")
     parser.add_argument("--client-cert", metavar="PEM", help="admin client certificate")
     parser.add_argument("--client-key", metavar="PEM", help="its private key")
     trust = parser.add_mutually_exclusive_group()
@@ -134,6 +143,8 @@ def plan(args: argparse.Namespace, config: Any) -> int:
                  "node or application",
                  *("  " + line for line in edit_lines(config.name, args.version))],
         would_read=[
+            f"the patch progress lease ({membership_lock_table_name(config)}, item patch-progress): a patch run under "
+            "way is refused",
             "the gateway's endpoint and the admin certificate (the ServiceFabric stack's outputs and the certificate "
             "secret), unless given as flags",
             "the cluster's runtime version and whether an upgrade is under way (GetUpgradeProgress): a version not "
@@ -149,10 +160,24 @@ def plan(args: argparse.Namespace, config: Any) -> int:
     )  # fmt: skip
 
 
+def refuse_while_patching(config: Any, session_factory: Callable[[str], Any], *, now: Callable[[], float] = time.time) -> None:
+    """Exit 2 while a patch run holds its progress lease: it takes nodes out of service one by one,
+    and a code upgrade restarts them by upgrade domain."""
+    table = membership_lock_table_name(config)
+    item = session_factory(config.region).client("dynamodb").get_item(
+        TableName=table, Key=PATCH_PROGRESS_KEY, ConsistentRead=True).get("Item") or {}  # fmt: skip
+    owner, until = item.get("Owner", {}).get("S", ""), float(item.get("LeaseUntil", {}).get("N", "0"))
+    if owner and until >= now():
+        at = item.get("Current", {}).get("S", "")
+        raise UsageError(f"a patch run ({owner}{', at ' + at if at else ''}) holds the patch progress lease in {table} "
+                         f"for {until - now():.0f} s more; let it finish or stop it, then run again")
+
+
 def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     config = load_environment(read_environments(), args.env)
     if args.dry_run:
         return plan(args, config)
+    refuse_while_patching(config, session_factory)
     from scripts.drain_node import connect
 
     client, clean_up = connect(args, session_factory)

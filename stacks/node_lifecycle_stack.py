@@ -307,9 +307,10 @@ class NodeLifecycleStack(cdk.Stack):
         acknowledge(
             self._policy(made),
             "AwsSolutions-IAM5",
-            "ec2:DescribeInstances, ssm:GetCommandInvocation and ssm:DescribeInstancePatchStates support "
-            "no resource-level permissions; they read which instance runs which node, whether it still "
-            "exists, how a Run Command sent to a node went and what patches it reported.",
+            "ec2:DescribeInstances, ssm:GetCommandInvocation, ssm:DescribeInstancePatchStates and "
+            "ssm:ListCommandInvocations (the patch function's) support no resource-level permissions; they read which instance runs "
+            "which node, whether it still exists, how a Run Command sent to a node went, what patches it "
+            "reported and whether a patch command still runs on it.",
             finding=wildcard_resource_finding("*"),
         )
 
@@ -369,7 +370,10 @@ class NodeLifecycleStack(cdk.Stack):
             )
         )
         fn.add_to_role_policy(
-            iam.PolicyStatement(actions=["ssm:GetCommandInvocation", "ssm:DescribeInstancePatchStates"], resources=["*"])
+            iam.PolicyStatement(
+                actions=["ssm:GetCommandInvocation", "ssm:DescribeInstancePatchStates", "ssm:ListCommandInvocations"],
+                resources=["*"],
+            )
         )
         acknowledge(
             self._policy(made),

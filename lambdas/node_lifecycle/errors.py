@@ -57,6 +57,11 @@ class ClusterNotHealthy(LifecycleError):
     Application's rule), or it did not come back to Ok after a node was patched."""
 
 
+class ClusterUpgradeInProgress(LifecycleError):
+    """A cluster code upgrade (telemetry cluster upgrade) is under way: it restarts nodes domain by
+    domain itself, so patching takes none out of service beside it."""
+
+
 class DeactivationRefused(LifecycleError):
     """The Failover Manager holds the deactivation in a safety check that says no (a seed whose
     restart would put seed quorum at risk)."""

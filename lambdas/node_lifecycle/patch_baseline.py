@@ -18,6 +18,12 @@ patching: AWS-RunPatchBaseline", and "InstancePatchState" in the SSM API Referen
   again after it (agent/framework/runpluginutil/runpluginutil.go resets SuccessAndReboot to
   InProgress), so the command stays InProgress across the reboot and ends Success, Failed or
   TimedOut once the machine is back.
+- A command keeps running on the instance until its invocation reaches a terminal status:
+  Success, Failed, TimedOut or Cancelled (CommandInvocationStatus in botocore's ssm model;
+  StatusDetails then says DeliveryTimedOut, ExecutionTimedOut, Undeliverable or Terminated where
+  it applies). Cancelling is not one: the agent may still be installing, and may still reboot.
+  ListCommandInvocations (SSM API Reference: InstanceId, Filters with key DocumentName) finds the
+  document's invocations on one instance, so a run can wait for one an earlier run left running.
 """
 
 from __future__ import annotations
@@ -30,6 +36,10 @@ from botocore.exceptions import ClientError
 PATCH_DOCUMENT = "AWS-RunPatchBaseline"
 SCAN, INSTALL = "Scan", "Install"
 REBOOT_IF_NEEDED, NO_REBOOT = "RebootIfNeeded", "NoReboot"
+# CommandInvocationStatus values after which nothing more runs on the instance.
+TERMINAL = ("Success", "Failed", "Cancelled", "TimedOut")
+# Still running, or about to (Delayed: the agent retries later; Cancelling: not stopped yet).
+RUNNING = ("Pending", "InProgress", "Delayed", "Cancelling")
 # How long Run Command keeps trying to deliver the command to an agent that does not answer.
 DELIVERY_TIMEOUT_SECONDS = 600
 
@@ -43,7 +53,7 @@ class PatchCommand:
 
     @property
     def finished(self) -> bool:
-        return self.status in ("Success", "Failed", "Cancelled", "TimedOut", "Cancelling")
+        return self.status in TERMINAL
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,6 +110,24 @@ class SsmPatchBaseline:
         if error and status != "Success":
             detail = f"{detail}: {error.splitlines()[-1]}"
         return PatchCommand(command_id, status, int(answer.get("ResponseCode", -1)), detail[:500])
+
+    def running(self, instance_id: str) -> list[PatchCommand]:
+        """The document's invocations on the instance that have not reached a terminal status
+        (any operation: an Install may still reboot the machine, and a second Windows Update
+        session must never start beside it)."""
+        found: list[PatchCommand] = []
+        request: dict[str, Any] = {"InstanceId": instance_id, "MaxResults": 50,
+                                   "Filters": [{"key": "DocumentName", "value": self._document}]}  # fmt: skip
+        while True:
+            answer = self._client.list_command_invocations(**request)
+            for invocation in answer.get("CommandInvocations") or []:
+                status = str(invocation.get("Status", ""))
+                if status in RUNNING:
+                    found.append(PatchCommand(str(invocation.get("CommandId", "")), status, -1,
+                                              str(invocation.get("Comment") or "")))  # fmt: skip
+            if not answer.get("NextToken"):
+                return found
+            request["NextToken"] = answer["NextToken"]
 
     def state(self, instance_id: str) -> PatchState:
         states = self._client.describe_instance_patch_states(InstanceIds=[instance_id]).get("InstancePatchStates") or []

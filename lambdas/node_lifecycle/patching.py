@@ -1,7 +1,7 @@
 """The states of the patch state machine: Windows updates on every node in place, seeds included,
 one node at a time, as the Patch Orchestration Application (microsoft/Service-Fabric-POA) does:
 
-    begin -> next_node -> scan* -> (nothing to install: node_done) -> acquire_lock
+    begin -> next_node -> poll_idle* -> scan* -> (nothing to install: node_done) -> acquire_lock
     -> check_health -> deactivate (intent Restart) -> poll_disabled* -> install (reboots if needed)
     -> poll_install* -> poll_back_up* -> activate -> poll_health* -> node_done -> next_node ...
     -> finish; any failure -> stop (the node left in its safest state, the alarm worded)
@@ -10,11 +10,18 @@ one node at a time, as the Patch Orchestration Application (microsoft/Service-Fa
 
 Seeds go first and every node strictly alone: the loop is sequential, a node is only taken out
 of service while cluster health is Ok, and a seed only while every other seed is Up and active
-(`_check_seed_quorum`); the Failover Manager's own seed check refusing a deactivation stops the
-run. The membership lock is held from the deactivation until the node is active and health is
+(`_check_seed_quorum`). The Failover Manager's own seed check (EnsureSeedNodeQuorum) holds a
+seed's deactivation until every other seed has been up for its seed wait, 180 s by default, and
+then lets it through by itself: the run waits for that, up to SEED_QUORUM_WAIT_SECONDS, and only
+a seed held longer stops it. The membership lock is held from the deactivation until the node is active and health is
 Ok again, so no join, drain or other upgrade overlaps a node's restart; between nodes it is free,
 so scaling is never held up for a whole run. Progress lives in patch_progress.py: a rerun skips
 the nodes its round finished and starts again at the one that stopped it.
+
+No second Windows Update session ever starts beside one still running: before the scan a node
+waits (poll_idle) until no AWS-RunPatchBaseline command is Pending, InProgress, Delayed or
+Cancelling on its instance (an earlier, stopped run's Install goes on, and may reboot the machine,
+until it ends), and no node is activated while one is.
 
 Each step is idempotent: scanning again, a deactivation already in force, an install with nothing
 missing and an activation of an active node change nothing.
@@ -30,6 +37,7 @@ from sf_rest import DeactivationIntent, NodeInfo, NodeStatus
 
 from .errors import (
     ClusterNotHealthy,
+    ClusterUpgradeInProgress,
     DeactivationRefused,
     LifecycleError,
     NodeDidNotReturn,
@@ -47,6 +55,15 @@ PATCH = "patch"
 SUBJECT_LIMIT = 99  # SNS Publish: Subject "must be less than 100 characters long"
 CLUSTER_TAG = "sf:cluster"  # stacks/naming.py, as the seeds and the scaling group are tagged
 SEED_QUORUM_CHECK = "EnsureSeedNodeQuorum"  # SafetyCheckKind (REST reference, sfclient-model-safetycheck)
+# The FM holds a seed's deactivation in EnsureSeedNodeQuorum until every other seed has been up for
+# seedNodeWaitInterval = (LeaseDuration + ArbitrationTimeout) x SeedNodeWaitSafetyFactor
+# = (30 s + 30 s) x 3 = 180 s with the defaults (microsoft/service-fabric:
+# Reliability/Failover/fm/DeactivateNodesContext.cpp CheckSeedNodes; Federation/FederationConfig.h;
+# Reliability/Failover/common/FailoverConfig.h), then lets it through. Held twice that long, it refuses.
+SEED_QUORUM_WAIT_SECONDS = 2 * (30 + 30) * 3
+# GetUpgradeProgress UpgradeState values with no code upgrade under way (REST reference,
+# sfclient-model-upgradestate); any other (in progress, pending, Failed) keeps nodes in service.
+UPGRADE_AT_REST = ("RollingForwardCompleted", "RollingBackCompleted", "Invalid")
 # A scan's patch state older than its command by more than this is an earlier operation's.
 STATE_CLOCK_SKEW_SECONDS = 300
 
@@ -117,6 +134,27 @@ def _instance_of(runtime: Runtime, name: str) -> str:
     return found[0].instance_id
 
 
+def poll_idle(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Done once no AWS-RunPatchBaseline command runs on the node's instance (one a stopped run
+    left behind ends by itself: Success, Failed, TimedOut or Cancelled)."""
+    current = state["current"]
+    running = _running(runtime, current["instance_id"])
+    if running:
+        _check_deadline(runtime, state, f"the AWS-RunPatchBaseline command(s) still running on {current['node_name']} to end ({running})")
+    return {"done": not running, "running": running}
+
+
+def _running(runtime: Runtime, instance_id: str) -> str:
+    """The patch commands still running on the instance, in words ('' when none)."""
+    return ", ".join(f"{c.command_id} {c.status}" for c in runtime.patch_baseline.running(instance_id))
+
+
+def _check_nothing_runs(runtime: Runtime, current: Mapping[str, Any]) -> None:
+    running = _running(runtime, current["instance_id"])
+    if running:
+        raise LifecycleError(f"{current['node_name']} stays deactivated: an AWS-RunPatchBaseline command still runs on it ({running})")
+
+
 def scan(runtime: Runtime, state: State) -> dict[str, Any]:
     current = state["current"]
     command_id = runtime.patch_baseline.send(current["instance_id"], SCAN, node_name=current["node_name"])
@@ -147,6 +185,7 @@ def up_to_date(runtime: Runtime, state: State) -> dict[str, Any]:
     reactivated = (node.deactivation_intent == DeactivationIntent.RESTART and not node.raw.get("IsStopped")
                    and node.status in (NodeStatus.DISABLING, NodeStatus.DISABLED))  # fmt: skip
     if reactivated:
+        _check_nothing_runs(runtime, state["current"])
         runtime.client.activate_node(name)
     _progress(runtime).record(state["run"]["owner"], current=name, stage="up to date", lease_seconds=_lease_seconds(runtime), done=name)
     runtime.record_metric("NodesUpToDate", 1, "Count")
@@ -160,12 +199,17 @@ def acquire_lock(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def check_health(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Cluster health must be Ok, and for a seed every other seed Up and active, before the node
-    leaves service."""
+    """Cluster health must be Ok (a Warning stops too), no cluster code upgrade under way, and for a
+    seed every other seed Up and active, before the node leaves service."""
     current = state["current"]
     health = runtime.client.get_cluster_health()
     if not health.is_ok:
         raise ClusterNotHealthy(f"cluster health is {health.describe()} before {current['node_name']} was taken out of service")
+    upgrade = runtime.client.get_cluster_upgrade_progress()
+    if upgrade.state not in UPGRADE_AT_REST:
+        raise ClusterUpgradeInProgress(
+            f"a cluster code upgrade is under way ({upgrade.summary()}); {current['node_name']} was not taken out of service"
+        )
     if current["is_seed"]:
         _check_seed_quorum(runtime.client.get_node_info_list(), current["node_name"])
     return {"health": health.aggregated_health_state}
@@ -182,22 +226,27 @@ def deactivate(runtime: Runtime, state: State) -> dict[str, Any]:
     name = state["current"]["node_name"]
     _record(runtime, state, "deactivate")
     runtime.client.deactivate_node(name, DeactivationIntent.RESTART)
-    return {"node_name": name, "intent": DeactivationIntent.RESTART}
+    return {"node_name": name, "intent": DeactivationIntent.RESTART, "sent_at": runtime.clock()}
 
 
 def poll_disabled(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Disabled with the deactivation completed; a seed quorum safety check the FM holds it in
-    is its refusal."""
+    """Disabled with the deactivation completed. A seed the FM holds in its seed quorum safety
+    check is waited for (the FM lets it through once the other seeds have been up for its seed
+    wait); held for longer than SEED_QUORUM_WAIT_SECONDS, it is refused."""
     name = state["current"]["node_name"]
     _renew_lock(runtime, state)
     node = _node(runtime, name)
     pending = [check.get("SafetyCheck", {}).get("Kind", "") for check in
                (node.raw.get("NodeDeactivationInfo") or {}).get("PendingSafetyChecks") or []]  # fmt: skip
     if SEED_QUORUM_CHECK in pending:
-        raise DeactivationRefused(
-            f"the Failover Manager holds the deactivation of seed {name} in its {SEED_QUORUM_CHECK} safety check: "
-            "restarting it now would leave too few seeds up"
-        )
+        sent_at = float((state.get("deactivation") or {}).get("sent_at") or runtime.clock())
+        if runtime.clock() - sent_at > SEED_QUORUM_WAIT_SECONDS:
+            raise DeactivationRefused(
+                f"the Failover Manager held the deactivation of seed {name} in its {SEED_QUORUM_CHECK} safety check "
+                f"for more than {SEED_QUORUM_WAIT_SECONDS} s: restarting it now would leave too few seeds up"
+            )
+        _check_deadline(runtime, state, f"{name} to be Disabled (held in {SEED_QUORUM_CHECK})")
+        return {"done": False, "status": node.status, "deactivation": node.deactivation_status, "held": SEED_QUORUM_CHECK}
     if node.status == NodeStatus.UP and node.deactivation_intent in ("", "Invalid"):
         raise DeactivationRefused(f"{name} is Up and active again: someone activated it while it was being deactivated")
     if not node.is_deactivated:
@@ -243,6 +292,7 @@ def poll_back_up(runtime: Runtime, state: State) -> dict[str, Any]:
 
 def activate(runtime: Runtime, state: State) -> dict[str, Any]:
     name = state["current"]["node_name"]
+    _check_nothing_runs(runtime, state["current"])
     _record(runtime, state, "activate")
     runtime.client.activate_node(name)
     return {"node_name": name}
@@ -297,6 +347,13 @@ def stop(runtime: Runtime, state: State) -> dict[str, Any]:
     done = list(progress.done) if progress else []
     # An install that was sent (or may have been) and has not ended may yet reboot the machine.
     install_may_run = progress is None or (progress.stage == "install" and "PatchInstallFailed" not in reason)
+    if name and not install_may_run:
+        # A command still running (this run's, cancelled but not ended, or an earlier run's) may reboot it.
+        try:
+            install_may_run = bool(_running(runtime, str(current.get("instance_id") or ""))) if current.get("instance_id") else False
+        except Exception as err:  # noqa: BLE001 - not knowing is taken as running
+            notes.append(f"Whether a patch command still runs on it could not be read ({type(err).__name__}: {err}).")
+            install_may_run = True
     left = _leave_safe(runtime, name, notes, install_may_run=install_may_run) if name else "no node had been started"
     for what, release in (("membership lock", lambda: runtime.lock.release(owner)),
                           ("patch progress lease", lambda: _progress(runtime).release(owner, stopped=f"{name}: {reason}"))):  # fmt: skip
@@ -350,6 +407,9 @@ def _what_to_do(reason: str, name: str) -> str:
     if "ClusterNotHealthy" in reason:
         return ("Find out why cluster health is not Ok (Service Fabric Explorer, or telemetry cluster status) and "
                 "fix it first: patching never takes a node out of service on an unhealthy cluster.")  # fmt: skip
+    if "ClusterUpgradeInProgress" in reason:
+        return ("Let the code upgrade end (telemetry cluster upgrade follows it; Get-ServiceFabricClusterUpgrade), "
+                "or see why it failed: patching never takes a node out of service during one.")  # fmt: skip
     if "DeactivationRefused" in reason:
         return ("Service Fabric refused to take the seed out of service without risking seed quorum: check that "
                 "every seed is Up (telemetry cluster status) and has been for a few minutes.")  # fmt: skip
@@ -430,6 +490,7 @@ def keep_warm(runtime: Runtime, state: State) -> dict[str, Any]:
 PATCH_STEPS: dict[str, Step] = {
     "begin": begin,
     "next_node": next_node,
+    "poll_idle": poll_idle,
     "scan": scan,
     "poll_scan": poll_scan,
     "up_to_date": up_to_date,

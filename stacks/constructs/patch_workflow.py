@@ -106,8 +106,11 @@ class PatchWorkflow(Construct):
         needed.when(sfn.Condition.number_greater_than("$.scanned.to_install", 0), locked).otherwise(up_to_date)
         scanned = steps.poll("Wait for the scan", "poll_scan", "scanned", needed)
         scan = steps.task("Scan for missing updates", "scan", "scan").next(scanned)
+        # An earlier run's Install may still run on the node (it goes on after a stop): no scan,
+        # and so no second Windows Update session, until it has ended.
+        idle = steps.poll("Wait until no patch command runs on the node", "poll_idle", "idle", scan)
         left = sfn.Choice(self, "A node left?")
-        left.when(sfn.Condition.string_equals("$.current.node_name", ""), finish).otherwise(scan)
+        left.when(sfn.Condition.string_equals("$.current.node_name", ""), finish).otherwise(idle)
         pick.next(left)
         return begin.next(pick)
 

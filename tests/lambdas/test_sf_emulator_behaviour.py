@@ -218,15 +218,18 @@ def test_a_seed_is_held_for_quorum_while_another_seed_is_away(sf_client, sf_clus
 
 
 def test_a_seed_just_back_up_does_not_count_for_quorum_until_the_wait_passes(sf_client, sf_cluster):
-    sf_cluster.seed_wait_ticks = 10
-    for node in sf_cluster.nodes.values():
-        node.up_since_tick = -100
+    now = [1000.0]
+    sf_cluster.clock = lambda: now[0]
+    assert sf_cluster.seed_wait_seconds == 180  # (LeaseDuration 30 s + ArbitrationTimeout 30 s) x 3
     sf_cluster.stop_host("seed-0")
     sf_cluster.start_host("seed-0")  # Up again, but only just
     sf_client.deactivate_node("seed-1", DeactivationIntent.RESTART)
 
-    assert sf_client.get_node_info("seed-1").raw["NodeDeactivationInfo"]["PendingSafetyChecks"] != []
-    assert _until(lambda: sf_client.get_node_info("seed-1").is_deactivated, limit=12)
+    now[0] += 179
+    held = [sf_client.get_node_info("seed-1") for _ in range(5)]
+    assert held[-1].raw["NodeDeactivationInfo"]["PendingSafetyChecks"] == [{"SafetyCheck": {"Kind": "EnsureSeedNodeQuorum"}}]
+    now[0] += 2  # the FM lets it through by itself once seed-0 has been up for the wait
+    assert _until(lambda: sf_client.get_node_info("seed-1").is_deactivated)
 
 
 # -- health: what GetClusterHealth aggregates ---------------------------------------------------

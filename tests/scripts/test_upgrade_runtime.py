@@ -1,9 +1,13 @@
 """`telemetry cluster upgrade` (scripts/upgrade_runtime.py) as typed, against the HTTPS emulator's
-Cluster Manager (provision, start, progress; tests/sf_emulator/cluster_manager.py)."""
+Cluster Manager (provision, start, progress; tests/sf_emulator/cluster_manager.py), with the
+membership lock table (where a patch run holds its progress lease) in moto."""
 
 from __future__ import annotations
 
 import json
+import time
+
+import boto3
 
 import pytest
 
@@ -15,14 +19,27 @@ CAB = "MicrosoftServiceFabric.11.5.0.1.cab"
 
 
 @pytest.fixture
-def gateway(sf_emulator, sf_pki) -> list[str]:
+def lock_table(moto_session) -> str:
+    """The dev membership lock table, as the NodeLifecycle stack makes it (key LockName)."""
+    from stacks.config import load_environment, read_environments
+    from stacks.naming import membership_lock_table_name
+
+    name = membership_lock_table_name(load_environment(read_environments(), "dev"))
+    moto_session.client("dynamodb").create_table(
+        TableName=name, KeySchema=[{"AttributeName": "LockName", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "LockName", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")  # fmt: skip
+    return name
+
+
+@pytest.fixture
+def gateway(sf_emulator, sf_pki, lock_table) -> list[str]:
     return ["--endpoint", sf_emulator.endpoint, "--client-cert", sf_pki.client.cert_path,
             "--client-key", sf_pki.client.key_path, "--ca-bundle", sf_pki.ca_path]
 
 
 def upgrade(gateway, *extra: str) -> int:
     return cli.main(["cluster", "upgrade", "--env", "dev", "--version", "11.5.0.1", *gateway,
-                     "--poll-interval", "0.001", *extra], session_factory=lambda region: pytest.fail("no AWS call"))
+                     "--poll-interval", "0.001", *extra], session_factory=lambda region: boto3.Session(region_name=region))
 
 
 def test_provisions_upgrades_and_follows_until_it_completes(gateway, sf_cluster, sf_emulator, capsys):
@@ -96,3 +113,22 @@ def test_the_readme_command_plans_offline(capsys):
     out = capsys.readouterr().out
     assert out.startswith("Service Fabric runtime 11.4.268.1 (cdk.json) -> 11.5.0.1\n")
     assert "environments.prod.service_fabric.runtime_version: 11.5.0.1" in out
+
+
+def test_a_patch_run_under_way_is_refused_in_one_line(gateway, lock_table, moto_session, sf_cluster, sf_emulator, capsys):
+    # As lambdas/node_lifecycle/patch_progress.py writes the item while a run works.
+    dynamodb = moto_session.client("dynamodb")
+    dynamodb.put_item(TableName=lock_table, Item={
+        "LockName": {"S": "patch-progress"}, "Owner": {"S": "patch:run-1"}, "LeaseUntil": {"N": str(time.time() + 3600)},
+        "Current": {"S": "seed-1"}, "Stage": {"S": "install"}, "Done": {"L": [{"S": "seed-0"}]}})  # fmt: skip
+    sf_cluster.cm.put_in_image_store(CAB)
+
+    assert upgrade(gateway) == 2
+
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a patch run (patch:run-1, at seed-1) holds the patch progress lease" in err[0]
+    assert not sf_emulator.requests_to("POST", r"/\$/Provision")
+    # Between runs (no Owner) or once the lease has lapsed, the upgrade goes on.
+    dynamodb.update_item(TableName=lock_table, Key={"LockName": {"S": "patch-progress"}},
+                         UpdateExpression="SET LeaseUntil = :past", ExpressionAttributeValues={":past": {"N": "1"}})  # fmt: skip
+    assert upgrade(gateway) == 0

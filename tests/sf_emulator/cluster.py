@@ -84,7 +84,7 @@ class EmulatedCluster:
     # -- settings passed through to the parts -----------------------------------------------
 
     deactivation_ticks = _setting("fm", "deactivation_ticks")
-    seed_wait_ticks = _setting("fm", "seed_wait_ticks")
+    seed_wait_seconds = _setting("fm", "seed_wait_seconds")
     accepted_intents = _setting("fm", "accepted_intents", convert=tuple)
     upgrade_ticks = _setting("uos", "upgrade_ticks")
     upgrade_outcome = _setting("uos", "upgrade_outcome")

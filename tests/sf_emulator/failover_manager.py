@@ -27,6 +27,14 @@ DOCUMENTED_INTENTS = ("Pause", "Restart", "RemoveData")
 # (Reliability/Failover/fm/QueryHelper.cpp, FMQueryHelper::IsMatch).
 HIDDEN_BY_DEFAULT = ("Unknown", "Removed")
 
+# How long a seed must have been up before the seed quorum check counts it
+# (Reliability/Failover/fm/DeactivateNodesContext.cpp, CheckSeedNodes: seedNodeWaitInterval =
+# (LeaseDuration + ArbitrationTimeout) x SeedNodeWaitSafetyFactor, and a seed counts once
+# DateTime::Now() > NodeUpTime + seedNodeWaitInterval): (30 s + 30 s) x 3 = 180 s with the
+# defaults (Federation/FederationConfig.h LeaseDuration 30 s, ArbitrationTimeout 30 s;
+# Reliability/Failover/common/FailoverConfig.h SeedNodeWaitSafetyFactor 3).
+SEED_WAIT_SECONDS = 180.0
+
 
 class EmulatedFabricError(Exception):
     """A failure as the gateway returns it: HTTP status and a FabricError body."""
@@ -59,7 +67,9 @@ class EmulatedNode:
     # (Reliability/Failover/fm/DeactivateNodesContext.cpp: EnsureSafeCloseReplicas,
     # EnsureAvailability, EnsurePartitionQuorum). The count itself is the emulator's: 4 each.
     replicas: int = 4
-    up_since_tick: int = 0  # when the node last came Up (the seed quorum check waits after that)
+    # When the node's host last came up, on the cluster's clock (NodeUpTime; the seed quorum check
+    # waits SEED_WAIT_SECONDS after it); None: up since before the emulator's time began.
+    up_since: float | None = None
     pending_safety_checks: tuple[str, ...] = ()
 
     def to_json(self, now: float) -> dict[str, Any]:
@@ -128,10 +138,8 @@ class FailoverManager:
         self.nodes: dict[str, EmulatedNode] = {}
         self.deactivation_ticks = 2
         self.accepted_intents: tuple[str, ...] = ALL_INTENTS
-        # Ticks a seed must have been Up before the seed quorum check counts it
-        # (DeactivateNodesContext::CheckSeedNodes: seedNodeWaitInterval = (LeaseDuration +
-        # ArbitrationTimeout) x SeedNodeWaitSafetyFactor); 0 counts it at once.
-        self.seed_wait_ticks = 0
+        # Seconds (on the clock) a seed must have been up before the seed quorum check counts it.
+        self.seed_wait_seconds = SEED_WAIT_SECONDS
         self.ticks = 0
 
     # -- queries ----------------------------------------------------------------------------
@@ -200,7 +208,7 @@ class FailoverManager:
         up = sum(
             1 for n in seeds
             if (n.status == "Up" or n is node) and (n is node or n.deactivation_status == "None")
-            and self.ticks - n.up_since_tick >= self.seed_wait_ticks
+            and (n.up_since is None or self.clock() - n.up_since > self.seed_wait_seconds)
         )  # fmt: skip
         return ("EnsureSeedNodeQuorum",) if up - (len(seeds) // 2 + 1) <= 0 else ()
 
@@ -277,7 +285,7 @@ class FailoverManager:
             # Activate (RemoveNodeDeactivation) makes it Up. A restarted node opens no replicas
             # while it stays deactivated.
             node.status = "Up" if node.deactivation_intent == "Invalid" else "Disabled"
-            node.up_since_tick = self.ticks
+            node.up_since = self.clock()
 
 
 def _manifest_row(entry: dict[str, Any]) -> EmulatedNode:

@@ -188,6 +188,8 @@ class AwsWire:
                 return patching.send_command(request.url, payload)
             if operation == "GetCommandInvocation" and patching.owns(payload["CommandId"]):
                 return patching.command_invocation(request.url, payload)
+            if operation == "ListCommandInvocations":
+                return patching.command_invocations(request.url, payload)
             if operation == "DescribeInstancePatchStates":
                 return patching.patch_states(request.url, payload)
         if service == "ssm" and operation == "SendCommand":

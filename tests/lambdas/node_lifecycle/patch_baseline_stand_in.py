@@ -22,11 +22,19 @@ What the document does, and the sources:
 - A failed install ends Failed with a non-zero ResponseCode and its error in
   StandardErrorContent, and the failed updates counted in FailedCount; a command that outlives
   its execution timeout ends TimedOut (SSM API Reference, GetCommandInvocation, Status).
+- ListCommandInvocations (SSM API Reference, ListCommandInvocations: InstanceId, Filters with
+  key DocumentName; CommandInvocation: CommandId, InstanceId, DocumentName, Comment, Status,
+  StatusDetails, RequestedDateTime) lists the invocations on the instance, newest first, whatever
+  their status; a command goes on running on the instance until it reaches a terminal status
+  (CommandInvocationStatus, botocore's ssm model: Success, Failed, TimedOut, Cancelled), whether
+  anyone looks at it or not.
 - Not documented, so chosen here (a risk): how many looks each phase takes (one look per phase),
   the output's wording, and that FabricHostSvc starts again with Windows after the reboot (its
   service start type is automatic on a node AddNode.ps1 or the cluster's creation installed).
 
-Time: each GetCommandInvocation of a running command moves it one phase on, the way the
+Time: each GetCommandInvocation of a running command moves it one phase on, and each
+ListCommandInvocations every running command of that instance (time passes for a command no run
+looks at any more), the way the
 emulator's ticks move the cluster on; the state machine looks once per poll interval.
 """
 
@@ -64,6 +72,7 @@ class Machine:
     install_times_out: bool = False  # the command outlives its execution timeout
     fabric_returns: bool = True  # FabricHostSvc starts again after the reboot
     reboots: int = 0
+    install_hold: int = 0  # looks an Install stays InProgress before it installs (a long Windows Update)
     patch_state: dict[str, Any] | None = None
 
 
@@ -78,6 +87,8 @@ class Command:
     response_code: int = -1
     stdout: str = ""
     stderr: str = ""
+    comment: str = ""
+    requested: float = 0.0
 
 
 @dataclass
@@ -87,6 +98,8 @@ class PatchBaselineStandIn:
     machines: dict[str, Machine] = field(default_factory=dict)  # instance id -> machine
     commands: dict[str, Command] = field(default_factory=dict)
     sent: list[tuple[str, str, str]] = field(default_factory=list)  # (node, operation, reboot option)
+    # (node, operation sent, command already running there): two Windows Update sessions at once.
+    overlaps: list[tuple[str, str, str]] = field(default_factory=list)
     # Called after each change a command makes to a machine (tests check invariants there).
     on_change: Callable[[], None] = lambda: None
 
@@ -100,7 +113,11 @@ class PatchBaselineStandIn:
 
             return _json_error(url, 400, "InvalidParameters", f"{DOCUMENT}: unknown {unknown}, invalid {invalid}")
         (instance_id,) = body["InstanceIds"]
-        command = Command(str(uuid.uuid4()), instance_id, parameters["Operation"], parameters.get("RebootOption", "RebootIfNeeded"))
+        command = Command(str(uuid.uuid4()), instance_id, parameters["Operation"], parameters.get("RebootOption", "RebootIfNeeded"),
+                          comment=str(body.get("Comment", "")), requested=self.clock())  # fmt: skip
+        for other in self.commands.values():
+            if other.instance_id == instance_id and other.status in ("Pending", "InProgress"):
+                self.overlaps.append((self.machines[instance_id].node_name, command.operation, other.operation))
         self.commands[command.command_id] = command
         self.sent.append((self.machines[instance_id].node_name, command.operation, command.reboot_option))
         return _json(url, 200, {"Command": {
@@ -121,6 +138,17 @@ class PatchBaselineStandIn:
             "StandardOutputContent": command.stdout, "StandardErrorContent": command.stderr,
         })  # fmt: skip
 
+    def command_invocations(self, url: str, body: dict[str, Any]) -> AWSResponse:
+        filters = {f["key"]: f["value"] for f in body.get("Filters") or []}
+        found = [c for c in self.commands.values() if c.instance_id == body.get("InstanceId", c.instance_id)
+                 and filters.get("DocumentName", DOCUMENT) == DOCUMENT]  # fmt: skip
+        for command in found:
+            self._advance(command)
+        return _json(url, 200, {"CommandInvocations": [{
+            "CommandId": c.command_id, "InstanceId": c.instance_id, "DocumentName": DOCUMENT, "DocumentVersion": "$DEFAULT",
+            "Comment": c.comment, "Status": c.status, "StatusDetails": c.status, "RequestedDateTime": c.requested,
+        } for c in sorted(found, key=lambda c: -c.requested)]})  # fmt: skip
+
     def patch_states(self, url: str, body: dict[str, Any]) -> AWSResponse:
         states = [self.machines[i].patch_state for i in body["InstanceIds"] if self.machines[i].patch_state]
         return _json(url, 200, {"InstancePatchStates": states})
@@ -137,6 +165,8 @@ class PatchBaselineStandIn:
             self._end(command, 0, f"Scan: {machine.missing} missing update(s)")
         elif command.phase == 1:
             command.status = "InProgress"  # downloading and installing
+        elif machine.install_hold > 0:
+            machine.install_hold, command.phase = machine.install_hold - 1, command.phase - 1
         elif machine.install_times_out:
             command.status, command.response_code = "TimedOut", -1
         elif machine.install_fails:

@@ -123,7 +123,7 @@ def patching(platform: Platform) -> Patching:
     """A fresh cluster (seeds and scaling nodes Up, 3 updates missing on each), an empty lock
     table and inbox, on the module's platform."""
     world = platform.world
-    cluster = standard_cluster()
+    cluster = standard_cluster(clock=world.clock)  # the seed wait (180 s) passes in virtual time
     world.emulator.cluster = world.cluster = world.wire.machines.cluster = cluster
     world.emulator.clear_log()
     for key in (PROGRESS_ITEM, LOCK_ITEM):
@@ -206,11 +206,9 @@ def test_a_node_that_does_not_come_back_stops_the_run_and_stays_deactivated(patc
 
 def test_a_seed_the_failover_manager_refuses_to_deactivate_stops_the_run_and_is_activated_again(patching: Patching):
     # A seed that came back within the seed wait interval does not count for seed quorum
-    # (DeactivateNodesContext::CheckSeedNodes): after seed-0's reboot, seed-1 must wait.
-    cluster = patching.world.cluster
-    for node in cluster.nodes.values():
-        node.up_since_tick = -1_000_000
-    cluster.seed_wait_ticks = 1_000_000
+    # (DeactivateNodesContext::CheckSeedNodes): after seed-0's reboot, seed-1 must wait, here
+    # for longer than the run waits (twice the FM's 180 s).
+    patching.world.cluster.seed_wait_seconds = 1_000_000
 
     execution = patching.run()
 
@@ -219,7 +217,7 @@ def test_a_seed_the_failover_manager_refuses_to_deactivate_stops_the_run_and_is_
     assert patching.active_and_up(*SEEDS)  # seed-1's deactivation was cancelled
     assert patching.node("seed-1").reboots == 0
     (alarm,) = patching.world.machines.alarms()
-    assert "DeactivationRefused" in alarm.message and "EnsureSeedNodeQuorum" in alarm.message
+    assert "DeactivationRefused" in alarm.message and "EnsureSeedNodeQuorum" in alarm.message and "360 s" in alarm.message
     assert "has been activated again" in alarm.message
 
 
@@ -255,3 +253,87 @@ def test_one_node_on_request_leaves_the_round_as_it_was(patching: Patching):
     assert execution.status == "SUCCEEDED"
     assert [n for n, _, _ in patching.stand_in.sent] == ["scale-1", "scale-1"]
     assert patching.progress()["Done"]["L"] == [{"S": "scale-1"}] and "Owner" not in patching.progress()
+
+
+def test_a_rerun_waits_for_the_install_a_stopped_run_left_running(patching: Patching):
+    # seed-0's Windows Update outlasts the node's time: the run stops with the Install still
+    # InProgress on the machine (Run Command goes on with it), the node left deactivated.
+    patching.node("seed-0").install_hold = 10**6
+
+    first = patching.run()
+
+    assert (first.status, first.error) == ("FAILED", "PatchStopped")
+    (alarm,) = patching.world.machines.alarms()
+    assert "WaitTimedOut" in alarm.message and "left deactivated" in alarm.message
+    (running,) = [c for c in patching.stand_in.commands.values() if c.status == "InProgress"]
+    assert running.operation == "Install" and patching.world.cluster.node("seed-0").deactivation_intent == "Restart"
+    patching.node("seed-0").install_hold = 3  # it ends a few looks into the next run
+    sent_before = len(patching.stand_in.sent)
+
+    second = patching.run()
+
+    assert second.status == "SUCCEEDED", [i for i in second.invocations if i.error]
+    assert patching.stand_in.overlaps == []  # no Scan or Install beside the running Install
+    assert running.status == "Success" and patching.node("seed-0").reboots == 1  # it rebooted once, and ended
+    # seed-0 was found up to date after that install, and activated; the others patched.
+    assert [(n, op) for n, op, _ in patching.stand_in.sent[sent_before:] if op == "Install"] == [(n, "Install") for n in SEEDS[1:] + SCALING]
+    assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []
+
+
+def test_cancelling_is_not_the_end_of_a_command():
+    from node_lifecycle.patch_baseline import PatchCommand
+
+    assert not PatchCommand("c", "Cancelling", -1).finished  # the agent may still install and reboot
+    assert all(PatchCommand("c", s, 0).finished for s in ("Success", "Failed", "Cancelled", "TimedOut"))
+
+
+def test_a_seed_held_for_seed_quorum_waits_until_the_failover_manager_lets_it_go(patching: Patching):
+    # After seed-0's reboot, seed-1's deactivation is held in EnsureSeedNodeQuorum until seed-0
+    # has been up for the FM's seed wait (180 s); the FM then completes it by itself.
+    held: list[str] = []
+    sample = patching.rules.sample
+
+    def sampled() -> None:
+        sample()
+        held.extend(n.name for n in patching.world.cluster.nodes.values() if "EnsureSeedNodeQuorum" in n.pending_safety_checks)
+
+    patching.rules.sample = sampled
+
+    execution = patching.run()
+
+    assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
+    assert {"seed-1", "seed-2"} <= set(held)  # each waited for the seed before it
+    assert patching.rules.deactivated == SEEDS + SCALING and patching.rules.most_seeds_away == 1
+    assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []
+    assert execution.virtual_seconds >= 2 * 180
+
+
+def test_a_cluster_code_upgrade_under_way_stops_patching_before_any_node_leaves_service(patching: Patching):
+    cm = patching.world.cluster.cm
+    cm.ticks_per_domain = 10**6  # telemetry cluster upgrade's upgrade, still in its first domain
+    cm.put_in_image_store("MicrosoftServiceFabric.11.5.0.1.cab")
+    cm.provision({"CodeFilePath": "MicrosoftServiceFabric.11.5.0.1.cab"})
+    cm.start_upgrade({"CodeVersion": "11.5.0.1", "RollingUpgradeMode": "Monitored"}, ["UD0", "UD1", "UD2"])
+
+    execution = patching.run()
+
+    assert (execution.status, execution.error) == ("FAILED", "PatchStopped")
+    assert patching.rules.deactivated == [] and patching.active_and_up(*SEEDS, *SCALING)
+    (alarm,) = patching.world.machines.alarms()
+    assert "ClusterUpgradeInProgress" in alarm.message and "RollingForwardInProgress to 11.5.0.1" in alarm.message
+    assert "Let the code upgrade end" in alarm.message and "resumes at this node" in alarm.message
+
+
+def test_a_run_that_gives_up_waiting_for_a_running_install_leaves_the_node_deactivated(patching: Patching):
+    patching.node("seed-0").install_hold = 10**6  # an Install that runs on past two runs' node time
+    assert patching.run().status == "FAILED"
+    patching.world.machines.alarms()
+
+    second = patching.run()
+
+    assert (second.status, second.error) == ("FAILED", "PatchStopped")
+    assert patching.stand_in.overlaps == [] and [op for _, op, _ in patching.stand_in.sent] == ["Scan", "Install"]
+    (alarm,) = patching.world.machines.alarms()
+    assert "WaitTimedOut" in alarm.message and "still running on seed-0" in alarm.message
+    assert "left deactivated" in alarm.message  # stopped before its scan, yet the Install may still reboot it
+    assert patching.world.cluster.node("seed-0").deactivation_intent == "Restart"
