@@ -52,6 +52,29 @@ PERMANENT_ERROR = "PermanentError"  # lambdas/node_lifecycle/step_errors.py
 WAITING = ("wait_for_upgrade", "wait_for_instance")
 
 
+def traced_state_machine(scope: Construct, name: str, definition: sfn.IChainable, timeout: cdk.Duration,
+                         log_retention_days: int, removal_policy: cdk.RemovalPolicy) -> sfn.StateMachine:
+    """A state machine traced with X-Ray and logging every event, with its data, to its own log group."""
+    logs = log_group(scope, "ExecutionLogs", retention_days=log_retention_days, removal_policy=removal_policy)
+    return sfn.StateMachine(
+        scope,
+        "StateMachine",
+        state_machine_name=name,
+        definition_body=sfn.DefinitionBody.from_chainable(definition),
+        timeout=timeout,
+        tracing_enabled=True,
+        logs=sfn.LogOptions(destination=logs, level=sfn.LogLevel.ALL, include_execution_data=True),
+    )
+
+
+def start_target(state_machine: sfn.IStateMachine, pacing: Pacing, undelivered_events: sqs.IQueue,
+                 input: events.RuleTargetInput | None = None) -> targets.SfnStateMachine:  # fmt: skip
+    """An EventBridge rule's StartExecution, retried for as long as the event is worth starting,
+    then left in the undelivered-events queue (which alarms)."""
+    return targets.SfnStateMachine(state_machine, input=input, retry_attempts=EVENT_RETRIES_MAX,
+                                   max_event_age=pacing.event_age, dead_letter_queue=undelivered_events)  # fmt: skip
+
+
 def acknowledge_machine_policy(state_machine: sfn.StateMachine, function: lambda_.IFunction, which: str) -> None:
     """The two wildcards of a state machine's role that invokes one function and traces, each
     acknowledged on that role's policy alone."""
@@ -268,16 +291,8 @@ class _Workflow(Construct):
         steps = _Steps(self, function, pacing)
         definition = steps.begin().next(steps.lock_then(self._after_lock(steps, alarm_topic)))
         steps.catch_all(self._failure_path(steps, alarm_topic))
-        logs = log_group(self, "ExecutionLogs", retention_days=log_retention_days, removal_policy=removal_policy)
-        self.state_machine = sfn.StateMachine(
-            self,
-            "StateMachine",
-            state_machine_name=state_machine_name,
-            definition_body=sfn.DefinitionBody.from_chainable(definition),
-            timeout=pacing.timeout,
-            tracing_enabled=True,
-            logs=sfn.LogOptions(destination=logs, level=sfn.LogLevel.ALL, include_execution_data=True),
-        )
+        self.state_machine = traced_state_machine(self, state_machine_name, definition, pacing.timeout,
+                                                  log_retention_days, removal_policy)  # fmt: skip
         self.rule = events.Rule(
             self,
             "LifecycleAction",
@@ -290,14 +305,7 @@ class _Workflow(Construct):
             # EventBridge retries a StartExecution that fails for a reason that passes, for as
             # long as a started execution could still save the action (its first heartbeat lands
             # before the hook times out), then leaves the event in the queue; the queue alarms.
-            targets=[
-                targets.SfnStateMachine(
-                    self.state_machine,
-                    retry_attempts=EVENT_RETRIES_MAX,
-                    max_event_age=pacing.event_age,
-                    dead_letter_queue=undelivered_events,
-                )
-            ],
+            targets=[start_target(self.state_machine, pacing, undelivered_events)],
         )
         self.state_machine.node.add_dependency(group)
         acknowledge_machine_policy(self.state_machine, function, "lifecycle")

@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.constructs.lifecycle_workflows import Pacing, _Steps, acknowledge_machine_policy
-from stacks.constructs.log_group import log_group
-from stacks.lifecycle_timing import EVENT_RETRIES_MAX, LAMBDA_TASK_TIMEOUT_SECONDS
+from stacks.constructs.lifecycle_workflows import (
+    Pacing,
+    _Steps,
+    acknowledge_machine_policy,
+    start_target,
+    traced_state_machine,
+)
+from stacks.lifecycle_timing import LAMBDA_TASK_TIMEOUT_SECONDS
 
 # What a scheduled run gets as input (a CLI run names the node, or nothing).
 SCHEDULED_INPUT = {"trigger": "schedule"}
@@ -48,16 +52,8 @@ class PatchWorkflow(Construct):
         steps = _Steps(self, function, pacing)
         definition = self._definition(steps)
         steps.catch_all(self._failure_path(steps, alarm_topic))
-        logs = log_group(self, "ExecutionLogs", retention_days=log_retention_days, removal_policy=removal_policy)
-        self.state_machine = sfn.StateMachine(
-            self,
-            "StateMachine",
-            state_machine_name=state_machine_name,
-            definition_body=sfn.DefinitionBody.from_chainable(definition),
-            timeout=pacing.timeout,
-            tracing_enabled=True,
-            logs=sfn.LogOptions(destination=logs, level=sfn.LogLevel.ALL, include_execution_data=True),
-        )
+        self.state_machine = traced_state_machine(self, state_machine_name, definition, pacing.timeout,
+                                                  log_retention_days, removal_policy)  # fmt: skip
         self.rule = events.Rule(
             self,
             "MaintenanceWindow",
@@ -65,15 +61,8 @@ class PatchWorkflow(Construct):
             + ("" if schedule_enabled else " (disabled in this environment: patching.enabled)"),
             schedule=events.Schedule.expression(schedule),
             enabled=schedule_enabled,
-            targets=[
-                targets.SfnStateMachine(
-                    self.state_machine,
-                    input=events.RuleTargetInput.from_object(SCHEDULED_INPUT),
-                    retry_attempts=EVENT_RETRIES_MAX,
-                    max_event_age=pacing.event_age,
-                    dead_letter_queue=undelivered_events,
-                )
-            ],
+            targets=[start_target(self.state_machine, pacing, undelivered_events,
+                                  input=events.RuleTargetInput.from_object(SCHEDULED_INPUT))],  # fmt: skip
         )
         acknowledge_machine_policy(self.state_machine, function, "patch")
 
