@@ -30,7 +30,7 @@ missing and an activation of an active node change nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from sf_rest import DeactivationIntent, NodeInfo, NodeStatus
@@ -47,12 +47,9 @@ from .errors import (
 from .interfaces import NODE_NAME_TAG
 from .patch_baseline import INSTALL, SCAN
 from .runtime import Runtime
-
-State = Mapping[str, Any]
-Step = Callable[[Runtime, State], dict[str, Any]]
+from .workflow import SUBJECT_LIMIT, State, Step, count_undelivered_alarm
 
 PATCH = "patch"
-SUBJECT_LIMIT = 99  # SNS Publish: Subject "must be less than 100 characters long"
 CLUSTER_TAG = "sf:cluster"  # stacks/naming.py, as the seeds and the scaling group are tagged
 SEED_QUORUM_CHECK = "EnsureSeedNodeQuorum"  # SafetyCheckKind (REST reference, sfclient-model-safetycheck)
 # The FM holds a seed's deactivation in EnsureSeedNodeQuorum until every other seed has been up for
@@ -475,14 +472,6 @@ def _failure(state: State) -> str:
     return f"{cause} ({name})" if cause else name
 
 
-def alarm_undelivered(runtime: Runtime, state: State) -> dict[str, Any]:
-    runtime.record_metric("AlarmsUndelivered", 1, "Count")
-    failure = state.get("failure") or {}
-    print(json.dumps({"undelivered_alarm": {"subject": failure.get("subject"), "message": failure.get("message"),
-                                            "publish_error": state.get("alarm_error")}}))  # fmt: skip
-    return {"counted": True}
-
-
 def keep_warm(runtime: Runtime, state: State) -> dict[str, Any]:
     return {"warm": True}
 
@@ -506,6 +495,6 @@ PATCH_STEPS: dict[str, Step] = {
     "node_done": node_done,
     "finish": finish,
     "stop": stop,
-    "alarm_undelivered": alarm_undelivered,
+    "alarm_undelivered": count_undelivered_alarm,  # no lifecycle action to keep alive
     "keep_warm": keep_warm,
 }

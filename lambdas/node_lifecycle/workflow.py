@@ -202,6 +202,12 @@ def alarm_undelivered(runtime: Runtime, state: State) -> dict[str, Any]:
     alarm watches the count) and print the alarm into the function's log, then the execution
     goes on, holding the instance where it would have."""
     _try_keep_alive(runtime, _hook_or_none(state))
+    return count_undelivered_alarm(runtime, state)
+
+
+def count_undelivered_alarm(runtime: Runtime, state: State) -> dict[str, Any]:
+    """The AlarmsUndelivered count, and the alarm the topic refused printed into the log (every
+    workflow's, the patch run's too)."""
     runtime.record_metric("AlarmsUndelivered", 1, "Count")
     failure = state.get("failure") or {}
     print(json.dumps({"undelivered_alarm": {"subject": failure.get("subject"), "message": failure.get("message"),
