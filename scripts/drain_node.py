@@ -72,11 +72,11 @@ class UnknownNode(Exception):
     pass
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Everything but --env and --region, which `telemetry` gives every subcommand."""
+def add_gateway_arguments(parser: argparse.ArgumentParser, without_aws: str) -> None:
+    """How connect() reaches the HTTP gateway; `without_aws` ends --endpoint's help: what AWS it
+    still calls given the certificate and a way to trust the gateway."""
     parser.add_argument("--endpoint", help="HTTP gateway, https://HOST:19080 (default: the stack's HttpGatewayEndpoint "
-                        "output); with the client certificate and a way to trust the gateway, no AWS call is made")
-    parser.add_argument("--node", required=True, help="Service Fabric node name to drain")
+                        f"output); with the client certificate and a way to trust the gateway, {without_aws}")
     parser.add_argument("--client-cert", metavar="PEM", help="admin client certificate")
     parser.add_argument("--client-key", metavar="PEM", help="its private key")
     trust = parser.add_mutually_exclusive_group()
@@ -87,6 +87,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="verify the gateway by its certificate's SHA-1 (or SHA-256) thumbprint instead",
     )
     trust.add_argument("--insecure", action="store_true", help="do not verify the gateway")
+
+
+def check_gateway_arguments(args: argparse.Namespace) -> None:
+    """add_gateway_arguments' options, refused in one line before anything is called."""
+    if bool(args.client_cert) != bool(args.client_key):
+        raise UsageError("--client-cert and --client-key go together")
+    for flag in ("client_cert", "client_key", "ca_bundle"):
+        path = getattr(args, flag)
+        if path and not Path(path).is_file():
+            raise UsageError(f"--{flag.replace('_', '-')} {path}: no such file")
+    if args.endpoint:
+        scheme = urlsplit(args.endpoint).scheme
+        if scheme not in ("http", "https") or not urlsplit(args.endpoint).netloc:
+            raise UsageError(f"--endpoint must be https://HOST:PORT, got {args.endpoint!r}")
+    if args.server_thumbprint:
+        try:
+            normalise_thumbprint(args.server_thumbprint)  # the check the client makes itself
+        except ValueError:
+            raise UsageError("--server-thumbprint must be 40 (SHA-1) or 64 (SHA-256) hex digits") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Everything but --env and --region, which `telemetry` gives every subcommand."""
+    parser.add_argument("--node", required=True, help="Service Fabric node name to drain")
+    add_gateway_arguments(parser, "no AWS call is made")
     parser.add_argument(
         "--instance-id",
         help="clean-up only: stop Fabric on this EC2 instance over SSM if the removal upgrade "
@@ -115,21 +140,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_arguments(args: argparse.Namespace) -> argparse.Namespace:
-    if bool(args.client_cert) != bool(args.client_key):
-        raise UsageError("--client-cert and --client-key go together")
-    for flag in ("client_cert", "client_key", "ca_bundle"):
-        path = getattr(args, flag)
-        if path and not Path(path).is_file():
-            raise UsageError(f"--{flag.replace('_', '-')} {path}: no such file")
-    if args.endpoint:
-        scheme = urlsplit(args.endpoint).scheme
-        if scheme not in ("http", "https") or not urlsplit(args.endpoint).netloc:
-            raise UsageError(f"--endpoint must be https://HOST:PORT, got {args.endpoint!r}")
-    if args.server_thumbprint:
-        try:
-            normalise_thumbprint(args.server_thumbprint)  # the check the client makes itself
-        except ValueError:
-            raise UsageError("--server-thumbprint must be 40 (SHA-1) or 64 (SHA-256) hex digits") from None
+    check_gateway_arguments(args)
     if args.timeout <= 0 or args.poll_interval <= 0:
         raise UsageError("--timeout and --poll-interval must be positive")
     return args

@@ -41,6 +41,7 @@ from scripts.cluster_inventory import ToolError
 from scripts.scale import ScalingGroups
 from scripts.telemetry import output
 from scripts.telemetry.errors import OperationFailed
+from simulator.topic_admin import _positive_seconds  # as telemetry topics reads its --timeout
 from stacks.config import EnvironmentConfig, load_environment, read_environments
 from stacks.naming import (
     NODE_TYPE_TAG,
@@ -209,23 +210,13 @@ def _percent(value: str) -> int:
     return number
 
 
-def _seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if number <= 0:
-        raise argparse.ArgumentTypeError("must be positive")
-    return number
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-healthy-percent", type=_percent, default=DEFAULT_MIN_HEALTHY_PERCENT, metavar="N",
                         help="percent of the group kept in service (default 100: each replacement joins before an "
                              "old node drains; below 100, old nodes are drained first)")
-    parser.add_argument("--timeout", type=_seconds, default=4 * 3600.0,
+    parser.add_argument("--timeout", type=_positive_seconds, default=4 * 3600.0,
                         help="seconds to follow the refresh (default 14400); it goes on after")
-    parser.add_argument("--poll-interval", type=_seconds, default=30.0, help="seconds between progress lines (default 30)")
+    parser.add_argument("--poll-interval", type=_positive_seconds, default=30.0, help="seconds between progress lines (default 30)")
     parser.add_argument("--dry-run", action="store_true",
                         help="offline: print the refresh's preferences and what a run would read from Auto Scaling "
                              "first; call and change nothing")  # fmt: skip

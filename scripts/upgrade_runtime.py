@@ -34,10 +34,9 @@ import argparse
 import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
+from scripts.drain_node import add_gateway_arguments, check_gateway_arguments, connect
 from scripts.telemetry import output
 from scripts.telemetry.errors import OperationFailed, UsageError
 from stacks.config import RUNTIME_VERSION_PATTERN, SERVICE_FABRIC_RUNTIME_VERSION, load_environment, read_environments
@@ -87,15 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--code-file-path", metavar="PATH",
                         help="the code package's path in the image store (default MicrosoftServiceFabric.V.cab, where "
                              "Copy-ServiceFabricClusterPackage puts it)")
-    parser.add_argument("--endpoint", help="HTTP gateway, https://HOST:19080 (default: the stack's HttpGatewayEndpoint "
-                        "output); with the client certificate and a way to trust the gateway, the only AWS call is "
-                        "the read of the patch progress lease")
-    parser.add_argument("--client-cert", metavar="PEM", help="admin client certificate")
-    parser.add_argument("--client-key", metavar="PEM", help="its private key")
-    trust = parser.add_mutually_exclusive_group()
-    trust.add_argument("--ca-bundle", metavar="PEM", help="cluster CA to verify the gateway")
-    trust.add_argument("--server-thumbprint", metavar="HEX", help="verify the gateway by its certificate's thumbprint")
-    trust.add_argument("--insecure", action="store_true", help="do not verify the gateway")
+    add_gateway_arguments(parser, "the only AWS call is the read of the patch progress lease")
     parser.add_argument("--timeout", type=float, default=12 * 3600.0, metavar="SECONDS",
                         help="follow the upgrade this long (default 43200); it goes on after")
     parser.add_argument("--poll-interval", type=float, default=60.0, metavar="SECONDS",
@@ -109,14 +100,7 @@ def check_arguments(args: argparse.Namespace) -> argparse.Namespace:
     if not re.fullmatch(RUNTIME_VERSION_PATTERN, args.version):
         raise UsageError(f"--version {args.version!r} is not a Service Fabric runtime version (four dot-separated "
                          f"numbers, such as {SERVICE_FABRIC_RUNTIME_VERSION})")
-    if bool(args.client_cert) != bool(args.client_key):
-        raise UsageError("--client-cert and --client-key go together")
-    for flag in ("client_cert", "client_key", "ca_bundle"):
-        path = getattr(args, flag)
-        if path and not Path(path).is_file():
-            raise UsageError(f"--{flag.replace('_', '-')} {path}: no such file")
-    if args.endpoint and (urlsplit(args.endpoint).scheme not in ("http", "https") or not urlsplit(args.endpoint).netloc):
-        raise UsageError(f"--endpoint must be https://HOST:PORT, got {args.endpoint!r}")
+    check_gateway_arguments(args)
     if args.timeout <= 0 or args.poll_interval <= 0:
         raise UsageError("--timeout and --poll-interval must be positive")
     return args
@@ -178,8 +162,6 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     if args.dry_run:
         return plan(args, config)
     refuse_while_patching(config, session_factory)
-    from scripts.drain_node import connect
-
     client, clean_up = connect(args, session_factory)
     try:
         return upgrade(args, config, client)
