@@ -274,6 +274,7 @@ class KafkaTopics:
                 request_timeout=self._timeout,
             )
             self._settle(futures, change)
+            self._await_listed(spec.name)
             if untiered == spec.configs():
                 return
             change = TopicChange(spec, "set-configs", "tiering the new topic")
@@ -287,6 +288,28 @@ class KafkaTopics:
         else:
             return
         self._settle(futures, change)
+
+    def _await_listed(self, name: str) -> None:
+        """Waits until the broker answering Metadata lists a topic just created. Kafka's
+        Admin.createTopics javadoc: "It may take several seconds after CreateTopicsResult returns
+        success for all the brokers to become aware that the topics have been created. During this
+        time, listTopics and describeTopics may not return information about the new topics." A
+        run that returned before then would make the next run plan a second create."""
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                if self._admin.list_topics(topic=name, timeout=self._timeout).topics[name].error is None:
+                    return
+            except KafkaException as error:
+                raise TopicError(f"cannot reach the cluster: {error.args[0].str()}") from None
+            if time.monotonic() > deadline:
+                raise TopicError(
+                    f"create {name}: the cluster accepted it but lists no such topic after "
+                    f"{self._timeout:g} s; run again once it is listed"
+                )
+            time.sleep(0.2)
 
     def _alter(self, spec: TopicSpec):
         from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
