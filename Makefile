@@ -16,15 +16,17 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export PYTHONDONTWRITEBYTECODE := 1
 
 CDK := $(BIN)/cdk
-CDK_FLAGS := -c env=$(ENV)
+# One synthesis per environment, where every telemetry command looks for it (cdk.out/ENV).
+CDK_OUT := cdk.out/$(ENV)
+CDK_FLAGS := -c env=$(ENV) --output $(CDK_OUT)
 
 .PHONY: help venv synth test test-fast lint deploy diff destroy topics cost bench demo clean flink-test bench-sink bench-membership mosquitto simulator-lock
 
 help:
-	@echo "make synth   [ENV=dev]   synthesize every stack of ENV into cdk.out/ (offline); installs .venv/bin/telemetry"
+	@echo "make synth   [ENV=dev]   synthesize every stack of ENV into cdk.out/ENV (offline); installs .venv/bin/telemetry"
 	@echo "make test                whole test suite (pytest)"
 	@echo "make test-fast           tests without the slow integration ones"
-	@echo "make lint    [ENV=dev]   cfn-lint over the templates in cdk.out/"
+	@echo "make lint    [ENV=dev]   cfn-lint over the templates in cdk.out/ENV"
 	@echo "make diff    [ENV=dev]   cdk diff against the account of ENV"
 	@echo "make deploy  [ENV=dev]   cdk deploy --all for ENV"
 	@echo "make destroy [ENV=dev]   cdk destroy --all for ENV"
@@ -51,11 +53,13 @@ $(STAMP): $(REQUIREMENTS)
 	touch $@
 
 synth: $(STAMP)
-	$(CDK) synth $(CDK_FLAGS) --quiet --output cdk.out
-	@for t in cdk.out/Telemetry-$(ENV)-*.template.json; do echo "wrote $$t"; done
+	@mkdir -p cdk.out && $(BIN)/python -m devtools.synthesis_digest > cdk.out/.$(ENV).inputs-sha256
+	$(CDK) synth $(CDK_FLAGS) --quiet
+	@mv cdk.out/.$(ENV).inputs-sha256 $(CDK_OUT)/.inputs-sha256  # the telemetry commands reuse this synthesis
+	@for t in $(CDK_OUT)/Telemetry-$(ENV)-*.template.json; do echo "wrote $$t"; done
 
 lint: synth
-	$(BIN)/cfn-lint cdk.out/Telemetry-$(ENV)-*.template.json
+	$(BIN)/cfn-lint $(CDK_OUT)/Telemetry-$(ENV)-*.template.json
 
 # Two workers, each taking whole files (module fixtures, brokers and syntheses stay per file/worker).
 TEST_WORKERS ?= 2
@@ -75,12 +79,15 @@ test-fast: $(STAMP)
 
 # cdk diff compares every stack of the app when none is named (the pinned CLI has no --all for diff).
 diff: $(STAMP)
+	@$(BIN)/python -m stacks.placeholders $(ENV)  # refuses the example account before any AWS call
 	$(CDK) diff $(CDK_FLAGS)
 
 deploy: $(STAMP)
+	@$(BIN)/python -m stacks.placeholders $(ENV)  # refuses the example account before any AWS call
 	$(CDK) deploy $(CDK_FLAGS) --all
 
 destroy: $(STAMP)
+	@$(BIN)/python -m stacks.placeholders $(ENV)  # refuses the example account before any AWS call
 	$(CDK) destroy $(CDK_FLAGS) --all
 
 topics: $(STAMP)

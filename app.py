@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Entry point: `cdk synth|deploy -c env=NAME` builds one environment of the telemetry platform."""
 
+import os
 import sys
 
 from stacks.config import ConfigError, load_environment
@@ -42,7 +43,7 @@ def main() -> None:
             raise
         # cdk-nag has printed every open finding above; the traceback would only bury them.
         print(f"error: compliance gate: open cdk-nag findings in environment '{name}' "
-              "(listed above and in cdk.out/validation-report.json)", file=sys.stderr)
+              f"(listed above and in {os.path.relpath(app.outdir)}/validation-report.json)", file=sys.stderr)
         sys.exit(1)
 
 

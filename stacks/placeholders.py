@@ -5,6 +5,8 @@ and says so; preflight and deploy refuse them, naming the key to edit, before an
 
 from __future__ import annotations
 
+import sys
+
 from stacks.config import EnvironmentConfig
 
 SHIPPED_ACCOUNTS = frozenset({"111111111111", "222222222222", "333333333333"})
@@ -35,3 +37,25 @@ def refusal(config: EnvironmentConfig) -> str | None:
     if not found:
         return None
     return f"cdk.json still holds shipped placeholders: {'; '.join(found)} (edit them, then run again)"
+
+
+def main(argv: list[str]) -> int:
+    """`make diff|deploy|destroy ENV=...` first: one line and exit 2 while the environment still holds
+    a shipped placeholder, before the CDK CLI makes any AWS call."""
+    from stacks.config import ConfigError, load_environment, read_environments
+
+    if len(argv) != 1:
+        print("usage: python -m stacks.placeholders ENV", file=sys.stderr)
+        return 2
+    try:
+        line = refusal(load_environment(read_environments(), argv[0]))
+    except ConfigError as error:
+        line = str(error)
+    if line:
+        print(f"error: {line}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

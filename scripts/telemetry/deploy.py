@@ -98,9 +98,9 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
             raise UsageError(f"the topics of {config.name} are not reconciled yet, which the topic administrator "
                              "role does with MFA: add --mfa-serial ARN (your MFA device)")
         stacks = synthesized_stacks(args.cdk_out, config)
-        # The deployment synthesizes with the CDK CLI (assets built) into cdk.out, or --cdk-out.
+        # The deployment synthesizes with the CDK CLI (assets built) into cdk.out/<env>, or --cdk-out.
         steps = journey(config, session, stacks, runner=run_command, say=_say, mfa_serial=args.mfa_serial, yes=args.yes,
-                        cdk_out=args.cdk_out or REPO / "cdk.out")
+                        cdk_out=args.cdk_out or environment_folder(config.name))
         return run_journey(steps, _say)
     from stacks.placeholders import placeholders
 
@@ -158,6 +158,18 @@ def synthesized_stacks(cdk_out: Path | None, config: Any) -> list[Stack]:
     return in_dependency_order(stacks)
 
 
+def environment_folder(name: str) -> Path:
+    """Where everything synthesizes an environment: `make synth`, `make diff|deploy|destroy` (the CDK
+    CLI's --output), telemetry deploy's own CLI synthesis and the plans of every offline command."""
+    return REPO / "cdk.out" / name
+
+
+def record_synthesis(folder: Path, digest: str) -> None:
+    """Marks `folder` as the synthesis of inputs with `digest` (taken before it was made), so the
+    offline commands read it instead of synthesizing again."""
+    (folder / DIGEST_FILE).write_text(digest + "\n")
+
+
 def environment_synthesis(config: Any, root: Path = REPO / "cdk.out") -> list[Stack]:
     """cdk.out/<env>/, synthesized again when its inputs' digest differs; replaced whole, so a
     synthesis that fails leaves the last good one."""
@@ -174,7 +186,7 @@ def environment_synthesis(config: Any, root: Path = REPO / "cdk.out") -> list[St
     staging = Path(tempfile.mkdtemp(prefix=f".{config.name}-", dir=root))
     try:
         synthesize(config, staging)
-        (staging / DIGEST_FILE).write_text(digest + "\n")
+        record_synthesis(staging, digest)
         if not (marker.is_file() and marker.read_text().strip() == digest):  # else another run made it meanwhile
             if folder.exists():
                 old = Path(tempfile.mkdtemp(prefix=f".{config.name}-old-", dir=root))
@@ -276,7 +288,7 @@ def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
             f"check management CIDRs {', '.join(fabric.management_cidrs)}",
         ]),
         Step("deploy", [
-            f"synthesize {config.name} with the CDK CLI into cdk.out (on this checkout's Node; Maven builds the sink's jar)",
+            f"synthesize {config.name} with the CDK CLI into cdk.out/{config.name} (on this checkout's Node; Maven builds the sink's jar)",
         ] + [
             f"deploy {stack.name} ({len(stack.template.get('Resources', {}))} resources) if it is missing, changed or "
             "rolled back" + (f", after {', '.join(stack.depends_on)}" if stack.depends_on else "")
@@ -346,4 +358,3 @@ def describe(config: Any, steps: Sequence[Step]) -> str:
         lines += [f"   - {line}" for line in step.does]
     lines += ["", "dry run: nothing was called or changed"]
     return "\n".join(lines)
-

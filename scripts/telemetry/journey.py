@@ -198,7 +198,7 @@ class Stacks:
     session: Any
     runner: Runner
     say: Say
-    cdk_out: Path = REPO / "cdk.out"
+    cdk_out: Path  # where the CDK CLI synthesizes and deploys from: cdk.out/<env>, or --cdk-out
     yes: bool = False  # apply a change to a production stack without asking
     confirm: Callable[[str], bool] | None = None  # asks the operator; the terminal by default
     sleep: Callable[[float], None] = time.sleep
@@ -216,13 +216,22 @@ class Stacks:
         """The environment's stacks synthesized now, in dependency order (once per run)."""
         if self._assembly is None:
             from scripts.telemetry import cdk_cli
-            from scripts.telemetry.deploy import in_dependency_order, read_cloud_assembly
+            from scripts.telemetry.deploy import (
+                environment_folder,
+                in_dependency_order,
+                read_cloud_assembly,
+                record_synthesis,
+                synthesis_inputs_digest,
+            )
 
             self.say(f"  synthesizing {self.config.name} into {self.cdk_out} (the CDK CLI, a few minutes)")
+            digest = synthesis_inputs_digest()
             code = self.runner(cdk_cli.command("synth", "-c", f"env={self.config.name}", "--output", str(self.cdk_out),
                                                "--quiet"))
             if code != 0:
                 raise OperationFailed(f"cdk synth exited {code} (its output is above)")
+            if self.cdk_out == environment_folder(self.config.name):
+                record_synthesis(self.cdk_out, digest)  # the plans of the offline commands read it from now on
             self._assembly = in_dependency_order(read_cloud_assembly(self.cdk_out, self.config.stack_prefix))
             if not self._assembly:
                 raise OperationFailed(f"cdk synth wrote no stacks of {self.config.name} into {self.cdk_out}")
@@ -383,6 +392,7 @@ class Bootstrap:
     config: Any
     session: Any
     say: Say
+    cdk_out: Path | None = None  # the synthesis the stacks step deployed; None: the environment's own
     name: str = "bootstrap"
 
     def done(self) -> str:
@@ -415,7 +425,7 @@ class Bootstrap:
         from scripts.bootstrap_cluster import bootstrap
 
         args = argparse.Namespace(env=self.config.name, output=None, timeout=3600.0, poll_interval=15.0,
-                                  dry_run=False, cdk_out=REPO / "cdk.out")
+                                  dry_run=False, cdk_out=self.cdk_out)
         bootstrap(args, lambda region: self.session)  # OperationFailed says why it was not created
 
 
@@ -763,13 +773,13 @@ def _smoke_run_id() -> str:
 
 def journey(
     config: Any, session: Any, stacks: Sequence[Any], *, runner: Runner, say: Say, mfa_serial: str | None = None,
-    read_code: Callable[[str], str] | None = None, yes: bool = False, cdk_out: Path = REPO / "cdk.out",
+    read_code: Callable[[str], str] | None = None, yes: bool = False, cdk_out: Path,
 ) -> list[Step]:  # fmt: skip
     return [
         Preflight(config, session, say),
         Stacks(config, session, runner, say, cdk_out=cdk_out, yes=yes),
         Topics(config, session, mfa_serial, read_code),
-        Bootstrap(config, session, say),
+        Bootstrap(config, session, say, cdk_out),
         Scale(config, session, say),
         Flink(config, session, stacks, say),
         Smoke(config, session, say),

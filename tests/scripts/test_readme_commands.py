@@ -1,17 +1,20 @@
 """Every `telemetry` command the README shows in full (an environment named, no placeholder to fill
 in), run as typed by someone with this checkout and no AWS credentials: each ends as the README
 says, done (an offline command or a dry run, exit 0), or with one line naming what it needs
-(credentials, exit 2), never a traceback (issue 34). The installed command itself is run as typed
-by test_telemetry_cli.py; here the commands run in-process, to keep the suite fast."""
+(credentials, exit 2), never a traceback (issue 34). Each is the installed command (.venv/bin/telemetry,
+as make synth leaves it) run by a shell, as typed; so are the make targets that end here."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from scripts.telemetry import cli
 from tests.conftest import REPO
 
 # `telemetry ...` or `.venv/bin/telemetry ...`: inline code (which may wrap onto the next line), or
@@ -49,22 +52,29 @@ def test_the_readme_shows_the_commands_of_every_journey():
                      ("cluster", "refresh"), ("cluster", "upgrade"), ("devices", "provision"), ("devices", "replay")}
 
 
-@pytest.fixture
-def no_credentials(monkeypatch, tmp_path):
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    empty = tmp_path / "empty"
+VENV_BIN = Path(sys.executable).parent  # where make synth installs telemetry, beside Node 24
+
+
+def as_typed(line: str, home: Path, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """`line` run by a shell, as a user with this checkout types it: the installed command first on
+    PATH, a home of its own (so `~` is not this machine's), and no AWS credentials anywhere."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("AWS_") and name not in ("HOME", "PATH")}  # fmt: skip
+    empty = home / ".aws-empty"
     empty.write_text("")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance metadata to ask either
+    env.update(HOME=str(home), PATH=f"{VENV_BIN}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
+               AWS_CONFIG_FILE=str(empty), AWS_SHARED_CREDENTIALS_FILE=str(empty),
+               AWS_EC2_METADATA_DISABLED="true")  # no instance metadata to ask either
+    return subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, check=False,
+                          timeout=300)
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(argv) for argv in COMMANDS])
-def test_each_readme_command_runs_as_typed_or_names_what_it_needs_in_one_line(argv, no_credentials, capsys, tmp_path):
-    argv = [str(tmp_path / "typed" / arg[2:]) if arg.startswith("~/") else arg for arg in argv]  # not this home
-    code = cli.main(argv)
-    out, err = capsys.readouterr()
+def test_each_readme_command_runs_as_typed_or_names_what_it_needs_in_one_line(argv, tmp_path):
+    home = tmp_path / "home"
+    result = as_typed(shlex.join(["telemetry", *argv]).replace("'~/", "~/'"), home)
+    out, err, code = result.stdout, result.stderr, result.returncode
     assert "Traceback" not in out + err
     if "--dry-run" in argv or argv[0] in ("capacity", "cost"):
         assert code == 0, err
@@ -72,11 +82,14 @@ def test_each_readme_command_runs_as_typed_or_names_what_it_needs_in_one_line(ar
     elif "--plan" in argv:  # the fleet plan, offline: 1 when it breaks a quota, as its own contract says
         assert code in (0, 1) and out.strip(), err
     else:
-        # Everything else reads or changes the account: without credentials, one line saying so.
+        # Everything else reads or changes the account: one line naming what it needs, credentials,
+        # or (preflight and deploy, first) the account and addresses cdk.json ships with edited.
         assert code == 2, (out, err)
         (line,) = err.strip().splitlines()
-        assert line.startswith("telemetry") and ": error: " in line and "credentials" in line, line
-        assert not (tmp_path / "typed").exists()  # nothing made before the run knew it could not go on
+        assert line.startswith("telemetry") and ": error: " in line, line
+        assert "credentials" in line or "still holds shipped placeholders" in line, line
+        made = sorted(p.name for p in home.iterdir() if p.name != ".aws-empty")
+        assert not made, made  # nothing made before the run knew it could not go on
 
 
 MAKE_INLINE = re.compile(r"`make ([a-z][a-z-]*(?: [A-Z]+=[a-z]+)?)")
@@ -106,3 +119,27 @@ def test_every_make_target_the_readme_shows_is_one_the_makefile_has_and_expands_
         shown = subprocess.run(["make", "-n", *argv], cwd=REPO, capture_output=True, text=True, check=False)
         assert shown.returncode == 0, (argv, shown.stderr)
         assert shown.stdout.strip(), argv
+
+
+# The make targets that end in a moment, run as typed; CI runs make lint (which is make synth and
+# cfn-lint) and make test; demo, the benchmarks and flink-test are run by their own tests.
+ENDS_HERE = ("help", "cost")
+# The ones that would call AWS stop first, on the shipped placeholders (stacks/placeholders.py).
+REFUSED = ("diff", "deploy", "destroy")
+
+
+def test_the_make_targets_that_end_here_end_as_the_readme_says(tmp_path):
+    shown = [argv for argv in readme_make_targets() if argv[0] in ENDS_HERE + REFUSED]
+    assert {argv[0] for argv in shown} >= {"help", "cost", *REFUSED}
+    for argv in shown:
+        result = as_typed(shlex.join(["make", *argv]), tmp_path / "home")
+        assert "Traceback" not in result.stdout + result.stderr
+        if argv[0] in REFUSED:
+            # make's own trailer follows the one line: "make: *** [Makefile:N: deploy] Error 2"
+            assert result.returncode == 2, (argv, result.stderr)
+            line, trailer = result.stderr.strip().splitlines()
+            assert line.startswith("error: cdk.json still holds shipped placeholders: environments."), line
+            assert trailer.startswith("make: ***"), trailer
+        else:
+            assert result.returncode == 0, (argv, result.stderr)
+            assert result.stdout.strip(), argv
