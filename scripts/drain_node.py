@@ -62,7 +62,6 @@ from sf_rest.gateway import normalise_thumbprint
 
 from scripts.telemetry.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError, one_line, worded
 
-PROG = "telemetry cluster drain"
 EXIT_REFUSED = EXIT_FAILED  # a seed node: nothing changed, the message says so
 EXIT_TIMED_OUT = EXIT_FAILED  # re-run to go on, the message says so
 PROGRESS_EVERY_SECONDS = 30.0
@@ -404,12 +403,15 @@ def make_fabric_host(args: argparse.Namespace, session_factory: Callable[[str], 
     return host
 
 
-def _fail(code: int, kind: str, message: object = None, *, prog: str = PROG, json_output: bool = False) -> int:
+def _fail(code: int, kind: str, message: object = None, *, json_output: bool = False) -> int:
+    """The one line every telemetry command ends with, `telemetry: error: ...`, the kind of failure
+    (refused, timed out, interrupted) first in its message: the exit code says it too."""
     from scripts.telemetry.output import error as print_error
 
     if message is None:  # fail(*worded(error)): (code, message)
         kind, message = "error", kind
-    print_error(one_line(message, limit=400), prog=prog, kind=kind, json_output=json_output)
+    text = one_line(message, limit=400)
+    print_error(text if kind == "error" else f"{kind}: {text}", json_output=json_output)
     return code
 
 
@@ -418,7 +420,7 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> i
     return drain(args, session_factory)
 
 
-def drain(args: argparse.Namespace, session_factory: Callable[[str], object], *, prog: str = PROG) -> int:
+def drain(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:
     # Retry notes from the client go to stdout with the progress, so stderr only ever
     # holds the one line that says why we failed.
     logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="  note: %(message)s")
@@ -442,9 +444,9 @@ def drain(args: argparse.Namespace, session_factory: Callable[[str], object], *,
             document({"node": args.node, "result": result})
         return code
     except SeedNodeRefused as err:
-        return fail(EXIT_REFUSED, "refused", err, prog=prog)
+        return fail(EXIT_REFUSED, "refused", err)
     except WaitTimedOut as err:
-        return fail(EXIT_TIMED_OUT, "timed out", err, prog=prog)
+        return fail(EXIT_TIMED_OUT, "timed out", err)
     except TlsError as err:
         return fail(
             EXIT_FAILED,
@@ -452,16 +454,15 @@ def drain(args: argparse.Namespace, session_factory: Callable[[str], object], *,
             f"TLS with {args.endpoint or 'the gateway'} failed (check "
             f"{'--server-thumbprint' if args.server_thumbprint else '--ca-bundle'} "
             f"and the client certificate): {err.message or err.code}",
-            prog=prog,
         )
     except FabricError as err:
-        return fail(EXIT_FAILED, "error", f"the cluster refused or did not answer: {err}", prog=prog)
+        return fail(EXIT_FAILED, "error", f"the cluster refused or did not answer: {err}")
     except (LifecycleError, UnknownNode) as err:
-        return fail(EXIT_FAILED, "error", err, prog=prog)
+        return fail(EXIT_FAILED, "error", err)
     except KeyboardInterrupt:
-        return fail(EXIT_INTERRUPTED, "interrupted", "re-run to pick up where the node is", prog=prog)
+        return fail(EXIT_INTERRUPTED, "interrupted", "re-run to pick up where the node is")
     except Exception as err:  # noqa: BLE001 - an operator tool ends with one line, not a traceback
-        return fail(*worded(err), prog=prog)
+        return fail(*worded(err))
     finally:
         cleanup()
 

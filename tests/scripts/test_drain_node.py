@@ -41,7 +41,7 @@ pytestmark = pytest.mark.integration  # starts the HTTPS emulator and subprocess
 
 TELEMETRY = Path(sys.executable).parent / "telemetry"
 DRAIN = ("cluster", "drain", "--env", "dev")
-PROG = "telemetry cluster drain"
+PROG = "telemetry: error"  # every failure's prefix, the kind of failure after it
 INSTANCE = "i-0123456789abcdef0"
 SEEDS = ["seed-0", "seed-1", "seed-2"]
 FAST = ("--poll-interval", "0.02", "--timeout", "20")
@@ -601,7 +601,7 @@ def test_a_node_whose_host_is_down_is_refused_and_nothing_is_sent(
 
     assert result.returncode == drain_node.EXIT_FAILED, result.stdout
     line = one_line(result.stderr)
-    assert line.startswith(f"{PROG}: error: not removing scale-1: it is Down")
+    assert line.startswith(f"{PROG}: not removing scale-1: it is Down")
     assert posts(sf_emulator) == []
     assert_still_member(sf_cluster, "scale-1")
     assert sf_cluster.node("scale-1").status == "Down"
@@ -661,7 +661,7 @@ def test_a_wrong_thumbprint_is_one_line_and_nothing_is_sent(
     )
 
     assert result.returncode == drain_node.EXIT_FAILED
-    assert one_line(result.stderr).startswith(f"{PROG}: error: TLS with https://127.0.0.1")
+    assert one_line(result.stderr).startswith(f"{PROG}: TLS with https://127.0.0.1")
     assert sf_emulator.requests == []
     assert sf_cluster.node("scale-0").status == "Up"
 
