@@ -143,3 +143,14 @@ def test_the_make_targets_that_end_here_end_as_the_readme_says(tmp_path):
         else:
             assert result.returncode == 0, (argv, result.stderr)
             assert result.stdout.strip(), argv
+
+
+def test_make_synth_of_prod_stops_on_the_download_the_readme_says_to_pin_first(tmp_path):
+    """The README: `make synth ENV=prod` synthesizes prod "once its downloads are pinned"; until then
+    one line names the key and how to pin it, before anything is synthesized."""
+    assert ["synth", "ENV=prod"] in readme_make_targets()
+    result = as_typed("make synth ENV=prod", tmp_path / "home")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    first = result.stderr.strip().splitlines()[0]
+    assert first.startswith("error: service_fabric.standalone_package_sha256 is not pinned for environment 'prod'"), first
