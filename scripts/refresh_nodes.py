@@ -17,13 +17,14 @@ then starts an Auto Scaling instance refresh (StartInstanceRefresh) of the scali
   which is also the pace the membership lock sets for joins and drains.
 - InstanceWarmup: the group's own (stacks/constructs/scaling_node_group.py INSTANCE_WARMUP).
 - AlarmSpecification: the node lifecycle's JoinFailed, DrainFailed and SeedNodeDown alarms; one
-  in ALARM fails the refresh, leaving the nodes replaced so far in place.
+  in ALARM fails the refresh, leaving the nodes replaced so far in place. One already in ALARM, or
+  missing, is refused before the refresh starts (DescribeAlarms).
 - No AutoRollback: the deployment already moved the group to the new launch template, so there is
   no previous configuration for Auto Scaling to return to (and the API refuses AutoRollback without
   a DesiredConfiguration). To go back, deploy the previous image and refresh again.
 
 Refused (exit 2): a refresh of the group already under way, a group that is not the scaling node
-group. It waits, a line every --poll-interval seconds, until the refresh ends: Successful, exit 0;
+group, a stop alarm in ALARM or missing. It waits, a line every --poll-interval seconds, until the refresh ends: Successful, exit 0;
 Failed, Cancelled or rolled back, exit 1 with the reason Auto Scaling gives. Interrupting the wait
 leaves the refresh running (aws autoscaling cancel-instance-refresh stops it).
 
@@ -108,6 +109,7 @@ def plan(args: argparse.Namespace, config: EnvironmentConfig) -> int:
             f"{name}'s instances and its {NODE_TYPE_TAG} tag (DescribeAutoScalingGroups): a group that is not a "
             f"{SCALING_NODE_TYPE} group is refused",
             f"{name}'s instance refreshes (DescribeInstanceRefreshes): one already under way is refused",
+            "the stop alarms' states (DescribeAlarms): one in ALARM, or missing, is refused",
             "which instances run an older launch template version (only those are replaced)",
         ],
         would_change=[
@@ -147,6 +149,24 @@ class InstanceRefreshes:
             raise
 
 
+def refuse_alarming(session: Any, names: list[str]) -> None:
+    """Exit 2 when a stop alarm is missing or already in ALARM. "If any of the alarms goes into ALARM
+    state, the instance refresh fails" (RefreshPreferences.AlarmSpecification): one in ALARM now
+    means a node already failed to join or drain, or a seed is down, and replacing nodes on top of
+    that is what the alarm is there to stop. A missing one would not stop it at all."""
+    found = {alarm["AlarmName"]: alarm for alarm in
+             session.client("cloudwatch").describe_alarms(AlarmNames=names, AlarmTypes=["MetricAlarm"])["MetricAlarms"]}
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise ToolError(f"the refresh's stop alarm {missing[0]} does not exist: deploy the NodeLifecycle stack "
+                        "(make deploy), then run again")
+    alarming = [name for name in names if found[name]["StateValue"] == "ALARM"]
+    if alarming:
+        reason = found[alarming[0]].get("StateReason", "")
+        raise ToolError(f"{alarming[0]} is in ALARM{f' ({reason})' if reason else ''}: the refresh would stop on it; "
+                        "resolve what it reports (README, the node lifecycle alarms), then run again")
+
+
 def already_under_way(name: str, refresh: dict[str, Any] | None) -> str:
     which = f" ({refresh['InstanceRefreshId']}, {refresh['Status']})" if refresh else ""
     return (f"an instance refresh of {name} is already under way{which}; wait for it "
@@ -177,6 +197,7 @@ def refresh(args: argparse.Namespace, session_factory: Callable[[str], Any], *,
     latest = refreshes.latest(name)
     if latest and latest["Status"] in UNDER_WAY:
         raise ToolError(already_under_way(name, latest))
+    refuse_alarming(session, request["Preferences"]["AlarmSpecification"]["Alarms"])
     refresh_id = refreshes.start(request)
     print(f"{name}: instance refresh {refresh_id} started ({state.progress()}); each replacement joins the cluster "
           "before an old node is drained")

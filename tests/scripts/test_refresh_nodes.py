@@ -22,21 +22,32 @@ NOW = datetime.datetime(2026, 11, 26, tzinfo=datetime.timezone.utc)
 
 class StubbedSession:
     def __init__(self) -> None:
-        self.client_ = boto3.client("autoscaling", region_name="eu-west-1", aws_access_key_id="x",
-                                    aws_secret_access_key="x")
-        self.stubber = Stubber(self.client_)
+        self.clients = {service: boto3.client(service, region_name="eu-west-1", aws_access_key_id="x",
+                                              aws_secret_access_key="x") for service in ("autoscaling", "cloudwatch")}
+        self.stubber = Stubber(self.clients["autoscaling"])
+        self.alarms = Stubber(self.clients["cloudwatch"])
 
     def client(self, service: str):
-        assert service == "autoscaling"
-        return self.client_
+        return self.clients[service]
 
 
 @pytest.fixture
 def aws():
     session = StubbedSession()
-    with session.stubber:
+    with session.stubber, session.alarms:
         yield session
     session.stubber.assert_no_pending_responses()
+    session.alarms.assert_no_pending_responses()
+
+
+def alarms_are(aws, states: dict[str, str] | None = None, *, missing: str = "") -> None:
+    """DescribeAlarms of the stop alarms: each OK unless `states` says otherwise."""
+    states = states or {}
+    found = [{"AlarmName": name, "StateValue": states.get(name, "OK"),
+              "StateReason": "Threshold Crossed: 1 datapoint [1.0] was greater than or equal to the threshold (1.0)."}
+             for name in ALARMS if name != missing]  # fmt: skip
+    aws.alarms.add_response("describe_alarms", {"MetricAlarms": found},
+                            {"AlarmNames": ALARMS, "AlarmTypes": ["MetricAlarm"]})
 
 
 def group_is(stubber: Stubber, node_type: str = "ScalingNodeType") -> None:
@@ -81,6 +92,7 @@ def run(argv, session) -> int:
 def test_starts_a_launch_first_refresh_that_stops_on_the_lifecycle_alarms_and_follows_it(aws, capsys):
     group_is(aws.stubber)
     refreshes_are(aws.stubber, "Successful", "Cancelled")  # earlier refreshes that ended
+    alarms_are(aws)
     aws.stubber.add_response("start_instance_refresh", {"InstanceRefreshId": "r-new"}, EXPECTED_REQUEST)
     progress_is(aws.stubber, "InProgress", 0, 2)
     progress_is(aws.stubber, "InProgress", 50, 1)
@@ -97,6 +109,7 @@ def test_the_minimum_healthy_percentage_below_100_drains_first(aws):
     refreshes_are(aws.stubber)
     request = {**EXPECTED_REQUEST, "Preferences": {**EXPECTED_REQUEST["Preferences"], "MinHealthyPercentage": 50,
                                                    "MaxHealthyPercentage": 100}}
+    alarms_are(aws)
     aws.stubber.add_response("start_instance_refresh", {"InstanceRefreshId": "r-new"}, request)
     progress_is(aws.stubber, "Successful", 100, 0)
     assert run(["--min-healthy-percent", "50"], aws) == 0
@@ -120,6 +133,7 @@ def test_a_refresh_under_way_is_refused_in_one_line(aws, capsys, status):
 def test_the_documented_errors_of_start_instance_refresh_are_one_line(aws, capsys, code, exit_code, fragment):
     group_is(aws.stubber)
     refreshes_are(aws.stubber)
+    alarms_are(aws)
     aws.stubber.add_client_error("start_instance_refresh", service_error_code=code, service_message="too many",
                                  http_status_code=400, expected_params=EXPECTED_REQUEST)
     assert run([], aws) == exit_code
@@ -127,9 +141,26 @@ def test_the_documented_errors_of_start_instance_refresh_are_one_line(aws, capsy
     assert len(err) == 1 and fragment in err[0] and "Traceback" not in err[0]
 
 
+@pytest.mark.parametrize("missing", ["", ALARMS[2]])
+def test_a_stop_alarm_in_alarm_or_missing_is_refused_before_the_refresh_starts(aws, capsys, missing):
+    group_is(aws.stubber)
+    refreshes_are(aws.stubber)
+    alarms_are(aws, {ALARMS[1]: "ALARM"} if not missing else {}, missing=missing)
+    assert run([], aws) == 2  # and no StartInstanceRefresh: the stubber would have raised on it
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    if missing:
+        assert line == (f"telemetry: error: the refresh's stop alarm {missing} does not exist: deploy the "
+                        "NodeLifecycle stack (make deploy), then run again")
+    else:
+        assert line.startswith(f"telemetry: error: {ALARMS[1]} is in ALARM (Threshold Crossed: "), line
+        assert line.endswith("the refresh would stop on it; resolve what it reports (README, the node lifecycle "
+                             "alarms), then run again"), line
+
+
 def test_a_refresh_stopped_by_an_alarm_fails_with_its_reason(aws, capsys):
     group_is(aws.stubber)
     refreshes_are(aws.stubber)
+    alarms_are(aws)
     aws.stubber.add_response("start_instance_refresh", {"InstanceRefreshId": "r-new"}, EXPECTED_REQUEST)
     reason = f"The instance refresh failed because alarm {ALARMS[0]} went into ALARM state"
     progress_is(aws.stubber, "Failed", 50, 1, reason)
