@@ -103,7 +103,7 @@ def test_another_upgrade_under_way_is_refused(gateway, sf_cluster, capsys):
 def test_a_package_missing_from_the_image_store_says_how_to_put_it_there(gateway, capsys):
     assert upgrade(gateway) == 1
     err = capsys.readouterr().err
-    assert "provisioning MicrosoftServiceFabric.11.5.0.1.cab failed: FABRIC_E_IMAGEBUILDER_VALIDATION_ERROR" in err
+    assert "provisioning MicrosoftServiceFabric.11.5.0.1.cab failed: FABRIC_E_FILE_NOT_FOUND" in err
     assert "Copy-ServiceFabricClusterPackage -Code" in err
 
 

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
-FaultKind = Literal["error", "hang", "drop"]
+FaultKind = Literal["error", "hang", "drop", "lost_answer"]
 
 
 @dataclass
@@ -16,7 +16,9 @@ class Fault:
 
     - "error": HTTP `status` with a FabricError body for `code` (plain text if code is None);
     - "hang": no answer for `seconds`, then the connection is closed;
-    - "drop": the connection is closed without an answer.
+    - "drop": the connection is closed without an answer;
+    - "lost_answer": the cluster carries the request out, then the connection is closed without
+      its answer (the outcome the client cannot know).
     """
 
     kind: FaultKind
