@@ -46,7 +46,10 @@ def test_the_cluster_managers_refusals(sf_client, sf_cluster):
         404, "FABRIC_E_FABRIC_VERSION_NOT_FOUND")
     assert _error(lambda: sf_client.provision_cluster("MicrosoftServiceFabric.11.6.0.1.cab")) == (
         404, "FABRIC_E_FILE_NOT_FOUND")
+    assert sf_client.get_provisioned_code_versions("11.5.0.1") == []
     sf_client.provision_cluster(CAB)
+    assert sf_client.get_provisioned_code_versions("11.5.0.1") == ["11.5.0.1"]
+    assert sf_client.get_provisioned_code_versions() == ["11.4.268.1", "11.5.0.1"]
     assert _error(lambda: sf_client.provision_cluster(CAB)) == (409, "FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS")
     # The version it runs -> FabricAlreadyInTargetVersion; a second start -> FabricUpgradeInProgress.
     assert _error(lambda: sf_client.start_cluster_upgrade(MonitoredCodeUpgrade("11.4.268.1"))) == (
