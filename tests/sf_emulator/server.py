@@ -251,10 +251,12 @@ class SfEmulator:
         message: str = "",
         method: str | None = None,
         path: str | None = None,
+        skip: int = 0,
     ) -> None:
         self.faults.add(
             Fault(
-                "error", times, status=status, code=code, message=message, method=method, path=path
+                "error", times, status=status, code=code, message=message, method=method, path=path,
+                skip=skip,
             )
         )
 
@@ -264,15 +266,15 @@ class SfEmulator:
         self.faults.add(Fault("hang", times, seconds=seconds, method=method, path=path))
 
     def inject_drop(
-        self, *, times: int = 1, method: str | None = None, path: str | None = None
+        self, *, times: int = 1, method: str | None = None, path: str | None = None, skip: int = 0
     ) -> None:
-        self.faults.add(Fault("drop", times, method=method, path=path))
+        self.faults.add(Fault("drop", times, method=method, path=path, skip=skip))
 
     def inject_lost_answer(
-        self, *, times: int = 1, method: str | None = None, path: str | None = None
+        self, *, times: int = 1, method: str | None = None, path: str | None = None, skip: int = 0
     ) -> None:
         """The cluster carries the request out, and the connection closes before the answer."""
-        self.faults.add(Fault("lost_answer", times, method=method, path=path))
+        self.faults.add(Fault("lost_answer", times, method=method, path=path, skip=skip))
 
     # -- request log ------------------------------------------------------------------------
 
