@@ -4,12 +4,13 @@ machine before anything is called, then sent in chunks through the REST client's
 (sf_rest.image_store), a progress line every 10 %.
 
 Why chunks, and of what size: the gateway takes a chunk of any size (imagestorehandler.cpp streams
-a PUT's body to a file; the HttpGateway MaxEntityBodySize of 4 MiB bounds only bodies read into
-memory), but each chunk must arrive and be staged within the request's timeout, the 30 s the
-client asks of the gateway (sf_rest.gateway.Timeouts). 8 MiB does that down to about 2.5 Mbit/s,
-which a management link through a bastion or a Session Manager tunnel can fall to, and resends
-little when a chunk fails; a gigabyte is about 130 chunks, whose per-request cost is small beside
-their transfer. Microsoft's own File Store Service tests stage 3 MiB chunks
+a PUT's body to a file; HttpGatewayConfig's MaxEntityBodySize, 4 MiB, bounds only bodies read into
+memory, in RequestMessageContext::ReadBodyAsyncOperation), but each chunk must arrive and be
+staged within the request's timeout, the 30 s the client asks of the gateway
+(sf_rest.gateway.Timeouts). 8 MiB does that down to about 2.3 Mbit/s, which a management link
+through a bastion or a Session Manager tunnel can fall to, and resends little when a chunk fails;
+a gigabyte is about 130 chunks, whose per-request cost is small beside their transfer.
+Microsoft's own File Store Service tests stage 3 MiB chunks
 (processuploadchunkrequestasyncoperation.cpp, EnableChaosDuringFileUpload).
 
 Why resumable: the store keeps a session's chunks for 30 minutes after the last one (sf_rest.
@@ -21,6 +22,7 @@ path) is a different session and never mixes with it.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import re
 import struct
@@ -53,8 +55,6 @@ _UNITS = {"b": 1, "kib": 1024, "mib": MIB, "gib": 1024 * MIB}
 
 def chunk_size(text: str) -> int:
     """--chunk-size: bytes, or a number with KiB, MiB or GiB."""
-    import argparse
-
     found = _SIZE.match(text)
     if not found:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (such as 8MiB, 512KiB or a number of bytes)")
