@@ -2,30 +2,41 @@
 upgrade) over the REST API, as the standalone guide does it for a cluster without internet access
 ("Upgrade the Service Fabric version that runs on your cluster"):
 
-1. the runtime package (MicrosoftServiceFabric.<version>.cab, from the release notes) is in the
-   cluster's image store: copy it there first, from a node or any machine with the Service Fabric
-   PowerShell module, `Copy-ServiceFabricClusterPackage -Code -CodePackagePath <cab>
-   -ImageStoreConnectionString fabric:ImageStore` (--code-file-path names it in the store);
-2. Provision Cluster (POST /$/Provision, CodeFilePath); a version provisioned already is fine;
-3. Start Cluster Upgrade (POST /$/Upgrade): Rolling, Monitored, FailureAction Rollback, with
+1. GetProvisionedCodeVersions: a version the cluster has provisioned already needs neither the
+   package nor a provision, and the next two steps are left out;
+2. with --package CAB (MicrosoftServiceFabric.<version>.cab, the Cab link of the release notes,
+   on this machine), the package goes into the cluster's image store at --code-file-path (default
+   its usual name), over the REST API in chunks of --chunk-size (Upload File Chunk, then Commit
+   Image Store Upload Session; scripts/runtime_package.py and sf_rest/image_store.py). The file is
+   checked before any call: a cabinet (MSCF) no shorter than its header says, the version its name
+   carries equal to --version, and its SHA-256 equal to --package-sha256 when given. An upload that
+   stops is resumed by running the command again within 30 minutes (the store keeps a session's
+   chunks that long after the last one): the session id follows from the path, size and SHA-256,
+   so the rerun finds it and sends only what the store lacks. Without --package the package must
+   be there already (Copy-ServiceFabricClusterPackage -Code, as before);
+3. Provision Cluster (POST /$/Provision, CodeFilePath); a version provisioned already is fine;
+4. Start Cluster Upgrade (POST /$/Upgrade): Rolling, Monitored, FailureAction Rollback, with
    health checks after each upgrade domain and no unhealthy node or application tolerated;
-4. Get Cluster Upgrade Progress (GET /$/GetUpgradeProgress) every --poll-interval seconds, a line
+5. Get Cluster Upgrade Progress (GET /$/GetUpgradeProgress) every --poll-interval seconds, a line
    each time, until RollingForwardCompleted (exit 0); RollingBackCompleted or Failed is exit 1
    with the failure reason. An upgrade to this version already under way is followed, not
    started again.
 
 Refused (exit 2): a version that is not four dot-separated numbers, a version not newer than the
-one the cluster runs, an upgrade to another version under way, and a patch run under way (its
+one the cluster runs, an upgrade to another version under way, a patch run under way (its
 progress lease held: the patch-progress item of the membership lock table, as
-lambdas/node_lifecycle/patch_progress.py writes it). Both restart nodes; patching, for its part,
-refuses to take a node out of service during a code upgrade. That lease is read from DynamoDB
-even when the gateway and certificate are given as flags.
+lambdas/node_lifecycle/patch_progress.py writes it), and a --package that is missing, not a
+file, empty, not a cabinet, cut short, named for another version or of another SHA-256. Patching
+and the upgrade both restart nodes; patching, for its part, refuses to take a node out of service
+during a code upgrade. That lease is read from DynamoDB even when the gateway and certificate are
+given as flags.
 
 When it completes, it prints the edit cdk.json needs so that nodes joining later (AddNode installs
 cdk.json's runtime) run the same version: runtime_version, and the release's runtime_cab_url,
 standalone_package_url and standalone_package_sha256, then `make deploy`.
 
---dry-run plans offline from cdk.json: its runtime_version -> --version.
+--dry-run plans offline from cdk.json: its runtime_version -> --version; with --package it reads
+and hashes the file (nothing from AWS or the cluster) and says how many chunks it would send.
 """
 
 from __future__ import annotations
@@ -36,10 +47,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from scripts import runtime_package
 from scripts.drain_node import add_gateway_arguments, check_gateway_arguments, connect
 from scripts.telemetry import output
 from scripts.telemetry.errors import OperationFailed, UsageError
-from stacks.config import RUNTIME_VERSION_PATTERN, SERVICE_FABRIC_RUNTIME_VERSION, load_environment, read_environments
+from stacks.config import (
+    RUNTIME_VERSION_PATTERN,
+    SERVICE_FABRIC_RUNTIME_VERSION,
+    SHA256_PATTERN,
+    load_environment,
+    read_environments,
+)
 from stacks.naming import membership_lock_table_name
 
 ALREADY_PROVISIONED = "FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS"  # ClusterManagerReplica::BeginAcceptProvisionFabric
@@ -54,7 +72,7 @@ def version_key(version: str) -> tuple[int, ...]:
 
 
 def code_file_path(args: argparse.Namespace) -> str:
-    # Where Copy-ServiceFabricClusterPackage puts the cab by default: its file name.
+    # Where Copy-ServiceFabricClusterPackage puts the cab by default, its file name; --package too.
     return args.code_file_path or f"MicrosoftServiceFabric.{args.version}.cab"
 
 
@@ -85,7 +103,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", required=True, metavar="V", help="the runtime version to upgrade to, such as 11.5.0.1")
     parser.add_argument("--code-file-path", metavar="PATH",
                         help="the code package's path in the image store (default MicrosoftServiceFabric.V.cab, where "
-                             "Copy-ServiceFabricClusterPackage puts it)")
+                             "--package and Copy-ServiceFabricClusterPackage put it)")
+    parser.add_argument("--package", metavar="CAB",
+                        help="the runtime package on this machine (MicrosoftServiceFabric.V.cab, the Cab link of V's "
+                             "release notes): uploaded into the image store at --code-file-path first, in chunks, "
+                             "resumable for 30 minutes by running again; not when the cluster has V provisioned already")
+    parser.add_argument("--package-sha256", metavar="HEX",
+                        help="refuse the package, before any call, unless its SHA-256 is this (what Get-FileHash "
+                             "-Algorithm SHA256 or sha256sum printed for the file you reviewed)")
+    parser.add_argument("--chunk-size", type=runtime_package.chunk_size, default=runtime_package.DEFAULT_CHUNK_BYTES,
+                        metavar="SIZE", help="bytes per upload request, each sent within the gateway's 30 s "
+                                             "(default 8MiB; 64KiB to 256MiB)")
     add_gateway_arguments(parser, "the only AWS call is the read of the patch progress lease")
     parser.add_argument("--timeout", type=float, default=12 * 3600.0, metavar="SECONDS",
                         help="follow the upgrade this long (default 43200); it goes on after")
@@ -93,7 +121,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between progress lines (default 60)")
     parser.add_argument("--dry-run", action="store_true",
                         help="offline: the upgrade from cdk.json's runtime_version to --version, its policy and what a "
-                             "run would read from the cluster first; call and change nothing")  # fmt: skip
+                             "run would read from the cluster first (with --package: the file checked and hashed, the "
+                             "chunks a run would send); call and change nothing")  # fmt: skip
 
 
 def check_arguments(args: argparse.Namespace) -> argparse.Namespace:
@@ -103,6 +132,16 @@ def check_arguments(args: argparse.Namespace) -> argparse.Namespace:
     check_gateway_arguments(args)
     if args.timeout <= 0 or args.poll_interval <= 0:
         raise UsageError("--timeout and --poll-interval must be positive")
+    named = runtime_package.NAMED_VERSION.search(args.code_file_path or "")
+    if named and named.group(1) != args.version:
+        raise UsageError(f"--code-file-path {args.code_file_path} names the runtime {named.group(1)}, not --version "
+                         f"{args.version}")
+    if args.package_sha256 and not args.package:
+        raise UsageError("--package-sha256 goes with --package")
+    if args.package_sha256 and not re.fullmatch(SHA256_PATTERN, args.package_sha256):
+        raise UsageError(f"--package-sha256 {args.package_sha256!r} is not a SHA-256 (64 hexadecimal characters)")
+    if args.package:
+        runtime_package.check_file(args.package, args.version)
     return args
 
 
@@ -118,9 +157,21 @@ def plan(args: argparse.Namespace, config: Any) -> int:
     body = upgrade_description(args.version).to_body()
     path = code_file_path(args)
     policy = body["MonitoringPolicy"]
+    package = runtime_package.read(args.package, args.package_sha256) if args.package else None
+    uploading, would_read, would_change = [], [], []
+    if package is not None:
+        described = package.describe(path, args.chunk_size)
+        uploading = [f"  upload {package.path.name} ({runtime_package.mib(package.size)}, SHA-256 {package.sha256}) "
+                     f"into the image store at {path}: {described['chunks']} chunks of at most "
+                     f"{runtime_package.mib(args.chunk_size)}, resumable for 30 minutes by running again"]
+        would_read = [f"what the image store has of it from an earlier run (upload session {described['session_id']})"]
+        would_change = [f"upload {package.path.name} ({package.size} bytes) into the image store at {path} (PUT "
+                        f"/ImageStore/{path}/$/UploadChunk x {described['chunks']}, then POST "
+                        "/ImageStore/$/CommitUploadSession), unless the image store has part of it already"]
     return output.dry_run_plan(
         args, config,
         summary=[f"Service Fabric runtime {current} (cdk.json) -> {args.version}",
+                 *uploading,
                  f"  provision {path} from the image store, then a Rolling, Monitored upgrade, FailureAction "
                  f"{policy['FailureAction']}: health checked {policy['HealthCheckWaitDurationInMilliseconds']} after "
                  f"each upgrade domain, stable for {policy['HealthCheckStableDurationInMilliseconds']}, no unhealthy "
@@ -133,13 +184,19 @@ def plan(args: argparse.Namespace, config: Any) -> int:
             "secret), unless given as flags",
             "the cluster's runtime version and whether an upgrade is under way (GetUpgradeProgress): a version not "
             "newer, or another upgrade under way, is refused",
+            f"whether {args.version} is provisioned already (GetProvisionedCodeVersions): then nothing is uploaded or "
+            "provisioned",
+            *would_read,
         ],
         would_change=[
-            f"provision {path} (POST /$/Provision; it must be in the image store already)",
+            *would_change,
+            f"provision {path} (POST /$/Provision; "
+            + ("the package just uploaded)" if package else "it must be in the image store already: --package puts it there)"),
             f"start the code upgrade to {args.version} (POST /$/Upgrade) and follow it (GET /$/GetUpgradeProgress) "
             f"a line every {args.poll_interval:g} s until it completes or rolls back",
         ],
-        from_version=current, version=args.version, code_file_path=path, upgrade=body,
+        from_version=current, version=args.version, code_file_path=path,
+        package=package.describe(path, args.chunk_size) if package else None, upgrade=body,
         cdk_json=cdk_json_edit(config.name, args.version),
     )  # fmt: skip
 
@@ -161,17 +218,41 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     config = load_environment(read_environments(), args.env)
     if args.dry_run:
         return plan(args, config)
+    # Read whole and hashed before any call: a package other than --package-sha256 calls nothing.
+    package = runtime_package.read(args.package, args.package_sha256) if args.package else None
     refuse_while_patching(config, session_factory)
     client, clean_up = connect(args, session_factory)
     try:
-        return upgrade(args, config, client)
+        return upgrade(args, config, client, package=package)
     finally:
         clean_up()
         client.close()
 
 
-def upgrade(args: argparse.Namespace, config: Any, client: Any, *, clock: Callable[[], float] = time.monotonic,
-            sleep: Callable[[float], None] = time.sleep) -> int:
+def provision(args: argparse.Namespace, client: Any, package: runtime_package.RuntimePackage | None) -> dict | None:
+    """Upload the package if there is one, then provision it; neither when the cluster has the
+    version provisioned already. What the upload did, for the run's document."""
+    from sf_rest import FabricError
+
+    path = code_file_path(args)
+    if args.version in client.get_provisioned_code_versions(args.version):
+        print(f"{args.version} is provisioned already" + (": the package is not uploaded" if package else ""))
+        return {"skipped": f"{args.version} is provisioned already"} if package else None
+    uploaded = runtime_package.upload(client, package, path, args.chunk_size) if package else None
+    try:
+        client.provision_cluster(path)
+        print(f"provisioned {path}")
+    except FabricError as error:
+        if error.code != ALREADY_PROVISIONED:
+            hint = ("" if package else "; is the package in the image store? --package "
+                    f"MicrosoftServiceFabric.{args.version}.cab uploads it")
+            raise OperationFailed(f"provisioning {path} failed: {error.code} {error}{hint}") from None
+        print(f"{args.version} is provisioned already")
+    return uploaded
+
+
+def upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runtime_package.RuntimePackage | None = None,
+            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> int:
     from sf_rest import FabricError
 
     progress = client.get_cluster_upgrade_progress()
@@ -179,19 +260,11 @@ def upgrade(args: argparse.Namespace, config: Any, client: Any, *, clock: Callab
     if progress.running and not following:
         raise UsageError(f"an upgrade to {progress.code_version} is under way ({progress.state}); wait until it ends, "
                          "then run again")
+    uploaded = None
     if not following:
         previous = progress.code_version
         refuse_not_newer(args.version, previous, "the cluster runs")
-        path = code_file_path(args)
-        try:
-            client.provision_cluster(path)
-            print(f"provisioned {path}")
-        except FabricError as error:
-            if error.code != ALREADY_PROVISIONED:
-                raise OperationFailed(f"provisioning {path} failed: {error.code} {error}; is the package in the image "
-                                      "store? Copy-ServiceFabricClusterPackage -Code -CodePackagePath <cab> "
-                                      "-ImageStoreConnectionString fabric:ImageStore puts it there") from None
-            print(f"{args.version} is provisioned already")
+        uploaded = provision(args, client, package)
         try:
             client.start_cluster_upgrade(upgrade_description(args.version))
             print(f"upgrade {previous} -> {args.version} started: Rolling, Monitored, FailureAction Rollback")
@@ -215,7 +288,8 @@ def upgrade(args: argparse.Namespace, config: Any, client: Any, *, clock: Callab
             print("\n".join(edit_lines(config.name, args.version)))
             if args.format == "json":
                 output.document({"environment": config.name, "version": args.version, "previous": previous or None,
-                                 "state": progress.state, "cdk_json": cdk_json_edit(config.name, args.version)})
+                                 "state": progress.state, "upload": uploaded,
+                                 "cdk_json": cdk_json_edit(config.name, args.version)})
             return 0
         if not progress.running:
             raise OperationFailed(f"the upgrade to {args.version} ended {progress.state} (failure: "

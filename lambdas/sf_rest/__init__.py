@@ -18,6 +18,7 @@ from .errors import (
     UpgradeInProgressError,
 )
 from .gateway import Timeouts
+from .image_store import ImageStoreUploadError, UploadSession, upload_file
 from .models import (
     ClusterConfigurationUpgradeStatus,
     ClusterHealth,
@@ -36,6 +37,7 @@ __all__ = [
     "ClusterConfigurationUpgradeStatus",
     "ClusterHealth",
     "HealthState",
+    "ImageStoreUploadError",
     "ConfigurationUpgradeRefused",
     "DeactivationIntent",
     "DeactivationStatus",
@@ -54,7 +56,9 @@ __all__ = [
     "UpgradeHealthPolicy",
     "UpgradeInProgressError",
     "UpgradeState",
+    "UploadSession",
     "certificate_thumbprint",
     "remove_client_certificate",
+    "upload_file",
     "write_client_certificate",
 ]

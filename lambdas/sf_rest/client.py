@@ -17,6 +17,7 @@ from .client_certificate import ClientCertificate
 from .code_upgrade import CodeUpgradeProgress, MonitoredCodeUpgrade
 from .errors import FabricError
 from .gateway import DEFAULT_RETRY, DEFAULT_TIMEOUTS, Gateway, Timeouts
+from .image_store import COMMIT_SECONDS, UploadSession, store_relative_path
 from .models import (
     ClusterConfigurationUpgradeStatus,
     ClusterHealth,
@@ -35,6 +36,15 @@ def _node_path(name: str, action: str = "") -> str:
         raise ValueError("node name must not be empty")
     path = "/Nodes/" + quote(name, safe="")
     return f"{path}/$/{action}" if action else path
+
+
+def _image_store_path(content_path: str, action: str) -> str:
+    """/ImageStore/{contentPath}/$/{action}: the path relative to the store's root, its folders
+    kept as path segments."""
+    relative = store_relative_path(content_path)
+    if not relative:
+        raise ValueError("image store path must not be empty")
+    return f"/ImageStore/{quote(relative, safe='/')}/$/{action}"
 
 
 class ServiceFabricClient:
@@ -249,3 +259,67 @@ class ServiceFabricClient:
             "GET", "/$/GetUpgradeProgress", params={"api-version": API_VERSION}, idempotent=True
         )
         return CodeUpgradeProgress.from_json(response.json())
+
+    def get_provisioned_code_versions(self, code_version: str | None = None) -> list[str]:
+        """GET /$/GetProvisionedCodeVersions: the runtime versions provisioned in the cluster
+        (FabricCodeVersionInfo list); `code_version` keeps only that one (an exact match)."""
+        params: dict[str, str | int] = {"api-version": API_VERSION}
+        if code_version:
+            params["CodeVersion"] = code_version
+        response = self._gateway.request("GET", "/$/GetProvisionedCodeVersions", params=params, idempotent=True)
+        return [str(item.get("CodeVersion") or "") for item in response.json() or []]
+
+    # -- image store upload sessions (sf_rest.image_store has the whole upload) ----------
+
+    def upload_file_chunk(self, content_path: str, session_id: str, start: int, data: bytes, file_size: int) -> None:
+        """PUT /ImageStore/{contentPath}/$/UploadChunk: bytes start..start+len(data)-1 of a file of
+        file_size bytes, in the upload session `session_id` (a GUID the caller chooses; the first
+        chunk creates the session)."""
+        if not data:
+            raise ValueError("a chunk carries at least one byte")
+        end = start + len(data) - 1
+        self._gateway.request(
+            "PUT",
+            _image_store_path(content_path, "UploadChunk"),
+            params={"api-version": API_VERSION, "session-id": session_id},
+            data=data,
+            headers={"Content-Range": f"bytes {start}-{end}/{file_size}", "Content-Type": "application/octet-stream"},
+            # Sent again after an unknown outcome: a chunk the store took already is then refused
+            # as a range it no longer expects, which image_store.upload_file checks with the session.
+            idempotent=True,
+        )
+
+    def get_upload_session(self, session_id: str) -> UploadSession | None:
+        """GET /ImageStore/$/GetUploadSession; None when the store has no such session (HTTP 204:
+        never created, committed and expired, deleted, or lost at a failover)."""
+        response = self._gateway.request(
+            "GET",
+            "/ImageStore/$/GetUploadSession",
+            params={"api-version": API_VERSION, "session-id": session_id},
+            idempotent=True,
+        )
+        if response.status_code == 204 or not response.content.strip():
+            return None
+        sessions = response.json().get("UploadSessions") or []
+        return UploadSession.from_json(sessions[0]) if sessions else None
+
+    def commit_upload_session(self, session_id: str) -> None:
+        """POST /ImageStore/$/CommitUploadSession: the file is written (over any file at its path)
+        once every range has arrived; E_INVALIDARG while the session expects any range."""
+        connect = self._gateway.timeouts.connect_seconds
+        self._gateway.request(
+            "POST",
+            "/ImageStore/$/CommitUploadSession",
+            params={"api-version": API_VERSION, "session-id": session_id},
+            idempotent=True,  # a commit of a session that already wrote its file answers success
+            timeouts=Timeouts(connect_seconds=connect, read_seconds=COMMIT_SECONDS + 5, server_seconds=COMMIT_SECONDS),
+        )
+
+    def delete_upload_session(self, session_id: str) -> None:
+        """DELETE /ImageStore/$/DeleteUploadSession: the session and the chunks it holds."""
+        self._gateway.request(
+            "DELETE",
+            "/ImageStore/$/DeleteUploadSession",
+            params={"api-version": API_VERSION, "session-id": session_id},
+            idempotent=True,
+        )

@@ -181,15 +181,25 @@ class Gateway:
         *,
         params: Mapping[str, str | int],
         body: Any = None,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
         idempotent: bool,
+        timeouts: Timeouts | None = None,
     ) -> requests.Response:
-        """Send with retries; return the 2xx response or raise the last FabricError."""
-        query = {**params, "timeout": self.timeouts.server_seconds}
+        """Send with retries; return the 2xx response or raise the last FabricError.
+
+        `body` goes as JSON; `data` as raw bytes (a file chunk), kept whole so that a retry
+        sends the same bytes again. `timeouts` replaces the client's for an operation known to
+        take longer."""
+        if body is not None and data is not None:
+            raise ValueError("a request carries a JSON body or raw data, not both")
+        timeouts = timeouts or self.timeouts
+        query = {**params, "timeout": timeouts.server_seconds}
         started = self.retry.clock()
         attempt = 0
         while True:
             attempt += 1
-            outcome = self._attempt(method, path, query, body)
+            outcome = self._attempt(method, path, query, body, data, headers, timeouts)
             if isinstance(outcome, requests.Response):
                 return outcome
             error = outcome
@@ -210,15 +220,25 @@ class Gateway:
             self.retry.sleep(delay)
 
     def _attempt(
-        self, method: str, path: str, query: Mapping[str, Any], body: Any
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any],
+        body: Any,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeouts: Timeouts | None = None,
     ) -> requests.Response | FabricError:
+        timeouts = timeouts or self.timeouts
         try:
             response = self._session.request(
                 method,
                 self.endpoint + path,
                 params=query,
                 json=body,
-                timeout=(self.timeouts.connect_seconds, self.timeouts.read_seconds),
+                data=data,
+                headers=dict(headers) if headers else None,
+                timeout=(timeouts.connect_seconds, timeouts.read_seconds),
                 verify=self._verify,
                 cert=self._cert,
             )

@@ -9,6 +9,8 @@ standard_cluster(): deactivation_ticks=2, upgrade_ticks=3, start_wait_ticks=1.
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 import requests
 from sf_rest import (
@@ -706,6 +708,139 @@ def test_registration_timeline(sf_client, sf_cluster):
     [registration] = sf_cluster.upgrades
     assert registration.adding == ("scale-7",) and registration.log == ["upgrade", "completed"]
     assert sf_client.get_node_info("scale-7").status == NodeStatus.UP
+
+
+# -- the image store: upload sessions (image_store.py) and the provision that reads them ------
+
+CAB = "MicrosoftServiceFabric.11.5.0.1.cab"
+SESSION = "6f0c1a52-8d3e-4c1b-9a57-2b1d4e0f9c11"
+
+
+@pytest.fixture
+def plain():
+    """The gateway over plain HTTP, for requests the client never sends (bad headers, no session)."""
+    with SfEmulator(standard_cluster()) as emulator:
+        yield emulator
+
+
+def _put(emulator, data: bytes, content_range: str | None, *, path: str = CAB, session: str | None = SESSION):
+    query = {"api-version": "6.0", **({"session-id": session} if session is not None else {})}
+    headers = {"Content-Range": content_range} if content_range is not None else {}
+    return requests.put(f"{emulator.endpoint}/ImageStore/{path}/$/UploadChunk", params=query, data=data,
+                        headers=headers, timeout=5)
+
+
+def _code(answer) -> tuple[int, str]:
+    return answer.status_code, answer.json()["Error"]["Code"] if answer.content else ""
+
+
+def _session(emulator, session: str = SESSION):
+    answer = requests.get(f"{emulator.endpoint}/ImageStore/$/GetUploadSession",
+                          params={"api-version": "6.0", "session-id": session}, timeout=5)
+    return answer.status_code, (answer.json() if answer.content else None)
+
+
+def _commit(emulator, session: str = SESSION):
+    return requests.post(f"{emulator.endpoint}/ImageStore/$/CommitUploadSession",
+                         params={"api-version": "6.0", "session-id": session}, timeout=5)
+
+
+def test_chunks_in_any_order_make_the_file_at_commit_and_the_session_lists_what_is_missing(plain):
+    assert _put(plain, b"56789", "bytes 5-9/10").status_code == 200  # out of order is fine
+    status, document = _session(plain)
+    assert status == 200 and document["UploadSessions"][0] == {
+        "StoreRelativePath": CAB, "SessionId": SESSION, "ModifiedDate": document["UploadSessions"][0]["ModifiedDate"],
+        "FileSize": "10", "ExpectedRanges": [{"StartPosition": "0", "EndPosition": "4"}]}
+    assert _code(_commit(plain)) == (400, "E_INVALIDARG")  # NIS: "Incompleted session"
+    assert _put(plain, b"01234", "bytes 0-4/10").status_code == 200
+    assert _session(plain)[1]["UploadSessions"][0]["ExpectedRanges"] == []
+    assert _commit(plain).status_code == 200
+    assert _commit(plain).status_code == 200  # committed already: success again
+    assert plain.cluster.image_store.file(CAB) == b"0123456789"
+
+
+def test_a_chunk_sent_twice_or_overlapping_is_range_not_satisfiable(plain):
+    assert _put(plain, b"01234", "bytes 0-4/10").status_code == 200
+    assert _code(_put(plain, b"01234", "bytes 0-4/10")) == (400, "FABRIC_E_UPLOAD_SESSION_RANGE_NOT_SATISFIABLE")
+    assert _code(_put(plain, b"456", "bytes 4-6/10")) == (400, "FABRIC_E_UPLOAD_SESSION_RANGE_NOT_SATISFIABLE")
+    assert _session(plain)[1]["UploadSessions"][0]["ExpectedRanges"] == [{"StartPosition": "5", "EndPosition": "9"}]
+
+
+@pytest.mark.parametrize("content_range", ["bytes 0-4", "bytes 0-4/ten", "bytes a-4/10", "bytes 5-4/10", "bytes 0-11/10"])
+def test_a_content_range_the_gateway_cannot_read_is_range_not_satisfiable(plain, content_range):
+    assert _code(_put(plain, b"01234", content_range)) == (400, "FABRIC_E_UPLOAD_SESSION_RANGE_NOT_SATISFIABLE")
+    assert _session(plain) == (204, None)  # nothing was created
+
+
+def test_without_content_range_the_chunk_is_0_0_of_0_bytes(plain):
+    # ISH leaves start, end and size at 0: a new session of 0 bytes, which never commits.
+    assert _put(plain, b"x", None).status_code == 200
+    assert _session(plain)[1]["UploadSessions"][0]["FileSize"] == "0"
+    assert _code(_commit(plain)) == (400, "E_INVALIDARG")
+    # ... and against a session of another size, "Session file size mismatch".
+    other = "0e8e8d4c-6b9b-4a55-a1b3-5f6e2c3d4b5a"
+    assert _put(plain, b"01234", "bytes 0-4/10", session=other).status_code == 200
+    assert _code(_put(plain, b"5", None, session=other)) == (400, "E_INVALIDARG")
+
+
+def test_the_session_id_must_be_a_guid_and_belongs_to_one_path(plain):
+    assert _code(_put(plain, b"0", "bytes 0-0/1", session=None)) == (400, "FABRIC_E_INVALID_UPLOAD_SESSION_ID")
+    assert _code(_put(plain, b"0", "bytes 0-0/1", session="nope")) == (400, "FABRIC_E_INVALID_UPLOAD_SESSION_ID")
+    assert _code(_put(plain, b"0", "bytes 0-0/1", session=str(uuid.UUID(int=0)))) == (
+        400, "FABRIC_E_INVALID_UPLOAD_SESSION_ID")
+    assert _code(_commit(plain, "nope")) == (400, "E_INVALIDARG")
+    assert _put(plain, b"01234", "bytes 0-4/10").status_code == 200
+    assert _code(_put(plain, b"56789", "bytes 5-9/10", path="other.cab")) == (409, "FABRIC_E_UPLOAD_SESSION_ID_CONFLICT")
+
+
+def test_a_chunk_of_the_wrong_length_is_taken_and_the_commit_refuses_the_merged_size(plain):
+    assert _put(plain, b"0123", "bytes 0-4/10").status_code == 200  # 4 bytes for a range of 5
+    assert _put(plain, b"56789", "bytes 5-9/10").status_code == 200
+    assert _code(_commit(plain)) == (400, "E_INVALIDARG")
+    assert plain.cluster.image_store.file(CAB) is None
+
+
+def test_a_commit_replaces_a_file_at_the_path(plain):
+    plain.cluster.image_store.put(CAB, b"old")
+    assert _put(plain, b"new", "bytes 0-2/3").status_code == 200
+    assert _commit(plain).status_code == 200
+    assert plain.cluster.image_store.file(CAB) == b"new"
+
+
+def test_a_session_is_dropped_30_minutes_after_its_last_chunk_and_a_delete_drops_it_at_once(plain):
+    now = [1000.0]
+    plain.cluster.clock = lambda: now[0]
+    assert _put(plain, b"01234", "bytes 0-4/10").status_code == 200
+    now[0] += 29 * 60
+    assert _put(plain, b"56", "bytes 5-6/10").status_code == 200  # the last chunk restarts the 30 minutes
+    now[0] += 29 * 60
+    assert _session(plain)[0] == 200
+    now[0] += 60
+    assert _session(plain) == (204, None)
+    assert _put(plain, b"01234", "bytes 0-4/10").status_code == 200  # the same id starts afresh
+    delete = f"{plain.endpoint}/ImageStore/$/DeleteUploadSession"
+    assert requests.delete(delete, params={"api-version": "6.0", "session-id": SESSION}, timeout=5).status_code == 200
+    assert _session(plain) == (204, None)
+    assert _code(requests.delete(delete, params={"api-version": "6.0", "session-id": SESSION}, timeout=5)) == (
+        404, "NotFound")
+
+
+def test_provision_reads_the_package_from_the_image_store(plain):
+    def provision():
+        return requests.post(f"{plain.endpoint}/$/Provision", params={"api-version": "6.0"},
+                             json={"CodeFilePath": CAB}, timeout=5)
+
+    def provisioned(**filters):
+        return requests.get(f"{plain.endpoint}/$/GetProvisionedCodeVersions", params={"api-version": "6.0", **filters},
+                            timeout=5).json()
+
+    assert _code(provision()) == (404, "FABRIC_E_FILE_NOT_FOUND")  # Image Builder's answer for a missing file
+    assert provisioned() == [{"CodeVersion": "11.4.268.1"}]
+    plain.cluster.image_store.put(CAB, b"MSCF")
+    assert provision().status_code == 200
+    assert provisioned() == [{"CodeVersion": "11.4.268.1"}, {"CodeVersion": "11.5.0.1"}]
+    assert provisioned(CodeVersion="11.5.0.1") == [{"CodeVersion": "11.5.0.1"}]
+    assert provisioned(CodeVersion="11.5.0.2") == []
 
 
 # -- the gateway ------------------------------------------------------------------------------

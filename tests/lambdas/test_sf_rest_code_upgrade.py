@@ -40,12 +40,16 @@ def test_provision_then_a_monitored_upgrade_rolls_forward_domain_by_domain(sf_cl
 
 def test_the_cluster_managers_refusals(sf_client, sf_cluster):
     sf_cluster.cm.put_in_image_store(CAB)
-    # Not provisioned -> FabricVersionNotFound (404); not in the image store -> Image Builder's error.
+    # Not provisioned -> FabricVersionNotFound (404); not in the image store -> Image Builder's
+    # FileNotFound (404).
     assert _error(lambda: sf_client.start_cluster_upgrade(MonitoredCodeUpgrade("11.5.0.1"))) == (
         404, "FABRIC_E_FABRIC_VERSION_NOT_FOUND")
-    assert _error(lambda: sf_client.provision_cluster("MicrosoftServiceFabric.11.6.0.1.cab"))[1] == (
-        "FABRIC_E_IMAGEBUILDER_VALIDATION_ERROR")
+    assert _error(lambda: sf_client.provision_cluster("MicrosoftServiceFabric.11.6.0.1.cab")) == (
+        404, "FABRIC_E_FILE_NOT_FOUND")
+    assert sf_client.get_provisioned_code_versions("11.5.0.1") == []
     sf_client.provision_cluster(CAB)
+    assert sf_client.get_provisioned_code_versions("11.5.0.1") == ["11.5.0.1"]
+    assert sf_client.get_provisioned_code_versions() == ["11.4.268.1", "11.5.0.1"]
     assert _error(lambda: sf_client.provision_cluster(CAB)) == (409, "FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS")
     # The version it runs -> FabricAlreadyInTargetVersion; a second start -> FabricUpgradeInProgress.
     assert _error(lambda: sf_client.start_cluster_upgrade(MonitoredCodeUpgrade("11.4.268.1"))) == (

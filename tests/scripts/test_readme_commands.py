@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.scripts.runtime_cabs import write_cab
 
 # `telemetry ...` or `.venv/bin/telemetry ...`: inline code (which may wrap onto the next line), or
 # a code block's line (up to a comment).
@@ -23,6 +24,9 @@ INLINE = re.compile(r"`\s*(?:\.venv/bin/)?telemetry ([a-z][^`|]*)`")
 BLOCK_LINE = re.compile(r"^\s*(?:\.venv/bin/)?telemetry ([a-z][^#\n]*)", re.M)
 INDENTED = re.compile(r"^\s+\.venv/bin/telemetry ([a-z][^#\n]*)", re.M)  # a list item's indented command
 PLACEHOLDER = re.compile(r"[A-Z]{1,}(?![a-z])|<|\[|\\\|")  # ENV, ARN, N, <when>, [--rate N], a\|b
+# Files a command reads that the operator has on their machine before typing it, made in the
+# test's home for the run: --package, the runtime package downloaded from the release notes.
+INPUTS = {"--package": write_cab}
 
 
 def readme_commands() -> list[list[str]]:
@@ -73,6 +77,10 @@ def as_typed(line: str, home: Path, cwd: Path = REPO) -> subprocess.CompletedPro
 @pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(argv) for argv in COMMANDS])
 def test_each_readme_command_runs_as_typed_or_names_what_it_needs_in_one_line(argv, tmp_path):
     home = tmp_path / "home"
+    for flag, value in zip(argv, argv[1:]):
+        if flag in INPUTS and value.startswith("~/"):
+            INPUTS[flag](home / value[2:])
+    inputs = set(home.rglob("*"))
     result = as_typed(shlex.join(["telemetry", *argv]).replace("'~/", "~/'"), home)
     out, err, code = result.stdout, result.stderr, result.returncode
     assert "Traceback" not in out + err
@@ -88,7 +96,7 @@ def test_each_readme_command_runs_as_typed_or_names_what_it_needs_in_one_line(ar
         (line,) = err.strip().splitlines()
         assert line.startswith("telemetry") and ": error: " in line, line
         assert "credentials" in line or "still holds shipped placeholders" in line, line
-        made = sorted(p.name for p in home.iterdir() if p.name != ".aws-empty")
+        made = sorted(str(p.relative_to(home)) for p in set(home.rglob("*")) - inputs if p.name != ".aws-empty")
         assert not made, made  # nothing made before the run knew it could not go on
 
 

@@ -1,9 +1,11 @@
 """`telemetry cluster upgrade` (scripts/upgrade_runtime.py) as typed, against the HTTPS emulator's
-Cluster Manager (provision, start, progress; tests/sf_emulator/cluster_manager.py), with the
-membership lock table (where a patch run holds its progress lease) in moto."""
+Cluster Manager (provision, start, progress; tests/sf_emulator/cluster_manager.py) and image store
+(--package's chunked upload; tests/sf_emulator/image_store.py), with the membership lock table
+(where a patch run holds its progress lease) in moto."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 
@@ -12,6 +14,7 @@ import boto3
 import pytest
 
 from scripts.telemetry import cli
+from tests.scripts.runtime_cabs import write_cab
 
 pytestmark = pytest.mark.integration  # starts the HTTPS emulator
 
@@ -48,6 +51,7 @@ def test_provisions_upgrades_and_follows_until_it_completes(gateway, sf_cluster,
     out, err = capsys.readouterr()
     assert json.loads(out) == {
         "environment": "dev", "version": "11.5.0.1", "previous": "11.4.268.1", "state": "RollingForwardCompleted",
+        "upload": None,  # no --package: the package was in the image store already
         "cdk_json": {
             "environments.dev.service_fabric.runtime_version": "11.5.0.1",
             "environments.dev.service_fabric.runtime_cab_url":
@@ -103,8 +107,8 @@ def test_another_upgrade_under_way_is_refused(gateway, sf_cluster, capsys):
 def test_a_package_missing_from_the_image_store_says_how_to_put_it_there(gateway, capsys):
     assert upgrade(gateway) == 1
     err = capsys.readouterr().err
-    assert "provisioning MicrosoftServiceFabric.11.5.0.1.cab failed: FABRIC_E_IMAGEBUILDER_VALIDATION_ERROR" in err
-    assert "Copy-ServiceFabricClusterPackage -Code" in err
+    assert "provisioning MicrosoftServiceFabric.11.5.0.1.cab failed: FABRIC_E_FILE_NOT_FOUND" in err
+    assert "--package MicrosoftServiceFabric.11.5.0.1.cab uploads it" in err
 
 
 def test_the_readme_command_plans_offline(capsys):
@@ -132,3 +136,177 @@ def test_a_patch_run_under_way_is_refused_in_one_line(gateway, lock_table, moto_
     dynamodb.update_item(TableName=lock_table, Key={"LockName": {"S": "patch-progress"}},
                          UpdateExpression="SET LeaseUntil = :past", ExpressionAttributeValues={":past": {"N": "1"}})  # fmt: skip
     assert upgrade(gateway) == 0
+
+
+# -- --package: the runtime package uploaded into the image store first ------------------------
+
+PUT = r"/ImageStore/.*/\$/UploadChunk"
+CHUNK = 64 * 1024
+
+
+@pytest.fixture
+def package(tmp_path):
+    """A 300 KiB cabinet named for 11.5.0.1: five chunks of 64 KiB, the last one short."""
+    path = tmp_path / "downloads" / CAB
+    return path, write_cab(path, 300 * 1024)
+
+
+@pytest.fixture
+def no_backoff(monkeypatch):
+    """The client's retries without their waits (RetryPolicy.backoff 0 s), so a test that spends
+    every attempt takes no time."""
+    from sf_rest.retry import RetryPolicy
+
+    monkeypatch.setattr(RetryPolicy, "backoff", lambda self, attempt: 0.0)
+
+
+def with_package(gateway, package, *extra: str) -> int:
+    return upgrade(gateway, "--package", str(package[0]), "--chunk-size", "64KiB", *extra)
+
+
+def test_uploads_the_package_in_chunks_then_provisions_and_upgrades(gateway, package, sf_cluster, sf_emulator, capsys):
+    assert with_package(gateway, package, "--format", "json") == 0
+
+    out, err = capsys.readouterr()
+    assert sf_cluster.image_store.file(CAB) == package[1]
+    assert [r.body["Content-Range"] for r in sf_emulator.requests_to("PUT", PUT)] == [
+        f"bytes {start}-{min(start + CHUNK, 300 * 1024) - 1}/{300 * 1024}" for start in range(0, 300 * 1024, CHUNK)]
+    assert sf_emulator.requests_to("POST", r"/\$/Provision")[0].body == {"CodeFilePath": CAB}
+    document = json.loads(out)
+    assert document["state"] == "RollingForwardCompleted" and sf_cluster.cm.code_version == "11.5.0.1"
+    upload = document["upload"]
+    assert (upload["store_path"], upload["bytes"], upload["resumed_bytes"], upload["sent_bytes"]) == (
+        CAB, 300 * 1024, 0, 300 * 1024)
+    assert upload["sha256"] == hashlib.sha256(package[1]).hexdigest().upper()
+    assert f"5 chunks of at most 0.1 MiB, upload session {upload['session_id']}" in err
+    # A line each time another 10 % is in the store.
+    assert [line.split("%")[0].split()[-1] for line in err.splitlines() if line.startswith("uploaded")] == [
+        "21", "42", "64", "85", "100"]
+    assert f"committed {CAB} into the image store at {CAB}" in err
+
+
+def test_a_chunk_failing_transiently_is_sent_again(gateway, package, sf_cluster, sf_emulator, no_backoff):
+    sf_emulator.inject_error(503, "FABRIC_E_NOT_READY", method="PUT", skip=1)
+
+    assert with_package(gateway, package) == 0
+
+    assert [r.status for r in sf_emulator.requests_to("PUT", PUT)] == [200, 503, 200, 200, 200, 200]
+    assert sf_cluster.image_store.file(CAB) == package[1]
+
+
+def test_an_interrupted_upload_resumes_when_run_again(gateway, package, sf_cluster, sf_emulator, no_backoff, capsys):
+    # Two chunks reach the store; every attempt at the third is dropped (the client tries 6 times).
+    sf_emulator.inject_drop(times=6, method="PUT", skip=2)
+
+    assert with_package(gateway, package) == 1
+
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert f"uploading {CAB} stopped at 42% (0.1 MiB of 0.3 MiB): CONNECTION_LOST" in line
+    assert "keeps what it has for 30 minutes after the last chunk: run the same command again to resume" in line
+    assert not sf_emulator.requests_to("POST", r"/\$/Provision")
+    sf_emulator.clear_log()
+
+    assert with_package(gateway, package) == 0
+
+    out = capsys.readouterr().out
+    assert "resuming: the image store has 0.1 MiB of it already" in out
+    assert [r.body["Content-Range"].split("/")[0] for r in sf_emulator.requests_to("PUT", PUT)] == [
+        f"bytes {start}-{min(start + CHUNK, 300 * 1024) - 1}" for start in range(2 * CHUNK, 300 * 1024, CHUNK)]
+    assert sf_cluster.image_store.file(CAB) == package[1] and sf_cluster.cm.code_version == "11.5.0.1"
+
+
+def test_an_upload_the_store_refuses_deletes_its_session(gateway, package, sf_cluster, sf_emulator, capsys):
+    sf_emulator.inject_error(400, "E_INVALIDARG", message="merged size", method="POST", path="CommitUploadSession")
+
+    assert with_package(gateway, package) == 1
+
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert f"the image store refused {CAB} at 100%" in line and "E_INVALIDARG" in line
+    assert "its upload session was deleted: a run again starts the upload afresh" in line
+    assert [r.status for r in sf_emulator.requests_to("DELETE", r"/ImageStore/\$/DeleteUploadSession")] == [200]
+    assert sf_cluster.image_store.sessions == {} and not sf_emulator.requests_to("POST", r"/\$/Provision")
+
+
+def test_a_version_provisioned_already_is_not_uploaded_again(gateway, package, sf_cluster, sf_emulator, capsys):
+    sf_cluster.cm.put_in_image_store(CAB)
+    sf_cluster.cm.provision({"CodeFilePath": CAB})
+
+    assert with_package(gateway, package, "--format", "json") == 0
+
+    out, err = capsys.readouterr()
+    assert "11.5.0.1 is provisioned already: the package is not uploaded" in err
+    assert json.loads(out)["upload"] == {"skipped": "11.5.0.1 is provisioned already"}
+    assert not sf_emulator.requests_to("PUT", PUT) and not sf_emulator.requests_to("POST", r"/\$/Provision")
+    assert sf_emulator.requests_to("GET", r"/\$/GetProvisionedCodeVersions")[0].query["CodeVersion"] == "11.5.0.1"
+    assert sf_cluster.cm.code_version == "11.5.0.1"
+
+
+def test_a_package_of_another_sha256_is_refused_before_any_call(package, sf_emulator, sf_pki, capsys):
+    called = []
+    code = cli.main(["cluster", "upgrade", "--env", "dev", "--version", "11.5.0.1", "--package", str(package[0]),
+                     "--package-sha256", "AB" * 32, "--endpoint", sf_emulator.endpoint,
+                     "--client-cert", sf_pki.client.cert_path, "--client-key", sf_pki.client.key_path,
+                     "--ca-bundle", sf_pki.ca_path], session_factory=called.append)  # fmt: skip
+
+    assert code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    sha256 = hashlib.sha256(package[1]).hexdigest().upper()
+    assert f"has SHA-256 {sha256}, not --package-sha256 {'AB' * 32}" in line and "Traceback" not in line
+    assert called == [] and sf_emulator.requests == []  # neither AWS nor the cluster
+
+
+def bad_package(kind: str, folder) -> str:
+    """A --package argument that check_file refuses."""
+    if kind == "missing":
+        return str(folder / "absent.cab")
+    if kind == "folder":
+        return str(folder)
+    path = folder / {"other version": "MicrosoftServiceFabric.11.4.300.1.cab"}.get(kind, f"{kind}.cab")
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "page":  # what a download link answers when it has moved
+        path.write_bytes(b"<html>404</html>")
+    elif kind == "cut":
+        path.write_bytes(write_cab(path, 1000)[:600])
+    else:
+        write_cab(path)
+    return str(path)
+
+
+@pytest.mark.parametrize(("kind", "fragment"), [
+    ("missing", "absent.cab: no such file"),
+    ("folder", "not a file"),
+    ("empty", "empty.cab is empty"),
+    ("page", "page.cab is not a cabinet (.cab) file: it does not start with MSCF"),
+    ("cut", "cut.cab has 600 bytes of the 1000 its header names: the download was cut off"),
+    ("other version", "MicrosoftServiceFabric.11.4.300.1.cab is the runtime 11.4.300.1, not --version 11.5.0.1"),
+])  # fmt: skip
+def test_a_bad_package_is_one_line_and_exit_2_before_any_call(kind, fragment, tmp_path, capsys):
+    called = []
+    code = cli.main(["cluster", "upgrade", "--env", "dev", "--version", "11.5.0.1", "--package",
+                     bad_package(kind, tmp_path)], session_factory=called.append)
+    assert code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert fragment in line and line.startswith("telemetry: error: --package ")
+    assert called == []
+
+
+def test_the_dry_run_says_what_it_would_upload_offline(package, capsys):
+    called = []
+    code = cli.main(["cluster", "upgrade", "--env", "dev", "--version", "11.5.0.1", "--package", str(package[0]),
+                     "--chunk-size", "64KiB", "--dry-run", "--format", "json"], session_factory=called.append)
+
+    assert code == 0 and called == []
+    plan = json.loads(capsys.readouterr().out)
+    sha256 = hashlib.sha256(package[1]).hexdigest().upper()
+    assert plan["package"] == {
+        "path": str(package[0]), "bytes": 300 * 1024, "sha256": sha256, "store_path": CAB, "chunk_bytes": CHUNK,
+        "chunks": 5, "session_id": plan["package"]["session_id"]}
+    assert plan["would_change"][0].startswith(f"upload {CAB} (307200 bytes) into the image store at {CAB}")
+    assert "PUT /ImageStore/MicrosoftServiceFabric.11.5.0.1.cab/$/UploadChunk x 5" in plan["would_change"][0]
+    assert any("GetProvisionedCodeVersions" in line for line in plan["would_read"])
+    # The session a run would open: the same file at the same path is the same session, whatever the chunk size.
+    assert cli.main(["cluster", "upgrade", "--env", "dev", "--version", "11.5.0.1", "--package", str(package[0]),
+                     "--dry-run", "--format", "json"]) == 0
+    again = json.loads(capsys.readouterr().out)["package"]
+    assert (again["session_id"], again["chunks"]) == (plan["package"]["session_id"], 1)

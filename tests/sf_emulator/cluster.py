@@ -28,6 +28,7 @@ from .failover_manager import (
     FailoverManager,
 )
 from .cluster_manager import ClusterManager
+from .image_store import ImageStore
 from .upgrade_orchestration import Orchestration, UpgradeOrchestrationService, nodes_to_be_removed
 
 __all__ = [
@@ -69,7 +70,8 @@ class EmulatedCluster:
             clock=lambda: self.clock(), manifest_nodes=lambda: self.uos.topology
         )
         self.uos = UpgradeOrchestrationService(self.fm)
-        self.cm = ClusterManager()  # the fabric (runtime code) upgrade
+        self.image_store = ImageStore(clock=lambda: self.clock())  # files and upload sessions
+        self.cm = ClusterManager(self.image_store)  # the fabric (runtime code) upgrade
         self.clock = clock
         self.page_size = page_size
         self.deactivation_ticks = deactivation_ticks
@@ -306,3 +308,25 @@ class EmulatedCluster:
     def fabric_upgrade_progress(self) -> dict[str, Any]:
         with self.lock:
             return self.cm.progress()
+
+    def provisioned_code_versions(self, code_version: str) -> list[dict[str, str]]:
+        with self.lock:
+            return self.cm.provisioned_code_versions(code_version)
+
+    # -- the image store (image_store.py) ------------------------------------------------------
+
+    def upload_chunk(self, path: str, query: dict[str, str], body: Any) -> None:
+        with self.lock:
+            self.image_store.upload_chunk(path, query, body)
+
+    def get_upload_session(self, query: dict[str, str]) -> tuple[int, Any]:
+        with self.lock:
+            return self.image_store.get_upload_session(query)
+
+    def delete_upload_session(self, query: dict[str, str]) -> None:
+        with self.lock:
+            self.image_store.delete_upload_session(query)
+
+    def commit_upload_session(self, query: dict[str, str]) -> None:
+        with self.lock:
+            self.image_store.commit_upload_session(query)

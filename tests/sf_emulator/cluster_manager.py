@@ -7,7 +7,11 @@ A model of what the open-source runtime does (microsoft/service-fabric, newest s
   BeginAcceptProvisionFabric, BeginAcceptUpgradeFabric
 - src/prod/src/httpgateway/FabricUpgradeProgress.h (FUP): the progress document
 - src/prod/src/Management/HttpTransport/HttpUtil.cpp ErrorCodeToHttpStatus (HU): HTTP statuses
-Each rule names its function. What no source says is marked as such.
+- src/prod/src/managed/Api/src/System/Fabric/Management/ImageBuilder/ImageBuilder.cs (IB) and
+  src/prod/src/managed/ImageBuilderExe/ImageBuilderExe.cs (IBE): what Image Builder, which the
+  Cluster Manager runs for a provision, answers
+Each rule names its function. What no source says is marked as such. The files the provision
+reads are the emulator's image store (image_store.py), which the gateway's upload routes write.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .failover_manager import EmulatedFabricError
+from .image_store import ImageStore
 
 # CMH ProvisionFabric: ParameterValidator::MaxFilePathSize bounds CodeFilePath.
 MAX_FILE_PATH = 260  # ParameterValidator.h: MaxFilePathSize = MAX_PATH (260)
@@ -41,14 +46,10 @@ class FabricUpgrade:
 
 
 class ClusterManager:
-    def __init__(self, code_version: str = "11.4.268.1") -> None:
+    def __init__(self, image_store: ImageStore, code_version: str = "11.4.268.1") -> None:
         self.code_version = code_version
         self.config_version = "1"
-        # Files in the image store (a path relative to its root -> the code version in it).
-        # Image Builder reads the version from the package (CMR BeginAcceptProvisionFabric ->
-        # GetFabricVersionInfo); the emulator takes it from the file name, as
-        # Copy-ServiceFabricClusterPackage keeps it (MicrosoftServiceFabric.<version>.cab).
-        self.image_store: dict[str, str] = {}
+        self.image_store = image_store
         self.provisioned: set[str] = {code_version}
         self.upgrade: FabricUpgrade | None = None
         self.state = "RollingForwardCompleted"
@@ -60,11 +61,16 @@ class ClusterManager:
         self.failure_after_domains = 1
         self.last_failed: FabricUpgrade | None = None  # the run a rollback ended
 
-    def put_in_image_store(self, path: str) -> None:
-        found = re.search(r"(\d+\.\d+\.\d+\.\d+)\.cab$", path)
-        if not found:
-            raise ValueError(f"{path}: no code version in its name")
-        self.image_store[path] = found.group(1)
+    def put_in_image_store(self, path: str, data: bytes = b"MSCF placeholder") -> None:
+        """The package put in the store some other way (Copy-ServiceFabricClusterPackage)."""
+        self.image_store.put(path, data)
+
+    def provisioned_code_versions(self, code_version: str) -> list[dict[str, str]]:
+        """CMR GetProvisionedFabricCodeVersions: every provisioned code version, or with the
+        CodeVersion filter only the one that equals it (StringUtility::Compare, exact); CMH
+        answers the list (ProvisionedFabricCodeVersionQueryResultItem: CodeVersion), [] if none."""
+        versions = sorted(self.provisioned, key=lambda v: tuple(int(p) for p in v.split(".")))
+        return [{"CodeVersion": v} for v in versions if not code_version or v == code_version]
 
     def provision(self, body: Any) -> None:
         body = body if isinstance(body, dict) else {}
@@ -74,12 +80,22 @@ class ClusterManager:
             raise _invalid("CodeFilePath or ClusterManifestFilePath required")
         if len(code) > MAX_FILE_PATH or len(manifest) > MAX_FILE_PATH:
             raise _invalid("file path too long")
-        if code not in self.image_store:
-            # CMR BeginAcceptProvisionFabric: GetFabricVersionInfo (Image Builder) fails and the
-            # request is rejected with its error. Which code Image Builder gives for a missing
-            # file no source here says: the emulator answers its validation error (HU: 400).
-            raise EmulatedFabricError(400, "FABRIC_E_IMAGEBUILDER_VALIDATION_ERROR", f"{code} not found in the image store")
-        version = self.image_store[code]
+        # CMR BeginAcceptProvisionFabric: GetFabricVersionInfo runs Image Builder and rejects the
+        # request with its error. IB GetFabricVersionInfo: DownloadIfContentExists false ->
+        # FileNotFoundException; IBE ManagedToNativeExceptionTranslation -> FABRIC_E_FILE_NOT_FOUND,
+        # which ImageBuilderProxy::GetImageBuilderError reads back; HU: 404.
+        if self.image_store.file(code) is None:
+            raise EmulatedFabricError(404, "FABRIC_E_FILE_NOT_FOUND", f"{code} is not in the image store")
+        # Image Builder reads the version from Fabric.exe inside the cab
+        # (FabricProvisionOperation.GetCodeVersion -> CabFileOperations.GetCabVersion); the
+        # emulator cannot open a cab and takes it from the file name,
+        # MicrosoftServiceFabric.<version>.cab (no source: assumed). A name without one is refused
+        # as Image Builder refuses a name it cannot parse (ParseFileNameForProductVersion ->
+        # ImageBuilderInvalidMsiFile, a validation error; HU: 400).
+        found = re.search(r"(\d+\.\d+\.\d+\.\d+)\.cab$", code, re.IGNORECASE)
+        if not found:
+            raise EmulatedFabricError(400, "FABRIC_E_IMAGEBUILDER_VALIDATION_ERROR", f"{code}: no version in its name")
+        version = found.group(1)
         # CMR BeginAcceptProvisionFabric: a version already provisioned ->
         # FabricVersionAlreadyExists; HU: 409 Conflict.
         if version in self.provisioned:

@@ -7,16 +7,19 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
-FaultKind = Literal["error", "hang", "drop"]
+FaultKind = Literal["error", "hang", "drop", "lost_answer"]
 
 
 @dataclass
 class Fault:
-    """`times` requests matching `method`/`path` (a regex searched in the path) get:
+    """`times` requests matching `method`/`path` (a regex searched in the path), after the first
+    `skip` matching ones have passed untouched, get:
 
     - "error": HTTP `status` with a FabricError body for `code` (plain text if code is None);
     - "hang": no answer for `seconds`, then the connection is closed;
-    - "drop": the connection is closed without an answer.
+    - "drop": the connection is closed without an answer;
+    - "lost_answer": the cluster carries the request out, then the connection is closed without
+      its answer (the outcome the client cannot know).
     """
 
     kind: FaultKind
@@ -27,6 +30,7 @@ class Fault:
     seconds: float = 0.0
     method: str | None = None
     path: str | None = None
+    skip: int = 0
 
     def matches(self, method: str, path: str) -> bool:
         if self.method and self.method.upper() != method.upper():
@@ -50,6 +54,9 @@ class FaultPlan:
         with self._lock:
             for fault in self._faults:
                 if fault.matches(method, path):
+                    if fault.skip:
+                        fault.skip -= 1
+                        return None
                     fault.times -= 1
                     if fault.times == 0:
                         self._faults.remove(fault)

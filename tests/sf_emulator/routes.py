@@ -87,6 +87,34 @@ def _fabric_upgrade_progress(cluster, match, query, body):
     return 200, cluster.fabric_upgrade_progress()
 
 
+def _provisioned_code_versions(cluster, match, query, body):
+    # ClusterManagementHandler::GetProvisionedFabricCodeVersions: the CodeVersion filter from the URI.
+    return 200, cluster.provisioned_code_versions(query.get("CodeVersion", ""))
+
+
+# The image store (image_store.py; httpgateway/imagestorehandler.cpp registers these routes on
+# Windows only: a Linux gateway has no chunked upload).
+
+
+def _upload_chunk(cluster, match, query, body):
+    cluster.upload_chunk(match["path"], query, body)
+    return 200, None  # ImageStoreHandler::OnUploadChunkComplete: OnSuccess, an empty body
+
+
+def _get_upload_session(cluster, match, query, body):
+    return cluster.get_upload_session(query)
+
+
+def _delete_upload_session(cluster, match, query, body):
+    cluster.delete_upload_session(query)
+    return 200, None  # OnDeleteUploadSessionComplete: an empty body
+
+
+def _commit_upload_session(cluster, match, query, body):
+    cluster.commit_upload_session(query)
+    return 200, None  # OnCommitUploadSessionComplete: an empty body
+
+
 _NODE = r"/Nodes/(?P<name>[^/]+)"
 ROUTES: list[tuple[str, re.Pattern[str], str, Handler]] = [
     ("GET", re.compile(r"^/Nodes$"), "6.3", _list_nodes),
@@ -101,6 +129,11 @@ ROUTES: list[tuple[str, re.Pattern[str], str, Handler]] = [
     ("POST", re.compile(r"^/\$/Provision$"), "6.0", _provision_fabric),
     ("POST", re.compile(r"^/\$/Upgrade$"), "6.0", _start_fabric_upgrade),
     ("GET", re.compile(r"^/\$/GetUpgradeProgress$"), "6.0", _fabric_upgrade_progress),
+    ("GET", re.compile(r"^/\$/GetProvisionedCodeVersions$"), "6.0", _provisioned_code_versions),
+    ("GET", re.compile(r"^/ImageStore/\$/GetUploadSession$"), "6.0", _get_upload_session),
+    ("DELETE", re.compile(r"^/ImageStore/\$/DeleteUploadSession$"), "6.0", _delete_upload_session),
+    ("POST", re.compile(r"^/ImageStore/\$/CommitUploadSession$"), "6.0", _commit_upload_session),
+    ("PUT", re.compile(r"^/ImageStore/(?P<path>.+)/\$/UploadChunk$"), "6.0", _upload_chunk),
 ]
 
 

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 from .certs import Pki
 from .cluster import EmulatedCluster, EmulatedFabricError
 from .faults import Fault, FaultPlan
+from .image_store import Upload
 from .routes import dispatch
 
 
@@ -70,20 +71,33 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._serve()
 
+    def do_PUT(self) -> None:
+        self._serve()
+
+    def do_DELETE(self) -> None:
+        self._serve()
+
     def _serve(self) -> None:
         emulator = self.server.emulator
         parts = urlsplit(self.path)
         query = {k: v[0] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = raw.decode(errors="replace")
+        body: Any
+        if self.command == "PUT":
+            # ImageStoreHandler::GetRequestBody takes any PUT's body as a file, with Content-Range.
+            body = Upload(self.headers.get("Content-Range"), raw)
+            logged: Any = {"Content-Range": body.content_range, "Length": len(raw)}
+        else:
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = raw.decode(errors="replace")
+            logged = body
         record = dict(
             method=self.command,
             path=parts.path,
             query=query,
-            body=body,
+            body=logged,
             client_cn=_client_cn(self.connection),
         )
         fault = emulator.faults.take(self.command, parts.path)
@@ -93,10 +107,16 @@ class _Handler(BaseHTTPRequestHandler):
                 emulator._stopping.wait(fault.seconds)
             self._drop()
             return
+        if fault is not None and fault.kind == "lost_answer":
+            # The cluster acts on the request; its answer never reaches the client.
+            status, _, _ = _cluster_answer(emulator.cluster, {**record, "body": body})
+            emulator._record(RecordedRequest(status=None, fault=f"lost_answer ({status})", **record))
+            self._drop()
+            return
         if fault is not None:
             status, document, text = _fault_answer(fault)
         else:
-            status, document, text = _cluster_answer(emulator.cluster, record)
+            status, document, text = _cluster_answer(emulator.cluster, {**record, "body": body})
         emulator._record(RecordedRequest(status=status, fault=fault and fault.kind, **record))
         self._answer(status, document, text)
 
@@ -231,10 +251,12 @@ class SfEmulator:
         message: str = "",
         method: str | None = None,
         path: str | None = None,
+        skip: int = 0,
     ) -> None:
         self.faults.add(
             Fault(
-                "error", times, status=status, code=code, message=message, method=method, path=path
+                "error", times, status=status, code=code, message=message, method=method, path=path,
+                skip=skip,
             )
         )
 
@@ -244,9 +266,15 @@ class SfEmulator:
         self.faults.add(Fault("hang", times, seconds=seconds, method=method, path=path))
 
     def inject_drop(
-        self, *, times: int = 1, method: str | None = None, path: str | None = None
+        self, *, times: int = 1, method: str | None = None, path: str | None = None, skip: int = 0
     ) -> None:
-        self.faults.add(Fault("drop", times, method=method, path=path))
+        self.faults.add(Fault("drop", times, method=method, path=path, skip=skip))
+
+    def inject_lost_answer(
+        self, *, times: int = 1, method: str | None = None, path: str | None = None, skip: int = 0
+    ) -> None:
+        """The cluster carries the request out, and the connection closes before the answer."""
+        self.faults.add(Fault("lost_answer", times, method=method, path=path, skip=skip))
 
     # -- request log ------------------------------------------------------------------------
 
