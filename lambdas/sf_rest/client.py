@@ -18,6 +18,10 @@ from .code_upgrade import CodeUpgradeProgress, MonitoredCodeUpgrade
 from .errors import FabricError
 from .gateway import DEFAULT_RETRY, DEFAULT_TIMEOUTS, Gateway, Timeouts
 from .image_store import COMMIT_SECONDS, UploadSession, store_relative_path
+
+# How long the gateway may take over Provision (see provision_cluster): no source gives a duration
+# for a runtime package; assumed, as the image store's commit is.
+PROVISION_SECONDS = 600
 from .models import (
     ClusterConfigurationUpgradeStatus,
     ClusterHealth,
@@ -233,12 +237,22 @@ class ServiceFabricClient:
         """POST /$/Provision: register a code package already in the image store (its path
         relative to the image store's root). Raises FabricError FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS
         (409) when that version is provisioned already."""
+        # Image Builder opens the package to read its version within the request's own timeout,
+        # then the Cluster Manager provisions it before answering (ClusterManagerReplica::
+        # BeginAcceptProvisionFabric: GetFabricVersionInfo with clientRequest->Timeout, then a
+        # persisted FabricProvisionContext). A gigabyte's package outlasts the 30 s other calls get.
+        # One that times out goes on; sent again while it runs, the request joins it
+        # (CMRequestAlreadyProcessing -> UpdateOperationTimeout), and once done answers
+        # VersionAlreadyExists.
+        connect = self._gateway.timeouts.connect_seconds
         self._gateway.request(
             "POST",
             "/$/Provision",
             params={"api-version": API_VERSION},
             body={"CodeFilePath": code_file_path},
-            idempotent=True,  # provisioning again answers VersionAlreadyExists
+            idempotent=True,
+            timeouts=Timeouts(connect_seconds=connect, read_seconds=PROVISION_SECONDS + 5,
+                              server_seconds=PROVISION_SECONDS),
         )
 
     def start_cluster_upgrade(self, upgrade: MonitoredCodeUpgrade) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from sf_rest import FabricError
+from sf_rest.client import PROVISION_SECONDS
 from sf_rest.code_upgrade import MonitoredCodeUpgrade
 
 pytestmark = pytest.mark.integration  # starts the HTTPS emulator
@@ -21,7 +22,12 @@ def _error(call) -> tuple[int, str]:
 def test_provision_then_a_monitored_upgrade_rolls_forward_domain_by_domain(sf_client, sf_cluster, sf_emulator):
     sf_cluster.cm.put_in_image_store(CAB)
     sf_client.provision_cluster(CAB)
+    # The gateway is given PROVISION_SECONDS for it (Image Builder opens the whole package), the
+    # socket a little more; other calls keep their 30 s.
+    (provision,) = sf_emulator.requests_to("POST", r"/\$/Provision")
+    assert provision.query["timeout"] == str(PROVISION_SECONDS)
     sf_client.start_cluster_upgrade(MonitoredCodeUpgrade("11.5.0.1"))
+    assert sf_emulator.requests_to("POST", r"/\$/Upgrade")[0].query["timeout"] != str(PROVISION_SECONDS)
     sent = sf_emulator.requests_to("POST", r"/\$/Upgrade")[0].body
     assert sent["RollingUpgradeMode"] == "Monitored" and sent["UpgradeKind"] == "Rolling"
     assert sent["MonitoringPolicy"]["FailureAction"] == "Rollback"
