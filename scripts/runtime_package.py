@@ -69,6 +69,10 @@ def mib(size: int) -> str:
     return f"{size / MIB:.1f} MiB"
 
 
+def chunks(count: int) -> str:
+    return f"{count} chunk{'' if count == 1 else 's'}"
+
+
 def check_file(path: str, version: str) -> None:
     """What can be told of --package without reading it whole; UsageError otherwise."""
     package = Path(path).expanduser()
@@ -164,7 +168,7 @@ def upload(client: Any, package: RuntimePackage, store_path: str, chunk_bytes: i
     session_id = package.session_id(store_path)
     session = client.get_upload_session(session_id)
     print(f"uploading {package.path.name} ({mib(package.size)}, SHA-256 {package.sha256}) into the image store at "
-          f"{store_path}: {package.chunk_count(chunk_bytes)} chunks of at most {mib(chunk_bytes)}, upload session "
+          f"{store_path}: {chunks(package.chunk_count(chunk_bytes))} of at most {mib(chunk_bytes)}, upload session "
           f"{session_id}", flush=True)
     if session is not None:
         print(f"  resuming: the image store has {mib(package.size - session.missing_bytes)} of it already", flush=True)

@@ -162,7 +162,7 @@ def plan(args: argparse.Namespace, config: Any) -> int:
     if package is not None:
         described = package.describe(path, args.chunk_size)
         uploading = [f"  upload {package.path.name} ({runtime_package.mib(package.size)}, SHA-256 {package.sha256}) "
-                     f"into the image store at {path}: {described['chunks']} chunks of at most "
+                     f"into the image store at {path}: {runtime_package.chunks(described['chunks'])} of at most "
                      f"{runtime_package.mib(args.chunk_size)}, resumable for 30 minutes by running again"]
         would_read = [f"what the image store has of it from an earlier run (upload session {described['session_id']})"]
         would_change = [f"upload {package.path.name} ({package.size} bytes) into the image store at {path} (PUT "
