@@ -80,14 +80,17 @@ test-fast: $(STAMP)
 # cdk diff compares every stack of the app when none is named (the pinned CLI has no --all for diff).
 diff: $(STAMP)
 	@$(BIN)/python -m stacks.placeholders $(ENV)  # refuses the example account before any AWS call
+	@rm -f $(CDK_OUT)/.inputs-sha256  # the CLI synthesizes over it; the commands' next plan synthesizes again
 	$(CDK) diff $(CDK_FLAGS)
 
 deploy: $(STAMP)
 	@$(BIN)/python -m stacks.placeholders $(ENV)  # refuses the example account before any AWS call
+	@rm -f $(CDK_OUT)/.inputs-sha256  # the CLI synthesizes over it; the commands' next plan synthesizes again
 	$(CDK) deploy $(CDK_FLAGS) --all
 
 destroy: $(STAMP)
 	@$(BIN)/python -m stacks.placeholders $(ENV)  # refuses the example account before any AWS call
+	@rm -f $(CDK_OUT)/.inputs-sha256  # the CLI synthesizes over it; the commands' next plan synthesizes again
 	$(CDK) destroy $(CDK_FLAGS) --all
 
 topics: $(STAMP)

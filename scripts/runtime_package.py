@@ -5,11 +5,13 @@ machine before anything is called, then sent in chunks through the REST client's
 
 Why chunks, and of what size: the gateway takes a chunk of any size (imagestorehandler.cpp streams
 a PUT's body to a file; HttpGatewayConfig's MaxEntityBodySize, 4 MiB, bounds only bodies read into
-memory, in RequestMessageContext::ReadBodyAsyncOperation), but each chunk must arrive and be
-staged within the request's timeout, the 30 s the client asks of the gateway
-(sf_rest.gateway.Timeouts). 8 MiB does that down to about 2.3 Mbit/s, which a management link
-through a bastion or a Session Manager tunnel can fall to, and resends little when a chunk fails;
-a gigabyte is about 130 chunks, whose per-request cost is small beside their transfer.
+memory, in RequestMessageContext::ReadBodyAsyncOperation), but no timeout bounds a chunk's
+transfer (the gateway's request timeout starts once the body is read; the client's read timeout
+once it is sent). What bounds the size is what a failure costs: a refused or lost chunk is sent
+again whole, the gateway keeps a refused chunk's temporary file on its node
+(ImageStoreHandler::OnUploadChunkComplete deletes it only on success), and the commit reads each
+chunk whole into memory as it joins them. 8 MiB resends little, and a gigabyte is about 130
+chunks, whose per-request cost is small beside their transfer.
 Microsoft's own File Store Service tests stage 3 MiB chunks
 (processuploadchunkrequestasyncoperation.cpp, EnableChaosDuringFileUpload).
 
@@ -38,7 +40,7 @@ from scripts.telemetry.errors import OperationFailed, UsageError
 MIB = 1024 * 1024
 DEFAULT_CHUNK_BYTES = 8 * MIB
 MIN_CHUNK_BYTES = 64 * 1024  # the tool's bound: a gigabyte in 64 KiB chunks is already 16,000 calls
-MAX_CHUNK_BYTES = 256 * MIB  # the tool's bound: a chunk is held in memory to be resent whole
+MAX_CHUNK_BYTES = 32 * MIB  # the tool's bound: held in memory here and by the commit, resent whole
 PROGRESS_STEP_PERCENT = 10
 # [MS-CAB] 2.1 CFHEADER: a cabinet starts with the signature "MSCF", then reserved1 (u4), then
 # cbCabinet (u4, little-endian), the cabinet's size. A signed cabinet carries its signature after
@@ -46,7 +48,9 @@ PROGRESS_STEP_PERCENT = 10
 CAB_SIGNATURE = b"MSCF"
 CAB_HEADER = struct.Struct("<4sII")
 # The runtime's name as its release notes link it (MicrosoftAzureServiceFabric.<v>.cab up to 10.x).
-NAMED_VERSION = re.compile(r"(\d+\.\d+\.\d+\.\d+)\.cab$", re.IGNORECASE)
+# Lower-case .cab only: Image Builder takes a package for a cabinet by a case-sensitive extension
+# (ImageBuilderUtility.IsCabFile), and would read another as an XCopy package.
+NAMED_VERSION = re.compile(r"(\d+\.\d+\.\d+\.\d+)\.cab$")
 # uuid5 namespace of the upload sessions this tool opens (any fixed value; this one is its own).
 SESSION_NAMESPACE = uuid.UUID("5b8f3c1e-2f4a-4d7b-9c6e-0a1b2c3d4e5f")
 _SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KiB|MiB|GiB)?\s*$", re.IGNORECASE)
@@ -105,7 +109,7 @@ class RuntimePackage:
     def session_id(self, store_path: str) -> str:
         from sf_rest.image_store import store_relative_path
 
-        return str(uuid.uuid5(SESSION_NAMESPACE, f"{store_relative_path(store_path).lower()}\n{self.size}\n{self.sha256}"))
+        return str(uuid.uuid5(SESSION_NAMESPACE, f"{store_relative_path(store_path)}\n{self.size}\n{self.sha256}"))
 
     def chunk_count(self, chunk_bytes: int) -> int:
         return -(-self.size // chunk_bytes)

@@ -72,8 +72,12 @@ def version_key(version: str) -> tuple[int, ...]:
 
 
 def code_file_path(args: argparse.Namespace) -> str:
-    # Where Copy-ServiceFabricClusterPackage puts the cab by default, its file name; --package too.
-    return args.code_file_path or f"MicrosoftServiceFabric.{args.version}.cab"
+    """Where Copy-ServiceFabricClusterPackage puts the cab by default, its file name; --package too.
+    Relative to the store's root, as the upload keeps it: Image Builder refuses a rooted path
+    (ImageBuilderUtility.ValidateRelativePath)."""
+    from sf_rest.image_store import store_relative_path
+
+    return store_relative_path(args.code_file_path or f"MicrosoftServiceFabric.{args.version}.cab")
 
 
 def upgrade_description(version: str) -> Any:
@@ -112,8 +116,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="refuse the package, before any call, unless its SHA-256 is this (what Get-FileHash "
                              "-Algorithm SHA256 or sha256sum printed for the file you reviewed)")
     parser.add_argument("--chunk-size", type=runtime_package.chunk_size, default=runtime_package.DEFAULT_CHUNK_BYTES,
-                        metavar="SIZE", help="bytes per upload request, each sent within the gateway's 30 s "
-                                             "(default 8MiB; 64KiB to 256MiB)")
+                        metavar="SIZE", help="bytes per upload request, each sent again whole if it fails "
+                                             "(default 8MiB; 64KiB to 32MiB)")
     add_gateway_arguments(parser, "the only AWS call is the read of the patch progress lease")
     parser.add_argument("--timeout", type=float, default=12 * 3600.0, metavar="SECONDS",
                         help="follow the upgrade this long (default 43200); it goes on after")
@@ -132,6 +136,11 @@ def check_arguments(args: argparse.Namespace) -> argparse.Namespace:
     check_gateway_arguments(args)
     if args.timeout <= 0 or args.poll_interval <= 0:
         raise UsageError("--timeout and --poll-interval must be positive")
+    if args.code_file_path is not None and not args.code_file_path.endswith(".cab"):
+        # Image Builder reads a path ending otherwise (.CAB too: ImageBuilderUtility.IsCabFile
+        # compares case-sensitively) as an XCopy package, which a runtime cab is not.
+        raise UsageError(f"--code-file-path {args.code_file_path} must end in .cab (lower case), the runtime "
+                         "package's extension as Image Builder reads it")
     named = runtime_package.NAMED_VERSION.search(args.code_file_path or "")
     if named and named.group(1) != args.version:
         raise UsageError(f"--code-file-path {args.code_file_path} names the runtime {named.group(1)}, not --version "

@@ -201,9 +201,19 @@ def admin_client(settings: dict):
     from confluent_kafka.admin import AdminClient
 
     try:
-        return AdminClient({**settings, "log_level": 0})
+        # A Metadata request for one topic never asks the broker to create it (librdkafka's
+        # allow.auto.create.topics is on for the producer handle an AdminClient is; MSK and the
+        # local broker refuse auto-creation anyway, auto.create.topics.enable=false).
+        return AdminClient({**settings, "log_level": 0, "allow.auto.create.topics": False})
     except KafkaException as error:
         raise TopicError(f"cannot connect to the brokers: {error.args[0].str()}") from None
+
+
+class TopicExists(Exception):
+    """CreateTopics answered TOPIC_ALREADY_EXISTS for a topic this run planned to create: made
+    since the run read the cluster, or read from a broker that had not yet learned of it (Metadata
+    goes to any one broker; Admin.createTopics' javadoc says brokers learn of a new topic
+    seconds later)."""
 
 
 class KafkaTopics:
@@ -274,7 +284,7 @@ class KafkaTopics:
                 request_timeout=self._timeout,
             )
             self._settle(futures, change)
-            self._await_listed(spec.name)
+            self.await_listed(spec.name)
             if untiered == spec.configs():
                 return
             change = TopicChange(spec, "set-configs", "tiering the new topic")
@@ -289,7 +299,7 @@ class KafkaTopics:
             return
         self._settle(futures, change)
 
-    def _await_listed(self, name: str) -> None:
+    def await_listed(self, name: str) -> None:
         """Waits until the broker answering Metadata lists a topic just created. Kafka's
         Admin.createTopics javadoc: "It may take several seconds after CreateTopicsResult returns
         success for all the brokers to become aware that the topics have been created. During this
@@ -297,13 +307,18 @@ class KafkaTopics:
         run that returned before then would make the next run plan a second create."""
         from confluent_kafka import KafkaException
 
+        from confluent_kafka import KafkaError
+
         deadline = time.monotonic() + self._timeout
         while True:
             try:
-                if self._admin.list_topics(topic=name, timeout=self._timeout).topics[name].error is None:
-                    return
-            except KafkaException as error:
-                raise TopicError(f"cannot reach the cluster: {error.args[0].str()}") from None
+                error = self._admin.list_topics(topic=name, timeout=self._timeout).topics[name].error
+            except KafkaException as failure:
+                raise TopicError(f"cannot reach the cluster: {failure.args[0].str()}") from None
+            if error is None:
+                return
+            if error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:  # refused, not unknown yet
+                raise TopicError(f"describe {name} failed: {missing_permission(error, 'describe', topic=name)}")
             if time.monotonic() > deadline:
                 raise TopicError(
                     f"create {name}: the cluster accepted it but lists no such topic after "
@@ -324,13 +339,15 @@ class KafkaTopics:
         )
 
     def _settle(self, futures, change: TopicChange) -> None:
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaError, KafkaException
 
         spec = change.topic
         for future in futures.values():
             try:
                 future.result()
             except KafkaException as error:
+                if change.action == "create" and error.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise TopicExists(spec.name) from None
                 reason = missing_permission(error.args[0], change.action, topic=spec.name)
                 raise TopicError(f"{change.action} {spec.name} failed: {reason}") from None
 
@@ -466,12 +483,25 @@ def reconcile(
 ) -> int:
     others = sorted({key for spec in specs for key in spec.configs()} - set(RETENTION_KEYS))
     changes = plan(specs, kafka.describe([s.name for s in specs], others))
+    done = []
     for change in changes:
         verb = f"would {change.action}" if dry_run and change.writes else change.action
         print(f"{change.topic.name}: {verb}: {change.detail}", file=out, flush=True)
+        done.append(change)
         if change.writes and not dry_run:
-            kafka.apply(change)
-    unreconciled = [c for c in changes if c.action == "cannot-reconcile"]
+            try:
+                kafka.apply(change)
+            except TopicExists:
+                # The topic is there after all: reconciled as the existing topic it is.
+                print(f"{change.topic.name}: it exists already (made since this run read the cluster, or read from "
+                      "a broker that had not learned of it yet): reconciling it as it is", file=out, flush=True)
+                kafka.await_listed(change.topic.name)
+                for again in plan([change.topic], kafka.describe([change.topic.name], others)):
+                    print(f"{again.topic.name}: {again.action}: {again.detail}", file=out, flush=True)
+                    done.append(again)
+                    if again.writes:
+                        kafka.apply(again)
+    unreconciled = [c for c in done if c.action == "cannot-reconcile"]
     return 1 if unreconciled else 0
 
 

@@ -241,7 +241,8 @@ class ServiceFabricClient:
         # then the Cluster Manager provisions it before answering (ClusterManagerReplica::
         # BeginAcceptProvisionFabric: GetFabricVersionInfo with clientRequest->Timeout, then a
         # persisted FabricProvisionContext). A gigabyte's package outlasts the 30 s other calls get.
-        # One that times out goes on; sent again while it runs, the request joins it
+        # One that times out goes on (the retry budget, 60 s, is spent by then); the same command
+        # run again sends it again, which joins it while it runs
         # (CMRequestAlreadyProcessing -> UpdateOperationTimeout), and once done answers
         # VersionAlreadyExists.
         connect = self._gateway.timeouts.connect_seconds

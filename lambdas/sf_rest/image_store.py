@@ -38,7 +38,8 @@ MAX_PASSES = 3
 # The commit joins the staged chunks into the file and writes it into the store, replicated to
 # the File Store Service's secondaries (processcommituploadsessionrequestasyncoperation.cpp): for
 # a runtime package of a gigabyte and more, longer than the 30 s every other call is given. No
-# source gives a duration: assumed. A commit that outlives it goes on, and is sent again.
+# source gives a duration: assumed. A commit that outlives it goes on (the retry budget, 60 s, is
+# spent by then), and the same command run again commits the session, or finds it committed.
 COMMIT_SECONDS = 600
 
 
@@ -134,7 +135,9 @@ def upload_file(
 
     Each chunk goes through the client's retries (a lost connection, a timeout, a 503). A definite
     refusal (HTTP 4xx) deletes the session, since what it holds cannot be committed; anything else
-    keeps it for a later run. `progress` gets the bytes the store has so far after each chunk."""
+    keeps it for a later run. A chunk answered NotFound (a failover of the store's primary) is
+    sent again once the session says it still expects it. `progress` gets the bytes the store has
+    so far after each chunk."""
     if file_size < 1:
         raise ValueError("an upload session needs at least one byte (the store never commits an empty one)")
     done = 0
@@ -142,15 +145,21 @@ def upload_file(
     def stopped(error: FabricError) -> ImageStoreUploadError:
         if isinstance(error, ImageStoreUploadError):
             return error
-        if error.status is not None and 400 <= error.status < 500:
+        # Kept, not deleted: NotFound (404) is what a chunk or a commit meets while the File Store
+        # Service's primary moves (processuploadchunkrequestasyncoperation.cpp answers NotFound "to
+        # simulate failover"; HttpUtil::ErrorCodeToHttpStatus makes it 404), and a session id
+        # conflict (409) is another run's session, not this one's to delete.
+        if error.status is not None and 400 <= error.status < 500 and error.status not in (404, 409):
             deleted = _delete_quietly(client, session_id)
             return ImageStoreUploadError(error, resumable=False, done_bytes=done, session_deleted=deleted)
         return ImageStoreUploadError(error, resumable=True, done_bytes=done)
 
     try:
         session = client.get_upload_session(session_id)
-        theirs = (store_relative_path(session.store_relative_path).lower(), session.file_size) if session else None
-        if theirs is not None and theirs != (store_relative_path(content_path).lower(), file_size):
+        # The store compares a session's path case-sensitively (NativeImageStore.cpp
+        # UploadChunkAsyncOperation: StringUtility::Compare), and so does this.
+        theirs = (store_relative_path(session.store_relative_path), session.file_size) if session else None
+        if theirs is not None and theirs != (store_relative_path(content_path), file_size):
             raise ImageStoreUploadError(
                 FabricError("UPLOAD_SESSION_OF_ANOTHER_FILE", f"session {session_id} uploads {session.file_size} bytes "
                             f"to {session.store_relative_path}, not {file_size} to {content_path}"),
@@ -166,7 +175,8 @@ def upload_file(
                 data = source.read(end - start + 1)
                 if len(data) != end - start + 1:
                     raise OSError(f"the file ended at byte {start + len(data)} of {file_size}: did it change?")
-                _send_chunk(client, content_path, session_id, start, data, file_size)
+                if not _send_chunk(client, content_path, session_id, start, data, file_size):
+                    continue  # not taken: the next pass sends it
                 sent += len(data)
                 done += len(data)
                 progress(done)
@@ -187,18 +197,25 @@ def upload_file(
     return UploadOutcome(session_id=session_id, file_size=file_size, resumed_bytes=resumed, sent_bytes=sent)
 
 
-def _send_chunk(client: ImageStoreClient, content_path: str, session_id: str, start: int, data: bytes, file_size: int) -> None:
+def _send_chunk(client: ImageStoreClient, content_path: str, session_id: str, start: int, data: bytes, file_size: int) -> bool:
+    """Whether the store has the chunk now."""
     end = start + len(data) - 1
     try:
         client.upload_file_chunk(content_path, session_id, start, data, file_size)
     except FabricError as error:
-        if error.code != RANGE_NOT_SATISFIABLE:
+        if error.code == RANGE_NOT_SATISFIABLE:
+            # Refused as a range the session does not expect: after a retry, that is the answer to
+            # an attempt that got through before. The session says.
+            session = client.get_upload_session(session_id)
+            if session is None or session.expects_any_of(start, end):
+                raise
+        elif error.status == 404:
+            # The store's primary moved (see upload_file): the pass's closing look at the session
+            # says what it lacks, and the next pass sends it.
+            return False
+        else:
             raise
-        # Refused as a range the session does not expect: after a retry, that is the answer to an
-        # attempt that got through before. The session says.
-        session = client.get_upload_session(session_id)
-        if session is None or session.expects_any_of(start, end):
-            raise
+    return True
 
 
 def _delete_quietly(client: ImageStoreClient, session_id: str) -> bool:

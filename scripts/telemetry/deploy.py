@@ -126,7 +126,10 @@ def _say(line: str) -> None:
 
 
 # What a synthesis reads: when none of it changed, the environment's last synthesis is reused.
-SYNTHESIS_INPUTS = ("app.py", "cdk.json", "stacks", "lambdas", "userdata", "simulator", "flink/pom.xml", "flink/src")
+# The pinned requirements stand for the CDK library and cdk-nag the synthesis runs on; fleet_plan
+# holds the quotas the capacity model checks while synthesizing (stacks/capacity.py).
+SYNTHESIS_INPUTS = ("app.py", "cdk.json", "stacks", "lambdas", "userdata", "simulator", "flink/pom.xml", "flink/src",
+                    "scripts/fleet_plan.py", "requirements.txt", "constraints.txt")
 DIGEST_FILE = ".inputs-sha256"  # beside each cdk.out/<env>/ synthesis: the digest of its inputs
 
 

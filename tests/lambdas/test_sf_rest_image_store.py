@@ -117,6 +117,32 @@ def test_chunks_the_store_lost_are_sent_again_before_the_commit(sf_client, sf_cl
     assert sent[6:] == [0, CHUNK, 2 * CHUNK]  # the second pass: what the new session lacked
 
 
+def test_a_chunk_met_by_a_failover_is_sent_again_and_the_session_is_kept(sf_client, sf_cluster, sf_emulator):
+    # The File Store Service answers NotFound while its primary moves (processuploadchunkrequest
+    # asyncoperation.cpp, "to simulate failover"; HttpUtil::ErrorCodeToHttpStatus: 404). The code
+    # text the gateway writes for it is not sourced: NotFound, as the emulator's delete answers.
+    sf_emulator.inject_error(404, "NotFound", method="PUT", path=PUT, skip=2)  # the third chunk
+
+    outcome = _upload(sf_client)
+
+    assert sf_cluster.image_store.file(CAB) == PACKAGE
+    assert [r.status for r in sf_emulator.requests_to("PUT", PUT)] == [200, 200, 404, 200, 200, 200, 200]
+    assert _ranges(sf_emulator)[-1] == f"bytes {2 * CHUNK}-{3 * CHUNK - 1}/{len(PACKAGE)}"  # the second pass
+    assert outcome.sent_bytes == len(PACKAGE)
+    assert not sf_emulator.requests_to("DELETE", r"/ImageStore/.*")
+
+
+def test_another_runs_session_is_not_deleted(sf_client, sf_cluster, sf_emulator):
+    # Same session id, the path in another case: the store compares paths case-sensitively
+    # (NativeImageStore.cpp UploadChunkAsyncOperation), so the session is another file's.
+    sf_client.upload_file_chunk(CAB.upper(), SESSION, 0, PACKAGE[:CHUNK], len(PACKAGE))
+    with pytest.raises(ImageStoreUploadError) as refused:
+        _upload(sf_client)
+    assert refused.value.code == "UPLOAD_SESSION_OF_ANOTHER_FILE" and not refused.value.session_deleted
+    assert SESSION in sf_cluster.image_store.sessions
+    assert not sf_emulator.requests_to("DELETE", r"/ImageStore/.*")
+
+
 def test_a_refusal_deletes_the_session(sf_client, sf_cluster, sf_emulator):
     # Another file under the same session id (a path the store holds the session for).
     sf_client.upload_file_chunk("other.cab", SESSION, 0, b"x" * 10, len(PACKAGE))

@@ -90,6 +90,34 @@ def test_reconcile_creates_then_updates_then_changes_nothing(topics):
     assert "Kafka cannot remove partitions" in out.getvalue()
 
 
+@pytest.mark.integration
+def test_a_topic_made_between_the_read_and_the_create_is_reconciled_as_the_topic_it_is(kafka_broker, topics):
+    """Another operator (or a broker that had not learned of a new topic when this run read it)
+    makes CreateTopics answer TOPIC_ALREADY_EXISTS: the run takes the topic as it is and brings it
+    to the declaration, where a failed create would have stopped it."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"topics-{uuid.uuid4().hex[:8]}"
+    other = AdminClient({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    read = topics.describe
+
+    def read_then_someone_creates(names, others=()):
+        found = read(names, others)
+        if name in names and name not in found:
+            other.create_topics([NewTopic(name, 2, 1)])[name].result(30)
+        return found
+
+    topics.describe = read_then_someone_creates
+    out = io.StringIO()
+    assert reconcile(topics, [spec(name, 3, 24)], dry_run=False, out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0] == f"{name}: create: 3 partitions, RF 1"
+    assert lines[1].startswith(f"{name}: it exists already"), lines
+    assert f"{name}: add-partitions: 2 -> 3 partitions" in lines
+    topics.describe = read
+    assert topics.describe([name]) == {name: ExistingTopic(name, 3, 1, 24 * HOUR_MS, BROKER_RETENTION_BYTES)}
+
+
 def test_the_retention_bytes_guard_is_set_on_create_and_reconciled_after(topics):
     """The guard that keeps brokers from filling (stacks/sizing.retention_bytes_guard): declared with
     the topic, read back from the broker, changed in place, then unchanged."""
