@@ -80,7 +80,7 @@ BAD_INPUT = [
     (["cluster", "upgrade", "--env", "dev", "--version", "11.5.0.1", "--package-sha256", "ab" * 32], 2,
      "--package-sha256 goes with --package"),
     (["cluster", "upgrade", "--env", "dev", "--version", "11.5.0.1", "--chunk-size", "1KiB"], 2,
-     "argument --chunk-size: must be 64 KiB to 256 MiB, got 1KiB"),
+     "argument --chunk-size: must be 64 KiB to 32 MiB, got 1KiB"),
     (["cluster", "upgrade", "--env", "dev", "--version", "11.5.0.1", "--chunk-size", "big"], 2,
      "argument --chunk-size: 'big' is not a size"),
     (["cluster", "upgrade", "--env", "dev", "--version", "11.5.0.1", "--code-file-path",
