@@ -63,8 +63,9 @@ def as_typed(line: str, home: Path, cwd: Path = REPO) -> subprocess.CompletedPro
     """`line` run by a shell, as a user with this checkout types it: the installed command first on
     PATH, a home of its own (so `~` is not this machine's), and no AWS credentials anywhere."""
     home.mkdir(parents=True, exist_ok=True)
+    # Nor this run's make (a typed `make` is not a sub-make of `make test`: MAKELEVEL, MAKEFLAGS).
     env = {name: value for name, value in os.environ.items()
-           if not name.startswith("AWS_") and name not in ("HOME", "PATH")}  # fmt: skip
+           if not name.startswith(("AWS_", "MAKE", "MFLAGS")) and name not in ("HOME", "PATH")}  # fmt: skip
     empty = home / ".aws-empty"
     empty.write_text("")
     env.update(HOME=str(home), PATH=f"{VENV_BIN}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
