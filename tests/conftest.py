@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -161,6 +161,7 @@ class Synthesis:
     name: str
     outdir: Path
     stacks: dict  # part ("network", "msk", ...) -> parsed template
+    artifacts: dict = field(default_factory=dict)  # part -> the stack's artifact id
 
     def template(self, part: str):
         from aws_cdk.assertions import Template
@@ -194,17 +195,52 @@ def synthesize(name: str, outdir: Path, environments: dict | None = None) -> Syn
             part: json.loads((outdir / f"{stack.artifact_id}.template.json").read_text())
             for part, stack in stacks.items()
         },
+        artifacts={part: stack.artifact_id for part, stack in stacks.items()},
     )
 
 
+# Where the session's syntheses of cdk.json's environments are kept, beside the commands' own
+# cdk.out/<env> but apart from it (make synth's there is the CDK CLI's, bundled).
+SHARED_SYNTHESES = REPO / "cdk.out" / ".tests"
+PARTS_FILE = "parts.json"  # part -> the stack's artifact id, written with each shared synthesis
+
+
+def shared_synthesis(name: str) -> Synthesis:
+    """Environment `name` of cdk.json synthesized once for every xdist worker and kept while its
+    inputs are unchanged (the digest telemetry's commands use, scripts/telemetry/deploy.py), so a
+    second worker, or the next session, reads it instead of synthesizing again. A lock per
+    environment makes the other workers wait for the first."""
+    import fcntl
+    import shutil
+
+    from scripts.telemetry.deploy import DIGEST_FILE, record_synthesis, synthesis_inputs_digest
+
+    SHARED_SYNTHESES.mkdir(parents=True, exist_ok=True)
+    folder = SHARED_SYNTHESES / name
+    with open(SHARED_SYNTHESES / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        digest = synthesis_inputs_digest()
+        marker = folder / DIGEST_FILE
+        if not (marker.is_file() and marker.read_text().strip() == digest and (folder / PARTS_FILE).is_file()):
+            shutil.rmtree(folder, ignore_errors=True)
+            made = synthesize(name, folder)
+            (folder / PARTS_FILE).write_text(json.dumps(made.artifacts))
+            record_synthesis(folder, digest)
+            return made
+    artifacts = json.loads((folder / PARTS_FILE).read_text())
+    return Synthesis(name=name, outdir=folder, artifacts=artifacts, stacks={
+        part: json.loads((folder / f"{artifact}.template.json").read_text()) for part, artifact in artifacts.items()})
+
+
 @pytest.fixture(scope="session")
-def synthesized(tmp_path_factory):
-    """Returns a function env name -> Synthesis; each environment is synthesized at most once."""
+def synthesized():
+    """Returns a function env name -> Synthesis; each environment is synthesized at most once, for
+    every worker of the session (shared_synthesis)."""
     done: dict[str, Synthesis] = {}
 
     def get(name: str) -> Synthesis:
         if name not in done:
-            done[name] = synthesize(name, tmp_path_factory.mktemp(f"cdk-{name}"))
+            done[name] = shared_synthesis(name)
         return done[name]
 
     return get
