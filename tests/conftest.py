@@ -24,21 +24,22 @@ if (_venv_bin / "node").exists():
     os.environ["PATH"] = f"{_venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-# The longest files first (seconds measured with --durations on the 2-core CI machine, Nov 2026).
-# xdist's loadfile hands out whole files in collection order, and by default reorders them by test
-# count, which put these one-test files last: one worker ran them alone while the other idled.
-# pytest.ini turns that reordering off (--no-loadscope-reorder); the sort below is stable, so every
-# other file keeps its place.
+# The long files first. xdist's loadfile hands out whole files in collection order, and by default
+# reorders them by test count, which put the one-test files last: one worker ran them alone while
+# the other idled. pytest.ini turns that reordering off (--no-loadscope-reorder); the sort below is
+# stable, so every other file keeps its place. Each file's summed --durations=0 on the 2-core CI
+# machine (26 Nov 2026) is beside it; ordering strictly by those sums was not faster (448 s
+# against 413 s for the whole suite, one run each), so this order stays.
 LONGEST_FIRST = (
-    "tests/simulator/test_simulator_integration.py",  # 52 s
-    "tests/flink_sink/test_device_outage_replay.py",  # 49 s
-    "tests/simulator/test_simulator_populations.py",  # 45 s
-    "tests/flink_sink/test_sink_as_sink_role.py",  # 39 s
-    "tests/test_demo.py",  # 24 s and its own synthesis
-    "tests/lambdas/node_lifecycle/test_lifecycle_within_aws_limits.py",  # 22 s
-    "tests/scripts/test_telemetry_deploy.py",  # 19 s
-    "tests/scripts/test_run_simulation.py",  # 17 s
-    "tests/stacks/test_compliance.py",  # 16 s
+    "tests/simulator/test_simulator_integration.py",  # 61 s
+    "tests/flink_sink/test_device_outage_replay.py",  # 56 s
+    "tests/simulator/test_simulator_populations.py",  # 47 s
+    "tests/flink_sink/test_sink_as_sink_role.py",  # 43 s
+    "tests/test_demo.py",  # 26 s
+    "tests/lambdas/node_lifecycle/test_lifecycle_within_aws_limits.py",  # 112 s, over about 95 tests
+    "tests/scripts/test_telemetry_deploy.py",  # 45 s
+    "tests/scripts/test_run_simulation.py",  # 36 s
+    "tests/stacks/test_compliance.py",  # 17 s
     "tests/simulator/test_simulator_mqtt.py",  # 16 s
 )
 
