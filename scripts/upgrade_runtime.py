@@ -51,6 +51,7 @@ from scripts import runtime_package
 from scripts.drain_node import add_gateway_arguments, check_gateway_arguments, connect
 from scripts.telemetry import output
 from scripts.telemetry.errors import OperationFailed, UsageError
+from simulator.topic_admin import _positive_seconds  # as telemetry topics and cluster refresh read theirs
 from stacks.config import (
     RUNTIME_VERSION_PATTERN,
     SERVICE_FABRIC_RUNTIME_VERSION,
@@ -119,9 +120,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="SIZE", help="bytes per upload request, each sent again whole if it fails "
                                              "(default 8MiB; 64KiB to 32MiB)")
     add_gateway_arguments(parser, "the only AWS call is the read of the patch progress lease")
-    parser.add_argument("--timeout", type=float, default=12 * 3600.0, metavar="SECONDS",
+    parser.add_argument("--timeout", type=_positive_seconds, default=12 * 3600.0, metavar="SECONDS",
                         help="follow the upgrade this long (default 43200); it goes on after")
-    parser.add_argument("--poll-interval", type=float, default=60.0, metavar="SECONDS",
+    parser.add_argument("--poll-interval", type=_positive_seconds, default=60.0, metavar="SECONDS",
                         help="seconds between progress lines (default 60)")
     parser.add_argument("--dry-run", action="store_true",
                         help="offline: the upgrade from cdk.json's runtime_version to --version, its policy and what a "
@@ -134,8 +135,6 @@ def check_arguments(args: argparse.Namespace) -> argparse.Namespace:
         raise UsageError(f"--version {args.version!r} is not a Service Fabric runtime version (four dot-separated "
                          f"numbers, such as {SERVICE_FABRIC_RUNTIME_VERSION})")
     check_gateway_arguments(args)
-    if args.timeout <= 0 or args.poll_interval <= 0:
-        raise UsageError("--timeout and --poll-interval must be positive")
     if args.code_file_path is not None and not args.code_file_path.endswith(".cab"):
         # Image Builder reads a path ending otherwise (.CAB too: ImageBuilderUtility.IsCabFile
         # compares case-sensitively) as an XCopy package, which a runtime cab is not.

@@ -226,23 +226,14 @@ class KafkaTopics:
 
     def describe(self, names: Sequence[str], others: Sequence[str] = ()) -> dict[str, ExistingTopic]:
         """The topics that exist of `names`, with their retention and the `others` configurations."""
-        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka import KafkaException
         from confluent_kafka.admin import ConfigResource, ResourceType
 
         partitions_of = {}
         for name in names:
-            # One topic per Metadata request: Kafka silently leaves out of an all-topics answer
-            # what the caller may not describe, but names it with an error when asked for it.
-            try:
-                topic = self._admin.list_topics(topic=name, timeout=self._timeout).topics[name]
-            except KafkaException as error:
-                raise TopicError(f"cannot reach the cluster: {error.args[0].str()}") from None
-            if topic.error is None:
-                partitions_of[name] = topic.partitions
-            elif topic.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise TopicError(
-                    f"describe {name} failed: {missing_permission(topic.error, 'describe', topic=name)}"
-                )
+            partitions = self._partitions(name)
+            if partitions is not None:
+                partitions_of[name] = partitions
         present = list(partitions_of)
         retention = {}
         if present:
@@ -305,26 +296,31 @@ class KafkaTopics:
         success for all the brokers to become aware that the topics have been created. During this
         time, listTopics and describeTopics may not return information about the new topics." A
         run that returned before then would make the next run plan a second create."""
-        from confluent_kafka import KafkaException
-
-        from confluent_kafka import KafkaError
-
         deadline = time.monotonic() + self._timeout
-        while True:
-            try:
-                error = self._admin.list_topics(topic=name, timeout=self._timeout).topics[name].error
-            except KafkaException as failure:
-                raise TopicError(f"cannot reach the cluster: {failure.args[0].str()}") from None
-            if error is None:
-                return
-            if error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:  # refused, not unknown yet
-                raise TopicError(f"describe {name} failed: {missing_permission(error, 'describe', topic=name)}")
+        while self._partitions(name) is None:  # a refusal raises at once
             if time.monotonic() > deadline:
                 raise TopicError(
                     f"create {name}: the cluster accepted it but lists no such topic after "
                     f"{self._timeout:g} s; run again once it is listed"
                 )
             time.sleep(0.2)
+
+    def _partitions(self, name: str):
+        """The topic's partitions as Metadata lists them, None while the cluster knows no such topic;
+        a refusal is one line. One topic per Metadata request: Kafka silently leaves out of an
+        all-topics answer what the caller may not describe, but names it with an error when asked
+        for it."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        try:
+            topic = self._admin.list_topics(topic=name, timeout=self._timeout).topics[name]
+        except KafkaException as error:
+            raise TopicError(f"cannot reach the cluster: {error.args[0].str()}") from None
+        if topic.error is None:
+            return topic.partitions
+        if topic.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise TopicError(f"describe {name} failed: {missing_permission(topic.error, 'describe', topic=name)}")
+        return None
 
     def _alter(self, spec: TopicSpec):
         from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType

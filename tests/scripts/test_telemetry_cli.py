@@ -61,6 +61,8 @@ BAD_INPUT = [
     (["cluster", "drain", "--env", "dev", "--node", "scale-0", "--server-thumbprint", "xyz"], 2,
      "--server-thumbprint must be 40"),
     (["cluster", "drain", "--env", "dev", "--node", "scale-0", "--timeout", "0"], 2, "must be positive"),
+    (["cluster", "upgrade", "--env", "dev", "--version", "11.5.0.1", "--poll-interval", "0"], 2,
+     "argument --poll-interval: must be more than 0 seconds, got 0"),
     (["cluster", "patch", "--env", "dev", "--node", "seed-5", "--dry-run"], 2,
      "--node seed-5: environment dev has 3 seeds, seed-0 to seed-2"),
     (["cluster", "patch", "--env", "dev", "--node", "scale-0;reboot"], 2, "is not a node name: seed-N for a seed"),
