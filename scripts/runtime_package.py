@@ -149,7 +149,9 @@ class ProgressLines:
 
     def __call__(self, done: int) -> None:
         percent = done * 100 // self.total
-        if self.started is None:
+        if self.started is None:  # the first call: what the store had before this run sent anything
+            if done:
+                print(f"  resuming: the image store has {mib(done)} of it already", flush=True)
             self.started, self.next_mark = (self.clock(), done), self._mark_after(percent)
             return
         if percent < self.next_mark - PROGRESS_STEP_PERCENT:  # the store lost part of it: count from there
@@ -170,12 +172,9 @@ def upload(client: Any, package: RuntimePackage, store_path: str, chunk_bytes: i
     from sf_rest.image_store import UPLOAD_SESSION_TIMEOUT, ImageStoreUploadError, upload_file
 
     session_id = package.session_id(store_path)
-    session = client.get_upload_session(session_id)
     print(f"uploading {package.path.name} ({mib(package.size)}, SHA-256 {package.sha256}) into the image store at "
           f"{store_path}: {chunks(package.chunk_count(chunk_bytes))} of at most {mib(chunk_bytes)}, upload session "
           f"{session_id}", flush=True)
-    if session is not None:
-        print(f"  resuming: the image store has {mib(package.size - session.missing_bytes)} of it already", flush=True)
     keep = int(UPLOAD_SESSION_TIMEOUT.total_seconds() // 60)
     try:
         with package.path.open("rb") as source:
