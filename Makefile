@@ -77,20 +77,25 @@ mosquitto:
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not integration"
 
+# Before the CDK CLI calls AWS: the shipped placeholders refused in one line (exit 2), and the
+# commands' synthesis digest dropped, since the CLI synthesizes over cdk.out/ENV (their next plan
+# synthesizes again).
+define before_aws
+	@$(BIN)/python -m stacks.placeholders $(ENV)
+	@rm -f $(CDK_OUT)/.inputs-sha256
+endef
+
 # cdk diff compares every stack of the app when none is named (the pinned CLI has no --all for diff).
 diff: $(STAMP)
-	@$(BIN)/python -m stacks.placeholders $(ENV)  # refuses the example account before any AWS call
-	@rm -f $(CDK_OUT)/.inputs-sha256  # the CLI synthesizes over it; the commands' next plan synthesizes again
+	$(before_aws)
 	$(CDK) diff $(CDK_FLAGS)
 
 deploy: $(STAMP)
-	@$(BIN)/python -m stacks.placeholders $(ENV)  # refuses the example account before any AWS call
-	@rm -f $(CDK_OUT)/.inputs-sha256  # the CLI synthesizes over it; the commands' next plan synthesizes again
+	$(before_aws)
 	$(CDK) deploy $(CDK_FLAGS) --all
 
 destroy: $(STAMP)
-	@$(BIN)/python -m stacks.placeholders $(ENV)  # refuses the example account before any AWS call
-	@rm -f $(CDK_OUT)/.inputs-sha256  # the CLI synthesizes over it; the commands' next plan synthesizes again
+	$(before_aws)
 	$(CDK) destroy $(CDK_FLAGS) --all
 
 topics: $(STAMP)
