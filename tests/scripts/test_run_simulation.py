@@ -304,14 +304,20 @@ def test_fleet_metrics_are_published_in_embedded_metric_format(aws):
     assert emf["LostMessages"] == 3 and emf["Environment"] == "dev" and emf["E2eLatencyP99Ms"] == 0.8
 
 
+def simulate_a_slow_fleet(aws, tmp_path, run_id: str, *extra: str) -> int:
+    """`telemetry simulate` over hosts that each delivered 30 messages while judged against
+    5,000 msg/s: a run that fails its SLO; the merged report goes to tmp_path/fleet.json."""
+    for host in fleet_ids(aws):
+        upload(aws, run_id, host, host_report(host, [700] * 100, run_id=run_id, rate=3000, min_rate=5000))
+    return cli.main([
+        "simulate", "--env", "dev", "--rate", "9000", "--duration", "10", "--run-id", run_id, "--poll-interval", "0",
+        "--report", str(tmp_path / "fleet.json"), *extra,
+    ], session_factory=lambda region: aws)
+
+
 def test_main_writes_report_and_plot_and_exits_on_the_verdict(aws, tmp_path, capsys):
     hosts = fleet_ids(aws)
-    for host in hosts:
-        upload(aws, "run-6", host, host_report(host, [700] * 100, run_id="run-6", rate=3000, min_rate=5000))
-    code = cli.main([
-        "simulate", "--env", "dev", "--rate", "9000", "--duration", "10", "--run-id", "run-6", "--poll-interval", "0",
-        "--report", str(tmp_path / "fleet.json"),
-    ], session_factory=lambda region: aws)
+    code = simulate_a_slow_fleet(aws, tmp_path, "run-6")
     out = capsys.readouterr().out
     assert "SLO" in out and "wrote" in out
     report = json.loads((tmp_path / "fleet.json").read_text())
@@ -322,13 +328,7 @@ def test_main_writes_report_and_plot_and_exits_on_the_verdict(aws, tmp_path, cap
 
 
 def test_with_format_json_the_merged_report_is_the_one_document_on_stdout(aws, tmp_path, capsys):
-    hosts = fleet_ids(aws)
-    for host in hosts:
-        upload(aws, "run-7", host, host_report(host, [700] * 100, run_id="run-7", rate=3000, min_rate=5000))
-    code = cli.main([
-        "simulate", "--env", "dev", "--rate", "9000", "--duration", "10", "--run-id", "run-7", "--poll-interval", "0",
-        "--report", str(tmp_path / "fleet.json"), "--format", "json",
-    ], session_factory=lambda region: aws)
+    code = simulate_a_slow_fleet(aws, tmp_path, "run-7", "--format", "json")
     out, err = capsys.readouterr()
     assert code == 1 and json.loads(out) == json.loads((tmp_path / "fleet.json").read_text())
     assert "sent run run-7" in err and "wrote" in err  # the progress and the notes, on stderr
