@@ -183,8 +183,6 @@ def global_options(*, json_mode: str) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import importlib
-
     root = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].replace("\n", " "),
                          epilog="Exit codes: 0 done; 1 the check or operation failed; 2 bad usage or configuration.",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -201,19 +199,38 @@ def build_parser() -> argparse.ArgumentParser:
                 made[group] = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=OneLineParser,
                                                     required=True)
             parent = made[group]
-        module: ModuleType = importlib.import_module(command.module)
-        epilog = command.needs
-
         parser = parent.add_parser(command.path[-1], help=command.summary, description=command.summary[0].upper() + command.summary[1:] + ".",
-                                   epilog=epilog, parents=[commons[command.json]])
-        if command.mode:
-            module.add_arguments(parser, mode=command.mode)
-        else:
-            module.add_arguments(parser)
-        if any("--dry-run" in a.option_strings for a in parser._actions):
-            parser.epilog = f"{parser.epilog} {DRY_RUN_NEEDS}"
-        parser.set_defaults(command=command, module=module, mode=command.mode)
+                                   epilog=command.needs, parents=[commons[command.json]])
+        add_command_arguments(parser, command)
     return root
+
+
+def add_command_arguments(parser: argparse.ArgumentParser, command: Command) -> None:
+    """The command's own options on `parser`, and the defaults that name its module."""
+    import importlib
+
+    module: ModuleType = importlib.import_module(command.module)
+    if command.mode:
+        module.add_arguments(parser, mode=command.mode)
+    else:
+        module.add_arguments(parser)
+    if any("--dry-run" in a.option_strings for a in parser._actions):
+        parser.epilog = f"{parser.epilog} {DRY_RUN_NEEDS}"
+    parser.set_defaults(command=command, module=module, mode=command.mode)
+
+
+def command_arguments(path: Sequence[str], argv: Sequence[str]) -> argparse.Namespace:
+    """What `telemetry <path> <argv>` hands its command: every option it reads, defaults included,
+    and the command's own checks passed. The deploy journey runs commands through this, so a step
+    cannot hand a command less than the command line would (a hand-built Namespace once lacked
+    --format, and every first deployment stopped after creating the cluster)."""
+    (command,) = [c for c in COMMANDS if c.path == tuple(path)]
+    parser = OneLineParser(prog=f"{PROG} {' '.join(path)}", epilog=command.needs,
+                           parents=[global_options(json_mode=command.json)])
+    add_command_arguments(parser, command)
+    args = parser.parse_args(list(argv))
+    check_globals(args)
+    return args
 
 
 def version() -> str:

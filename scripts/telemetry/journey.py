@@ -368,9 +368,8 @@ class Topics:
         return f"telemetry topics reconciled them at {stamp}"
 
     def run(self) -> None:
-        import argparse
-
         from scripts.manage_topics import declared_environment, reconcile_on_fleet, record_reconciled
+        from scripts.telemetry.cli import command_arguments
 
         if not self.mfa_serial:
             raise OperationFailed(
@@ -378,7 +377,7 @@ class Topics:
                 f"telemetry deploy --env {self.config.name} --mfa-serial ARN (your MFA device)"
             )
         environment = declared_environment(self.config.name)
-        args = argparse.Namespace(mfa_serial=self.mfa_serial, dry_run=False, timeout=30.0)
+        args = command_arguments(("topics",), ["--env", self.config.name, "--mfa-serial", self.mfa_serial])
         if reconcile_on_fleet(environment, args, self.session, read_code=self.read_code) != 0:
             raise OperationFailed(
                 "a topic differs from cdk.json in a way Kafka cannot change in place (above): fix the "
@@ -420,12 +419,10 @@ class Bootstrap:
         return ""
 
     def run(self) -> None:
-        import argparse
-
         from scripts.bootstrap_cluster import bootstrap
+        from scripts.telemetry.cli import command_arguments
 
-        args = argparse.Namespace(env=self.config.name, output=None, timeout=3600.0, poll_interval=15.0,
-                                  dry_run=False, cdk_out=self.cdk_out)
+        args = command_arguments(("cluster", "bootstrap"), ["--env", self.config.name])
         bootstrap(args, lambda region: self.session)  # OperationFailed says why it was not created
 
 
@@ -654,13 +651,14 @@ class Smoke:
         """One fleet run of SMOKE_SECONDS; the records it acknowledged, or OperationFailed. It
         checks that messages flow and none is lost, not latency: the latency thresholds are set out
         of reach (telemetry simulate judges latency)."""
-        import argparse
-
         from scripts.run_simulation import Fleet, make_plan, run_fleet
+        from scripts.telemetry.cli import command_arguments
 
-        args = argparse.Namespace(rate=rate, duration=SMOKE_SECONDS, hosts=hosts, run_id=run_id, warmup=5, processes=0,
-                                  message_bytes=512, devices=devices, transport=transport, slo_min_rate=rate * 0.95,
-                                  slo_p99_ms=60_000.0, slo_max_ms=60_000.0, slo_max_lost=0, slo_max_delivery_errors=0)
+        args = command_arguments(("simulate",), [
+            "--env", self.config.name, "--rate", str(rate), "--duration", str(SMOKE_SECONDS), "--run-id", run_id,
+            "--devices", str(devices), "--transport", transport, *(["--hosts", str(hosts)] if hosts else []),
+            "--slo-min-rate", str(rate * 0.95), "--slo-p99-ms", "60000", "--slo-max-ms", "60000", "--slo-max-lost", "0",
+            "--slo-max-delivery-errors", "0"])
         report = run_fleet(make_plan(self.config, args), Fleet(self.session), hosts=hosts, poll_interval_s=10.0,
                            timeout_s=SMOKE_SECONDS + 600, metrics_delay_s=0.0, say=self.say)
         rate_seen, lost = report.get("throughput_msgs_per_s", 0.0), report.get("lost", 0)

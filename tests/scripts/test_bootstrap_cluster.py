@@ -424,3 +424,20 @@ def test_help_describes_every_option():
                             capture_output=True, text=True, check=True)
     for option in ("--env", "--output", "--timeout", "--poll-interval", "--dry-run", "--cdk-out"):
         assert option in result.stdout
+
+
+def test_the_deploy_journeys_bootstrap_step_runs_the_command_to_its_end(aws, monkeypatch, tmp_path, capsys):
+    """telemetry deploy's bootstrap step hands `cluster bootstrap` what its command line would, every
+    option's default included: a Namespace built by hand once lacked --format, and every first
+    deployment stopped here with "internal error" after the cluster was created."""
+    from scripts.telemetry.journey import Bootstrap
+    from stacks.config import load_environment, read_environments
+
+    session, seeds = aws
+    monkeypatch.setattr(bootstrap_cluster, "REPO", tmp_path)  # ClusterConfig.json goes to REPO/cluster-config/
+    step = Bootstrap(load_environment(read_environments(), "prod"), session, print)
+    step.run()
+    assert json.loads((tmp_path / "cluster-config" / "prod.json").read_text())["name"] == CLUSTER
+    assert "created with 5 seed nodes" in capsys.readouterr().out
+    created = session.client("ssm").get_parameter(Name="/telemetry-prod/service-fabric/cluster-created")
+    assert created["Parameter"]["Value"].endswith(f" stack {stack_id(STACK)}")
