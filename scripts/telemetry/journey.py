@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from scripts.telemetry.errors import OperationFailed
+from scripts.telemetry.errors import OperationFailed, StepFailed
 
 REPO = Path(__file__).resolve().parent.parent.parent
 SMOKE_RATE, SMOKE_SECONDS = 1000, 30
@@ -73,15 +73,17 @@ def run_command(command: Sequence[str]) -> int:
 def run_journey(steps: Sequence[Step], say: Say) -> int:
     for number, step in enumerate(steps, 1):
         label = f"[{number}/{len(steps)}] {step.name}"
-        why = step.done()
-        if why:
-            say(f"{label}: already done ({why})")
-            continue
-        say(f"{label}: running")
+        # Whatever a step raises, finding out or doing (a refusal, an AWS error, a defect), names
+        # the step and the way on, and keeps the exit code its kind has (errors.StepFailed).
         try:
+            why = step.done()
+            if why:
+                say(f"{label}: already done ({why})")
+                continue
+            say(f"{label}: running")
             step.run()
-        except OperationFailed as failure:
-            raise OperationFailed(f"{step.name}: {failure} (run telemetry deploy again to go on from here)") from None
+        except Exception as error:  # noqa: BLE001 - every kind: errors.worded gives each its exit code
+            raise StepFailed(step.name, error) from error
         say(f"{label}: done")
     say("the environment is deployed: every step is done")
     return 0
