@@ -366,9 +366,10 @@ class OneStackAccount:
         assert service == "cloudformation"
         return self.cloudformation
 
-    def status(self, status: str, reason: str = "", protected: bool = False) -> None:
+    def status(self, status: str, reason: str = "", protected: bool = False, notifications: Sequence[str] = ()) -> None:
         stack = {"StackName": self.name, "StackId": f"arn:aws:cloudformation:eu-west-1:{ACCOUNT}:stack/{self.name}/1",
-                 "CreationTime": "2026-11-20T00:00:00Z", "StackStatus": status, "EnableTerminationProtection": protected}
+                 "CreationTime": "2026-11-20T00:00:00Z", "StackStatus": status, "EnableTerminationProtection": protected,
+                 "NotificationARNs": list(notifications)}
         if reason:
             stack["StackStatusReason"] = reason
         self.stubber.add_response("describe_stacks", {"Stacks": [stack]}, {"StackName": self.name})
@@ -427,6 +428,18 @@ def test_a_stack_rolled_back_is_deployed_when_its_template_differs_and_left_when
     account.template(cdk.template(account.name))
     step.run()
     assert cdk.deployed == [account.name] and lines[-1] == f"  {account.name}: {status}, as synthesized"
+
+
+def test_a_stack_with_notification_arns_the_assembly_does_not_name_is_deployed(one_stack):
+    """canSkipDeploy compares the stack's NotificationARNs with the ones the CLI is given (none:
+    neither --notification-arns nor the manifest's notificationArns) and deploys when they differ."""
+    step, account, cdk, lines = one_stack
+    account.status("UPDATE_COMPLETE", notifications=[f"arn:aws:sns:eu-west-1:{ACCOUNT}:someone-elses"])
+    account.template(cdk.template(account.name))
+    step.run()
+    assert cdk.deployed == [account.name]
+    assert lines[-1] == f"  {account.name}: UPDATE_COMPLETE, updating (its notification ARNs changed)"
+    account.stubber.assert_no_pending_responses()
 
 
 def test_a_stack_in_progress_is_waited_for_then_left_alone_when_it_matches(one_stack):
