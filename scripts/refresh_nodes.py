@@ -8,7 +8,10 @@ version and points the group at it; instances already running keep their image. 
 then starts an Auto Scaling instance refresh (StartInstanceRefresh) of the scaling group:
 
 - SkipMatching: only instances whose launch template version differs from the group's are
-  replaced; a refresh with nothing new to roll out replaces nothing.
+  replaced; a refresh with nothing new to roll out "will succeed immediately without replacing any
+  instances" (User Guide, "Use an instance refresh with skip matching"). So when every InService
+  instance already runs the group's launch template version, none is started: the command says
+  so and ends (exit 0), rather than a Successful refresh that replaced nothing.
 - MinHealthyPercentage 100 (by default) with MaxHealthyPercentage 110: Auto Scaling launches the
   replacement first, and it joins the cluster in the launch lifecycle hook before the old instance
   is terminated and drained in the terminate hook ("Instance refresh ... honours lifecycle hooks",
@@ -23,10 +26,16 @@ then starts an Auto Scaling instance refresh (StartInstanceRefresh) of the scali
   no previous configuration for Auto Scaling to return to (and the API refuses AutoRollback without
   a DesiredConfiguration). To go back, deploy the previous image and refresh again.
 
-Refused (exit 2): a refresh of the group already under way, a group that is not the scaling node
-group, a stop alarm in ALARM or missing. It waits, a line every --poll-interval seconds, until the refresh ends: Successful, exit 0;
-Failed, Cancelled or rolled back, exit 1 with the reason Auto Scaling gives. Interrupting the wait
-leaves the refresh running (aws autoscaling cancel-instance-refresh stops it).
+A refresh of the group under way with the preferences this command would send (an earlier run's,
+whose process died or was stopped: DescribeInstanceRefreshes gives each refresh's Preferences) is
+followed, not refused; a run again with other options, or someone's refresh with other preferences
+(from the console, say), is someone else's.
+
+Refused (exit 2): someone else's refresh of the group under way (named, with the preference that
+differs), a group that is not the scaling node group, a stop alarm in ALARM or missing. It waits, a
+line every --poll-interval seconds, until the refresh ends: Successful, exit 0; Failed, Cancelled or
+rolled back, exit 1 with the reason Auto Scaling gives. Interrupting the wait leaves the refresh
+running (the same command again follows it; aws autoscaling cancel-instance-refresh stops it).
 
 --dry-run plans offline from cdk.json and names what a run reads from Auto Scaling first.
 """
@@ -65,6 +74,10 @@ LAUNCH_BEFORE_TERMINATE_MAX_PERCENT = 110
 UNDER_WAY = frozenset({"Pending", "InProgress", "Cancelling", "RollbackInProgress", "Baking"})
 SUCCEEDED = "Successful"
 ENDED_BADLY = frozenset({"Failed", "Cancelled", "RollbackFailed", "RollbackSuccessful"})
+# What a refresh's Preferences mean where DescribeInstanceRefreshes leaves one out: the API's
+# defaults (API Reference, RefreshPreferences). An assumption: the API echoes every preference a
+# refresh was started with; the others here have no default to compare with.
+PREFERENCE_DEFAULTS = {"MinHealthyPercentage": 90, "SkipMatching": False, "AutoRollback": False}
 
 
 def preferences(min_healthy: int) -> dict[str, Any]:
@@ -108,9 +121,11 @@ def plan(args: argparse.Namespace, config: EnvironmentConfig) -> int:
         would_read=[
             f"{name}'s instances and its {NODE_TYPE_TAG} tag (DescribeAutoScalingGroups): a group that is not a "
             f"{SCALING_NODE_TYPE} group is refused",
-            f"{name}'s instance refreshes (DescribeInstanceRefreshes): one already under way is refused",
+            f"{name}'s instance refreshes (DescribeInstanceRefreshes): one under way with these preferences (an "
+            "earlier run's) is followed; one with others is refused",
+            "which InService instances run an older launch template version (only those are replaced): none, and "
+            "nothing is started",
             "the stop alarms' states (DescribeAlarms): one in ALARM, or missing, is refused",
-            "which instances run an older launch template version (only those are replaced)",
         ],
         would_change=[
             f"start an instance refresh of {name} (StartInstanceRefresh) with these preferences",
@@ -134,15 +149,17 @@ class InstanceRefreshes:
         return self._client.describe_instance_refreshes(AutoScalingGroupName=name,
                                                         InstanceRefreshIds=[refresh_id])["InstanceRefreshes"][0]
 
-    def start(self, request: dict[str, Any]) -> str:
+    def start(self, request: dict[str, Any]) -> str | None:
+        """The new refresh's id; None when one was started since we looked (InstanceRefreshInProgress,
+        "an active instance refresh already exists")."""
         from botocore.exceptions import ClientError
 
         try:
             return self._client.start_instance_refresh(**request)["InstanceRefreshId"]
         except ClientError as error:
             code = error.response.get("Error", {}).get("Code", "")
-            if code == "InstanceRefreshInProgress":  # started by someone else since we looked
-                raise ToolError(already_under_way(request["AutoScalingGroupName"], None)) from None
+            if code == "InstanceRefreshInProgress":
+                return None
             if code == "LimitExceeded":
                 raise OperationFailed(f"Auto Scaling refused the refresh of {request['AutoScalingGroupName']}: "
                                       f"{error.response['Error'].get('Message', code)}") from None
@@ -167,11 +184,47 @@ def refuse_alarming(session: Any, names: list[str]) -> None:
                         "resolve what it reports (README, the node lifecycle alarms), then run again")
 
 
-def already_under_way(name: str, refresh: dict[str, Any] | None) -> str:
-    which = f" ({refresh['InstanceRefreshId']}, {refresh['Status']})" if refresh else ""
-    return (f"an instance refresh of {name} is already under way{which}; wait for it "
+def other_preferences(refresh: dict[str, Any], request: dict[str, Any]) -> list[str]:
+    """How a refresh under way differs from the one `request` would start ("" each: it is this
+    command's, an earlier run's): its strategy, a desired configuration (this command sends none),
+    and each preference the command sets."""
+    def shown(value: Any) -> str:
+        return "unset" if value is None else f"{len(value)} alarm(s)" if isinstance(value, list) else str(value)
+
+    differences = []
+    if refresh.get("Strategy", request["Strategy"]) != request["Strategy"]:
+        differences.append(f"Strategy {refresh['Strategy']} (here {request['Strategy']})")
+    if refresh.get("DesiredConfiguration"):
+        differences.append("a DesiredConfiguration (here none)")
+    found = refresh.get("Preferences") or {}
+    for key, wanted in request["Preferences"].items():
+        value = found.get(key, PREFERENCE_DEFAULTS.get(key))
+        if key == "AlarmSpecification":
+            value, wanted = sorted((value or {}).get("Alarms", [])), sorted(wanted["Alarms"])
+        if value != wanted:
+            differences.append(f"{key} {shown(value)} (here {shown(wanted)})")
+    return differences
+
+
+def someone_elses(name: str, refresh: dict[str, Any], differences: list[str]) -> str:
+    started = f", started {refresh['StartTime']:%Y-%m-%d %H:%M} UTC" if refresh.get("StartTime") else ""
+    return (f"an instance refresh of {name} is already under way ({refresh['InstanceRefreshId']}, {refresh['Status']}"
+            f"{started}) that this command did not start: {', '.join(differences)}; wait for it "
             f"(aws autoscaling describe-instance-refreshes --auto-scaling-group-name {name}) or cancel it "
             "(aws autoscaling cancel-instance-refresh), then run again")
+
+
+def ours_under_way(refreshes: InstanceRefreshes, request: dict[str, Any]) -> dict[str, Any] | None:
+    """The group's refresh under way when it is this command's (an earlier run's), None when none
+    is; someone else's is refused (ToolError) naming it."""
+    name = request["AutoScalingGroupName"]
+    latest = refreshes.latest(name)
+    if not latest or latest["Status"] not in UNDER_WAY:
+        return None
+    differences = other_preferences(latest, request)
+    if differences:
+        raise ToolError(someone_elses(name, latest, differences))
+    return latest
 
 
 def progress(refresh: dict[str, Any]) -> str:
@@ -194,13 +247,32 @@ def refresh(args: argparse.Namespace, session_factory: Callable[[str], Any], *,
         raise ToolError(f"{name} is not a Service Fabric scaling node group ({NODE_TYPE_TAG} is "
                         f"'{state.node_type}', not {SCALING_NODE_TYPE}); only that group is refreshed")
     refreshes = InstanceRefreshes(session)
-    latest = refreshes.latest(name)
-    if latest and latest["Status"] in UNDER_WAY:
-        raise ToolError(already_under_way(name, latest))
-    refuse_alarming(session, request["Preferences"]["AlarmSpecification"]["Alarms"])
-    refresh_id = refreshes.start(request)
-    print(f"{name}: instance refresh {refresh_id} started ({state.progress()}); each replacement joins the cluster "
-          "before an old node is drained")
+    under_way = ours_under_way(refreshes, request)
+    if under_way is None and state.out_of_date == ():
+        which = (f"every InService instance ({state.in_service}) already runs the group's launch template version"
+                 if state.in_service else "it has no InService instance")
+        print(f"{name}: {which}: no instance is out of date, so no refresh was started (a new Windows image reaches "
+              "the launch template with telemetry deploy)")
+        if args.format == "json":
+            output.document({"group": name, "refresh_id": None, "status": "UpToDate"})
+        return 0
+    if under_way is None:
+        refuse_alarming(session, request["Preferences"]["AlarmSpecification"]["Alarms"])
+        refresh_id = refreshes.start(request)
+        if refresh_id is None:  # one started since we looked: this command's (a run beside this one) or not
+            under_way = ours_under_way(refreshes, request)
+            if under_way is None:
+                raise OperationFailed(f"Auto Scaling answered that a refresh of {name} is under way, and none is now; "
+                                      "run again")
+        else:
+            older = f", replacing the {len(state.out_of_date)} on an older launch template version" \
+                if state.out_of_date else ""
+            print(f"{name}: instance refresh {refresh_id} started ({state.progress()}){older}; each replacement joins "
+                  "the cluster before an old node is drained")
+    if under_way is not None:
+        refresh_id = under_way["InstanceRefreshId"]
+        print(f"{name}: instance refresh {refresh_id} is under way ({under_way['Status']}) with this command's "
+              "preferences, started by an earlier run of it: following it")
     started = clock()
     while True:
         current = refreshes.get(name, refresh_id)

@@ -46,6 +46,10 @@ class GroupState:
     lifecycle_states: tuple[str, ...]  # one per instance
     activities_in_progress: int
     node_type: str  # its sf:nodetype tag
+    # The InService instances not on the group's launch template version, which an instance refresh
+    # with SkipMatching replaces; None when the group names no launch template or a symbolic
+    # version ($Latest, $Default), which this does not resolve.
+    out_of_date: tuple[str, ...] | None = None
 
     @property
     def in_service(self) -> int:
@@ -87,6 +91,7 @@ class ScalingGroups:
             lifecycle_states=tuple(i["LifecycleState"] for i in group.get("Instances", [])),
             activities_in_progress=sum(a["StatusCode"] in UNFINISHED_ACTIVITIES for a in activities),
             node_type=tags.get(NODE_TYPE_TAG, ""),
+            out_of_date=out_of_date(group),
         )
 
     def set_desired(self, name: str, desired: int) -> None:
@@ -97,6 +102,18 @@ class ScalingGroups:
         """The configured minimum and the desired size together (the stack creates the group
         with minimum 0, so that nothing launches before the cluster can take it)."""
         self._client.update_auto_scaling_group(AutoScalingGroupName=name, MinSize=minimum, DesiredCapacity=desired)
+
+
+def out_of_date(group: dict) -> tuple[str, ...] | None:
+    """GroupState.out_of_date, from a DescribeAutoScalingGroups group: each instance's
+    LaunchTemplate (id and version) against the group's."""
+    template = group.get("LaunchTemplate") or {}
+    version = str(template.get("Version", ""))
+    if not template.get("LaunchTemplateId") or not version.isdigit():
+        return None
+    return tuple(i["InstanceId"] for i in group.get("Instances", []) if i["LifecycleState"] == "InService" and (
+        (i.get("LaunchTemplate") or {}).get("LaunchTemplateId"), str((i.get("LaunchTemplate") or {}).get("Version")))
+        != (template["LaunchTemplateId"], version))
 
 
 def check_request(state: GroupState, desired: int, minimum: int) -> None:

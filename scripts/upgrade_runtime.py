@@ -20,10 +20,12 @@ upgrade) over the REST API, as the standalone guide does it for a cluster withou
 5. Get Cluster Upgrade Progress (GET /$/GetUpgradeProgress) every --poll-interval seconds, a line
    each time, until RollingForwardCompleted (exit 0); RollingBackCompleted or Failed is exit 1
    with the failure reason. An upgrade to this version already under way is followed, not
-   started again.
+   started again; one that completed (the cluster runs the version, its last upgrade
+   RollingForwardCompleted) is done: exit 0, saying so, with the cdk.json edit printed again
+   unless cdk.json names the version already (a run again after the process died at the end).
 
-Refused (exit 2): a version that is not four dot-separated numbers, a version not newer than the
-one the cluster runs, an upgrade to another version under way, a patch run under way (its
+Refused (exit 2): a version that is not four dot-separated numbers, a version older than the one
+the cluster runs (or equal to it without a completed upgrade to it), an upgrade to another version under way, a patch run under way (its
 progress lease held: the patch-progress item of the membership lock table, as
 lambdas/node_lifecycle/patch_progress.py writes it), and a --package that is missing, not a
 file, empty, not a cabinet, cut short, named for another version or of another SHA-256. Patching
@@ -259,15 +261,34 @@ def provision(args: argparse.Namespace, client: Any, package: runtime_package.Ru
     return uploaded
 
 
+def already_done(args: argparse.Namespace, config: Any, progress: Any) -> int:
+    """The cluster runs --version and its last upgrade completed: what the completed run ended with,
+    the cdk.json edit, again, unless cdk.json's runtime_version is the version already. Exit 0."""
+    edit = None if config.service_fabric.runtime_version == args.version else cdk_json_edit(config.name, args.version)
+    print(f"the cluster runs {args.version} already ({progress.state}): the upgrade is done, nothing was started")
+    if edit:
+        print("\n".join(edit_lines(config.name, args.version)))
+    else:
+        print(f"cdk.json names {args.version} too (environments.{config.name}.service_fabric.runtime_version): "
+              "nothing to edit")
+    if args.format == "json":
+        output.document({"environment": config.name, "version": args.version, "previous": None, "state": progress.state,
+                         "upload": None, "cdk_json": edit, "already_done": True})
+    return 0
+
+
 def upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runtime_package.RuntimePackage | None = None,
             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> int:
     from sf_rest import FabricError
+    from sf_rest.code_upgrade import FORWARD_COMPLETED
 
     progress = client.get_cluster_upgrade_progress()
     following = progress.running and progress.code_version == args.version
     if progress.running and not following:
         raise UsageError(f"an upgrade to {progress.code_version} is under way ({progress.state}); wait until it ends, "
                          "then run again")
+    if not following and progress.state == FORWARD_COMPLETED and progress.code_version == args.version:
+        return already_done(args, config, progress)
     uploaded = None
     if not following:
         previous = progress.code_version
@@ -291,7 +312,7 @@ def upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runt
         progress = client.get_cluster_upgrade_progress()
         elapsed = clock() - started
         print(f"[{elapsed:6.0f} s] {progress.summary()}", flush=True)
-        if progress.state == "RollingForwardCompleted" and progress.code_version == args.version:
+        if progress.state == FORWARD_COMPLETED and progress.code_version == args.version:
             print(f"the cluster runs {args.version}")
             print("\n".join(edit_lines(config.name, args.version)))
             if args.format == "json":

@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], Any
         code, message = worded(error)
         if debug:
             traceback.print_exc()
-        elif code == EXIT_FAILED and message.startswith("internal error"):
+        elif code == EXIT_FAILED and (message.startswith("internal error") or getattr(error, "internal", False)):
             message += " (run again with --debug for the traceback)"
         output.error(one_line(message), prog=PROG, json_output=json_output)
         return code

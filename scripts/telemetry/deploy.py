@@ -6,8 +6,9 @@ The steps, in order, each named as `--dry-run` prints them:
     preflight  this machine has the tools (the CDK CLI on the checkout's Node, Maven, Java) and the
                account is ready (credentials, zones, CDK bootstrap, certificate secrets, quotas,
                management CIDRs)
-    deploy     the app synthesized now; every stack missing, changed or rolled back deployed, in
-               the order their dependencies give (production: each change shown and asked for)
+    deploy     the app synthesized now; every stack missing, changed, rolled back or reading SSM
+               parameters deployed, in the order their dependencies give (production: each change
+               shown and asked for)
     topics     the declared Kafka topics, and the ACLs of the device gateway's SCRAM user
     bootstrap  the Service Fabric cluster on its seed nodes
     scale      the scaling node group brought to its configured size, every node joined
@@ -40,14 +41,32 @@ REPO = Path(__file__).resolve().parent.parent.parent
 STEPS = ("preflight", "deploy", "topics", "bootstrap", "scale", "flink", "smoke")
 
 
+# A parameter whose description carries this is not taken for one that may resolve anew (the CDK's
+# own BootstrapVersion): cloud-assembly-api SSMPARAM_NO_INVALIDATE, read by the CLI's
+# ParameterValues.hasChanges (toolkit-lib api/deployments/cfn-api.ts).
+SSM_NO_INVALIDATE = "[cdk:skip]"
+
+
 @dataclass(frozen=True)
 class Stack:
     name: str
     depends_on: tuple[str, ...]
     template: dict[str, Any] = field(repr=False, compare=False)
+    # What the stack's artifact in manifest.json gives the CLI to deploy it with, beside the
+    # template (toolkit-lib tagsForStack; CloudFormationStackArtifact): an absent key is none.
+    tags: dict[str, str] = field(default_factory=dict, compare=False)
+    termination_protection: bool = False
+    notification_arns: tuple[str, ...] = ()
 
     def resources(self, kind: str) -> dict[str, dict[str, Any]]:
         return {lid: r for lid, r in self.template.get("Resources", {}).items() if r["Type"] == kind}
+
+    def ssm_parameters(self) -> list[str]:
+        """The template's parameters CloudFormation resolves from SSM at every deployment (an
+        AWS::SSM::Parameter::Value<...> type), but those marked [cdk:skip]."""
+        return [name for name, parameter in self.template.get("Parameters", {}).items()
+                if str(parameter.get("Type", "")).startswith("AWS::SSM::Parameter::")
+                and SSM_NO_INVALIDATE not in str(parameter.get("Description", ""))]
 
 
 @dataclass(frozen=True)
@@ -218,7 +237,10 @@ def read_cloud_assembly(cdk_out: Path, prefix: str) -> list[Stack]:
             return []  # a manifest left by another synthesis: do not trust it
         depends = tuple(d for d in artifact.get("dependencies", []) if d in artifacts and
                         artifacts[d].get("type") == "aws:cloudformation:stack")
-        found.append(Stack(name, depends, json.loads(template.read_text())))
+        properties = artifact["properties"]
+        found.append(Stack(name, depends, json.loads(template.read_text()), tags=dict(properties.get("tags") or {}),
+                           termination_protection=bool(properties.get("terminationProtection")),
+                           notification_arns=tuple(properties.get("notificationArns") or ())))
     return found
 
 
@@ -294,7 +316,8 @@ def plan(config: Any, stacks: Sequence[Stack]) -> list[Step]:
             f"synthesize {config.name} with the CDK CLI into cdk.out/{config.name} (on this checkout's Node; Maven builds the sink's jar)",
         ] + [
             f"deploy {stack.name} ({len(stack.template.get('Resources', {}))} resources) if it is missing, changed or "
-            "rolled back" + (f", after {', '.join(stack.depends_on)}" if stack.depends_on else "")
+            "rolled back" + (", and on every run: it reads SSM parameters" if stack.ssm_parameters() else "")
+            + (f", after {', '.join(stack.depends_on)}" if stack.depends_on else "")
             for stack in stacks
         ] + ([f"show each change to a {config.name} stack (cdk diff) and ask before applying it, unless --yes"]
              if config.production else [])),

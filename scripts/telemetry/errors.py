@@ -22,6 +22,16 @@ class OperationFailed(Exception):
     """The operation ran and failed; the message says what failed."""
 
 
+class StepFailed(OperationFailed):
+    """A step of `telemetry deploy` raised `error`: what it said, under the step's name and with
+    the way on, and the exit code `error` itself has (a refusal stays 2)."""
+
+    def __init__(self, step: str, error: BaseException) -> None:
+        self.exit_code, message = worded(error)
+        self.internal = message.startswith("internal error")  # a defect: --debug shows where
+        super().__init__(f"{step}: {message} (run telemetry deploy again to go on from here)")
+
+
 def one_line(text: object, limit: int = 600) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
@@ -36,6 +46,8 @@ def worded(error: BaseException) -> tuple[int, str]:
     from simulator.errors import SimulatorError
     from stacks.config import ConfigError
 
+    if isinstance(error, StepFailed):
+        return error.exit_code, str(error)
     # The command line, cdk.json, or a missing prerequisite worded by the tool (or by the
     # simulator package's code it runs, such as the topics' Kafka side).
     if isinstance(error, (UsageError, ConfigError, ToolError, SimulatorError)):

@@ -5,10 +5,12 @@ stops on a failure is resumed by running `telemetry deploy` again: the steps don
 The steps and how each knows it is done:
 
     preflight  never "done": it reads the account every time, and any blocker stops the run
-    deploy     the app synthesized now by the CDK CLI, and every stack deployed with its
-               template; a stack missing, changed or rolled back is deployed with the CLI, one at a
-               time in dependency order (a production change is shown and asked for, unless
-               --yes); each CloudFormation status handled as the CLI does (Stacks, below)
+    deploy     the app synthesized now by the CDK CLI, and every stack deployed as the CLI would
+               leave it (its template, tags and termination protection); a stack missing, changed,
+               rolled back or reading SSM parameters (which may resolve anew: a new Windows image)
+               is deployed with the CLI, one at a time in dependency order (a production change is
+               shown and asked for, unless --yes); each CloudFormation status handled as the CLI
+               does (Stacks, below)
     topics     the SSM parameter `telemetry topics` writes after a reconcile that left nothing to
                change, for the cluster whose brokers are published now; the Kafka work runs on a
                simulator fleet host over Run Command, as the topic administrator role (MFA:
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from scripts.telemetry.errors import OperationFailed
+from scripts.telemetry.errors import OperationFailed, StepFailed
 
 REPO = Path(__file__).resolve().parent.parent.parent
 SMOKE_RATE, SMOKE_SECONDS = 1000, 30
@@ -73,15 +75,17 @@ def run_command(command: Sequence[str]) -> int:
 def run_journey(steps: Sequence[Step], say: Say) -> int:
     for number, step in enumerate(steps, 1):
         label = f"[{number}/{len(steps)}] {step.name}"
-        why = step.done()
-        if why:
-            say(f"{label}: already done ({why})")
-            continue
-        say(f"{label}: running")
+        # Whatever a step raises, finding out or doing (a refusal, an AWS error, a defect), names
+        # the step and the way on, and keeps the exit code its kind has (errors.StepFailed).
         try:
+            why = step.done()
+            if why:
+                say(f"{label}: already done ({why})")
+                continue
+            say(f"{label}: running")
             step.run()
-        except OperationFailed as failure:
-            raise OperationFailed(f"{step.name}: {failure} (run telemetry deploy again to go on from here)") from None
+        except Exception as error:  # noqa: BLE001 - every kind: errors.worded gives each its exit code
+            raise StepFailed(step.name, error) from error
         say(f"{label}: done")
     say("the environment is deployed: every step is done")
     return 0
@@ -113,9 +117,8 @@ class Preflight:
 #   create: the CLI creates the stack. REVIEW_IN_PROGRESS counts as "does not exist" (a change set
 #     was made and never executed); ROLLBACK_COMPLETE is its "creation failure": it deletes the
 #     stack and creates it again, unless termination protection refuses the deletion (run()).
-#   settled: the stack can be updated; it is updated when its deployed template differs from the
-#     synthesized one, rolled back (UPDATE_ROLLBACK_COMPLETE, IMPORT_ROLLBACK_COMPLETE) or not:
-#     the CLI skips a stack whose template is the same and whose status is not *FAILED.
+#   settled: the stack can be updated; it is updated when the CLI would not skip it (Stacks.
+#     _reasons), rolled back (UPDATE_ROLLBACK_COMPLETE, IMPORT_ROLLBACK_COMPLETE) or not.
 #   wait: an operation is running (every *_IN_PROGRESS but REVIEW_IN_PROGRESS).
 #   advice: CloudFormation will not update it, or the CLI's own way out would fail
 #     (ROLLBACK_FAILED); what to do, and never a deletion of a stack that holds data.
@@ -247,11 +250,6 @@ class Stacks:
             raise
         return stack
 
-    def _status(self, name: str) -> tuple[str, str]:
-        """(StackStatus, StackStatusReason), ("", "") when there is no such stack."""
-        stack = self._describe(name)
-        return str(stack.get("StackStatus", "")), str(stack.get("StackStatusReason", ""))
-
     def _settled(self, name: str) -> dict:
         """DescribeStacks' stack once no operation runs on it (waits, saying so, up to WAIT_LIMIT_S)."""
 
@@ -270,13 +268,53 @@ class Stacks:
         deployed = self.cloudformation.get_template(StackName=stack.name, TemplateStage="Original")["TemplateBody"]
         return differs(deployed, stack.template)
 
+    def _reasons(self, stack: Any, deployed: dict) -> list[str]:
+        """Why `cdk deploy` would deploy this settled stack (DescribeStacks' `deployed`), [] when it
+        would skip it. canSkipDeploy (toolkit-lib api/deployments/deploy-stack.ts, aws-cdk 2.1148.1)
+        deploys when any of these holds:
+          --force; --no-execute; an existing change set executed; --revert-drift: options this step
+            never passes (_deploy);
+          no stack: CREATE, before this;
+          the template differs: below;
+          the tags differ (compareTags: the same keys with the same values), the stack's being the
+            manifest's `tags` (tagsForStack) as no --tags is passed: below;
+          the notification ARNs differ (arrayEquals): --notification-arns, never passed, and the
+            manifest's `notificationArns`: below;
+          the rollback configuration differs: only compared when --rollback-configuration is
+            passed, which it never is;
+          termination protection differs from the manifest's `terminationProtection`: below;
+          a parameter changed (ParameterValues.hasChanges, api/deployments/cfn-api.ts): "ssm" for
+            any AWS::SSM::Parameter::Value<...> parameter not marked [cdk:skip], which may resolve
+            anew (below); else a value differs, which without --parameters and with
+            --previous-parameters (the default) only a changed template brings;
+          the status is *FAILED: ADVICE, before this;
+          the template differs from the one a hotswap deployment left (a cache in the assembly):
+            this step never hotswaps, and synthesizes the assembly it deploys.
+        """
+        reasons = []
+        if self._changed(stack):
+            reasons.append("its template changed")
+        if {t["Key"]: t["Value"] for t in deployed.get("Tags", [])} != stack.tags:
+            reasons.append("its tags changed")
+        if set(deployed.get("NotificationARNs", [])) != set(stack.notification_arns):
+            reasons.append("its notification ARNs changed")
+        if bool(deployed.get("EnableTerminationProtection")) != stack.termination_protection:
+            reasons.append("its termination protection changed")
+        parameters = stack.ssm_parameters()
+        if parameters:
+            # What they resolve to now is known to CloudFormation alone: the CLI deploys, and a
+            # change set that changes nothing is deleted, not executed (changeSetDeployment).
+            reasons.append(f"it reads {len(parameters)} SSM parameter(s), which may resolve anew ("
+                           + ", ".join(str(stack.template["Parameters"][p].get("Default", p)) for p in parameters) + ")")
+        return reasons
+
     def done(self) -> str:
         stacks = self.assembly()
         for stack in stacks:
-            status, _ = self._status(stack.name)
-            # A stack rolled back to a template equal to the one synthesized now has nothing to
-            # do: the CLI itself skips it (its skip test: same template, not *FAILED).
-            if status not in SETTLED or self._changed(stack):
+            deployed = self._describe(stack.name)
+            # A stack rolled back to what is synthesized now has nothing to do: the CLI itself
+            # skips it (_reasons).
+            if deployed.get("StackStatus", "") not in SETTLED or self._reasons(stack, deployed):
                 return ""
         return f"all {len(stacks)} stacks deployed as synthesized"
 
@@ -288,12 +326,16 @@ class Stacks:
                 because = f" ({reason})" if reason else ""
                 raise OperationFailed(f"stack {stack.name} is {status}{because}: " + ADVICE[status].format(stack=stack.name))
             if status in SETTLED:
-                if not self._changed(stack):
+                reasons = self._reasons(stack, deployed)
+                if not reasons:
                     self.say(f"  {stack.name}: {status}, as synthesized")
                     continue
-                self.say(f"  {stack.name}: {status}, updating (its template changed)")
-                if self.config.production and not self.yes:
-                    self._approve(stack.name)
+                self.say(f"  {stack.name}: {status}, updating ({'; '.join(reasons)})")
+                only_ssm = len(reasons) == 1 and bool(stack.ssm_parameters())
+                if self.config.production and not self.yes and not self._approve(stack.name, only_ssm=only_ssm):
+                    self.say(f"  {stack.name}: cdk diff shows no change (its SSM parameters resolve as deployed): left "
+                             "as it is")
+                    continue
             elif status == "ROLLBACK_COMPLETE" and deployed.get("EnableTerminationProtection"):
                 # The CLI turns protection on before it creates, then deletes a failed creation
                 # without turning it off; CloudFormation refuses that deletion ("Protect
@@ -313,17 +355,33 @@ class Stacks:
                                       "events in the CloudFormation console")
             self._deploy(stack.name)
 
-    def _approve(self, name: str) -> None:
-        """A production stack's change: the CLI's diff of it, then the operator's yes."""
+    def _approve(self, name: str, *, only_ssm: bool = False) -> bool:
+        """A production stack's change: the CLI's diff of it, then the operator's yes (a no is
+        OperationFailed). False, without asking, when the stack's one reason to deploy is its SSM
+        parameters and the diff finds no change: a stack read from SSM would otherwise be asked
+        for on every run."""
         from scripts.telemetry import cdk_cli
 
-        # `cdk diff` exits 0 with or without differences (1 only with --fail): non-zero is an error.
-        code = self.runner(cdk_cli.command("diff", name, "--app", str(self.cdk_out)))
-        if code != 0:
-            raise OperationFailed(f"cdk diff {name} exited {code} (its output is above): nothing was applied")
+        diff = cdk_cli.command("diff", name, "--app", str(self.cdk_out))
+        if only_ssm:
+            # The diff's change set is where CloudFormation resolves the parameters, and the CLI
+            # adds what it changes to the diff (cloudformation-diff TemplateAndChangeSetDiffMerger.
+            # addChangeSetResourcesNotInTemplateDiff); --method change-set fails rather than fall
+            # back to comparing templates, which are equal. --fail: exit 1 on a difference
+            # (cdk-toolkit.ts diff, diffFails) and on an error too (cli.ts cli): both are asked,
+            # the output above says which.
+            if self.runner([*diff, "--method", "change-set", "--fail"]) == 0:
+                return False
+        else:
+            # `cdk diff` exits 0 with or without differences (aws-cdk:enableDiffNoFail, true unless
+            # set; 1 only with --fail): non-zero is an error.
+            code = self.runner(diff)
+            if code != 0:
+                raise OperationFailed(f"cdk diff {name} exited {code} (its output is above): nothing was applied")
         ask = self.confirm or _ask_terminal
         if not ask(f"apply this change to {name} in {self.config.name}? [y/N] "):
             raise OperationFailed(f"the change to {name} was not applied (telemetry deploy --yes applies it without asking)")
+        return True
 
     def _deploy(self, name: str) -> None:
         from scripts.telemetry import cdk_cli

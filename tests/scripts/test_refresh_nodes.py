@@ -50,22 +50,35 @@ def alarms_are(aws, states: dict[str, str] | None = None, *, missing: str = "") 
                             {"AlarmNames": ALARMS, "AlarmTypes": ["MetricAlarm"]})
 
 
-def group_is(stubber: Stubber, node_type: str = "ScalingNodeType") -> None:
+def group_is(stubber: Stubber, node_type: str = "ScalingNodeType", versions: tuple[str, str] | None = None,
+             group_version: str = "7") -> None:
+    """The group of two InService instances; with `versions`, the launch template version each
+    instance runs and the group's own (`group_version`), as DescribeAutoScalingGroups gives them
+    (LaunchTemplate {LaunchTemplateId, LaunchTemplateName, Version} on the group and each instance)."""
     instance = {"InstanceId": "i-0abc", "AvailabilityZone": "eu-west-1a", "LifecycleState": "InService",
                 "HealthStatus": "Healthy", "ProtectedFromScaleIn": False}
+    template = {"LaunchTemplateId": "lt-0scaling", "LaunchTemplateName": "telemetry-dev-sf-scaling"}
+    instances = [instance, {**instance, "InstanceId": "i-0def"}]
+    launch = {}
+    if versions is not None:
+        instances = [{**i, "LaunchTemplate": {**template, "Version": v}} for i, v in zip(instances, versions)]
+        launch = {"LaunchTemplate": {**template, "Version": group_version}}
     stubber.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [{
         "AutoScalingGroupName": GROUP, "MinSize": 0, "MaxSize": 3, "DesiredCapacity": 2, "DefaultCooldown": 300,
-        "AvailabilityZones": ["eu-west-1a"], "HealthCheckType": "EC2", "CreatedTime": NOW,
-        "Instances": [instance, {**instance, "InstanceId": "i-0def"}],
+        "AvailabilityZones": ["eu-west-1a"], "HealthCheckType": "EC2", "CreatedTime": NOW, **launch,
+        "Instances": instances,
         "Tags": [{"Key": "sf:nodetype", "Value": node_type, "ResourceId": GROUP, "ResourceType": "auto-scaling-group",
                   "PropagateAtLaunch": True}]}]}, {"AutoScalingGroupNames": [GROUP]})
     stubber.add_response("describe_scaling_activities", {"Activities": []},
                          {"AutoScalingGroupName": GROUP, "MaxRecords": 20})
 
 
-def refreshes_are(stubber: Stubber, *statuses: str) -> None:
+def refreshes_are(stubber: Stubber, *statuses: str, preferences: dict | None = None) -> None:
+    """The group's refreshes, newest first, each with `preferences` (none given: the console's
+    defaults, Preferences left out)."""
     stubber.add_response("describe_instance_refreshes", {"InstanceRefreshes": [
-        {"InstanceRefreshId": f"r-{i}", "AutoScalingGroupName": GROUP, "Status": status}
+        {"InstanceRefreshId": f"r-{i}", "AutoScalingGroupName": GROUP, "Status": status, "StartTime": NOW,
+         **({"Preferences": preferences} if preferences is not None else {})}
         for i, status in enumerate(statuses)]}, {"AutoScalingGroupName": GROUP, "MaxRecords": 10})
 
 
@@ -116,29 +129,109 @@ def test_the_minimum_healthy_percentage_below_100_drains_first(aws):
 
 
 @pytest.mark.parametrize("status", ["InProgress", "Pending", "Cancelling", "RollbackInProgress", "Baking"])
-def test_a_refresh_under_way_is_refused_in_one_line(aws, capsys, status):
+def test_someone_elses_refresh_under_way_is_refused_in_one_line_naming_it(aws, capsys, status):
+    """A refresh started in the console (its defaults: no skip matching, 90% healthy) is not this
+    command's: refused, with what differs."""
     group_is(aws.stubber)
     refreshes_are(aws.stubber, status)
     assert run([], aws) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"telemetry: error: an instance refresh of {GROUP} is already under way (r-0, {status}); wait for it "
-                   f"(aws autoscaling describe-instance-refreshes --auto-scaling-group-name {GROUP}) or cancel it "
-                   "(aws autoscaling cancel-instance-refresh), then run again"]
+    assert err == [f"telemetry: error: an instance refresh of {GROUP} is already under way (r-0, {status}, started "
+                   "2026-11-26 00:00 UTC) that this command did not start: MinHealthyPercentage 90 (here 100), "
+                   "MaxHealthyPercentage unset (here 110), InstanceWarmup unset (here 900), SkipMatching False (here "
+                   "True), AlarmSpecification 0 alarm(s) (here 3 alarm(s)); wait for it (aws autoscaling "
+                   f"describe-instance-refreshes --auto-scaling-group-name {GROUP}) or cancel it (aws autoscaling "
+                   "cancel-instance-refresh), then run again"]
 
 
-@pytest.mark.parametrize(("code", "exit_code", "fragment"), [
-    ("InstanceRefreshInProgress", 2, "already under way; wait for it"),  # started by someone else since we looked
-    ("LimitExceeded", 1, "Auto Scaling refused the refresh of telemetry-dev-sf-scaling: too many"),
+@pytest.mark.parametrize("status", ["InProgress", "Pending", "Baking"])
+def test_run_again_it_follows_the_refresh_an_earlier_run_started(aws, capsys, status):
+    """The operator's process died (or was stopped) while it followed its refresh: the same command
+    again finds it under way with its own preferences and follows it to the end, starting none."""
+    group_is(aws.stubber, versions=("6", "7"))
+    refreshes_are(aws.stubber, status, "Successful", preferences=EXPECTED_REQUEST["Preferences"])
+    aws.stubber.add_response("describe_instance_refreshes", {"InstanceRefreshes": [
+        {"InstanceRefreshId": "r-0", "AutoScalingGroupName": GROUP, "Status": "Successful", "PercentageComplete": 100,
+         "InstancesToUpdate": 0}]}, {"AutoScalingGroupName": GROUP, "InstanceRefreshIds": ["r-0"]})
+    assert run([], aws) == 0  # no DescribeAlarms, no StartInstanceRefresh: the stubbers would have raised
+    out = capsys.readouterr().out
+    assert (f"{GROUP}: instance refresh r-0 is under way ({status}) with this command's preferences, started by an "
+            "earlier run of it: following it") in out
+    assert f"{GROUP} Successful, 100% done, 0 instance(s) to replace" in out
+
+
+def test_run_again_with_another_minimum_healthy_percentage_is_someone_elses(aws, capsys):
+    group_is(aws.stubber)
+    refreshes_are(aws.stubber, "InProgress", preferences=EXPECTED_REQUEST["Preferences"])
+    assert run(["--min-healthy-percent", "50"], aws) == 2
+    assert "that this command did not start: MinHealthyPercentage 100 (here 50), MaxHealthyPercentage 110 (here 100);" \
+        in capsys.readouterr().err
+
+
+def test_a_group_whose_instances_all_run_its_launch_template_version_is_said_up_to_date_and_not_refreshed(aws, capsys):
+    """Skip matching would replace nothing ("the instance refresh will succeed immediately without
+    replacing any instances", User Guide): no refresh is started, and the command says why."""
+    group_is(aws.stubber, versions=("7", "7"))
+    refreshes_are(aws.stubber, "Successful")
+    assert run(["--format", "json"], aws) == 0  # no DescribeAlarms, no StartInstanceRefresh
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"group": GROUP, "refresh_id": None, "status": "UpToDate"}
+    assert (f"{GROUP}: every InService instance (2) already runs the group's launch template version: no instance is "
+            "out of date, so no refresh was started") in err
+
+
+def test_a_refresh_says_how_many_instances_it_replaces(aws, capsys):
+    group_is(aws.stubber, versions=("6", "7"))
+    refreshes_are(aws.stubber)
+    alarms_are(aws)
+    aws.stubber.add_response("start_instance_refresh", {"InstanceRefreshId": "r-new"}, EXPECTED_REQUEST)
+    progress_is(aws.stubber, "Successful", 100, 0)
+    assert run([], aws) == 0
+    assert (f"{GROUP}: instance refresh r-new started (desired 2: InService 2), replacing the 1 on an older launch "
+            "template version; each replacement joins") in capsys.readouterr().out
+
+
+def test_a_group_on_a_symbolic_launch_template_version_is_refreshed_and_auto_scaling_decides(aws):
+    group_is(aws.stubber, versions=("7", "7"), group_version="$Latest")
+    refreshes_are(aws.stubber)
+    alarms_are(aws)
+    aws.stubber.add_response("start_instance_refresh", {"InstanceRefreshId": "r-new"}, EXPECTED_REQUEST)
+    progress_is(aws.stubber, "Successful", 100, 0)
+    assert run([], aws) == 0
+
+
+@pytest.mark.parametrize(("theirs", "exit_code", "fragment"), [
+    (None, 2, "that this command did not start: MinHealthyPercentage 90 (here 100),"),
+    (EXPECTED_REQUEST["Preferences"], 0, "with this command's preferences, started by an earlier run of it"),
 ])
-def test_the_documented_errors_of_start_instance_refresh_are_one_line(aws, capsys, code, exit_code, fragment):
+def test_a_refresh_started_since_we_looked_is_followed_when_it_is_this_commands(aws, capsys, theirs, exit_code,
+                                                                                fragment):
+    """StartInstanceRefresh answers InstanceRefreshInProgress ("an active instance refresh already
+    exists"): the refresh under way is read again and judged as one found before starting."""
     group_is(aws.stubber)
     refreshes_are(aws.stubber)
     alarms_are(aws)
-    aws.stubber.add_client_error("start_instance_refresh", service_error_code=code, service_message="too many",
-                                 http_status_code=400, expected_params=EXPECTED_REQUEST)
+    aws.stubber.add_client_error("start_instance_refresh", service_error_code="InstanceRefreshInProgress",
+                                 service_message="exists", http_status_code=400, expected_params=EXPECTED_REQUEST)
+    refreshes_are(aws.stubber, "InProgress", preferences=theirs)
+    if exit_code == 0:
+        aws.stubber.add_response("describe_instance_refreshes", {"InstanceRefreshes": [
+            {"InstanceRefreshId": "r-0", "AutoScalingGroupName": GROUP, "Status": "Successful"}]},
+            {"AutoScalingGroupName": GROUP, "InstanceRefreshIds": ["r-0"]})
     assert run([], aws) == exit_code
+    captured = capsys.readouterr()
+    assert fragment in (captured.err if exit_code else captured.out)
+
+
+def test_too_many_refreshes_is_one_line(aws, capsys):
+    group_is(aws.stubber)
+    refreshes_are(aws.stubber)
+    alarms_are(aws)
+    aws.stubber.add_client_error("start_instance_refresh", service_error_code="LimitExceeded", service_message="too many",
+                                 http_status_code=400, expected_params=EXPECTED_REQUEST)
+    assert run([], aws) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and fragment in err[0] and "Traceback" not in err[0]
+    assert err == ["telemetry: error: Auto Scaling refused the refresh of telemetry-dev-sf-scaling: too many"]
 
 
 @pytest.mark.parametrize("missing", ["", ALARMS[2]])

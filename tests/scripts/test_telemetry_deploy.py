@@ -41,13 +41,21 @@ class CdkCli:
     """The CDK CLI as the deploy step runs it (cdk_cli.command: the checkout's node, the CLI's
     entry point, then the verb). `synth --output DIR` writes a cloud assembly of the environment's
     stacks with their dependencies, each template holding one inert resource and the real stack's
-    string outputs (moto cannot create the real resources), plus `extra_outputs`; `deploy STACK
-    --app DIR` creates or updates the stack in moto with the assembly's template; `diff` prints
-    nothing. Fails for the stacks named in `failing`."""
+    string outputs (moto cannot create the real resources), plus `extra_outputs`, and with
+    `parameters` the real stack's parameters (moto's CloudFormation resolves the SSM ones); the
+    manifest gives each stack the `tags` and termination protection (`protected`) set here.
+    `deploy STACK --app DIR` creates or updates the stack in moto with the assembly's template,
+    tags and protection, as deploy-stack.ts does (Tags on the create or the change set;
+    EnableTerminationProtection on a create, UpdateTerminationProtection before an update:
+    updateTerminationProtection); `diff` prints nothing and exits 0, or with --fail 1 for the
+    stacks in `diff_differs` (cdk-toolkit.ts diff: diffFails). Fails for the stacks in `failing`."""
 
-    def __init__(self, session, stacks) -> None:
-        self.session, self.stacks = session, list(stacks)
+    def __init__(self, session, stacks, *, parameters: bool = False) -> None:
+        self.session, self.stacks, self.parameters = session, list(stacks), parameters
         self.extra_outputs: dict[str, dict] = {}
+        self.tags: dict[str, dict[str, str]] = {}
+        self.protected: set[str] = set()
+        self.diff_differs: set[str] = set()
         self.calls: list[list[str]] = []
         self.deployed: list[str] = []
         self.failing: set[str] = set()
@@ -56,7 +64,8 @@ class CdkCli:
         (stack,) = [s for s in self.stacks if s.name == name]
         outputs = {key: {"Value": value["Value"]} for key, value in stack.template.get("Outputs", {}).items()
                    if isinstance(value["Value"], str)}
-        return {**EMPTY, "Outputs": {**outputs, **self.extra_outputs.get(name, {})}}
+        parameters = {"Parameters": stack.template["Parameters"]} if self.parameters else {}
+        return {**EMPTY, **parameters, "Outputs": {**outputs, **self.extra_outputs.get(name, {})}}
 
     def __call__(self, command: Sequence[str]) -> int:
         from scripts.telemetry import cdk_cli
@@ -67,39 +76,55 @@ class CdkCli:
         if verb == "synth":
             assert rest[0] == "-c" and rest[1].startswith("env=") and "--quiet" in rest
             write_assembly(Path(rest[rest.index("--output") + 1]), {s.name: (self.template(s.name), s.depends_on)
-                                                                     for s in self.stacks})
+                                                                     for s in self.stacks},
+                           {s.name: {"tags": self.tags.get(s.name, {}), "terminationProtection": s.name in self.protected}
+                            for s in self.stacks})
             return 0
         if verb == "diff":
-            return 0
+            return 1 if "--fail" in rest and rest[0] in self.diff_differs else 0
         assert verb == "deploy" and "--exclusively" in rest and rest[rest.index("--require-approval") + 1] == "never"
         name, app = rest[0], Path(rest[rest.index("--app") + 1])
         if name in self.failing:
             return 1
-        self.put(name, (app / f"{name}.template.json").read_text())
+        properties = json.loads((app / "manifest.json").read_text())["artifacts"][name]["properties"]
+        self.put(name, (app / f"{name}.template.json").read_text(), tags=properties.get("tags", {}),
+                 protected=properties.get("terminationProtection", False))
         return 0
 
-    def put(self, name: str, body: str | None = None) -> None:
+    def put(self, name: str, body: str | None = None, *, tags: dict[str, str] | None = None,
+            protected: bool = False) -> None:
         """The stack created, or updated, in moto."""
         cloudformation = self.session.client("cloudformation")
         body = body or json.dumps(self.template(name))
+        cfn_tags = [{"Key": key, "Value": value} for key, value in (tags or {}).items()]
         try:
-            cloudformation.describe_stacks(StackName=name)
-            cloudformation.update_stack(StackName=name, TemplateBody=body)
+            deployed = cloudformation.describe_stacks(StackName=name)["Stacks"][0]
         except cloudformation.exceptions.ClientError as error:
             if "does not exist" not in str(error):
                 raise
-            cloudformation.create_stack(StackName=name, TemplateBody=body)
+            cloudformation.create_stack(StackName=name, TemplateBody=body, Tags=cfn_tags,
+                                        EnableTerminationProtection=protected)
+        else:
+            if bool(deployed.get("EnableTerminationProtection")) != protected:
+                # UpdateTerminationProtection, which moto does not implement: its stack, set alike.
+                from moto.cloudformation.models import cloudformation_backends
+
+                backend = cloudformation_backends[deployed["StackId"].split(":")[4]][self.session.region_name]
+                backend.stacks[deployed["StackId"]].enable_termination_protection = protected
+            cloudformation.update_stack(StackName=name, TemplateBody=body, Tags=cfn_tags)
         self.deployed.append(name)
 
 
-def write_assembly(outdir: Path, stacks: dict[str, tuple[dict, Sequence[str]]]) -> None:
+def write_assembly(outdir: Path, stacks: dict[str, tuple[dict, Sequence[str]]],
+                   properties: dict[str, dict] | None = None) -> None:
     """A cloud assembly as `cdk synth` writes it: manifest.json naming each stack's template file
-    and its dependencies."""
+    and its dependencies, with any further artifact `properties` of each (tags, terminationProtection)."""
     outdir.mkdir(parents=True, exist_ok=True)
     artifacts = {}
     for name, (template, depends_on) in stacks.items():
         (outdir / f"{name}.template.json").write_text(json.dumps(template))
-        artifacts[name] = {"type": "aws:cloudformation:stack", "properties": {"templateFile": f"{name}.template.json"},
+        artifacts[name] = {"type": "aws:cloudformation:stack",
+                           "properties": {"templateFile": f"{name}.template.json", **(properties or {}).get(name, {})},
                            "dependencies": list(depends_on)}
     (outdir / "manifest.json").write_text(json.dumps({"version": "48.0.0", "artifacts": artifacts}))
 
@@ -205,6 +230,127 @@ def test_a_changed_stack_is_updated_and_production_shows_it_and_asks(account, st
     assert len(asked) == 2 and cdk.deployed == [changed, changed]
 
 
+WINDOWS_IMAGE = "/aws/service/ami-windows-latest/Windows_Server-2022-English-Full-Base"
+
+
+def publish_public_parameters(session) -> None:
+    """The SSM parameters dev's templates read that exist before any deployment: AWS's public
+    Windows image parameter (moto holds Amazon Linux's, not Windows'; PutParameter refuses the
+    reserved /aws/ names, as AWS does, so it goes into moto's store directly) and the MSK stack's
+    bootstrap brokers (here before the sink that reads them)."""
+    from moto.ssm.models import Parameter, ssm_backends
+
+    store = ssm_backends[ACCOUNT][CONFIG.region]._parameters
+    store[WINDOWS_IMAGE].append(Parameter(account_id=ACCOUNT, name=WINDOWS_IMAGE, value="ami-0windows2022a",
+                                          parameter_type="String", description=None, allowed_pattern=None, keyid=None,
+                                          last_modified_date=0.0, version=1, data_type="aws:ec2:image"))
+    session.client("ssm").put_parameter(Name=f"/{CONFIG.stack_prefix.lower()}/msk/bootstrap-brokers-iam",
+                                        Value="b-1.example:9098", Type="String")
+
+
+@pytest.fixture
+def deployed(account, stacks, tmp_path):
+    """Every dev stack deployed with the real templates' parameters, then a second run's step."""
+    publish_public_parameters(account)
+    cdk = CdkCli(account, stacks, parameters=True)
+    lines: list[str] = []
+    Stacks(CONFIG, account, cdk, lines.append, cdk_out=tmp_path / "first").run()
+    assert cdk.deployed == [s.name for s in stacks]
+    cdk.deployed.clear()
+    return cdk, Stacks(CONFIG, account, cdk, lines.append, cdk_out=tmp_path / "again"), lines
+
+
+def test_a_stack_reading_ssm_parameters_is_deployed_again_on_every_run_as_the_cli_would(deployed, stacks):
+    """The CLI never skips a stack with an AWS::SSM::Parameter::Value<...> parameter (canSkipDeploy:
+    ParameterValues.hasChanges is "ssm"): CloudFormation alone knows what it resolves to now, such
+    as the ServiceFabric stack's Windows image, and a new one moves the scaling group's launch
+    template. The CDK's own BootstrapVersion ([cdk:skip]) does not count."""
+    cdk, step, lines = deployed
+    reading = [s.name for s in stacks if s.ssm_parameters()]
+    assert f"{CONFIG.stack_prefix}-ServiceFabric" in reading and len(reading) < len(stacks)
+    assert step.done() == ""
+    lines.clear()
+    step.run()
+    assert cdk.deployed == reading
+    fabric = f"{CONFIG.stack_prefix}-ServiceFabric"
+    assert f"  {fabric}: CREATE_COMPLETE, updating (it reads 1 SSM parameter(s), which may resolve anew " \
+           f"({WINDOWS_IMAGE}))" in lines
+    assert f"  {CONFIG.stack_prefix}-Network: CREATE_COMPLETE, as synthesized" in lines
+
+
+@pytest.mark.parametrize("change", ["tags", "termination protection"])
+def test_a_stack_whose_tags_or_termination_protection_changed_is_deployed(deployed, stacks, change):
+    """The CLI deploys a stack whose tags or termination protection differ from the cloud
+    assembly's (canSkipDeploy: compareTags; terminationProtection); a stack unchanged but for that
+    is deployed, and once deployed the step is done with it."""
+    cdk, step, lines = deployed
+    network = f"{CONFIG.stack_prefix}-Network"
+    if change == "tags":
+        cdk.tags[network] = {"CostCentre": "telemetry"}
+    else:
+        cdk.protected.add(network)
+    step.run()
+    assert network in cdk.deployed
+    assert f"  {network}: CREATE_COMPLETE, updating (its {change} changed)" in lines
+    deployed_stack = step.cloudformation.describe_stacks(StackName=network)["Stacks"][0]
+    if change == "tags":
+        assert deployed_stack["Tags"] == [{"Key": "CostCentre", "Value": "telemetry"}]
+    else:
+        assert deployed_stack["EnableTerminationProtection"] is True
+    cdk.deployed.clear()
+    lines.clear()
+    step.run()
+    assert network not in cdk.deployed and f"  {network}: UPDATE_COMPLETE, as synthesized" in lines
+
+
+def test_a_stack_whose_tags_and_protection_match_and_that_reads_no_ssm_parameter_is_left(deployed, stacks, tmp_path):
+    """Tags and protection as the assembly says, parameters only the [cdk:skip] BootstrapVersion:
+    the CLI would skip it, and so does the step."""
+    cdk, _, _ = deployed
+    lines: list[str] = []
+    network = f"{CONFIG.stack_prefix}-Network"
+    cdk.tags[network] = {"CostCentre": "telemetry"}
+    cdk.protected.add(network)
+    Stacks(CONFIG, cdk.session, cdk, lines.append, cdk_out=tmp_path / "tagged").run()
+    cdk.deployed.clear()
+    Stacks(CONFIG, cdk.session, cdk, lines.append, cdk_out=tmp_path / "again2").run()
+    assert cdk.deployed == [s.name for s in stacks if s.ssm_parameters()]
+    assert network not in cdk.deployed
+
+
+def test_production_asks_for_a_stack_read_from_ssm_only_when_the_change_set_diff_shows_a_change(account, stacks,
+                                                                                                  tmp_path):
+    """A production stack whose one reason to deploy is its SSM parameters: `cdk diff --method
+    change-set --fail` (CloudFormation resolves them in the change set) decides; no difference, no
+    question and nothing deployed; a difference (a new Windows image) is shown and asked for."""
+    prod = load_environment(read_environments(), "prod")
+    publish_public_parameters(account)
+    account.client("ssm").put_parameter(Name="/telemetry-prod/msk/bootstrap-brokers-iam", Value="b-1.example:9098",
+                                        Type="String")
+    cdk = CdkCli(account, [replace(s, name=s.name.replace("-dev-", "-prod-")) for s in stacks], parameters=True)
+    for stack in cdk.stacks:
+        cdk.put(stack.name)
+    fabric = f"{prod.stack_prefix}-ServiceFabric"
+    reading = [s.name for s in cdk.stacks if s.ssm_parameters()]
+    asked: list[str] = []
+
+    def run() -> list[str]:
+        lines: list[str] = []
+        cdk.deployed.clear()
+        Stacks(prod, account, cdk, lines.append, cdk_out=tmp_path / str(len(cdk.calls)),
+               confirm=lambda prompt: asked.append(prompt) or True).run()
+        return lines
+
+    lines = run()
+    assert cdk.deployed == [] and asked == []
+    assert [c[:2] for c in cdk.calls if c[0] == "diff"] == [["diff", name] for name in reading]
+    assert all(c[-3:] == ["--method", "change-set", "--fail"] for c in cdk.calls if c[0] == "diff")
+    assert f"  {fabric}: cdk diff shows no change (its SSM parameters resolve as deployed): left as it is" in lines
+    cdk.diff_differs.add(fabric)
+    run()
+    assert cdk.deployed == [fabric] and asked == [f"apply this change to {fabric} in prod? [y/N] "]
+
+
 class OneStackAccount:
     """CloudFormation through botocore's Stubber (every status and reason is checked against the
     cloudformation model's StackStatus enum): DescribeStacks answers the statuses queued, then
@@ -220,9 +366,10 @@ class OneStackAccount:
         assert service == "cloudformation"
         return self.cloudformation
 
-    def status(self, status: str, reason: str = "", protected: bool = False) -> None:
+    def status(self, status: str, reason: str = "", protected: bool = False, notifications: Sequence[str] = ()) -> None:
         stack = {"StackName": self.name, "StackId": f"arn:aws:cloudformation:eu-west-1:{ACCOUNT}:stack/{self.name}/1",
-                 "CreationTime": "2026-11-20T00:00:00Z", "StackStatus": status, "EnableTerminationProtection": protected}
+                 "CreationTime": "2026-11-20T00:00:00Z", "StackStatus": status, "EnableTerminationProtection": protected,
+                 "NotificationARNs": list(notifications)}
         if reason:
             stack["StackStatusReason"] = reason
         self.stubber.add_response("describe_stacks", {"Stacks": [stack]}, {"StackName": self.name})
@@ -240,7 +387,7 @@ def one_stack(moto_session, stacks, tmp_path):
     account = OneStackAccount(moto_session, network.name)
     lines: list[str] = []
     step = Stacks(CONFIG, account, cdk, lines.append, cdk_out=tmp_path, sleep=lambda s: lines.append(f"(slept {s:g} s)"))
-    cdk.put = lambda name, body=None: cdk.deployed.append(name)  # what the CLI does is its own business
+    cdk.put = lambda name, body=None, **_: cdk.deployed.append(name)  # what the CLI does is its own business
     return step, account, cdk, lines
 
 
@@ -281,6 +428,18 @@ def test_a_stack_rolled_back_is_deployed_when_its_template_differs_and_left_when
     account.template(cdk.template(account.name))
     step.run()
     assert cdk.deployed == [account.name] and lines[-1] == f"  {account.name}: {status}, as synthesized"
+
+
+def test_a_stack_with_notification_arns_the_assembly_does_not_name_is_deployed(one_stack):
+    """canSkipDeploy compares the stack's NotificationARNs with the ones the CLI is given (none:
+    neither --notification-arns nor the manifest's notificationArns) and deploys when they differ."""
+    step, account, cdk, lines = one_stack
+    account.status("UPDATE_COMPLETE", notifications=[f"arn:aws:sns:eu-west-1:{ACCOUNT}:someone-elses"])
+    account.template(cdk.template(account.name))
+    step.run()
+    assert cdk.deployed == [account.name]
+    assert lines[-1] == f"  {account.name}: UPDATE_COMPLETE, updating (its notification ARNs changed)"
+    account.stubber.assert_no_pending_responses()
 
 
 def test_a_stack_in_progress_is_waited_for_then_left_alone_when_it_matches(one_stack):
@@ -568,6 +727,60 @@ def test_steps_already_done_are_skipped_and_said(capsys):
     with pytest.raises(OperationFailed, match=r"^flink: Flink application x is STARTING.*\(run telemetry deploy again"):
         run_journey([Done(), Failing()], lines.append)
     assert lines == ["[1/2] deploy: already done (all 8 stacks deployed)", "[2/2] flink: running"]
+
+
+def step_errors():
+    """One error of each kind a step can raise, as errors.worded words it for the command line."""
+    from botocore.exceptions import ClientError
+
+    from scripts.cluster_inventory import ToolError
+    from scripts.telemetry.errors import UsageError
+    from simulator.topic_admin import TopicError
+    from stacks.config import ConfigError
+
+    def client_error(code: str) -> ClientError:
+        return ClientError({"Error": {"Code": code, "Message": "no"}}, "DescribeStacks")
+
+    return [
+        pytest.param(OperationFailed("Flink application x is STARTING"), 1, id="OperationFailed"),
+        pytest.param(UsageError("add --mfa-serial ARN"), 2, id="UsageError"),
+        pytest.param(TopicError("cannot connect to the brokers: timed out"), 2, id="TopicError"),
+        pytest.param(ToolError("no seed answered"), 2, id="ToolError"),
+        pytest.param(ConfigError("environments.dev.msk.topics: unknown key"), 2, id="ConfigError"),
+        pytest.param(client_error("AccessDenied"), 2, id="ClientError-credentials"),
+        pytest.param(client_error("Throttling"), 1, id="ClientError"),
+        pytest.param(AttributeError("'Namespace' object has no attribute 'format'"), 1, id="internal"),
+    ]
+
+
+@pytest.mark.parametrize(("error", "exit_code"), step_errors())
+@pytest.mark.parametrize("where", ["run", "done"])
+def test_an_error_of_any_kind_names_its_step_and_the_way_on_and_keeps_its_exit_code(error, exit_code, where, capsys,
+                                                                                   monkeypatch):
+    """As the operator meets it: `telemetry deploy` prints one line naming the step and saying
+    a rerun goes on from there, with the exit code the error's kind has everywhere."""
+    from scripts.telemetry import cli
+    from scripts.telemetry.errors import worded
+
+    class Failing:
+        name = "topics"
+
+        def done(self):
+            if where == "done":
+                raise error
+            return ""
+
+        def run(self):
+            raise error
+
+    monkeypatch.setattr(deploy, "run", lambda args, session_factory: run_journey([Failing()], print))
+    code = cli.main(["deploy", "--env", "dev"], session_factory=lambda region: None)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == exit_code == worded(error)[0]
+    _, worded_alone = worded(error)
+    assert line.startswith(f"telemetry: error: topics: {worded_alone} (run telemetry deploy again to go on from here)")
+    if isinstance(error, AttributeError):  # a defect still says how to see where
+        assert line.endswith("(run again with --debug for the traceback)")
 
 
 @pytest.fixture

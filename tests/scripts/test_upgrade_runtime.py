@@ -84,8 +84,41 @@ def test_a_rollback_is_exit_1_with_its_reason(gateway, sf_cluster, capsys):
                    "cluster runs 11.4.268.1; its health evaluations say why (Get-ServiceFabricClusterUpgrade)"]
 
 
+def test_run_again_after_it_completed_it_says_so_and_prints_the_cdk_json_edit_again(gateway, sf_cluster, sf_emulator,
+                                                                                      capsys):
+    """The operator's process died as the upgrade completed, or the edit scrolled away: the same
+    command again is done (exit 0), starts nothing, and prints the edit cdk.json still lacks."""
+    sf_cluster.cm.put_in_image_store(CAB)
+    assert upgrade(gateway) == 0
+    capsys.readouterr()
+    upgrades = len(sf_emulator.requests_to("POST", r"/\$/Upgrade"))
+    assert upgrades == 1
+
+    assert upgrade(gateway, "--format", "json") == 0
+
+    out, err = capsys.readouterr()
+    document = json.loads(out)
+    assert document["state"] == "RollingForwardCompleted" and document["already_done"] is True
+    assert document["cdk_json"]["environments.dev.service_fabric.runtime_version"] == "11.5.0.1"
+    assert "the cluster runs 11.5.0.1 already (RollingForwardCompleted): the upgrade is done, nothing was started" in err
+    assert "  environments.dev.service_fabric.runtime_version: 11.5.0.1" in err and "then: make deploy ENV=dev" in err
+    assert len(sf_emulator.requests_to("POST", r"/\$/Upgrade")) == upgrades
+    assert not sf_emulator.requests_to("POST", r"/\$/Provision")[1:]
+
+
+def test_the_version_cdk_json_and_the_cluster_both_name_is_done_with_nothing_to_edit(gateway, sf_cluster, sf_emulator,
+                                                                                     capsys):
+    """dev's cdk.json names 11.4.268.1, which the emulated cluster runs."""
+    code = cli.main(["cluster", "upgrade", "--env", "dev", "--version", "11.4.268.1", *gateway])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "the cluster runs 11.4.268.1 already" in out
+    assert "cdk.json names 11.4.268.1 too (environments.dev.service_fabric.runtime_version): nothing to edit" in out
+    assert "then: make deploy" not in out
+    assert not sf_emulator.requests_to("POST", r"/\$/(Provision|Upgrade)")
+
+
 @pytest.mark.parametrize(("version", "fragment"), [
-    ("11.4.268.1", "--version 11.4.268.1 is not newer than 11.4.268.1, which the cluster runs"),
     ("10.1.2448.1", "--version 10.1.2448.1 is not newer than 11.4.268.1, which the cluster runs"),
 ])
 def test_a_version_not_newer_than_the_clusters_is_refused(gateway, version, fragment, sf_emulator, capsys):
