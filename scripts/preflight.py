@@ -64,7 +64,9 @@ def check_zones(ec2, config: EnvironmentConfig) -> Check:
 
 
 def check_bootstrap(ssm, config: EnvironmentConfig) -> Check:
-    fix = f"run: cdk bootstrap aws://{config.account}/{config.region}"
+    # The Makefile's target runs the pinned CLI on .venv's Node, after the placeholder refusal: no
+    # bare `cdk` is on PATH, and .venv/bin/cdk needs a system Node (scripts/telemetry/cdk_cli.py).
+    fix = f"run: make bootstrap ENV={config.name}"
     try:
         version = int(ssm.get_parameter(Name=BOOTSTRAP_VERSION_PARAMETER)["Parameter"]["Value"])
     except ssm.exceptions.ParameterNotFound:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ from botocore.stub import ANY, Stubber
 from scripts import preflight
 from stacks.config import load_environment, read_environments
 from scripts.telemetry import cli
+from tests.conftest import REPO
 
 ACCOUNT = "111111111111"  # the dev environment's account in cdk.json
 QUOTAS = {
@@ -202,12 +205,34 @@ def test_each_missing_piece_is_one_blocker_line(account, capsys):
     assert code == 1
     assert err.strip().splitlines() == [
         "blocker: cdk bootstrap: not bootstrapped (/cdk-bootstrap/hnb659fds/version missing); "
-        "run: cdk bootstrap aws://111111111111/eu-west-1",
+        "run: make bootstrap ENV=dev",
         "blocker: secret telemetry-dev/service-fabric/cluster-certificate: lacks pfx_password",
         "blocker: secret telemetry-dev/service-fabric/admin-certificate: does not exist; create it as the README describes",
         f"blocker: Elastic IPs (NAT): {rows['Elastic IPs (NAT)'][1]}",
     ]
     assert "request an increase" in rows["Elastic IPs (NAT)"][1]
+
+
+def test_the_bootstrap_advice_runs_as_typed(account, capsys):
+    """What the blocker says to run is a make target of this checkout, which refuses the shipped
+    placeholders before the CDK CLI makes any AWS call, as make diff and deploy do."""
+    account.client("ssm").delete_parameter(Name="/cdk-bootstrap/hnb659fds/version")
+    _, rows, _ = run(account, capsys)
+    argv = shlex.split(rows["cdk bootstrap"][1].split("; run: ", 1)[1])
+    assert argv == ["make", "bootstrap", "ENV=dev"]
+    # -o: the virtual environment is taken as made (make would otherwise rebuild a stale stamp).
+    typed = ["make", "-o", ".venv/.installed", *argv[1:]]
+    planned = subprocess.run([*typed, "-n"], cwd=REPO, capture_output=True, text=True, check=False)
+    assert planned.returncode == 0, planned.stderr
+    refusal, *_, cli_line = planned.stdout.strip().splitlines()
+    assert refusal.endswith("python -m stacks.placeholders dev")
+    assert cli_line.endswith("/.venv/bin/cdk bootstrap -c env=dev --output cdk.out/dev")
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("MAKE", "MFLAGS"))}
+    refused = subprocess.run(typed, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    assert refused.returncode == 2
+    line, trailer = refused.stderr.strip().splitlines()  # the one line, then make's own
+    assert line.startswith("error: cdk.json still holds shipped placeholders: environments.dev.account"), line
+    assert trailer.startswith("make: ***"), trailer
 
 
 def test_credentials_for_another_account_are_a_blocker(account, monkeypatch, capsys):
