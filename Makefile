@@ -20,13 +20,14 @@ CDK := $(BIN)/cdk
 CDK_OUT := cdk.out/$(ENV)
 CDK_FLAGS := -c env=$(ENV) --output $(CDK_OUT)
 
-.PHONY: help venv synth test test-fast lint deploy diff destroy topics cost bench demo clean flink-test bench-sink bench-membership mosquitto simulator-lock
+.PHONY: help venv synth test test-fast lint bootstrap deploy diff destroy topics cost bench demo clean flink-test bench-sink bench-membership mosquitto simulator-lock
 
 help:
 	@echo "make synth   [ENV=dev]   synthesize every stack of ENV into cdk.out/ENV (offline); installs .venv/bin/telemetry"
 	@echo "make test                whole test suite (pytest)"
 	@echo "make test-fast           tests without the slow integration ones"
 	@echo "make lint    [ENV=dev]   cfn-lint over the templates in cdk.out/ENV"
+	@echo "make bootstrap [ENV=dev] cdk bootstrap of ENV's account and region (once each; telemetry preflight says when)"
 	@echo "make diff    [ENV=dev]   cdk diff against the account of ENV"
 	@echo "make deploy  [ENV=dev]   cdk deploy --all for ENV"
 	@echo "make destroy [ENV=dev]   cdk destroy --all for ENV"
@@ -84,6 +85,12 @@ define before_aws
 	@$(BIN)/python -m stacks.placeholders $(ENV)
 	@rm -f $(CDK_OUT)/.inputs-sha256
 endef
+
+# The account and region come from ENV's stacks: the CLI synthesizes the app to read them, as it
+# does for any bootstrap run beside a cdk.json (defineEnvironments in the pinned CLI's cdk-toolkit).
+bootstrap: $(STAMP)
+	$(before_aws)
+	$(CDK) bootstrap $(CDK_FLAGS)
 
 # cdk diff compares every stack of the app when none is named (the pinned CLI has no --all for diff).
 diff: $(STAMP)

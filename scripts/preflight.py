@@ -4,10 +4,11 @@ One row per check, in one table: the credentials are for the configured account;
 zones exist in the region; the account is CDK-bootstrapped (version 6 or later); the certificate
 secrets exist and hold the keys the nodes and tools read; the Service Quotas leave room for the
 environment at its largest (On-Demand Standard vCPUs for seeds, scaling nodes at their maximum and
-the simulator fleet; Elastic IPs for the NAT gateways; MSK brokers); cluster management is not open
-to the internet in production; this machine has the tools; the caller's own permissions (IAM
-policy simulation); with --mfa-serial, that the MFA device assumes the topic administrator role
-(one AssumeRole, its credentials dropped). Reads only; changes nothing.
+the simulator fleet; Elastic IPs for the NAT gateways; MSK brokers) beside what others use (what
+the environment's own stacks hold already is part of its need, not counted twice); cluster
+management is not open to the internet in production; this machine has the tools; the caller's
+own permissions (IAM policy simulation); with --mfa-serial, that the MFA device assumes the topic
+administrator role (one AssumeRole, its credentials dropped). Reads only; changes nothing.
 
 Exit codes: 0 no blocker; 1 at least one blocker (each is one line under the table); 2 bad
 input (unknown environment, invalid config) or no usable credentials.
@@ -63,7 +64,9 @@ def check_zones(ec2, config: EnvironmentConfig) -> Check:
 
 
 def check_bootstrap(ssm, config: EnvironmentConfig) -> Check:
-    fix = f"run: cdk bootstrap aws://{config.account}/{config.region}"
+    # The Makefile's target runs the pinned CLI on .venv's Node, after the placeholder refusal: no
+    # bare `cdk` is on PATH, and .venv/bin/cdk needs a system Node (scripts/telemetry/cdk_cli.py).
+    fix = f"run: make bootstrap ENV={config.name}"
     try:
         version = int(ssm.get_parameter(Name=BOOTSTRAP_VERSION_PARAMETER)["Parameter"]["Value"])
     except ssm.exceptions.ParameterNotFound:
@@ -121,32 +124,73 @@ def is_standard(instance_type: str) -> bool:
     return instance_type[0] in STANDARD_FAMILIES
 
 
-def standard_vcpus_in_use(ec2) -> int:
+# What a stack creates carries the stack's id as a tag ("CloudFormation resource tagging":
+# aws:cloudformation:stack-id, -stack-name, -logical-id; the resource schemas of AWS::EC2::EIP,
+# AWS::EC2::Instance and AWS::MSK::Cluster declare cloudFormationSystemTags, as cfn-lint's copy of
+# them shows), and so does each instance a stack's Auto Scaling group launches ("stack-level tags
+# are automatically applied to EC2 instances regardless of the PropagateAtLaunch setting", same
+# page). The id, not the name: what a deleted stack retained (production's, stacks/removal.py)
+# keeps the old id, and the next deployment creates its replacement beside it.
+STACK_ID_TAG = "aws:cloudformation:stack-id"
+# The environment's stacks that create what each quota counts (stacks/platform.py names them; a
+# test reads the synthesized app).
+NAT_STACKS, INSTANCE_STACKS, MSK_STACKS = ("Network",), ("ServiceFabric", "SimulatorFleet"), ("Msk",)
+
+
+def live_stack_ids(cloudformation, config: EnvironmentConfig, parts: Iterable[str]) -> frozenset[str]:
+    """The StackId of each of the environment's stacks `parts` that exists now: DescribeStacks by
+    name answers a running stack, and a ValidationError for one that does not exist (CloudFormation
+    API Reference: "Deleted stacks: You must specify the unique stack ID")."""
+    ids = set()
+    for part in parts:
+        try:
+            stacks = cloudformation.describe_stacks(StackName=f"{config.stack_prefix}-{part}")["Stacks"]
+        except cloudformation.exceptions.ClientError as error:
+            if error.response["Error"]["Code"] != "ValidationError":
+                raise
+            continue
+        ids.update(stack["StackId"] for stack in stacks)
+    return frozenset(ids)
+
+
+def made_by(tags: list[dict] | dict[str, str] | None, stack_ids: frozenset[str]) -> bool:
+    """Whether tags (EC2's Key/Value list, or MSK's map) name one of `stack_ids` as their creator."""
+    if isinstance(tags, list):
+        tags = {tag["Key"]: tag["Value"] for tag in tags}
+    return (tags or {}).get(STACK_ID_TAG) in stack_ids
+
+
+def standard_vcpus_in_use(ec2, own_stacks: frozenset[str]) -> tuple[int, int]:
+    """vCPUs of the standard instances running: (those `own_stacks` launched, everyone else's)."""
     running = [
-        item["InstanceType"]
+        (item["InstanceType"], made_by(item.get("Tags"), own_stacks))
         for page in ec2.get_paginator("describe_instances").paginate(
             Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
         )
         for reservation in page["Reservations"]
         for item in reservation["Instances"]
     ]
-    standard = [t for t in running if is_standard(t)]
+    standard = [(t, own) for t, own in running if is_standard(t)]
     if not standard:
-        return 0
-    per_type = vcpus(ec2, standard)
-    return sum(per_type[t] for t in standard)
+        return 0, 0
+    per_type = vcpus(ec2, [t for t, _ in standard])
+    return (sum(per_type[t] for t, own in standard if own), sum(per_type[t] for t, own in standard if not own))
 
 
-def check_quota(label: str, quota: float | None, needed: int, in_use: int, unit: str) -> Check:
+def check_quota(label: str, quota: float | None, needed: int, in_use: tuple[int, int], unit: str) -> Check:
+    """`in_use`: (the environment's own, everyone else's). Only the others' usage and the whole
+    environment must fit: what the environment already holds is part of what it needs."""
     if quota is None:
         return Check(label, WARNING, f"quota not readable; the environment needs {needed} {unit}")
-    detail = f"needs {needed} {unit}, {in_use} in use, quota {quota:g}"
-    if needed + in_use > quota:
-        return Check(label, BLOCKER, f"{detail}: request an increase of at least {needed + in_use - quota:g} in Service Quotas")
+    own, others = in_use
+    held = f"{own} of them" if own <= needed else f"{own}"
+    detail = f"needs {needed} {unit}, {held} held by this environment already, {others} in use elsewhere, quota {quota:g}"
+    if needed + others > quota:
+        return Check(label, BLOCKER, f"{detail}: request an increase of at least {needed + others - quota:g} in Service Quotas")
     return Check(label, OK, detail)
 
 
-def check_vcpus(ec2, quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
+def check_vcpus(ec2, cloudformation, quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
     fabric, fleet = config.service_fabric, config.simulator_fleet
     instances = [
         (fabric.seed_instance_type, fabric.seed_node_count),
@@ -155,12 +199,15 @@ def check_vcpus(ec2, quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
     ]
     per_type = vcpus(ec2, [t for t, _ in instances])
     needed = sum(per_type[t] * count for t, count in instances if is_standard(t))
-    return check_quota("on-demand standard vCPUs", quotas.value(*VCPU_QUOTA), needed, standard_vcpus_in_use(ec2), "vCPUs")
+    in_use = standard_vcpus_in_use(ec2, live_stack_ids(cloudformation, config, INSTANCE_STACKS))
+    return check_quota("on-demand standard vCPUs", quotas.value(*VCPU_QUOTA), needed, in_use, "vCPUs")
 
 
-def check_elastic_ips(ec2, quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
-    in_use = len(ec2.describe_addresses()["Addresses"])
-    return check_quota("Elastic IPs (NAT)", quotas.value(*EIP_QUOTA), config.network.nat_gateways, in_use, "addresses")
+def check_elastic_ips(ec2, cloudformation, quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
+    own_stacks = live_stack_ids(cloudformation, config, NAT_STACKS)
+    own = [made_by(address.get("Tags"), own_stacks) for address in ec2.describe_addresses()["Addresses"]]
+    return check_quota("Elastic IPs (NAT)", quotas.value(*EIP_QUOTA), config.network.nat_gateways,
+                       (own.count(True), own.count(False)), "addresses")
 
 
 @dataclass(frozen=True)
@@ -181,10 +228,13 @@ def msk_clusters(kafka) -> MskClusters:
         return MskClusters((), f"not checked: ListClustersV2 refused: {error}")
 
 
-def check_brokers(found: MskClusters, quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
+def check_brokers(found: MskClusters, cloudformation, quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
     if found.refused:
         return Check("MSK brokers", WARNING, found.refused)
-    in_use = sum(cluster.get("Provisioned", {}).get("NumberOfBrokerNodes", 0) for cluster in found.clusters)
+    own_stacks = live_stack_ids(cloudformation, config, MSK_STACKS)
+    brokers = [(cluster.get("Provisioned", {}).get("NumberOfBrokerNodes", 0), made_by(cluster.get("Tags"), own_stacks))
+               for cluster in found.clusters]
+    in_use = (sum(n for n, own in brokers if own), sum(n for n, own in brokers if not own))
     return check_quota("MSK brokers", quotas.value(*BROKER_QUOTA), config.msk.broker_count, in_use, "brokers")
 
 
@@ -404,6 +454,7 @@ def preflight(config: EnvironmentConfig, session, mfa_serial: str | None = None,
     ec2, quotas = session.client("ec2"), ServiceQuotas(session.client("service-quotas"))
     secrets = session.client("secretsmanager")
     clusters = msk_clusters(session.client("kafka"))  # read by the broker and storage checks
+    cloudformation = session.client("cloudformation")
     fabric = config.service_fabric
     return [
         check_tools(),
@@ -414,10 +465,10 @@ def preflight(config: EnvironmentConfig, session, mfa_serial: str | None = None,
         check_bootstrap(session.client("ssm"), config),
         check_secret(secrets, fabric.cluster_certificate_secret, CLUSTER_SECRET_KEYS),
         check_secret(secrets, fabric.admin_certificate_secret, CERTIFICATE_KEYS),
-        check_vcpus(ec2, quotas, config),
-        check_elastic_ips(ec2, quotas, config),
-        check_brokers(clusters, quotas, config),
-        check_broker_storage(clusters, session.client("cloudformation"), config),
+        check_vcpus(ec2, cloudformation, quotas, config),
+        check_elastic_ips(ec2, cloudformation, quotas, config),
+        check_brokers(clusters, cloudformation, quotas, config),
+        check_broker_storage(clusters, cloudformation, config),
         check_management_cidrs(config),
     ]
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +18,7 @@ from botocore.stub import ANY, Stubber
 from scripts import preflight
 from stacks.config import load_environment, read_environments
 from scripts.telemetry import cli
+from tests.conftest import REPO
 
 ACCOUNT = "111111111111"  # the dev environment's account in cdk.json
 QUOTAS = {
@@ -70,9 +74,9 @@ def account(monkeypatch, moto_session):
     return session
 
 
-def run(session, capsys, quotas=QUOTAS, *flags: str) -> tuple[int, dict[str, tuple[str, str]], str]:
+def run(session, capsys, quotas=QUOTAS, *flags: str, env: str = "dev") -> tuple[int, dict[str, tuple[str, str]], str]:
     stubbed = Session(session, quotas)
-    code = cli.main(["preflight", "--env", "dev", *flags], session_factory=lambda region: stubbed)
+    code = cli.main(["preflight", "--env", env, *flags], session_factory=lambda region: stubbed)
     out, err = capsys.readouterr()
     rows = {}
     for line in out.strip().splitlines()[1:-1]:
@@ -180,7 +184,8 @@ def test_vcpus_needed_are_the_environment_at_its_largest_plus_what_runs(account,
     assert code == 1
     result, detail = rows["on-demand standard vCPUs"]
     assert result == "BLOCKER"
-    assert detail.startswith(f"needs {needed} vCPUs, {2 * types['m5.large']} in use, quota {quota}")
+    assert detail.startswith(f"needs {needed} vCPUs, 0 of them held by this environment already, "
+                             f"{2 * types['m5.large']} in use elsewhere, quota {quota}")
     (line,) = err.strip().splitlines()
     assert line == f"blocker: on-demand standard vCPUs: {detail}"
 
@@ -200,12 +205,34 @@ def test_each_missing_piece_is_one_blocker_line(account, capsys):
     assert code == 1
     assert err.strip().splitlines() == [
         "blocker: cdk bootstrap: not bootstrapped (/cdk-bootstrap/hnb659fds/version missing); "
-        "run: cdk bootstrap aws://111111111111/eu-west-1",
+        "run: make bootstrap ENV=dev",
         "blocker: secret telemetry-dev/service-fabric/cluster-certificate: lacks pfx_password",
         "blocker: secret telemetry-dev/service-fabric/admin-certificate: does not exist; create it as the README describes",
         f"blocker: Elastic IPs (NAT): {rows['Elastic IPs (NAT)'][1]}",
     ]
     assert "request an increase" in rows["Elastic IPs (NAT)"][1]
+
+
+def test_the_bootstrap_advice_runs_as_typed(account, capsys):
+    """What the blocker says to run is a make target of this checkout, which refuses the shipped
+    placeholders before the CDK CLI makes any AWS call, as make diff and deploy do."""
+    account.client("ssm").delete_parameter(Name="/cdk-bootstrap/hnb659fds/version")
+    _, rows, _ = run(account, capsys)
+    argv = shlex.split(rows["cdk bootstrap"][1].split("; run: ", 1)[1])
+    assert argv == ["make", "bootstrap", "ENV=dev"]
+    # -o: the virtual environment is taken as made (make would otherwise rebuild a stale stamp).
+    typed = ["make", "-o", ".venv/.installed", *argv[1:]]
+    planned = subprocess.run([*typed, "-n"], cwd=REPO, capture_output=True, text=True, check=False)
+    assert planned.returncode == 0, planned.stderr
+    refusal, *_, cli_line = planned.stdout.strip().splitlines()
+    assert refusal.endswith("python -m stacks.placeholders dev")
+    assert cli_line.endswith("/.venv/bin/cdk bootstrap -c env=dev --output cdk.out/dev")
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("MAKE", "MFLAGS"))}
+    refused = subprocess.run(typed, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    assert refused.returncode == 2
+    line, trailer = refused.stderr.strip().splitlines()  # the one line, then make's own
+    assert line.startswith("error: cdk.json still holds shipped placeholders: environments.dev.account"), line
+    assert trailer.startswith("make: ***"), trailer
 
 
 def test_credentials_for_another_account_are_a_blocker(account, monkeypatch, capsys):
@@ -367,7 +394,7 @@ def test_clusters_msk_will_not_list_leave_their_two_rows_unchecked_not_the_run_e
         stubber.add_client_error("list_clusters_v2", "ForbiddenException", "not allowed", 403)
         found = msk_clusters(kafka)
     config = load_environment(read_environments(), "dev")
-    brokers = check_brokers(found, quotas=None, config=config)
+    brokers = check_brokers(found, cloudformation=None, quotas=None, config=config)
     storage = check_broker_storage(found, cloudformation=None, config=config)
     assert brokers.result == storage.result == WARNING
     assert storage.detail.startswith("not checked: ListClustersV2 refused: An error occurred (ForbiddenException)")
@@ -404,3 +431,166 @@ def test_a_tiered_cluster_whose_configuration_dropped_tiered_storage_is_a_blocke
     assert (storage.result, storage.detail) == (BLOCKER, "cluster telemetry-dev uses tiered storage, which MSK cannot "
                                                 "turn off: keep msk.tiered_storage (removing it would also set guards "
                                                 "Kafka refuses on its tiered topics)")
+
+
+PROD_ACCOUNT = "333333333333"  # prod's account in cdk.json
+
+
+@pytest.fixture
+def prod_account(monkeypatch, moto_session):
+    """prod's account, bootstrapped, with both secrets."""
+    monkeypatch.setenv("MOTO_ACCOUNT_ID", PROD_ACCOUNT)
+    moto_session.client("ssm").put_parameter(Name="/cdk-bootstrap/hnb659fds/version", Value="27", Type="String")
+    keys = {"certificate": "PEM", "private_key": "PEM", "pfx": "cGZ4", "pfx_password": "pw"}
+    for name in ("cluster-certificate", "admin-certificate"):
+        moto_session.client("secretsmanager").create_secret(Name=f"telemetry-prod/service-fabric/{name}",
+                                                            SecretString=json.dumps(keys))
+    return moto_session
+
+
+def system_tags(stack_id: str, logical_id: str) -> list[dict]:
+    """The tags CloudFormation gives what a stack creates ("CloudFormation resource tagging")."""
+    return [{"Key": "aws:cloudformation:stack-name", "Value": stack_id.split("/")[1]},
+            {"Key": "aws:cloudformation:stack-id", "Value": stack_id},
+            {"Key": "aws:cloudformation:logical-id", "Value": logical_id}]
+
+
+def deploy_prod(session, synthesis) -> dict[str, str]:
+    """prod as deployed and at its largest: each stack that creates what a quota counts, in moto with
+    an inert template (moto cannot create the real resources; the Msk stack's holds its cluster, which
+    the storage check reads), and what its synthesized template declares made as CloudFormation and
+    Auto Scaling make it: every Elastic IP, every instance (each Auto Scaling group at its MaxSize,
+    its launch template's type) and the MSK cluster, each with its template's tags and CloudFormation's.
+    Returns part -> stack id."""
+    ec2, kafka = session.client("ec2"), session.client("kafka")
+    cloudformation = session.client("cloudformation")
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    ids = {}
+    for part, template in synthesis.stacks.items():
+        resources = template["Resources"]
+        msk = {lid: r for lid, r in resources.items() if r["Type"] == "AWS::MSK::Cluster"}
+        body = {"Resources": msk or {"Nothing": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}
+        stack_id = cloudformation.create_stack(StackName=synthesis.artifacts[part], TemplateBody=json.dumps(body))["StackId"]
+        ids[part] = stack_id
+
+        def tags(lid: str, resource: dict) -> list[dict]:
+            declared = resource["Properties"].get("Tags", [])
+            declared = [{"Key": k, "Value": v} for k, v in declared.items()] if isinstance(declared, dict) else declared
+            return [{"Key": t["Key"], "Value": t["Value"]} for t in declared] + system_tags(stack_id, lid)
+
+        for lid, resource in resources.items():
+            kind, properties = resource["Type"], resource["Properties"]
+            if kind == "AWS::EC2::EIP":
+                ec2.allocate_address(Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": tags(lid, resource)}])
+            elif kind in ("AWS::EC2::Instance", "AWS::AutoScaling::AutoScalingGroup"):
+                launch = resources[properties["LaunchTemplate"]["LaunchTemplateId"]["Ref"]]
+                count = int(properties.get("MaxSize", 1))
+                extra = [{"Key": "aws:autoscaling:groupName", "Value": properties.get("AutoScalingGroupName", lid)}] \
+                    if kind == "AWS::AutoScaling::AutoScalingGroup" else []  # fmt: skip
+                ec2.run_instances(ImageId=image, MinCount=count, MaxCount=count,
+                                  InstanceType=launch["Properties"]["LaunchTemplateData"]["InstanceType"],
+                                  TagSpecifications=[{"ResourceType": "instance", "Tags": tags(lid, resource) + extra}])
+            elif kind == "AWS::MSK::Cluster":
+                info = properties["BrokerNodeGroupInfo"]
+                kafka.create_cluster_v2(
+                    ClusterName=properties["ClusterName"], Tags={t["Key"]: t["Value"] for t in tags(lid, resource)},
+                    Provisioned={"KafkaVersion": properties["KafkaVersion"],
+                                 "NumberOfBrokerNodes": properties["NumberOfBrokerNodes"],
+                                 "BrokerNodeGroupInfo": {"InstanceType": info["InstanceType"], "ClientSubnets": ["a", "b", "c"],
+                                                         "StorageInfo": {"EbsStorageInfo": {
+                                                             "VolumeSize": info["StorageInfo"]["EBSStorageInfo"]["VolumeSize"]}}}})
+    return ids
+
+
+def foreign_usage(session, addresses: int, m5_larges: int, brokers: int) -> None:
+    """What others run in the account: untagged, or made by a stack of another name."""
+    ec2 = session.client("ec2")
+    for _ in range(addresses):
+        ec2.allocate_address(Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": system_tags(
+            f"arn:aws:cloudformation:eu-west-1:{PROD_ACCOUNT}:stack/Other-Network/1", "Eip")}])
+    if m5_larges:
+        ec2.run_instances(ImageId=ec2.describe_images()["Images"][0]["ImageId"], MinCount=m5_larges,
+                          MaxCount=m5_larges, InstanceType="m5.large")
+    if brokers:
+        session.client("kafka").create_cluster_v2(ClusterName="someone-else", Provisioned={
+            "KafkaVersion": "3.9.x", "NumberOfBrokerNodes": brokers,
+            "BrokerNodeGroupInfo": {"InstanceType": "kafka.m7g.large", "ClientSubnets": ["a", "b", "c"]}})
+
+
+# Elastic IPs: 5 per Region unless raised (Amazon VPC quotas).
+DEFAULT_EIP_QUOTA = 5
+
+
+def prod_quotas(session, m5_larges: int, brokers: int, short: int = 0, addresses: float = DEFAULT_EIP_QUOTA) -> dict:
+    """Quotas holding prod's whole need and others' `m5_larges` and `brokers`, less `short` of each."""
+    config = load_environment(read_environments(), "prod")
+    fabric, fleet = config.service_fabric, config.simulator_fleet
+    types = {t["InstanceType"]: t["VCpuInfo"]["DefaultVCpus"] for t in session.client("ec2").describe_instance_types(
+        InstanceTypes=sorted({fabric.seed_instance_type, fabric.node_instance_type, fleet.instance_type, "m5.large"})
+    )["InstanceTypes"]}
+    vcpus = (types[fabric.seed_instance_type] * fabric.seed_node_count + types[fabric.node_instance_type]
+             * fabric.scaling_max_nodes + types[fleet.instance_type] * fleet.host_count + types["m5.large"] * m5_larges)
+    return {"ec2": {preflight.VCPU_QUOTA[1]: float(vcpus - short), preflight.EIP_QUOTA[1]: float(addresses)},
+            "kafka": {preflight.BROKER_QUOTA[1]: float(config.msk.broker_count + brokers - short)}}
+
+
+QUOTA_ROWS = ("Elastic IPs (NAT)", "on-demand standard vCPUs", "MSK brokers")
+
+
+def test_a_rerun_of_deployed_prod_does_not_count_its_own_resources_against_the_quotas(prod_account, synthesized, capsys):
+    """prod deployed (3 NAT addresses, 5 seeds, 12 scaling nodes, 3 fleet hosts, 6 brokers) beside
+    one address, two m5.large and a 3-broker cluster of others, in quotas that hold exactly prod's
+    need and the others': the environment's own are part of its need, not "in use" on top of it."""
+    deploy_prod(prod_account, synthesized("prod"))
+    foreign_usage(prod_account, addresses=1, m5_larges=2, brokers=3)
+    code, rows, err = run(prod_account, capsys, prod_quotas(prod_account, m5_larges=2, brokers=3), env="prod")
+    assert {name: rows[name][0] for name in QUOTA_ROWS} == dict.fromkeys(QUOTA_ROWS, "ok"), err
+    assert rows["Elastic IPs (NAT)"][1] == (
+        "needs 3 addresses, 3 of them held by this environment already, 1 in use elsewhere, quota 5")
+    assert rows["MSK brokers"][1] == "needs 6 brokers, 6 of them held by this environment already, 3 in use elsewhere, quota 9"
+    needed, own, others = map(int, re.findall(r"\d+", rows["on-demand standard vCPUs"][1])[:3])
+    assert (own, others) == (needed, 2 * 2), rows["on-demand standard vCPUs"]  # m5.large: 2 vCPUs
+
+
+def test_others_usage_and_the_environments_whole_need_over_a_quota_is_a_blocker(prod_account, synthesized, capsys):
+    deploy_prod(prod_account, synthesized("prod"))
+    foreign_usage(prod_account, addresses=3, m5_larges=2, brokers=3)
+    code, rows, err = run(prod_account, capsys, prod_quotas(prod_account, m5_larges=2, brokers=3, short=1), env="prod")
+    assert code == 1
+    assert {name: rows[name][0] for name in QUOTA_ROWS} == dict.fromkeys(QUOTA_ROWS, "BLOCKER")
+    assert rows["Elastic IPs (NAT)"][1] == (
+        "needs 3 addresses, 3 of them held by this environment already, 3 in use elsewhere, quota 5: "
+        "request an increase of at least 1 in Service Quotas")
+    assert f"blocker: MSK brokers: {rows['MSK brokers'][1]}" in err
+
+
+def test_what_a_deleted_stack_retained_is_not_the_environments_own(prod_account, synthesized, capsys):
+    """A production Network stack deleted and deployed again: the addresses the old one left keep
+    its stack id (and name); the new stack makes its own beside them, so the old ones count as
+    in use elsewhere."""
+    ids = deploy_prod(prod_account, synthesized("prod"))
+    cloudformation = prod_account.client("cloudformation")
+    network = ids["network"].split("/")[1]
+    cloudformation.delete_stack(StackName=network)
+    cloudformation.create_stack(StackName=network, TemplateBody=json.dumps(
+        {"Resources": {"Nothing": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}))
+    code, rows, err = run(prod_account, capsys, prod_quotas(prod_account, m5_larges=0, brokers=0), env="prod")
+    assert rows["Elastic IPs (NAT)"] == ("BLOCKER", "needs 3 addresses, 0 of them held by this environment already, "
+                                         "3 in use elsewhere, quota 5: request an increase of at least 1 in Service Quotas")
+
+
+def test_the_stacks_counted_as_the_environments_own_are_those_that_create_what_each_quota_counts(synthesized):
+    """Every Elastic IP, instance, Auto Scaling group and MSK cluster of the synthesized app is in
+    the stack preflight looks for it in."""
+    synthesis = synthesized("prod")
+    where = {"AWS::EC2::EIP": preflight.NAT_STACKS, "AWS::EC2::Instance": preflight.INSTANCE_STACKS,
+             "AWS::AutoScaling::AutoScalingGroup": preflight.INSTANCE_STACKS, "AWS::MSK::Cluster": preflight.MSK_STACKS}
+    found = {kind: set() for kind in where}
+    for part, template in synthesis.stacks.items():
+        for resource in template["Resources"].values():
+            if resource["Type"] in where:
+                found[resource["Type"]].add(synthesis.artifacts[part].removeprefix("Telemetry-prod-"))
+    assert all(found[kind] <= set(parts) for kind, parts in where.items()), found
+    # ...and each of those stacks holds some (none is looked up for nothing).
+    assert found["AWS::EC2::Instance"] | found["AWS::AutoScaling::AutoScalingGroup"] == set(preflight.INSTANCE_STACKS)
+    assert (found["AWS::EC2::EIP"], found["AWS::MSK::Cluster"]) == (set(preflight.NAT_STACKS), set(preflight.MSK_STACKS))

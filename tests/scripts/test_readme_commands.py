@@ -134,7 +134,7 @@ def test_every_make_target_the_readme_shows_is_one_the_makefile_has_and_expands_
 # cfn-lint) and make test; demo, the benchmarks and flink-test are run by their own tests.
 ENDS_HERE = ("help", "cost")
 # The ones that would call AWS stop first, on the shipped placeholders (stacks/placeholders.py).
-REFUSED = ("diff", "deploy", "destroy")
+REFUSED = ("bootstrap", "diff", "deploy", "destroy")
 
 
 def test_the_make_targets_that_end_here_end_as_the_readme_says(tmp_path):
