@@ -4,15 +4,16 @@ Reads the seed topology (names, fixed addresses, fault and upgrade domains) and 
 secret names from the Service Fabric stack's outputs, checks that every seed instance runs at its
 address, builds ClusterConfig.json for an X.509-secured multi-machine cluster (the structure of
 Microsoft's ClusterConfig.X509.MultiMachine.json sample), publishes the cluster certificate's
-thumbprint to SSM (the node lifecycle functions pin the gateway by it) and runs the
-create-cluster Run Command document on seed-0, printing its status until it finishes.
+thumbprint to SSM (the node lifecycle functions pin the gateway by it) and, once every seed's SSM
+agent is Online and every seed reports its preparation succeeded, runs the create-cluster Run
+Command document on seed-0, printing its status until it finishes.
 
 --dry-run needs no AWS credentials: it reads the synthesized template in cdk.out (synthesized into
 a temporary folder when cdk.out lacks the environment, as deploy's plan does), builds the JSON with the certificate thumbprints left as placeholders naming their
 secrets (only a real run reads the secrets), writes it only where --output says (never into the
 checkout by default), and sends nothing.
 Exit codes: 0 cluster created (or dry run written); 1 cluster creation failed or timed out;
-2 refused (a seed not running at its address, bad config); a failed AWS call is 1, missing credentials 2 (as every `telemetry` command).
+2 refused (a seed not running at its address, a seed not ready yet: run again later, bad config); a failed AWS call is 1, missing credentials 2 (as every `telemetry` command).
 """
 
 from __future__ import annotations
@@ -262,37 +263,119 @@ def wait_for_command(
         sleep(poll_interval_s)
 
 
-def cluster_answers(session, config: EnvironmentConfig, outputs: ClusterOutputs, seed_ids: Sequence[str]) -> bool:
+def cluster_answers(session, config: EnvironmentConfig, outputs: ClusterOutputs, seeds: dict[str, NodeInstance]) -> bool:
     """Whether the cluster already runs with every seed Up, as the seeds answer (scripts/
-    cluster_nodes.py): then nothing is sent. False only when no seed reached a cluster and none has
-    Service Fabric installed: a fresh create. Anything between stops the run without a create: a
-    cluster whose seeds are not all Up, or Service Fabric installed where no cluster answers (a
-    cluster that is down, or a create that stopped half way) is for an operator to look at, and
-    CleanFabric.ps1 would remove a running cluster's node as well."""
-    from scripts.cluster_nodes import ask_the_seeds, describe, seed_statuses
+    cluster_nodes.py): then nothing is sent. False only when no seed reached a cluster, none has
+    Service Fabric installed and every seed is ready (ready_for_create): a fresh create. Anything
+    between stops the run without a create: a cluster whose seeds are not all Up, or Service Fabric
+    installed where no cluster answers (a cluster that is down, or a create that stopped half way) is
+    for an operator to look at, and CleanFabric.ps1 would remove a running cluster's node as well."""
+    from scripts.cluster_nodes import SeedsOffline, ask_the_seeds, describe, seed_statuses
 
     try:
         seen = ask_the_seeds(session, config, outputs)
+    except SeedsOffline as offline:  # typical right after the stack: the seeds' agents have not registered yet
+        raise not_ready(seeds, {seed: f"SSM agent {status}" for seed, status in offline.offline.items()}) from None
     except ToolError as error:
         raise OperationFailed(f"cannot ask the seeds whether a cluster runs, so no create is sent: {error}") from None
     if seen.fresh:
-        print(f"no seed asked has Service Fabric installed and no cluster answered ({seen.why_not()})"
-              + (f"; not asked, SSM agent not Online: {', '.join(seen.passed_over)}" if seen.passed_over else ""))
+        print(f"no seed asked has Service Fabric installed and no cluster answered ({seen.why_not()})")
+        ready_for_create(seen, seeds)
         return False
     if not seen.exists:
-        print(cleanup_advice(config, seed_ids))
+        print(cleanup_advice(config, [a.instance_id for a in seen.answers if a.unreachable]))
         raise OperationFailed(
             f"Service Fabric is installed on a seed but no cluster answered ({seen.why_not()}): either the cluster is "
             "down (see the seeds' FabricHostSvc and C:\\ServiceFabric\\Logs) or a create stopped half way (then the "
             "cleanup above, and bootstrap again); no create was sent")
-    seeds, not_up = seed_statuses(seen)
-    print(f"{seen.listing.seed} lists a cluster of {describe(seen.nodes or [])}: {len(seeds) - len(not_up)} of "
-          f"{len(seed_ids)} seeds Up" + (f" ({', '.join(not_up)})" if not_up else ""))
-    if not not_up and len(seeds) == len(seed_ids):
+    listed, not_up = seed_statuses(seen)
+    print(f"{seen.listing.seed} lists a cluster of {describe(seen.nodes or [])}: {len(listed) - len(not_up)} of "
+          f"{len(seeds)} seeds Up" + (f" ({', '.join(not_up)})" if not_up else ""))
+    if not not_up and len(listed) == len(seeds):
         print("the cluster already exists: nothing to create")
         return True
-    raise OperationFailed(f"the cluster runs without every seed Up ({len(seeds) - len(not_up)} of {len(seed_ids)}): "
+    raise OperationFailed(f"the cluster runs without every seed Up ({len(listed) - len(not_up)} of {len(seeds)}): "
                           "see telemetry cluster status; no create was sent and nothing recorded")
+
+
+# The seeds' readiness is checked here, not awaited by CloudFormation (a CreationPolicy on the seed
+# instances and a cfn-signal at the end of prepare_node.ps1): that would tie the stack to a Windows
+# boot path no test here can run, a failed preparation would roll the whole stack back, and a seed
+# rebuilt later would still need this check before any create.
+PREPARE_LOG = "C:\\ServiceFabric\\Logs\\prepare-node.log"  # userdata/prepare_node.ps1's $LogFile
+MIN_WAIT_MIN = 5  # the shortest "run again in": a Windows first boot moves in steps of minutes
+
+
+def preparation_budget_s() -> int:
+    """How long a node's preparation may take after its launch: what the add-node document waits
+    for it (stacks/documents/add_node.yaml, preparationTimeoutSeconds; the README says it takes
+    about 10-20 minutes)."""
+    import yaml
+
+    from stacks.constructs.node_scripts import ADD_NODE_DOCUMENT
+
+    document = yaml.safe_load(ADD_NODE_DOCUMENT.read_text(encoding="utf-8"))
+    return int(document["parameters"]["preparationTimeoutSeconds"]["default"])
+
+
+def ready_for_create(seen, seeds: dict[str, NodeInstance]) -> None:
+    """A create needs every seed prepared: CreateServiceFabricCluster.ps1 on seed-0 administers each
+    with the deployment account prepare_node.ps1 makes, and installs the runtime it downloaded.
+    OperationFailed when a seed's preparation failed (waiting will not mend it); ToolError (exit 2)
+    while a seed's agent is not Online (so it was not asked) or its preparation has not succeeded."""
+    failed = [a for a in seen.answers if a.prepared == "failed"]
+    if failed:
+        raise OperationFailed(
+            "node preparation failed on " + "; ".join(f"{a.seed} ({a.instance_id}) in step {a.preparation}" for a in failed)
+            + f"; its log is {PREPARE_LOG} on the instance (Session Manager: the CloudWatch agent that would ship it is "
+            "installed last); no create was sent")
+    waiting = {seed: f"SSM agent {status}" for seed, status in seen.offline.items()}
+    for a in seen.answers:
+        if a.prepared != "succeeded":
+            waiting[a.seed] = (f"preparation {a.prepared}" + (f" ({a.preparation})" if a.preparation else "") if a.prepared
+                               else "reports no preparation (its cluster-nodes document is older: deploy the stack)")
+    if waiting:
+        raise not_ready(seeds, waiting)
+    print(f"all {len(seeds)} seeds are Online and their node preparation succeeded")
+
+
+def not_ready(seeds: dict[str, NodeInstance], waiting: dict[str, str],
+              now: datetime.datetime | None = None) -> ToolError:
+    """The refusal while seeds are not ready, with when to run again: when the last of them has had
+    the time preparation is given since its launch, MIN_WAIT_MIN at least."""
+    budget = preparation_budget_s()
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    age = {seed: (now - seeds[seed].launched).total_seconds() if seeds[seed].launched else 0.0 for seed in waiting}
+    overdue = [seed for seed in waiting if age[seed] > budget]
+    left = max((budget - age[seed] for seed in waiting if seed not in overdue), default=0.0)
+    minutes = max(MIN_WAIT_MIN, -(-int(left) // 60))
+    why = f"a seed is prepared within {budget // 60} minutes of its launch"
+    if overdue:
+        why += (f"; {', '.join(overdue)} launched longer ago than that: look at it first (EC2 console: its system log; "
+                f"Session Manager: {PREPARE_LOG})")
+    listed = "; ".join(f"{seed} ({seeds[seed].instance_id}) {state}" for seed, state in waiting.items())
+    return ToolError(f"the seeds are not ready for the cluster create: {listed}; no create was sent: run again in "
+                     f"{minutes} minutes ({why})")
+
+
+def after_failed_create(session, config: EnvironmentConfig, outputs: ClusterOutputs, seed_ids: Sequence[str]) -> str:
+    """What to do about what a failed create left, from the seeds' own answer: CleanFabric.ps1 only
+    for the seeds that have Service Fabric installed (a create that failed before installing left
+    nothing to clean), never while a cluster answers."""
+    from scripts.cluster_nodes import ask_the_seeds
+
+    try:
+        seen = ask_the_seeds(session, config, outputs)
+    except ToolError as error:
+        print(f"could not ask the seeds what the create left ({error})")
+        return cleanup_advice(config, seed_ids)  # worded for "if the seeds hold part of a cluster"
+    if seen.exists:
+        return f"{seen.listing.seed} lists a cluster after all: run bootstrap again to check and record it"
+    holding = [a.instance_id for a in seen.answers if a.unreachable]
+    if holding:
+        return cleanup_advice(config, holding)
+    return (f"no seed asked has Service Fabric installed ({seen.why_not()}): nothing to clean up; bootstrap again once "
+            "the cause is fixed")
 
 
 # Where userdata/prepare_node.ps1 unpacks the standalone package on every node.
@@ -356,7 +439,8 @@ def dry_run(args: argparse.Namespace, config: EnvironmentConfig) -> int:
             f"the seed instances (EC2, tag sf:cluster={service_fabric_cluster_name(config)}): each must run at its "
             "address",
             f"the certificates in secrets {cluster_secret} and {admin_secret} (Secrets Manager), for their thumbprints",
-            f"whether the create-cluster document still runs on {first}, or the cluster already answers",
+            f"whether the create-cluster document still runs on {first}, or the cluster already answers, or every "
+            "seed's SSM agent is Online and its node preparation succeeded (the seeds' cluster-nodes document)",
         ],
         would_change=[
             f"write ClusterConfig.json to {args.output or default_output}",
@@ -399,7 +483,7 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
     if command_id:
         print(f"{document} is still running on {first.instance_id} ({first_seed.name}), command {command_id}: "
               "waiting for it instead of sending another")
-    elif cluster_answers(session, config, outputs, seed_ids):
+    elif cluster_answers(session, config, outputs, instances):
         aws.record_created(cluster_created_parameter_name(config), "found running", outputs.stack_id)
         answer(args, config, cluster_config, "", "found running")
         return 0
@@ -414,7 +498,7 @@ def bootstrap(args: argparse.Namespace, session_factory: Callable[[str], object]
     if status != "Success":
         detail = reason(err) or "see C:\\ServiceFabric\\Logs\\create-cluster.log"
         if not status.startswith("still "):
-            print(cleanup_advice(config, seed_ids))
+            print(after_failed_create(session, config, outputs, seed_ids))
         raise OperationFailed(f"cluster creation {status}: {detail}")
     print(f"cluster {cluster_config['name']} created with {len(seeds)} seed nodes")
     aws.record_created(cluster_created_parameter_name(config), f"command {command_id}", outputs.stack_id)

@@ -48,6 +48,7 @@ class NodeInstance:
     node_type: str
     node_name: str  # the sf:nodename tag: a seed's from the stack, a scaling node's once it joined
     tags: dict[str, str] = field(default_factory=dict, compare=False)
+    launched: datetime.datetime | None = field(default=None, compare=False)  # LaunchTime: a start after a stop moves it
 
     @property
     def node_address(self) -> str:
@@ -136,6 +137,7 @@ def node_instances(ec2, cluster_name: str) -> list[NodeInstance]:
                         node_type=tags.get(NODE_TYPE_TAG, ""),
                         node_name=tags.get(NODE_NAME_TAG, ""),
                         tags=tags,
+                        launched=item.get("LaunchTime"),
                     )
                 )
     return sorted(found, key=lambda i: i.instance_id)

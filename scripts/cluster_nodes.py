@@ -3,7 +3,8 @@
 The ServiceFabric stack's read-only document `<prefix>-sf-cluster-nodes` (stacks/documents/
 cluster_nodes.yaml) runs on every seed whose SSM agent is Online, connects to any of the seeds'
 client endpoints with the cluster certificate and prints a line per node, or why no cluster
-answered and whether Service Fabric is installed on that seed. Nothing here needs the
+answered and whether Service Fabric is installed on that seed; first, how far the seed's own
+preparation (userdata/prepare_node.ps1) has come. Nothing here needs the
 operator's machine inside the management CIDRs, unlike the HTTP gateway (telemetry cluster status):
 `telemetry deploy`'s smoke step reads the seeds' status this way, and `telemetry cluster bootstrap`
 asks it whether a cluster already answers (or a machine already has Service Fabric installed)
@@ -40,6 +41,8 @@ class Answer:
     nodes: list[SeenNode] | None = None
     unreachable: bool = False  # no cluster answered and Service Fabric is installed on that seed
     reason: str = ""
+    prepared: str = ""  # prepare_node.ps1's state there: running, succeeded or failed ("" not reported)
+    preparation: str = ""  # the step it is in, or the failed step and its error
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class SeenCluster:
     """What the seeds answered: the nodes, as the first seed that reached a cluster lists them."""
 
     answers: list[Answer]
-    passed_over: list[str] = field(default_factory=list)  # seeds Run Command cannot reach: "<id> <status>"
+    offline: dict[str, str] = field(default_factory=dict)  # seed -> its SSM agent's PingStatus, not Online
 
     @property
     def listing(self) -> Answer | None:
@@ -91,16 +94,35 @@ def parse(output: str) -> tuple[list[SeenNode] | None, bool, str]:
     return None, unreachable, reason or "the seed listed no node"
 
 
+def preparation(output: str) -> tuple[str, str]:
+    """The document's PREPARED=<state>|<detail> line: (state, detail), ("", "") without one (a
+    document version from before the line existed)."""
+    for line in output.splitlines():
+        kind, _, value = line.strip().partition("=")
+        if kind == "PREPARED":
+            state, _, detail = value.partition("|")
+            return state.strip(), detail.strip()
+    return "", ""
+
+
+class SeedsOffline(ToolError):
+    """No seed's SSM agent is Online (ssm_hosts: PingStatus), so none can be asked."""
+
+    def __init__(self, message: str, offline: dict[str, str]) -> None:
+        super().__init__(message)
+        self.offline = offline  # seed -> its agent's PingStatus
+
+
 def ask_the_seeds(
     session: Any, config: Any, outputs: Any, *, say: Callable[[str], None] = print,
     sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
 ) -> SeenCluster:  # fmt: skip
     """Sends the cluster-nodes document to every seed whose agent is Online, each trying every
-    seed's endpoint, and returns what they answered. ToolError when no seed can be reached, or a
-    command fails."""
+    seed's endpoint, and returns what they answered. SeedsOffline when no seed's agent is Online,
+    ToolError when a command fails."""
     from scripts.cluster_inventory import node_instances
     from scripts.run_command_output import cloudwatch_output, invocation, reason, whole_output
-    from scripts.ssm_hosts import reachable
+    from scripts.ssm_hosts import agent_statuses
     from stacks.naming import (
         CLIENT_CONNECTION_PORT,
         CLUSTER_TAG,
@@ -115,10 +137,13 @@ def ask_the_seeds(
     seeds = sorted(outputs.seeds, key=lambda s: s.index)
     names = {running[s.name]: s.name for s in seeds if s.name in running}  # instance -> seed, in seed order
     ssm = session.client("ssm")
-    online, others = reachable(ssm, list(names), CLUSTER_TAG, cluster)
+    statuses = agent_statuses(ssm, list(names), CLUSTER_TAG, cluster)
+    online = [i for i, status in statuses.items() if status == "Online"]
+    offline = {names[i]: status for i, status in statuses.items() if status != "Online"}
     if not online:
-        raise ToolError(f"no seed of {cluster} can take a Run Command"
-                        + (f" ({', '.join(others)})" if others else " (none is running)"))
+        raise SeedsOffline(f"no seed of {cluster} can take a Run Command"
+                           + (f" ({', '.join(f'{i} {s}' for i, s in statuses.items())})" if names else " (none is running)"),
+                           offline)
     log_group = node_log_group_name(config)
     command_id = ssm.send_command(
         DocumentName=outputs.get("ClusterNodesDocumentName"), DocumentVersion="$LATEST", InstanceIds=online,
@@ -146,8 +171,8 @@ def ask_the_seeds(
         output = whole_output(logs, log_group, command_id, instance, STEP, "stdout",
                               result.get("StandardOutputContent") or "", sleep=sleep, clock=clock)
         nodes, unreachable, why = parse(output)
-        answers.append(Answer(names[instance], instance, nodes, unreachable, why))
-    return SeenCluster(answers, others)
+        answers.append(Answer(names[instance], instance, nodes, unreachable, why, *preparation(output)))
+    return SeenCluster(answers, offline)
 
 
 def seed_statuses(seen: SeenCluster) -> tuple[list[SeenNode], list[str]]:

@@ -33,9 +33,15 @@ def ping_statuses(ssm, tag_key: str, tag_value: str) -> dict[str, str]:
     return {node["InstanceId"]: node["PingStatus"] for page in pages for node in page["InstanceInformationList"]}
 
 
+def agent_statuses(ssm, instance_ids: Sequence[str], tag_key: str, tag_value: str) -> dict[str, str]:
+    """Instance id -> PingStatus (or NOT_REGISTERED), in the order given."""
+    statuses = ping_statuses(ssm, tag_key, tag_value)
+    return {i: statuses.get(i, NOT_REGISTERED) for i in instance_ids}
+
+
 def reachable(ssm, instance_ids: Sequence[str], tag_key: str, tag_value: str) -> tuple[list[str], list[str]]:
     """(the instances Online, in the order given; "<id> <status>" for each of the others)."""
-    statuses = ping_statuses(ssm, tag_key, tag_value)
-    online = [i for i in instance_ids if statuses.get(i) == "Online"]
-    others = [f"{i} {statuses.get(i, NOT_REGISTERED)}" for i in instance_ids if statuses.get(i) != "Online"]
+    statuses = agent_statuses(ssm, instance_ids, tag_key, tag_value)
+    online = [i for i, status in statuses.items() if status == "Online"]
+    others = [f"{i} {status}" for i, status in statuses.items() if status != "Online"]
     return online, others

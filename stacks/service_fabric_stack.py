@@ -280,7 +280,7 @@ class ServiceFabricStack(Stack):
             self,
             "ClusterNodesDocument",
             name=cluster_nodes_document_name(config),
-            content=render_cluster_nodes_document(),
+            content=render_cluster_nodes_document({"statusFile": NODE_PREPARATION_STATUS_FILE}),
         )
 
         ClusterMonitoring(

@@ -33,6 +33,7 @@ The steps and how each knows it is done:
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -469,7 +470,14 @@ class Bootstrap:
         if record.endswith(f" stack {outputs.stack_id}"):
             return f"{parameter}: {record}"
         document = outputs.get("CreateClusterDocumentName")
-        for page in ssm.get_paginator("list_commands").paginate():
+        # Only this document's successes since the stack was created, not every command in the
+        # account's history (CommandFilter: DocumentName, Status, InvokedAfter "2021-07-07T00:00:00Z",
+        # SSM API Reference). The check below stays: moto's ListCommands ignores filters.
+        filters = [{"key": "DocumentName", "value": document}, {"key": "Status", "value": "Success"}]
+        if outputs.created is not None:
+            since = outputs.created.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            filters.append({"key": "InvokedAfter", "value": since})
+        for page in ssm.get_paginator("list_commands").paginate(Filters=filters):
             for command in page["Commands"]:
                 if (command["DocumentName"] == document and command["Status"] == "Success"
                         and (outputs.created is None or command["RequestedDateTime"] >= outputs.created)):

@@ -90,8 +90,8 @@ def render_create_cluster_document(defaults: Mapping[str, str]) -> dict:
     return render_command_document(CREATE_CLUSTER_DOCUMENT, defaults)
 
 
-def render_cluster_nodes_document() -> dict:
-    return render_command_document(CLUSTER_NODES_DOCUMENT, {})
+def render_cluster_nodes_document(defaults: Mapping[str, str]) -> dict:
+    return render_command_document(CLUSTER_NODES_DOCUMENT, defaults)
 
 
 def render_stop_host_document() -> dict:

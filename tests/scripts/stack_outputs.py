@@ -3,9 +3,12 @@ response checked against the real API model), every other client being the sessi
 
 from __future__ import annotations
 
+import datetime
 import json
 
 from botocore.stub import Stubber
+
+CREATED = datetime.datetime(2026, 11, 23, tzinfo=datetime.timezone.utc)  # the stand-in stack's CreationTime
 
 
 def outputs_list(values: dict[str, str]) -> list[dict]:
@@ -31,7 +34,8 @@ class StubbedStackSession:
         else:
             self.stubber.add_response(
                 "describe_stacks",
-                {"Stacks": [{"StackName": stack, "StackId": stack_id(stack), "CreationTime": "2026-11-23T00:00:00Z",
+                # CreationTime as botocore parses it from a real answer (a timestamp), not a string.
+                {"Stacks": [{"StackName": stack, "StackId": stack_id(stack), "CreationTime": CREATED,
                              "StackStatus": "CREATE_COMPLETE", "Outputs": outputs}]},
                 {"StackName": stack},
             )

@@ -6,6 +6,7 @@ request and the response against the real API model)."""
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import shlex
 import subprocess
@@ -18,7 +19,7 @@ from scripts import bootstrap_cluster
 from scripts.cluster_inventory import thumbprint
 from scripts.telemetry import cli
 from stacks.constructs.node_scripts import render_cluster_nodes_document, render_create_cluster_document
-from tests.scripts.seed_commands import seeds_answer
+from tests.scripts.seed_commands import PREPARED, seeds_answer
 from tests.scripts.stack_outputs import StubbedStackSession, stack_id
 from tests.sf_emulator.certs import make_pki
 
@@ -105,11 +106,14 @@ def aws(moto_session, synthesized, pki):
     session.client("ssm").create_document(Name=DOCUMENT, Content=json.dumps(content),
                                           DocumentType="Command", DocumentFormat="JSON")
     # Asked first whether a cluster answers: by default none does (the seeds answer NOCLUSTER).
-    session.client("ssm").create_document(Name="telemetry-prod-sf-cluster-nodes", DocumentType="Command",
-                                          Content=json.dumps(render_cluster_nodes_document()), DocumentFormat="JSON")
+    session.client("ssm").create_document(
+        Name="telemetry-prod-sf-cluster-nodes", DocumentType="Command", DocumentFormat="JSON",
+        Content=json.dumps(render_cluster_nodes_document({"statusFile": "C:\\ServiceFabric\\prepare-node.status.json"})))
     session.cluster_nodes = None  # or a list of nodes (Name, NodeStatus, IsSeedNode), as Get-ServiceFabricNode lists them
     session.installed = set()  # seeds with Service Fabric installed (FabricHostSvc)
-    seeds_answer(session, lambda: session.cluster_nodes, lambda instance: instance in session.installed)
+    session.prepared = {}  # instance id -> its PREPARED=<state>|<detail> other than succeeded
+    seeds_answer(session, lambda: session.cluster_nodes, lambda instance: instance in session.installed,
+                 lambda instance: session.prepared.get(instance, PREPARED))
     yield StubbedStackSession(session, STACK, deployed_outputs(synthesized)), seeds
 
 
@@ -235,6 +239,7 @@ def test_creates_the_cluster_on_seed_0_from_the_stack_outputs(aws, pki, tmp_path
     parameter = session.client("ssm").get_parameter(Name="/telemetry-prod/service-fabric/gateway-thumbprint")
     assert parameter["Parameter"]["Value"] == pki.server.sha1_thumbprint
     out = capsys.readouterr().out
+    assert "all 5 seeds are Online and their node preparation succeeded" in out  # asked before the create
     assert "create cluster on" in out and "created with 5 seed nodes" in out
     # telemetry deploy's bootstrap step is done for as long as this parameter exists.
     created = session.client("ssm").get_parameter(Name="/telemetry-prod/service-fabric/cluster-created")
@@ -243,20 +248,39 @@ def test_creates_the_cluster_on_seed_0_from_the_stack_outputs(aws, pki, tmp_path
 
 
 def test_a_failed_create_records_nothing_for_telemetry_deploy(aws, tmp_path, monkeypatch, capsys):
+    """The create stopped half way: it had installed Service Fabric on three seeds (they answer
+    UNREACHABLE when asked again), so the cleanup is advised for those three."""
     session, _seeds = aws
-    monkeypatch.setattr(bootstrap_cluster.Bootstrap, "invocation", lambda self, command, instance: ("Failed", "", "boom"))
+    half_way = {s["instance_id"] for s in _seeds[:3]}
+
+    def failed(self, command, instance):
+        session.session.installed = half_way
+        return "Failed", "", "boom"
+
+    monkeypatch.setattr(bootstrap_cluster.Bootstrap, "invocation", failed)
     assert run(["--env", "prod", "--output", str(tmp_path / "c.json"), "--poll-interval", "0"], session) == 1
     ssm = session.client("ssm")
     with pytest.raises(ssm.exceptions.ParameterNotFound):
         ssm.get_parameter(Name="/telemetry-prod/service-fabric/cluster-created")
     captured = capsys.readouterr()
     assert captured.err.strip() == "telemetry: error: cluster creation Failed: boom"
-    # The way out of a half-made cluster, as a command to paste: CleanFabric.ps1 on every seed.
+    # The way out of a half-made cluster, as a command to paste: CleanFabric.ps1 on the seeds holding part of it.
     (advice,) = [line for line in captured.out.splitlines() if line.startswith("  aws ssm send-command")]
     words = shlex.split(advice)
     assert words[words.index("--document-name") + 1] == "AWS-RunPowerShellScript"
-    assert words[words.index("--instance-ids") + 1:words.index("--parameters")] == [s["instance_id"] for s in _seeds]
+    assert words[words.index("--instance-ids") + 1:words.index("--parameters")] == [s["instance_id"] for s in _seeds[:3]]
     assert json.loads(words[words.index("--parameters") + 1]) == {"commands": ["& C:\\ServiceFabric\\Package\\CleanFabric.ps1"]}
+
+
+def test_a_create_that_failed_before_installing_advises_no_cleanup(aws, tmp_path, monkeypatch, capsys):
+    """Asked again, no seed has Service Fabric installed: CleanFabric.ps1 has nothing to remove there."""
+    session, _seeds = aws
+    monkeypatch.setattr(bootstrap_cluster.Bootstrap, "invocation", lambda self, command, instance: ("Failed", "", "boom"))
+    assert run(["--env", "prod", "--output", str(tmp_path / "c.json"), "--poll-interval", "0"], session) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "telemetry: error: cluster creation Failed: boom"
+    assert "CleanFabric" not in captured.out and "send-command" not in captured.out
+    assert "no seed asked has Service Fabric installed" in captured.out and "nothing to clean up" in captured.out
 
 
 def test_a_rerun_while_the_create_still_runs_waits_for_it_and_sends_nothing(aws, tmp_path, monkeypatch, capsys):
@@ -296,6 +320,87 @@ def refused(session, capsys, argv=("--env", "prod")) -> str:
     assert "Traceback" not in captured.err
     (line,) = captured.err.strip().splitlines()
     return line
+
+
+def test_seeds_whose_agents_are_not_online_get_no_create_and_are_asked_again_later(aws, tmp_path, capsys):
+    """Right after the stack completes the seeds are still booting: their SSM agents have not
+    registered, or lost their connection. A create then would wait out its delivery timeout on an
+    unprepared seed; instead the run stops, names them and says when to run again."""
+    session, seeds = aws
+    session.session.ping_status.update({seeds[3]["instance_id"]: "ConnectionLost", seeds[4]["instance_id"]: "Inactive"})
+    sent = sent_commands(session.session)
+    line = refused(session, capsys, ("--env", "prod", "--output", str(tmp_path / "c.json")))
+    assert sent == []
+    assert line.startswith("telemetry: error: the seeds are not ready for the cluster create: "
+                           f"seed-3 ({seeds[3]['instance_id']}) SSM agent ConnectionLost; "
+                           f"seed-4 ({seeds[4]['instance_id']}) SSM agent Inactive; no create was sent: run again in ")
+    # The seeds launched just now (moto's LaunchTime): the 30 minutes add_node.yaml gives a node's preparation.
+    assert "run again in 30 minutes (a seed is prepared within 30 minutes of its launch)" in line
+
+
+def test_no_seed_online_is_a_refusal_to_run_again_not_a_failure(aws, tmp_path, capsys):
+    session, seeds = aws
+    session.session.ping_status.update({s["instance_id"]: "Inactive" for s in seeds})
+    sent = sent_commands(session.session)
+    line = refused(session, capsys, ("--env", "prod", "--output", str(tmp_path / "c.json")))
+    assert sent == []
+    assert line.startswith("telemetry: error: the seeds are not ready for the cluster create: seed-0 (")
+    assert all(f"{s['name']} ({s['instance_id']}) SSM agent Inactive" in line for s in seeds)
+    assert "run again in 30 minutes" in line
+
+
+def test_seeds_still_preparing_get_no_create(aws, tmp_path, capsys):
+    """Online but prepare_node.ps1 not done: the create would find no deployment account, package or
+    runtime on them. Their answer says how far each has come."""
+    session, seeds = aws
+    session.session.prepared = {seeds[2]["instance_id"]: "running|download Service Fabric runtime",
+                                seeds[4]["instance_id"]: "running|no status file yet"}
+    sent = sent_commands(session.session)
+    line = refused(session, capsys, ("--env", "prod", "--output", str(tmp_path / "c.json")))
+    assert sent == []
+    assert line.startswith("telemetry: error: the seeds are not ready for the cluster create: "
+                           f"seed-2 ({seeds[2]['instance_id']}) preparation running (download Service Fabric runtime); "
+                           f"seed-4 ({seeds[4]['instance_id']}) preparation running (no status file yet); "
+                           "no create was sent: run again in 30 minutes")
+
+
+def test_a_seed_whose_preparation_failed_is_a_failure_naming_it_and_its_log(aws, tmp_path, capsys):
+    """Waiting will not mend a failed preparation, so it is exit 1 even while another seed still prepares."""
+    session, seeds = aws
+    session.session.prepared = {
+        seeds[1]["instance_id"]: "failed|download Service Fabric standalone package: standalone package SHA-256 "
+                                 "mismatch: expected AB12, actual CD34",
+        seeds[3]["instance_id"]: "running|install CloudWatch agent"}
+    sent = sent_commands(session.session)
+    assert run(["--env", "prod", "--output", str(tmp_path / "c.json")], session) == 1
+    assert sent == []
+    captured = capsys.readouterr()
+    assert "CleanFabric" not in captured.out  # nothing is installed on any seed
+    assert captured.err.strip() == (
+        f"telemetry: error: node preparation failed on seed-1 ({seeds[1]['instance_id']}) in step download Service "
+        "Fabric standalone package: standalone package SHA-256 mismatch: expected AB12, actual CD34; its log is "
+        "C:\\ServiceFabric\\Logs\\prepare-node.log on the instance (Session Manager: the CloudWatch agent that would "
+        "ship it is installed last); no create was sent")
+
+
+def test_when_to_run_again_follows_the_last_seed_launched():
+    """The wait is until the youngest seed not ready has had preparation's 30 minutes; a seed older
+    than that is named as one to look at, and the wait is never under 5 minutes."""
+    from scripts.cluster_inventory import NodeInstance
+
+    now = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.timezone.utc)
+
+    def seed(name, minutes_ago):
+        return NodeInstance(f"i-{name}", "running", "eu-west-1a", "10.0.0.1", "PrimaryNodeType", name,
+                            launched=now - datetime.timedelta(minutes=minutes_ago))
+
+    seeds = {"seed-0": seed("seed-0", 12), "seed-1": seed("seed-1", 3), "seed-2": seed("seed-2", 45)}
+    message = str(bootstrap_cluster.not_ready(seeds, {"seed-0": "SSM agent Inactive"}, now))
+    assert "run again in 18 minutes (a seed is prepared within 30 minutes of its launch)" in message
+    message = str(bootstrap_cluster.not_ready(seeds, {"seed-0": "x", "seed-1": "y", "seed-2": "z"}, now))
+    assert "run again in 27 minutes" in message and "; seed-2 launched longer ago than that: look at it first" in message
+    message = str(bootstrap_cluster.not_ready(seeds, {"seed-2": "preparation running (mount shared storage)"}, now))
+    assert "run again in 5 minutes" in message and "seed-2 launched longer ago" in message
 
 
 def test_a_cluster_that_already_answers_with_every_seed_is_recorded_and_nothing_is_sent(aws, tmp_path, capsys):

@@ -564,6 +564,31 @@ def test_the_bootstrap_step_is_done_once_the_create_cluster_command_succeeded(ac
     assert step.done() == f"{document} succeeded, command {command}"
 
 
+def test_the_bootstrap_step_asks_run_command_only_for_this_documents_successes_since_the_stack(moto_session, synthesized):
+    """Not a page through every command the account ran: ListCommands filtered by DocumentName,
+    Status and InvokedAfter the stack's CreationTime (CommandFilter, SSM API Reference), which
+    Stubber checks against the ssm model; moto's ListCommands would ignore the filters."""
+    from tests.scripts.seed_commands import service_fabric_outputs
+    from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
+
+    fabric = StubbedStackSession(moto_session, "Telemetry-dev-ServiceFabric",
+                                 outputs_list(service_fabric_outputs(synthesized, "dev")))  # created 2026-11-23T00:00:00Z
+    ssm = moto_session.client("ssm")
+    with Stubber(ssm) as stubber:
+        stubber.add_client_error("get_parameter", "ParameterNotFound", http_status_code=400,
+                                 expected_params={"Name": "/telemetry-dev/service-fabric/cluster-created"})
+        stubber.add_response("list_commands", {"Commands": [
+            {"CommandId": "0f1e2d3c-4b5a-4978-8796-a5b4c3d2e1f0", "DocumentName": "telemetry-dev-create-sf-cluster",
+             "Status": "Success", "RequestedDateTime": datetime.datetime(2026, 11, 23, 1, tzinfo=datetime.timezone.utc)},
+        ]}, {"Filters": [{"key": "DocumentName", "value": "telemetry-dev-create-sf-cluster"},
+                         {"key": "Status", "value": "Success"},
+                         {"key": "InvokedAfter", "value": "2026-11-23T00:00:00Z"}]})
+        account = SimpleNamespace(client=lambda name: ssm if name == "ssm" else fabric.client(name))
+        done = Bootstrap(CONFIG, account, print).done()
+        stubber.assert_no_pending_responses()
+    assert done == "telemetry-dev-create-sf-cluster succeeded, command 0f1e2d3c-4b5a-4978-8796-a5b4c3d2e1f0"
+
+
 def test_the_bootstrap_step_is_done_by_the_record_bootstrap_left_for_this_very_stack(account, stacks):
     """Run Command's history of the create command does not last (the console lists 30 days):
     the parameter `telemetry cluster bootstrap` writes does. It names the stack it was written for,

@@ -610,14 +610,19 @@ def test_create_cluster_task_script_judges_test_configuration_by_exit_status_and
 def test_cluster_nodes_document_parses_once_substituted_and_prints_the_lines_the_workstation_reads(synthesized):
     """The read-only document scripts/cluster_nodes.py sends to the seeds: valid PowerShell once SSM
     substitutes the seeds' endpoints (its allowedPattern admits exactly ADDRESS:PORT,...), connecting
-    the way add_node.yaml does, and printing the NODE=/UNREACHABLE=/NOCLUSTER= lines
-    cluster_nodes.parse reads."""
+    the way add_node.yaml does, and printing the PREPARED=/NODE=/UNREACHABLE=/NOCLUSTER= lines
+    cluster_nodes.parse and cluster_nodes.preparation read."""
     import re
 
-    from scripts.cluster_nodes import parse
-    from stacks.constructs.node_scripts import render_cluster_nodes_document
+    from scripts.cluster_nodes import parse, preparation
 
-    document = render_cluster_nodes_document()
+    # As the stack deploys it: the status file is the one the seeds' user data writes (see
+    # test_node_preparation_covers_every_step_the_cluster_needs).
+    (document,) = [r["Properties"]["Content"] for r in synthesized("prod").stacks["service_fabric"]["Resources"].values()
+                   if r["Type"] == "AWS::SSM::Document" and r["Properties"]["Name"] == "telemetry-prod-sf-cluster-nodes"]
+    status_file = document["parameters"]["statusFile"]["default"]
+    assert status_file == "C:\\ServiceFabric\\prepare-node.status.json"
+    assert re.fullmatch(document["parameters"]["statusFile"]["allowedPattern"], status_file)
     pattern = document["parameters"]["clientConnectionEndpoints"]["allowedPattern"]
     seeds = json.loads(synthesized("prod").stacks["service_fabric"]["Outputs"]["Seeds"]["Value"])
     endpoints = ",".join(f"{seed['address']}:19000" for seed in seeds)
@@ -626,9 +631,20 @@ def test_cluster_nodes_document_parses_once_substituted_and_prints_the_lines_the
         assert not re.fullmatch(pattern, hostile)
     (step,) = document["mainSteps"]
     assert step["name"] == "clusterNodes"  # the stream the workstation reads: <command>/<instance>/clusterNodes/...
-    script = step["inputs"]["runCommand"][0].replace("{{ clientConnectionEndpoints }}", endpoints)
+    script = (step["inputs"]["runCommand"][0].replace("{{ clientConnectionEndpoints }}", endpoints)
+              .replace("{{ statusFile }}", status_file))
     assert "{{" not in script
     assert syntax_errors(script) == []
+    # prepare_node.ps1's outcome first, from the file it writes ($StatusFile: state, step, error); only
+    # a node whose preparation succeeded goes on to ask the cluster.
+    assert f"Get-Content -Raw -Path '{status_file}' | ConvertFrom-Json" in script
+    assert script.index("'PREPARED=succeeded|'") < script.index("Connect-ServiceFabricCluster")
+    assert "Write-Output ('PREPARED=' + $state + '|' + ($detail -replace '\\s+', ' '))" in script
+    assert "$detail = if ($state -eq 'failed') { \"$($prepared.step): $($prepared.error)\" }" in script
+    assert preparation("PREPARED=succeeded|\r\nNODE=seed-0|Up|True\r\n") == ("succeeded", "")
+    assert preparation("PREPARED=failed|download Service Fabric runtime: a|b\r\nNOCLUSTER=x\r\n") == (
+        "failed", "download Service Fabric runtime: a|b")
+    assert preparation("NOCLUSTER=x\n") == ("", "")  # a document version from before the line
     assert "Connect-ServiceFabricCluster @connection" in script and "Get-ServiceFabricNode" in script
     assert "ConnectionEndpoint = @($Endpoints -split ',')" in script  # any seed's, not only its own
     assert "Get-Service -Name 'FabricHostSvc'" in script  # installed here: UNREACHABLE, not NOCLUSTER
