@@ -18,6 +18,7 @@ Fabric cmdlets' behaviour is Microsoft's PowerShell reference, not run.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -84,7 +85,8 @@ def seeds_answer(session, listed: Callable[[], list[dict[str, Any]] | None],
 
     def answer(model, context, **_):
         params = context["api_params"]
-        command = ssm_backends[DEFAULT_ACCOUNT_ID]["eu-west-1"].get_command_by_id(params["CommandId"])
+        account = os.environ.get("MOTO_ACCOUNT_ID", DEFAULT_ACCOUNT_ID)  # moto's account, as the test set it
+        command = ssm_backends[account]["eu-west-1"].get_command_by_id(params["CommandId"])
         if not command.document_name.endswith("-sf-cluster-nodes"):
             return None  # moto answers every other document
         state = prepared(params["InstanceId"])

@@ -1,0 +1,210 @@
+"""`telemetry deploy` as a user types it, from preflight to the smoke step, in one stand-in account
+(tests/journey/world.py): each step reads what the steps before it made. Then the same command
+again after a failure at every step.
+
+Known gaps of the world, each covered elsewhere: the scaling group's instances go InService
+without the launch hook's join (tests/lambdas/node_lifecycle runs it); the topics document and the
+simulator's work on a fleet host are answered, not run (tests/scripts/test_topics_on_fleet.py and
+tests/simulator run them against real brokers); the sink's Parquet rows are written by the world
+as the Flink sink commits them (tests/flink_sink runs the sink's jar).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+
+from collections.abc import Callable
+
+import boto3
+import pytest
+
+from scripts import bootstrap_cluster
+from scripts.telemetry import cli, deploy, journey
+from stacks.config import load_environment, read_environments
+from tests.journey.world import BOOTSTRAP_VERSION, REGION, Deployer, World
+
+pytestmark = [pytest.mark.journey, pytest.mark.filterwarnings("ignore:Tried to parse AWS")]
+MFA = "arn:aws:iam::{account}:mfa/operator"
+# Service Quotas' defaults where the quota pages give one (EC2-VPC Elastic IPs: 5 per Region;
+# MSK: 90 brokers per account); the vCPU quota is an account's own, raised here for prod's nodes.
+QUOTAS = {
+    "ec2": {"Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances": 512.0, "EC2-VPC Elastic IPs": 5.0},
+    "kafka": {"Number of brokers per account": 90.0},
+}
+
+
+class Account:
+    """The stand-in account for one environment, with its certificate secrets and the CDK
+    bootstrap a user makes before the first deployment (the README's checklist)."""
+
+    def __init__(self, env: str, moto_session, synthesized, tmp_path, monkeypatch) -> None:
+        self.config = load_environment(read_environments(), env)
+        monkeypatch.setenv("MOTO_ACCOUNT_ID", self.config.account)
+        monkeypatch.setattr(journey, "SMOKE_POLL_S", 0.0)
+        monkeypatch.setattr(bootstrap_cluster, "REPO", tmp_path)  # ClusterConfig.json: REPO/cluster-config/<env>.json
+        self.session = boto3.Session(region_name=REGION)
+        self.world = World(self.session, env, self.config.account, quotas=QUOTAS)
+        self.world.install()
+        assembly = tmp_path / "cdk.out"
+        shutil.copytree(synthesized(env).outdir, assembly)
+        self.assembly = assembly
+        self.deployer = Deployer(self.world, assembly, moto_session)
+        monkeypatch.setattr(journey, "run_command", self.deployer)
+        moto_session.client("ssm").put_parameter(Name=BOOTSTRAP_VERSION, Value="27", Type="String")
+        self._secrets(moto_session, tmp_path)
+        self.argv = ["deploy", "--env", env, "--mfa-serial", MFA.format(account=self.config.account), "--yes",
+                     "--cdk-out", str(assembly)]
+        self.lines: list[str] = []
+        monkeypatch.setattr(deploy, "_say", self._say)
+
+    def _say(self, line: str) -> None:
+        """The journey's own lines, as the operator sees them; the world learns which step runs."""
+        print(line, flush=True)
+        self.lines.append(line)
+        running = re.match(r"^\[\d+/\d+\] (\w+): running$", line)
+        if running:
+            self.world.step = running.group(1)
+
+    def _secrets(self, session, tmp_path) -> None:
+        from tests.scripts.stack_outputs import certificate_secret
+        from tests.sf_emulator.certs import make_pki
+
+        pki = make_pki(tmp_path / "pki")
+        fabric = self.config.service_fabric
+        secrets = session.client("secretsmanager")
+        secrets.create_secret(Name=fabric.cluster_certificate_secret, SecretString=certificate_secret(pki.server))
+        secrets.create_secret(Name=fabric.admin_certificate_secret, SecretString=certificate_secret(pki.client))
+
+    def deploy(self, capsys, monkeypatch) -> tuple[int, str, str]:
+        """`telemetry deploy` as typed, the operator typing the MFA code when asked."""
+        monkeypatch.setattr("sys.stdin", io.StringIO("123456\n" * 4))
+        code = cli.main(self.argv, session_factory=lambda region: self.session)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+
+@pytest.fixture(params=["dev", "prod"])
+def account(request, moto_session, synthesized, tmp_path, monkeypatch):
+    return Account(request.param, moto_session, synthesized, tmp_path, monkeypatch)
+
+
+def test_the_first_deployment_runs_every_step_as_typed(account, capsys, monkeypatch):
+    code, out, err = account.deploy(capsys, monkeypatch)
+    assert code == 0, out + err
+    assert [line for line in account.lines if re.match(r"^\[\d/7\] ", line)] == [
+        f"[{n}/7] {step}: {said}" for n, step in enumerate(deploy.STEPS, 1) for said in ("running", "done")]
+    assert account.lines[-1] == "the environment is deployed: every step is done"
+    check_one_of_each(account)
+    # Run again, the same command: the checks run again, the stacks that read SSM parameters are
+    # deployed again as the CDK CLI would (their images may have moved), the rest is done.
+    code, out, err = account.deploy(capsys, monkeypatch)
+    assert code == 0, out + err
+    assert [line.split(" (")[0] for line in account.lines if re.match(r"^\[\d/7\] ", line)][-10:] == [
+        "[1/7] preflight: running", "[1/7] preflight: done", "[2/7] deploy: running", "[2/7] deploy: done",
+        "[3/7] topics: already done", "[4/7] bootstrap: already done", "[5/7] scale: already done",
+        "[6/7] flink: already done", "[7/7] smoke: running", "[7/7] smoke: done"]
+    check_one_of_each(account)
+
+
+def check_one_of_each(account: Account) -> None:
+    """What a rerun must never make twice: the cluster, the stacks' instances and addresses, the
+    MSK cluster, the Flink application's start, the smoke devices."""
+    world, session = account.world, account.session
+    assert world.created_clusters == 1
+    assert sorted(world.stacks) == sorted(s for s in world.stacks if s.startswith(account.config.stack_prefix))
+    ec2 = session.client("ec2")
+    seeds = ec2.describe_instances(Filters=[{"Name": "tag:sf:nodetype", "Values": ["PrimaryNodeType"]},
+                                            {"Name": "instance-state-name", "Values": ["running"]}])["Reservations"]
+    assert sum(len(r["Instances"]) for r in seeds) == account.config.service_fabric.seed_node_count
+    assert len(ec2.describe_addresses()["Addresses"]) == account.config.network.nat_gateways
+    assert len(session.client("kafka").list_clusters_v2()["ClusterInfoList"]) == 1
+    things = session.client("iot").list_things()["things"]
+    assert len(things) == journey.SMOKE_MQTT_DEVICES
+
+
+# Operations that change something (the API's verbs for it); a failure right after one is the hard
+# case for a rerun: the change took effect, and the run never heard.
+CHANGES = re.compile(r"^(Create|Put|Send|Start|Update|Set|Run|Delete|Attach|Associate|Add|Register|Tag|Modify|"
+                     r"Terminate|Complete|Publish|Allocate|Register)")
+
+
+def fault_once(world: World, step: str, operation: re.Pattern) -> Callable[[str], bool]:
+    """True for the first operation matching `operation` that the journey calls during `step`."""
+    fired: list[str] = []
+
+    def now(name: str) -> bool:
+        if fired or world.step != step or not operation.match(name):
+            return False
+        fired.append(name)
+        return True
+
+    now.fired = fired  # type: ignore[attr-defined]
+    return now
+
+
+@pytest.mark.parametrize("step", deploy.STEPS)
+def test_a_rerun_after_a_change_whose_answer_was_lost_in_each_step_finishes_with_nothing_made_twice(
+        step, account, capsys, monkeypatch):
+    """The connection drops right after the step's first call that changes something (its answer
+    lost, the change made); preflight changes nothing, so its first call fails; the deploy step's
+    changes are the CDK CLI's: a stack fails part way. The same command, run again, finishes."""
+    world = account.world
+    if step == "deploy":
+        account.deployer.fail.add(f"{account.config.stack_prefix}-ServiceFabric")
+    else:
+        world.fail_after = fault_once(world, step, re.compile(".") if step == "preflight" else CHANGES)
+    code, out, err = account.deploy(capsys, monkeypatch)
+    assert code == 1, out + err
+    # The last line (the MFA prompt, answered from a pipe, ends without a newline).
+    assert re.search(rf"telemetry: error: {step}: .*\(run telemetry deploy again to go on from here\)$",
+                     err.rstrip().splitlines()[-1]), err
+    assert step == "deploy" or world.fail_after.fired  # type: ignore[union-attr]
+    world.fail_after = None
+    account.deployer.fail.clear()
+    if step == "deploy" and account.config.production:
+        # The CLI protects a production stack before creating it and cannot delete the failed
+        # creation: the rerun says how to lift the protection, the operator does, and runs again.
+        code, out, err = account.deploy(capsys, monkeypatch)
+        assert code == 1 and "update-termination-protection --no-enable-termination-protection" in err, out + err
+        account.deployer.protect(f"{account.config.stack_prefix}-ServiceFabric", False)
+    code, out, err = account.deploy(capsys, monkeypatch)
+    assert code == 0, out + err
+    assert account.lines[-1] == "the environment is deployed: every step is done"
+    check_one_of_each(account)
+
+
+class Killed(BaseException):
+    """The process ended by SIGTERM's default action, inside the call in flight: nothing of the run
+    goes on (no handler of cli.main sees it; Python's finally blocks do run here, which a real
+    SIGTERM skips, so a kill is harsher than this, never gentler, for what the account holds)."""
+
+
+@pytest.mark.parametrize("signal", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("step", deploy.STEPS)
+def test_a_rerun_after_a_signal_in_each_step_finishes_with_nothing_made_twice(step, signal, dev, capsys, monkeypatch):
+    """Ctrl-C (SIGINT: KeyboardInterrupt, exit 130) or SIGTERM (the process ends) during the step's
+    first AWS call; in the deploy step while the CDK CLI waits on a stack, which CloudFormation goes
+    on creating. The same command, run again, finishes."""
+    world, stop = dev.world, KeyboardInterrupt if signal == "SIGINT" else Killed
+    if step == "deploy":
+        dev.deployer.interrupt[f"{dev.config.stack_prefix}-ServiceFabric"] = stop
+    else:
+        first = fault_once(world, step, re.compile("."))
+        world.interrupt_in = lambda name: stop if first(name) else None
+    if stop is Killed:
+        with pytest.raises(Killed):
+            dev.deploy(capsys, monkeypatch)
+    else:
+        code, out, err = dev.deploy(capsys, monkeypatch)
+        assert code == 130, out + err
+    world.interrupt_in = None
+    code, out, err = dev.deploy(capsys, monkeypatch)
+    assert code == 0, out + err
+    check_one_of_each(dev)
+
+
+@pytest.fixture
+def dev(moto_session, synthesized, tmp_path, monkeypatch):
+    return Account("dev", moto_session, synthesized, tmp_path, monkeypatch)
