@@ -31,6 +31,8 @@ if (_venv_bin / "node").exists():
 # machine (26 Nov 2026) is beside it; ordering strictly by those sums was not faster (448 s
 # against 413 s for the whole suite, one run each), so this order stays.
 LONGEST_FIRST = (
+    "tests/journey/test_first_deployment.py",  # about 120 s: 16 journeys, each a first run and a rerun
+    "tests/journey/test_rerun_after_a_signal.py",  # about 90 s: 14 journeys
     "tests/simulator/test_simulator_integration.py",  # 61 s
     "tests/flink_sink/test_device_outage_replay.py",  # 56 s
     "tests/simulator/test_simulator_populations.py",  # 47 s
