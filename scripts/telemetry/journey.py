@@ -116,16 +116,18 @@ class Preflight:
 # stack-status.ts and api/deployments/deploy-stack.ts, read in .venv/cdk-cli's bundle) and the
 # CloudFormation User Guide ("Stack status codes"; "Continue rolling back an update").
 #   create: the CLI creates the stack. REVIEW_IN_PROGRESS counts as "does not exist" (a change set
-#     was made and never executed); ROLLBACK_COMPLETE is its "creation failure": it deletes the
-#     stack and creates it again, unless termination protection refuses the deletion (run()).
+#     was made and never executed); ROLLBACK_COMPLETE and ROLLBACK_FAILED are its "creation
+#     failure" (isCreationFailure): it deletes the stack, with what a failed rollback left, and
+#     creates it again, unless termination protection, or an instance left with its API termination
+#     disabled, refuses the deletion (run(), _left_protected).
 #   settled: the stack can be updated; it is updated when the CLI would not skip it (Stacks.
 #     _reasons), rolled back (UPDATE_ROLLBACK_COMPLETE, IMPORT_ROLLBACK_COMPLETE) or not.
 #   wait: an operation is running (every *_IN_PROGRESS but REVIEW_IN_PROGRESS).
-#   advice: CloudFormation will not update it, or the CLI's own way out would fail
-#     (ROLLBACK_FAILED); what to do, and never a deletion of a stack that holds data.
+#   advice: CloudFormation will not update it, or the CLI's own way out would fail; what to do, and
+#     never a deletion of a stack that holds data.
 # DELETE_COMPLETE: DescribeStacks by name does not find a deleted stack ("" here); by its id it
 # still answers that status.
-CREATE = frozenset({"", "DELETE_COMPLETE", "REVIEW_IN_PROGRESS", "ROLLBACK_COMPLETE"})
+CREATE = frozenset({"", "DELETE_COMPLETE", "REVIEW_IN_PROGRESS", "ROLLBACK_COMPLETE", "ROLLBACK_FAILED"})
 SETTLED = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "IMPORT_COMPLETE", "UPDATE_ROLLBACK_COMPLETE",
                      "IMPORT_ROLLBACK_COMPLETE"})
 ADVICE = {
@@ -137,10 +139,6 @@ ADVICE = {
                      "rollback-stack --stack-name {stack} --retain-except-on-create), then run again",
     "UPDATE_FAILED": "an update without rollback stopped on a failure; roll it back (aws cloudformation "
                      "rollback-stack --stack-name {stack} --retain-except-on-create), then run again",
-    # The CLI would delete it (a creation failure) and the delete would stop on the resources the
-    # rollback could not remove (deploy-stack.ts: "You may need to delete it from the AWS console").
-    "ROLLBACK_FAILED": "its creation failed and so did the rollback, leaving resources CloudFormation could not "
-                       "remove; its events name them: remove or fix those, then run again",
     # "Continue rolling back an update": ContinueUpdateRollback, skipping the resources that cannot
     # roll back once they are fixed or known to be safe to skip; the CLI does the same
     # (CONTINUE_UPDATE_ROLLBACK).
@@ -337,12 +335,18 @@ class Stacks:
                     self.say(f"  {stack.name}: cdk diff shows no change (its SSM parameters resolve as deployed): left "
                              "as it is")
                     continue
-            elif status == "ROLLBACK_COMPLETE" and deployed.get("EnableTerminationProtection"):
+            elif status == "ROLLBACK_FAILED" and (left := self._left_protected(stack.name)):
+                raise OperationFailed(self._protected_advice(stack.name, reason, left,
+                                                             bool(deployed.get("EnableTerminationProtection"))))
+            elif status == "ROLLBACK_FAILED" and not deployed.get("EnableTerminationProtection"):
+                self.say(f"  {stack.name}: {status}, creating it (the CDK CLI deletes a stack whose creation failed, "
+                         "with what its rollback left, then creates it again)")
+            elif status in ("ROLLBACK_COMPLETE", "ROLLBACK_FAILED") and deployed.get("EnableTerminationProtection"):
                 # The CLI turns protection on before it creates, then deletes a failed creation
                 # without turning it off; CloudFormation refuses that deletion ("Protect
                 # CloudFormation stacks from being deleted").
                 raise OperationFailed(
-                    f"stack {stack.name} is ROLLBACK_COMPLETE{f' ({reason})' if reason else ''}: its creation failed, "
+                    f"stack {stack.name} is {status}{f' ({reason})' if reason else ''}: its creation failed, "
                     "and termination protection stops the CDK CLI from deleting it to create it again. Read its "
                     "events, then aws cloudformation update-termination-protection --no-enable-termination-protection "
                     f"--stack-name {stack.name} and run again (the CLI deletes it, creates it and protects it again)")
@@ -356,6 +360,38 @@ class Stacks:
                                       "events in the CloudFormation console")
             self._deploy(stack.name)
 
+    def _left_protected(self, name: str) -> list[str]:
+        """The instances a failed creation's rollback could not delete because their API termination
+        is disabled (the seeds are: seed_nodes.py), which the CLI's deletion of the stack would meet
+        again. The rollback leaves a resource it could not delete as DELETE_FAILED
+        (DescribeStackResources); EC2 refuses TerminateInstances while DisableApiTermination is
+        set (EC2 User Guide, "Enable termination protection")."""
+        ec2, left = self.session.client("ec2"), []
+        resources = self.cloudformation.describe_stack_resources(StackName=name)["StackResources"]
+        for resource in resources:
+            if resource["ResourceType"] != "AWS::EC2::Instance" or resource["ResourceStatus"] == "DELETE_COMPLETE":
+                continue
+            instance = resource.get("PhysicalResourceId")
+            try:
+                protected = ec2.describe_instance_attribute(InstanceId=instance, Attribute="disableApiTermination")
+            except ec2.exceptions.ClientError as error:
+                if error.response["Error"]["Code"] == "InvalidInstanceID.NotFound":
+                    continue  # gone already
+                raise
+            if protected["DisableApiTermination"]["Value"]:
+                left.append(instance)
+        return left
+
+    def _protected_advice(self, name: str, reason: str, instances: list[str], stack_protected: bool) -> str:
+        lifts = [f"aws ec2 modify-instance-attribute --instance-id {i} --no-disable-api-termination" for i in instances]
+        if stack_protected:
+            lifts.append(f"aws cloudformation update-termination-protection --no-enable-termination-protection "
+                         f"--stack-name {name}")
+        return (f"stack {name} is ROLLBACK_FAILED{f' ({reason})' if reason else ''}: its creation failed, and its "
+                f"rollback could not terminate {', '.join(instances)}, whose API termination is disabled (the seeds "
+                "are). They hold nothing yet: allow it (" + "; ".join(lifts) + "), then run again: the CDK CLI "
+                "deletes the failed stack with them, creates it again and protects it again")
+
     def _approve(self, name: str, *, only_ssm: bool = False) -> bool:
         """A production stack's change: the CLI's diff of it, then the operator's yes (a no is
         OperationFailed). False, without asking, when the stack's one reason to deploy is its SSM
@@ -363,7 +399,10 @@ class Stacks:
         for on every run."""
         from scripts.telemetry import cdk_cli
 
-        diff = cdk_cli.command("diff", name, "--app", str(self.cdk_out))
+        # --exclusively: `cdk diff NAME` alone also selects the stacks NAME depends on (the CLI's
+        # selectTopLevelOrMatchingStacks, ExtendedStackSelection.Upstream), whose differences would
+        # then be shown, and fail --fail, under a question about NAME.
+        diff = cdk_cli.command("diff", name, "--app", str(self.cdk_out), "--exclusively")
         if only_ssm:
             # The diff's change set is where CloudFormation resolves the parameters, and the CLI
             # adds what it changes to the diff (cloudformation-diff TemplateAndChangeSetDiffMerger.

@@ -219,7 +219,7 @@ def test_a_changed_stack_is_updated_and_production_shows_it_and_asks(account, st
     with pytest.raises(OperationFailed, match=f"the change to {changed} was not applied"):
         run(answer=False)
     assert cdk.deployed == [] and asked == [f"apply this change to {changed} in prod? [y/N] "]
-    assert ["diff", changed, "--app", str(tmp_path / "0")] in cdk.calls
+    assert ["diff", changed, "--app", str(tmp_path / "0"), "--exclusively"] in cdk.calls
     lines = run(answer=True)
     assert cdk.deployed == [changed]
     assert f"  {changed}: UPDATE_COMPLETE, updating (its template changed)" not in lines  # moto: CREATE_COMPLETE
@@ -357,14 +357,21 @@ class OneStackAccount:
     GetTemplate the template deployed."""
 
     def __init__(self, session, name: str) -> None:
-        self.name = name
+        self.name, self.session = name, session
         self.cloudformation = session.client("cloudformation")
         self.stubber = Stubber(self.cloudformation)
         self.stubber.activate()
 
     def client(self, service):
-        assert service == "cloudformation"
-        return self.cloudformation
+        assert service in ("cloudformation", "ec2")
+        return self.cloudformation if service == "cloudformation" else self.session.client("ec2")
+
+    def resources(self, *left: tuple[str, str, str]) -> None:
+        """DescribeStackResources: (type, physical id, status) of each resource the stack holds."""
+        self.stubber.add_response("describe_stack_resources", {"StackResources": [
+            {"StackName": self.name, "LogicalResourceId": f"Resource{n}", "PhysicalResourceId": physical,
+             "ResourceType": kind, "Timestamp": "2026-11-20T00:10:00Z", "ResourceStatus": status}
+            for n, (kind, physical, status) in enumerate(left)]}, {"StackName": self.name})
 
     def status(self, status: str, reason: str = "", protected: bool = False, notifications: Sequence[str] = ()) -> None:
         stack = {"StackName": self.name, "StackId": f"arn:aws:cloudformation:eu-west-1:{ACCOUNT}:stack/{self.name}/1",
@@ -459,7 +466,6 @@ def test_a_stack_in_progress_is_waited_for_then_left_alone_when_it_matches(one_s
     ("UPDATE_ROLLBACK_FAILED", "continue-update-rollback --stack-name {stack}"),
     ("UPDATE_FAILED", "rollback-stack --stack-name {stack} --retain-except-on-create"),
     ("CREATE_FAILED", "rollback-stack --stack-name {stack} --retain-except-on-create"),
-    ("ROLLBACK_FAILED", "leaving resources CloudFormation could not remove"),
     ("DELETE_FAILED", "does not delete or re-create a stack that holds data"),
     ("IMPORT_ROLLBACK_FAILED", "fix the resources its events name"),
 ])
@@ -472,6 +478,52 @@ def test_a_stack_cloudformation_will_not_update_gets_its_documented_way_out_neve
     assert message.startswith(f"stack {account.name} is {status} (Resource handler returned message: boom): ")
     assert advice.format(stack=account.name) in message
     assert "delete-stack" not in message and cdk.deployed == []
+
+
+def seed_left(session, *, termination_disabled: bool) -> str:
+    """An instance a failed creation's rollback could not delete, as the seeds are launched (API
+    termination disabled, seed_nodes.py), or after the operator allowed it."""
+    ec2 = session.client("ec2")
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    instance = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    ec2.modify_instance_attribute(InstanceId=instance, DisableApiTermination={"Value": termination_disabled})
+    return instance
+
+
+def test_a_failed_creation_whose_rollback_met_a_protected_seed_says_how_to_let_the_cli_delete_it(one_stack, moto_session):
+    """EC2 refuses to terminate an instance whose API termination is disabled, so the rollback of a
+    failed creation that had launched the seeds ends ROLLBACK_FAILED with them; the CLI's deletion
+    of the stack would meet them again. The run names each and the command that allows it."""
+    step, account, cdk, _ = one_stack
+    seed = seed_left(moto_session, termination_disabled=True)
+    account.status("ROLLBACK_FAILED", reason="The following resource(s) failed to delete: [SeedNodesSeed0]")
+    account.resources(("AWS::EC2::Instance", seed, "DELETE_FAILED"), ("AWS::EC2::SecurityGroup", "sg-1", "DELETE_COMPLETE"))
+    with pytest.raises(OperationFailed) as failure:
+        step.run()
+    message = str(failure.value)
+    assert message.startswith(f"stack {account.name} is ROLLBACK_FAILED (The following resource(s) failed to delete: ")
+    assert f"aws ec2 modify-instance-attribute --instance-id {seed} --no-disable-api-termination" in message
+    assert "update-termination-protection" not in message and cdk.deployed == []
+
+
+@pytest.mark.parametrize("protected", [False, True])
+def test_a_failed_creation_whose_rollback_left_nothing_protected_is_created_again_unless_the_stack_is(
+        one_stack, moto_session, protected):
+    """Once the seeds may be terminated, the CLI deletes the ROLLBACK_FAILED stack with what its
+    rollback left and creates it again (isCreationFailure), as for ROLLBACK_COMPLETE; a protected
+    stack needs its protection lifted first."""
+    step, account, cdk, lines = one_stack
+    seed = seed_left(moto_session, termination_disabled=False)
+    account.status("ROLLBACK_FAILED", protected=protected)
+    account.resources(("AWS::EC2::Instance", seed, "DELETE_FAILED"))
+    if protected:
+        with pytest.raises(OperationFailed, match="update-termination-protection --no-enable-termination-protection"):
+            step.run()
+        assert cdk.deployed == []
+    else:
+        step.run()
+        assert cdk.deployed == [account.name]
+        assert lines[-1].startswith(f"  {account.name}: ROLLBACK_FAILED, creating it (the CDK CLI deletes")
 
 
 def test_every_stack_status_in_the_cloudformation_model_is_handled():
