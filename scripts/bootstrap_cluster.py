@@ -205,6 +205,10 @@ class Bootstrap:
         encoded = base64.b64encode(json.dumps(cluster_config).encode()).decode()
         response = self.ssm.send_command(
             DocumentName=document,
+            # The version the stack deployed last: CloudFormation's UpdateMethod NewVersion is
+            # reported not to move $DEFAULT (cloudformation-coverage-roadmap#2539), which a send
+            # without a version runs; the other documents are sent the same way.
+            DocumentVersion="$LATEST",
             InstanceIds=[instance_id],
             Parameters={"clusterConfig": [encoded], "timeoutSeconds": [str(timeout_s)]},
             TimeoutSeconds=600,

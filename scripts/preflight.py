@@ -95,23 +95,33 @@ def check_secret(secrets, name: str, keys: Sequence[str]) -> Check:
 
 
 class ServiceQuotas:
-    """Applied quota values by service and name, each service listed once."""
+    """Quota values by service and name, each service listed once: the applied value, or else AWS's
+    default. ListServiceQuotas leaves out a quota that has no applied value ("If the applied quota
+    value is not available for a quota, the quota is not retrieved", Service Quotas API
+    Reference); ListAWSDefaultServiceQuotas lists those."""
 
     def __init__(self, client) -> None:
         self._client = client
-        self._values: dict[str, dict[str, float]] = {}
+        self._values: dict[str, dict[str, float] | None] = {}  # None: the listing was refused
+        self._defaults: dict[str, dict[str, float]] = {}
 
     def value(self, service: str, name: str) -> float | None:
         if service not in self._values:
-            try:
-                self._values[service] = {
-                    quota["QuotaName"]: quota["Value"]
-                    for page in self._client.get_paginator("list_service_quotas").paginate(ServiceCode=service)
-                    for quota in page["Quotas"]
-                }
-            except (self._client.exceptions.AccessDeniedException, self._client.exceptions.NoSuchResourceException):
-                self._values[service] = {}  # reported as "not readable", with what is needed
-        return self._values[service].get(name)
+            self._values[service] = self._list("list_service_quotas", service)
+        applied = self._values[service]
+        if applied is None:
+            return None  # reported as "not readable", with what is needed
+        if name not in applied and service not in self._defaults:
+            self._defaults[service] = self._list("list_aws_default_service_quotas", service) or {}
+        return applied.get(name, self._defaults.get(service, {}).get(name))
+
+    def _list(self, operation: str, service: str) -> dict[str, float] | None:
+        try:
+            return {quota["QuotaName"]: quota["Value"]
+                    for page in self._client.get_paginator(operation).paginate(ServiceCode=service)
+                    for quota in page["Quotas"]}  # fmt: skip
+        except (self._client.exceptions.AccessDeniedException, self._client.exceptions.NoSuchResourceException):
+            return None
 
 
 def vcpus(ec2, instance_types: Iterable[str]) -> dict[str, int]:
@@ -169,6 +179,9 @@ def standard_vcpus_in_use(ec2, own_stacks: frozenset[str]) -> tuple[int, int]:
         )
         for reservation in page["Reservations"]
         for item in reservation["Instances"]
+        # Spot instances count against the Spot quotas, not this On-Demand one (EC2 User Guide,
+        # "Amazon EC2 service quotas"); DescribeInstances marks them InstanceLifecycle "spot".
+        if item.get("InstanceLifecycle") != "spot"
     ]
     standard = [(t, own) for t, own in running if is_standard(t)]
     if not standard:
@@ -320,11 +333,12 @@ def check_management_cidrs(config: EnvironmentConfig) -> Check:
 # What `telemetry deploy` and the day-2 commands call with the operator's own credentials (the
 # stacks themselves are deployed by the CDK bootstrap's roles, which the operator assumes).
 OPERATOR_ACTIONS = (
-    "cloudformation:DescribeStacks", "cloudformation:GetTemplate", "kafka:ListClustersV2",
-    "ec2:DescribeAvailabilityZones", "ec2:DescribeInstances",
+    "cloudformation:DescribeStacks", "cloudformation:GetTemplate", "cloudformation:DescribeStackResources",
+    "kafka:ListClustersV2", "ec2:DescribeAvailabilityZones", "ec2:DescribeInstances", "ec2:DescribeInstanceAttribute",
     "ssm:GetParameter", "ssm:PutParameter", "ssm:DeleteParameter", "ssm:SendCommand", "ssm:GetCommandInvocation",
     "ssm:ListCommands", "ssm:CancelCommand", "ssm:DescribeInstanceInformation",
     "secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue", "servicequotas:ListServiceQuotas",
+    "servicequotas:ListAWSDefaultServiceQuotas",
     "kinesisanalytics:DescribeApplication", "kinesisanalytics:StartApplication",
     "kinesisanalytics:DescribeApplicationOperation", "kinesisanalytics:ListApplicationOperations",
     "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities",

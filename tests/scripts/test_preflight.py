@@ -222,12 +222,13 @@ def test_the_bootstrap_advice_runs_as_typed(account, capsys):
     assert argv == ["make", "bootstrap", "ENV=dev"]
     # -o: the virtual environment is taken as made (make would otherwise rebuild a stale stamp).
     typed = ["make", "-o", ".venv/.installed", *argv[1:]]
-    planned = subprocess.run([*typed, "-n"], cwd=REPO, capture_output=True, text=True, check=False)
+    # As typed, not as a sub-make of `make test` (MAKELEVEL, MAKEFLAGS: make[1]'s lines).
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("MAKE", "MFLAGS"))}
+    planned = subprocess.run([*typed, "-n"], cwd=REPO, env=env, capture_output=True, text=True, check=False)
     assert planned.returncode == 0, planned.stderr
     refusal, *_, cli_line = planned.stdout.strip().splitlines()
     assert refusal.endswith("python -m stacks.placeholders dev")
     assert cli_line.endswith("/.venv/bin/cdk bootstrap -c env=dev --output cdk.out/dev")
-    env = {name: value for name, value in os.environ.items() if not name.startswith(("MAKE", "MFLAGS"))}
     refused = subprocess.run(typed, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     assert refused.returncode == 2
     line, trailer = refused.stderr.strip().splitlines()  # the one line, then make's own
