@@ -35,17 +35,37 @@ QUOTAS = {
 }
 
 
+def exactly_what_it_needs(config, session) -> dict[str, dict[str, float]]:
+    """Quotas with no room beyond the environment at its largest (seeds, the scaling group at its
+    maximum and the fleet; its NAT addresses; its brokers), so that a preflight counting the
+    environment's own resources on top of its need blocks the rerun."""
+    fabric, fleet = config.service_fabric, config.simulator_fleet
+    counts = {fabric.seed_instance_type: 0, fabric.node_instance_type: 0, fleet.instance_type: 0}
+    for kind, count in ((fabric.seed_instance_type, fabric.seed_node_count), (fabric.node_instance_type,
+                        fabric.scaling_max_nodes), (fleet.instance_type, fleet.host_count)):
+        counts[kind] += count
+    types = session.client("ec2").describe_instance_types(InstanceTypes=sorted(counts))["InstanceTypes"]
+    vcpus = sum(t["VCpuInfo"]["DefaultVCpus"] * counts[t["InstanceType"]] for t in types)
+    (vcpu_quota, eip_quota), (broker_quota,) = QUOTAS["ec2"], QUOTAS["kafka"]
+    return {"ec2": {vcpu_quota: float(vcpus), eip_quota: float(config.network.nat_gateways)},
+            "kafka": {broker_quota: float(config.msk.broker_count)}}
+
+
 class Account:
     """The stand-in account for one environment, with its certificate secrets and the CDK
     bootstrap a user makes before the first deployment (the README's checklist)."""
 
-    def __init__(self, env: str, moto_session, synthesized, tmp_path, monkeypatch) -> None:
+    def __init__(self, env: str, moto_session, synthesized, tmp_path, monkeypatch, *, exact_quotas: bool = False) -> None:
         self.config = load_environment(read_environments(), env)
+        # The operator has pinned the standalone package's digest, as the README's "Pinned
+        # downloads" says to before a production deployment (cdk.json ships it unpinned).
+        monkeypatch.setattr(type(self.config), "unpinned_downloads", lambda config: [])
         monkeypatch.setenv("MOTO_ACCOUNT_ID", self.config.account)
         monkeypatch.setattr(journey, "SMOKE_POLL_S", 0.0)
         monkeypatch.setattr(bootstrap_cluster, "REPO", tmp_path)  # ClusterConfig.json: REPO/cluster-config/<env>.json
         self.session = boto3.Session(region_name=REGION)
-        self.world = World(self.session, env, self.config.account, quotas=QUOTAS)
+        quotas = exactly_what_it_needs(self.config, moto_session) if exact_quotas else QUOTAS
+        self.world = World(self.session, moto_session, env, self.config.account, quotas=quotas)
         self.world.install()
         assembly = tmp_path / "cdk.out"
         shutil.copytree(synthesized(env).outdir, assembly)
@@ -91,12 +111,18 @@ def account(request, moto_session, synthesized, tmp_path, monkeypatch):
 
 
 def test_the_first_deployment_runs_every_step_as_typed(account, capsys, monkeypatch):
+    changes: list[tuple[str, str]] = []
+    account.world.fail_after = lambda name: bool(CHANGES.match(name) and changes.append((account.world.step, name)))
     code, out, err = account.deploy(capsys, monkeypatch)
     assert code == 0, out + err
+    if account.config.name == "dev":  # what the reruns below fail after, one by one
+        assert {step: [name for s, name in changes if s == step] for step in deploy.STEPS} == CHANGES_IN_DEV
+    account.world.fail_after = None
     assert [line for line in account.lines if re.match(r"^\[\d/7\] ", line)] == [
         f"[{n}/7] {step}: {said}" for n, step in enumerate(deploy.STEPS, 1) for said in ("running", "done")]
     assert account.lines[-1] == "the environment is deployed: every step is done"
     check_one_of_each(account)
+    check_deployed_as_synthesized(account)
     # Run again, the same command: the checks run again, the stacks that read SSM parameters are
     # deployed again as the CDK CLI would (their images may have moved), the rest is done.
     code, out, err = account.deploy(capsys, monkeypatch)
@@ -106,6 +132,36 @@ def test_the_first_deployment_runs_every_step_as_typed(account, capsys, monkeypa
         "[3/7] topics: already done", "[4/7] bootstrap: already done", "[5/7] scale: already done",
         "[6/7] flink: already done", "[7/7] smoke: running", "[7/7] smoke: done"]
     check_one_of_each(account)
+
+
+def test_seeds_still_preparing_stop_the_first_run_before_any_create_and_the_rerun_creates_the_cluster(
+        dev, capsys, monkeypatch):
+    """The stack completes while the seeds prepare themselves (no CreationPolicy): the bootstrap step
+    sends no create until every seed says its preparation succeeded, and says when to run again."""
+    dev.world.preparation = lambda instance: "running|installing the Service Fabric runtime"
+    code, out, err = dev.deploy(capsys, monkeypatch)
+    assert code == 2, out + err
+    assert re.search(r"telemetry: error: bootstrap: .*run again in \d+ minutes", err), err
+    assert dev.world.created_clusters == 0
+    dev.world.preparation = lambda instance: "succeeded|"
+    code, out, err = dev.deploy(capsys, monkeypatch)
+    assert code == 0, out + err
+    check_one_of_each(dev)
+
+
+def check_deployed_as_synthesized(account: Account) -> None:
+    """The deployer checks itself against the assembly: every stack deployed, each with every output
+    its template declares, resolved (no intrinsic left), and DescribeStacks answering the same."""
+    stacks = deploy.read_cloud_assembly(account.assembly, account.config.stack_prefix)
+    assert sorted(account.world.stacks) == sorted(s.name for s in stacks)
+    cloudformation = account.session.client("cloudformation")
+    for stack in stacks:
+        declared = set(stack.template.get("Outputs", {}))
+        deployed = account.world.stacks[stack.name].outputs
+        assert set(deployed) == declared and all(value and "Fn::" not in value for value in deployed.values()), stack.name
+        (described,) = cloudformation.describe_stacks(StackName=stack.name)["Stacks"]
+        assert {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])} == deployed
+        assert described["StackStatus"] == "CREATE_COMPLETE"
 
 
 def check_one_of_each(account: Account) -> None:
@@ -127,34 +183,61 @@ def check_one_of_each(account: Account) -> None:
 # Operations that change something (the API's verbs for it); a failure right after one is the hard
 # case for a rerun: the change took effect, and the run never heard.
 CHANGES = re.compile(r"^(Create|Put|Send|Start|Update|Set|Run|Delete|Attach|Associate|Add|Register|Tag|Modify|"
-                     r"Terminate|Complete|Publish|Allocate|Register)")
+                     r"Terminate|Complete|Publish|Allocate|Release)")
+# Every such call the journey itself makes in a first deployment of dev, in order, step by step
+# (test_the_first_deployment_runs_every_step_as_typed checks this list against the run); the deploy
+# step's changes are the CDK CLI's, preflight makes none. A step added to deploy.STEPS must be
+# added here, and then each of its changes is failed once below.
+CHANGES_IN_DEV = {
+    "preflight": [], "deploy": [],
+    "topics": ["SendCommand", "PutParameter", "SendCommand", "DeleteParameter", "PutParameter"],
+    "bootstrap": ["PutParameter", "SendCommand", "SendCommand", "PutParameter"],
+    "scale": ["UpdateAutoScalingGroup"],
+    "flink": ["StartApplication"],
+    # The first device's five calls, then the five devices' repeats, then the three Run Commands.
+    "smoke": ["CreateThing", "CreateKeysAndCertificate", "PutParameter", "AttachPolicy", "AttachThingPrincipal"] * 5
+             + ["SendCommand"] * 3,
+}
+SMOKE_DEVICE_REPEATS = range(5, 25)  # devices 2-5 repeat device 1's calls: failed after device 1's only
 
 
-def fault_once(world: World, step: str, operation: re.Pattern) -> Callable[[str], bool]:
-    """True for the first operation matching `operation` that the journey calls during `step`."""
+def faults() -> list[tuple[str, int]]:
+    """(step, n): fail right after the step's n-th change; (step, -1): the step's own way to fail
+    (preflight: its first call, which reads; deploy: a stack fails part way)."""
+    found = []
+    for step in deploy.STEPS:
+        changes = CHANGES_IN_DEV[step]
+        found += [(step, -1)] if not changes else [
+            (step, n) for n in range(len(changes)) if not (step == "smoke" and n in SMOKE_DEVICE_REPEATS)]
+    return found
+
+
+def fault_at(world: World, step: str, operation: re.Pattern, n: int = 0) -> Callable[[str], bool]:
+    """True for the n-th operation matching `operation` that the journey calls during `step`."""
+    seen: list[str] = []
     fired: list[str] = []
 
     def now(name: str) -> bool:
         if fired or world.step != step or not operation.match(name):
             return False
-        fired.append(name)
-        return True
+        seen.append(name)
+        if len(seen) == n + 1:
+            fired.append(name)
+            return True
+        return False
 
     now.fired = fired  # type: ignore[attr-defined]
     return now
 
 
-@pytest.mark.parametrize("step", deploy.STEPS)
-def test_a_rerun_after_a_change_whose_answer_was_lost_in_each_step_finishes_with_nothing_made_twice(
-        step, account, capsys, monkeypatch):
-    """The connection drops right after the step's first call that changes something (its answer
-    lost, the change made); preflight changes nothing, so its first call fails; the deploy step's
-    changes are the CDK CLI's: a stack fails part way. The same command, run again, finishes."""
+def fail_then_rerun(account: Account, step: str, n: int, capsys, monkeypatch) -> None:
     world = account.world
     if step == "deploy":
         account.deployer.fail.add(f"{account.config.stack_prefix}-ServiceFabric")
+    elif step == "preflight":
+        world.fail_after = fault_at(world, step, re.compile("."))
     else:
-        world.fail_after = fault_once(world, step, re.compile(".") if step == "preflight" else CHANGES)
+        world.fail_after = fault_at(world, step, CHANGES, n)
     code, out, err = account.deploy(capsys, monkeypatch)
     assert code == 1, out + err
     # The last line (the MFA prompt, answered from a pipe, ends without a newline).
@@ -173,3 +256,30 @@ def test_a_rerun_after_a_change_whose_answer_was_lost_in_each_step_finishes_with
     assert code == 0, out + err
     assert account.lines[-1] == "the environment is deployed: every step is done"
     check_one_of_each(account)
+
+
+@pytest.mark.parametrize("step, n", faults(), ids=[f"{s}-{n}" if n >= 0 else s for s, n in faults()])
+def test_a_rerun_after_a_change_whose_answer_was_lost_finishes_with_nothing_made_twice(step, n, dev, capsys, monkeypatch):
+    """The connection drops right after the step's n-th call that changes something (the change
+    made, its answer lost); preflight changes nothing, so its first call fails; the deploy step's
+    changes are the CDK CLI's, so a stack fails part way and is rolled back. The same command, run
+    again, finishes."""
+    fail_then_rerun(dev, step, n, capsys, monkeypatch)
+
+
+@pytest.mark.parametrize("step", deploy.STEPS)
+def test_a_rerun_in_production_after_a_lost_answer_in_each_step_finishes(step, prod, capsys, monkeypatch):
+    """The same in prod, after each step's first change: its preflight must not count the
+    environment's own addresses, instances and brokers against the quotas it needs, and its
+    protected stacks need the operator's hand after a failed creation."""
+    fail_then_rerun(prod, step, 0, capsys, monkeypatch)
+
+
+@pytest.fixture
+def dev(moto_session, synthesized, tmp_path, monkeypatch):
+    return Account("dev", moto_session, synthesized, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def prod(moto_session, synthesized, tmp_path, monkeypatch):
+    return Account("prod", moto_session, synthesized, tmp_path, monkeypatch, exact_quotas=True)

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from scripts.telemetry import deploy
-from tests.journey.test_first_deployment import Account, check_one_of_each, fault_once
+from tests.journey.test_first_deployment import check_one_of_each, dev, fault_at  # noqa: F401 (dev: a fixture)
 
 pytestmark = [pytest.mark.journey, pytest.mark.filterwarnings("ignore:Tried to parse AWS")]
 
@@ -29,7 +29,7 @@ def test_a_rerun_after_a_signal_in_each_step_finishes_with_nothing_made_twice(st
     if step == "deploy":
         dev.deployer.interrupt[f"{dev.config.stack_prefix}-ServiceFabric"] = stop
     else:
-        first = fault_once(world, step, re.compile("."))
+        first = fault_at(world, step, re.compile("."))
         world.interrupt_in = lambda name: stop if first(name) else None
     if stop is Killed:
         with pytest.raises(Killed):
@@ -41,8 +41,3 @@ def test_a_rerun_after_a_signal_in_each_step_finishes_with_nothing_made_twice(st
     code, out, err = dev.deploy(capsys, monkeypatch)
     assert code == 0, out + err
     check_one_of_each(dev)
-
-
-@pytest.fixture
-def dev(moto_session, synthesized, tmp_path, monkeypatch):
-    return Account("dev", moto_session, synthesized, tmp_path, monkeypatch)

@@ -33,9 +33,12 @@ What each stand-in claims, and its source:
   which is what the Flink sink does with a smoke run's records (flink/: SmokeRouting, its
   integration test). The manage-topics document succeeds and changes nothing here (what a fleet
   host does with it: tests/scripts/test_topics_on_fleet.py, against a real broker).
-- Managed Flink: an application is created READY; StartApplication returns an operation id and
-  moves it to RUNNING through STARTING; DescribeApplicationOperation says SUCCESSFUL (API
-  Reference, "StartApplication", "DescribeApplicationOperation").
+- Managed Flink: an application is created READY; StartApplication returns an operation id, and
+  the application is RUNNING from the next read on (AWS passes through STARTING, which the world
+  skips: the journey's wait for a transitional status is tested in tests/scripts/
+  test_telemetry_deploy.py); DescribeApplicationOperation says SUCCESSFUL (API Reference,
+  "StartApplication", "DescribeApplicationOperation"). A start that falls back to READY is not
+  modelled here.
 - Service Quotas: ListServiceQuotas lists the applied values the test gives (moto lists none).
 """
 
@@ -89,14 +92,19 @@ class World:
     """The stand-in account: moto (the caller's `mock_aws`), the answers moto lacks, the Service
     Fabric emulator's cluster, and what the journey's steps did (`calls`)."""
 
-    def __init__(self, session, env: str, account: str, *, quotas: dict[str, dict[str, float]]) -> None:
-        self.session, self.env, self.account, self.quotas = session, env, account, quotas
+    def __init__(self, session, aws, env: str, account: str, *, quotas: dict[str, dict[str, float]]) -> None:
+        # `session`: the journey's, which the world answers and faults; `aws`: the world's own
+        # hands in the same moto account (what an instance or the Flink job writes), never faulted.
+        self.session, self.aws, self.env, self.account, self.quotas = session, aws, env, account, quotas
         self.stacks: dict[str, DeployedStack] = {}
         self.exports: dict[str, str] = {}
         self.flink = Flink()
         self.cluster = None  # the emulated cluster, once the create-cluster document ran
         self.created_clusters = 0
         self.step = ""  # the journey's step running now, as it says
+        # What a seed's prepare_node.ps1 status file says (cluster_nodes.yaml's PREPARED= line):
+        # done, unless a test holds the seeds in their preparation.
+        self.preparation: Callable[[str], str] = lambda instance: "succeeded|"
         self.calls: list[str] = []  # every AWS operation the journey called, in order
         self.fail_after: Callable[[str], bool] | None = None  # operation name -> fail right after it?
         # operation name -> what stops the run while that call is in flight (KeyboardInterrupt for
@@ -125,7 +133,7 @@ class World:
         events.register("provide-client-params", self._watch)  # every call, before any answer is given
         events.register("after-call", self._fail_after)
         seeds_answer(self.session, lambda: self.cluster.list_nodes("", "all", 1000)["Items"] if self.cluster else None,
-                     lambda instance: self.cluster is not None)
+                     lambda instance: self.cluster is not None, lambda instance: self.preparation(instance))
 
     def _watch(self, model, **_):
         self.calls.append(model.name)
@@ -210,7 +218,7 @@ class World:
         run_id = params["Parameters"]["runId"][0]
         rate = float(params["Parameters"]["ratePerHost"][0])
         duration = int(params["Parameters"]["durationSeconds"][0])
-        s3 = self.session.client("s3")
+        s3 = self.aws.client("s3")
         results = self.output("SimulatorFleet", "ResultsBucket")
         for instance in params["InstanceIds"]:
             count = int(rate * duration)
@@ -235,7 +243,7 @@ class World:
                 db.execute(f"COPY (SELECT '{run_id}' AS run_id, range AS seq FROM range({count})) TO '{local}' "
                            "(FORMAT parquet)")
             hour = datetime.datetime.now(datetime.timezone.utc).strftime("dt=%Y-%m-%d/hour=%H")
-            self.session.client("s3").upload_file(str(local), bucket,
+            self.aws.client("s3").upload_file(str(local), bucket,
                                                   f"{SMOKE_PREFIX}/{hour}/part-{uuid.uuid4()}-{instance}-0.parquet")
 
     def output(self, part: str, key: str) -> str:
@@ -594,8 +602,11 @@ def _group(d: Deployer, logical: str, p: dict, tags: list) -> tuple[str, dict]:
         LaunchTemplate={"LaunchTemplateId": p["LaunchTemplate"]["LaunchTemplateId"],
                         "Version": str(p["LaunchTemplate"]["Version"])},
         VPCZoneIdentifier=",".join(p["VPCZoneIdentifier"]),
+        # CloudFormation's aws: tags too, on the group and every instance it launches (the
+        # AutoScalingGroup TagProperty page: "AWS CloudFormation adds the following tags to all
+        # Auto Scaling groups and associated instances").
         Tags=[{"Key": t["Key"], "Value": t["Value"], "PropagateAtLaunch": bool(t.get("PropagateAtLaunch", True))}
-              for t in p.get("Tags", [])],
+              for t in p.get("Tags", [])] + [{**t, "PropagateAtLaunch": True} for t in tags if t["Key"].startswith("aws:")],
     )
     return name, {}
 
@@ -642,7 +653,9 @@ def _iot_policy(d: Deployer, logical: str, p: dict, tags: list) -> tuple[str, di
 
 def _kafka(d: Deployer, logical: str, p: dict, tags: list) -> tuple[str, dict]:
     group = p["BrokerNodeGroupInfo"]
-    made = d.aws.client("kafka").create_cluster_v2(ClusterName=p["ClusterName"], Provisioned={
+    # The aws:cloudformation tags: the AWS::MSK::Cluster schema declares cloudFormationSystemTags.
+    made = d.aws.client("kafka").create_cluster_v2(ClusterName=p["ClusterName"], Tags={
+        t["Key"]: t["Value"] for t in tags if t["Key"].startswith("aws:")}, Provisioned={
         "BrokerNodeGroupInfo": {"InstanceType": group["InstanceType"], "ClientSubnets": group["ClientSubnets"],
                                 "StorageInfo": {"EbsStorageInfo": {"VolumeSize": int(group["StorageInfo"]["EBSStorageInfo"]["VolumeSize"])}}},
         "KafkaVersion": p["KafkaVersion"], "NumberOfBrokerNodes": int(p["NumberOfBrokerNodes"])})
