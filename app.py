@@ -5,6 +5,7 @@ import os
 import sys
 
 from stacks.config import ConfigError, load_environment
+from stacks.placeholders import synthesis_refusals
 from stacks.platform import build_platform, create_app
 
 DEFAULT_ENVIRONMENT = "dev"
@@ -21,9 +22,7 @@ def main() -> None:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    # Production nodes install nothing whose hash is not pinned (issue 33); other environments
-    # may go without, and their nodes log the hash they got.
-    unpinned = config.unpinned_downloads() if config.production else []
+    unpinned = synthesis_refusals(config)  # also what preflight and the dry run list
     if unpinned:
         print(f"error: {unpinned[0]}", file=sys.stderr)
         sys.exit(2)

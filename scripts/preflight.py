@@ -320,6 +320,18 @@ def check_broker_storage(found: MskClusters, cloudformation, config: Environment
                  "(not within the cool-down after an auto scaling action, which MSK refuses)")
 
 
+def check_settings(config: EnvironmentConfig) -> Check:
+    """What the real run would refuse in cdk.json (stacks/placeholders.py, the lists its refusals
+    use): the shipped placeholders are refused before preflight runs; a production package digest
+    left unpinned is refused by the synthesis, after preflight, unless it is named here."""
+    from stacks.placeholders import refused_settings
+
+    refused = refused_settings(config)
+    if refused:
+        return Check("cdk.json settings", BLOCKER, "; ".join(refused))
+    return Check("cdk.json settings", OK, "none that a deployment refuses")
+
+
 def check_management_cidrs(config: EnvironmentConfig) -> Check:
     cidrs = config.service_fabric.management_cidrs
     world = [c for c in cidrs if ipaddress.ip_network(c).prefixlen == 0]
@@ -472,6 +484,7 @@ def preflight(config: EnvironmentConfig, session, mfa_serial: str | None = None,
     fabric = config.service_fabric
     return [
         check_tools(),
+        check_settings(config),
         check_account(session.client("sts"), config),
         check_permissions(session, config),
         check_topic_admin(session, config, mfa_serial, read_code),

@@ -1,6 +1,10 @@
 """The values cdk.json ships with that nobody chose for their own account: the example account ids,
 example.com alarm addresses and prod's placeholder management range. A dry run plans with them
 and says so; preflight and deploy refuse them, naming the key to edit, before any AWS call.
+
+A production environment's download digest, shipped unpinned, is refused later, by the synthesis
+(app.py): refused_settings() is every setting a real run refuses, from the lists both refusals
+use, for the dry run to list and preflight to block on.
 """
 
 from __future__ import annotations
@@ -29,6 +33,19 @@ def placeholders(config: EnvironmentConfig) -> list[str]:
             found.append(f"{prefix}.service_fabric.management_cidrs has the placeholder {cidr}: your agents' and "
                          "offices' ranges")
     return found
+
+
+def synthesis_refusals(config: EnvironmentConfig) -> list[str]:
+    """What app.py refuses to synthesize, one line each: production nodes install nothing whose hash
+    is not pinned (issue 33); other environments may go without, and their nodes log the hash they
+    got. So the CDK CLI (make diff|deploy, the deploy step) refuses it too."""
+    return config.unpinned_downloads() if config.production else []
+
+
+def refused_settings(config: EnvironmentConfig) -> list[str]:
+    """Every setting of the environment a real deployment refuses: the shipped placeholders, then
+    what the synthesis refuses."""
+    return placeholders(config) + synthesis_refusals(config)
 
 
 def refusal(config: EnvironmentConfig) -> str | None:

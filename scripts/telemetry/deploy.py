@@ -121,10 +121,10 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
         steps = journey(config, session, stacks, runner=run_command, say=_say, mfa_serial=args.mfa_serial, yes=args.yes,
                         cdk_out=args.cdk_out or environment_folder(config.name))
         return run_journey(steps, _say)
-    from stacks.placeholders import placeholders
+    from stacks.placeholders import refused_settings
 
     steps = plan(config, synthesized_stacks(args.cdk_out, config))
-    shipped = placeholders(config)
+    shipped = refused_settings(config)  # the placeholders, and the package digest prod's synthesis refuses
     if args.format == "json":
         from scripts.telemetry.output import document
 

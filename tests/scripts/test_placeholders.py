@@ -59,3 +59,26 @@ def test_a_dry_run_plans_with_them_and_says_they_are_placeholders(shipped, capsy
     plan = json.loads(capsys.readouterr().out)
     assert plan["placeholders"] == ["environments.dev.account is the example 111111111111: your account id"]
     assert plan["steps"]
+
+
+UNPINNED = "service_fabric.standalone_package_sha256 is not pinned for environment 'prod'"
+
+
+def test_a_dry_run_of_prod_lists_the_unpinned_package_the_real_run_refuses(synthesized, capsys):
+    """The placeholders edited (tests/conftest.py), the package digest left as cdk.json ships it:
+    make diff and the real run stop on it in the synthesis (app.py), so the dry run names it."""
+    outdir = str(synthesized("prod").outdir)
+    assert cli.main(["deploy", "--env", "prod", "--dry-run", "--format", "json", "--cdk-out", outdir],
+                    session_factory=None) == 0
+    (listed,) = json.loads(capsys.readouterr().out)["placeholders"]
+    assert listed.startswith(UNPINNED)
+
+
+def test_a_dry_run_lists_every_setting_the_real_run_refuses(shipped, synthesized, capsys):
+    assert cli.main(["deploy", "--env", "prod", "--dry-run", "--cdk-out", str(synthesized("prod").outdir)],
+                    session_factory=shipped) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("placeholders")]
+    listed = line.removeprefix("placeholders (a real run refuses them): ").split("; ")
+    assert [phrase.split(" ", 1)[0] for phrase in listed] == [
+        "environments.prod.account", "environments.prod.monitoring.alarm_emails",
+        "environments.prod.service_fabric.management_cidrs", "service_fabric.standalone_package_sha256"]

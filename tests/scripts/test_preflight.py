@@ -96,7 +96,7 @@ def test_a_ready_account_has_no_blocker(account, capsys):
     code, rows, err = run(account, capsys)
     assert code == 0, err
     assert {name: result for name, (result, _) in rows.items()} == {
-        "tools": "ok", "account": "ok", "your permissions": "ok", "zones": "ok", "cdk bootstrap": "ok",
+        "tools": "ok", "cdk.json settings": "ok", "account": "ok", "your permissions": "ok", "zones": "ok", "cdk bootstrap": "ok",
         "secret telemetry-dev/service-fabric/cluster-certificate": "ok",
         "secret telemetry-dev/service-fabric/admin-certificate": "ok",
         "on-demand standard vCPUs": "ok", "Elastic IPs (NAT)": "ok", "MSK brokers": "ok",
@@ -595,3 +595,16 @@ def test_the_stacks_counted_as_the_environments_own_are_those_that_create_what_e
     # ...and each of those stacks holds some (none is looked up for nothing).
     assert found["AWS::EC2::Instance"] | found["AWS::AutoScaling::AutoScalingGroup"] == set(preflight.INSTANCE_STACKS)
     assert (found["AWS::EC2::EIP"], found["AWS::MSK::Cluster"]) == (set(preflight.NAT_STACKS), set(preflight.MSK_STACKS))
+
+
+def test_prod_with_its_placeholders_edited_and_its_package_unpinned_is_a_blocker_naming_the_digest(prod_account, capsys):
+    """cdk.json's prod as a new user leaves it after editing the placeholders (tests/conftest.py):
+    the synthesis a real run makes refuses the unpinned package (app.py), so preflight says so."""
+    from stacks.placeholders import synthesis_refusals
+
+    code, rows, err = run(prod_account, capsys, env="prod")
+    assert code == 1
+    (unpinned,) = synthesis_refusals(load_environment(read_environments(), "prod"))
+    assert rows["cdk.json settings"] == ("BLOCKER", unpinned)
+    assert unpinned.startswith("service_fabric.standalone_package_sha256 is not pinned for environment 'prod'")
+    assert f"blocker: cdk.json settings: {unpinned}" in err
