@@ -101,6 +101,7 @@ class World:
         self.flink = Flink()
         self.cluster = None  # the emulated cluster, once the create-cluster document ran
         self.created_clusters = 0
+        self.left: dict[str, dict[str, tuple[str, str, dict]]] = {}  # stack -> what its failed rollback left
         self.step = ""  # the journey's step running now, as it says
         # What a seed's prepare_node.ps1 status file says (cluster_nodes.yaml's PREPARED= line):
         # done, unless a test holds the seeds in their preparation.
@@ -126,6 +127,8 @@ class World:
             events.register(f"provide-client-params.{service}.{operation}", keep_params)
         events.register("before-call.service-quotas.ListServiceQuotas", self._quotas)
         events.register("before-call.cloudformation.GetTemplate", self._template)
+        events.register("provide-client-params.cloudformation.DescribeStackResources", keep_params)
+        events.register("before-call.cloudformation.DescribeStackResources", self._stack_resources)
         for operation in ("DescribeApplication", "StartApplication", "DescribeApplicationOperation",
                           "ListApplicationOperations"):
             events.register(f"before-call.kinesis-analytics-v2.{operation}", self._flink)
@@ -161,6 +164,19 @@ class World:
         if stack is None:
             return None  # moto answers ValidationError for a stack it does not know
         return model_answer(model, {"TemplateBody": json.dumps(stack.template), "StagesAvailable": ["Original", "Processed"]})
+
+    def _stack_resources(self, model, context, **_):
+        """A stack's resources as the world made them (moto's record holds one placeholder), and
+        what a failed rollback left, DELETE_FAILED."""
+        name = context["api_params"]["StackName"]
+        now = datetime.datetime.now(datetime.timezone.utc)
+        made = self.stacks[name].resources if name in self.stacks else {}
+        rows = [(logical, ref, self.stacks[name].template["Resources"][logical]["Type"], "CREATE_COMPLETE")
+                for logical, (ref, _) in made.items()]
+        rows += [(logical, ref, kind, "DELETE_FAILED") for logical, (kind, ref, _) in self.left.get(name, {}).items()]
+        return model_answer(model, {"StackResources": [
+            {"StackName": name, "LogicalResourceId": logical, "PhysicalResourceId": ref, "ResourceType": kind,
+             "Timestamp": now, "ResourceStatus": status} for logical, ref, kind, status in rows]})
 
     def _flink(self, model, context, **_):
         params, name = context["api_params"], context["api_params"].get("ApplicationName", "")
@@ -297,11 +313,16 @@ class Deployer:
         except DeployFailed as failure:
             print(f"❌ {name} failed: {failure}")
             return 1
-        creating = not existing or existing["StackStatus"] == "ROLLBACK_COMPLETE"
+        creating = not existing or existing["StackStatus"] in ("ROLLBACK_COMPLETE", "ROLLBACK_FAILED")
         cloudformation = self.aws.client("cloudformation")
         properties = manifest.get("properties", {})
         if creating:
             if existing:  # the CLI deletes a stack whose creation failed, then creates it again
+                if existing.get("EnableTerminationProtection") or not self._delete_left(name):
+                    self._status(name, "DELETE_FAILED" if not existing.get("EnableTerminationProtection")
+                                 else existing["StackStatus"])
+                    print(f"❌ {name}: Failed deleting stack {name} that had previously failed creation")
+                    return 1
                 cloudformation.delete_stack(StackName=name)
             self.stack_id = cloudformation.create_stack(
                 StackName=name, TemplateBody=INERT_BODY, EnableTerminationProtection=bool(properties.get("terminationProtection")),
@@ -314,10 +335,16 @@ class Deployer:
         for logical in creation_order(template["Resources"]):
             if logical in stack.resources:
                 continue
-            if name in self.fail and len(made) >= len(template["Resources"]) // 2:  # part way
+            # Part way: right after its first instance (the hard case for a rollback: the seeds'
+            # API termination is disabled), or half way through a stack without one.
+            part_way = (made[-1][1] == "AWS::EC2::Instance") if made and any(
+                r["Type"] == "AWS::EC2::Instance" for r in template["Resources"].values()) else (
+                len(made) >= len(template["Resources"]) // 2)
+            if name in self.fail and part_way:
                 print(f"❌ {name} failed: {logical} CREATE_FAILED (injected)")
-                self._roll_back(made, stack)
-                self._status(name, "ROLLBACK_COMPLETE" if creating else "UPDATE_ROLLBACK_COMPLETE")
+                rolled_back = self._roll_back(made, stack)
+                self._status(name, ("ROLLBACK_COMPLETE" if rolled_back else "ROLLBACK_FAILED") if creating
+                             else ("UPDATE_ROLLBACK_COMPLETE" if rolled_back else "UPDATE_ROLLBACK_FAILED"))
                 return 1
             stack.resources[logical] = self._create(name, logical, template["Resources"][logical], stack, parameters)
             made.append((logical, template["Resources"][logical]["Type"]))
@@ -356,14 +383,31 @@ class Deployer:
         (record,) = [s for s in backend.stacks.values() if s.name == name and s.status != "DELETE_COMPLETE"]
         record.enable_termination_protection = protected
 
-    def _roll_back(self, made: list[tuple[str, str]], stack: DeployedStack) -> None:
+    def _roll_back(self, made: list[tuple[str, str]], stack: DeployedStack) -> bool:
         """A failed operation's rollback deletes what it created, newest first ("Stack failure
-        options": "roll back all stack resources"): the rerun's creation makes them again."""
+        options": "roll back all stack resources"). What cannot be deleted is left, DELETE_FAILED
+        (an instance with API termination disabled: EC2 refuses, OperationNotPermitted), and the
+        rollback has failed. True when nothing was left."""
+        left: dict[str, tuple[str, str, dict]] = {}
         for logical, kind in reversed(made):
             ref, attributes = stack.resources.pop(logical)
-            unmake = UNMAKERS.get(kind)
-            if unmake:
-                unmake(self, ref, attributes)
+            try:
+                UNMAKERS.get(kind, lambda *a: None)(self, ref, attributes)
+            except self.aws.client("ec2").exceptions.ClientError:
+                left[logical] = (kind, ref, attributes)
+        self.world.left[stack.name] = left
+        return not left
+
+    def _delete_left(self, name: str) -> bool:
+        """DeleteStack of a failed creation: what its rollback left, deleted now if it can be."""
+        left = self.world.left.get(name, {})
+        for logical, (kind, ref, attributes) in list(left.items()):
+            try:
+                UNMAKERS.get(kind, lambda *a: None)(self, ref, attributes)
+            except self.aws.client("ec2").exceptions.ClientError:
+                return False
+            del left[logical]
+        return True
 
     def _parameters(self, template: dict) -> dict[str, str]:
         ssm = self.aws.client("ssm")
@@ -580,7 +624,20 @@ def _instance(d: Deployer, logical: str, p: dict, tags: list) -> tuple[str, dict
         TagSpecifications=[{"ResourceType": "instance", "Tags": _aws_tags(tags)}],
     )["Instances"][0]
     _tag(ec2, instance["InstanceId"], [t for t in tags if t["Key"].startswith("aws:")])
-    return instance["InstanceId"], {"PrivateIp": instance["PrivateIpAddress"], "AvailabilityZone": instance["Placement"]["AvailabilityZone"]}
+    if p.get("DisableApiTermination"):  # moto's RunInstances drops it; its ModifyInstanceAttribute keeps it
+        ec2.modify_instance_attribute(InstanceId=instance["InstanceId"], DisableApiTermination={"Value": True})
+    return instance["InstanceId"], {"PrivateIp": instance["PrivateIpAddress"], "SubnetId": p["SubnetId"],
+                                    "AvailabilityZone": instance["Placement"]["AvailabilityZone"]}
+
+
+def _terminate(d: Deployer, ref: str, attributes: dict) -> None:
+    """TerminateInstances, which frees the instance's private address for the next one ("the
+    private IPv4 address is released when the instance is terminated", EC2 User Guide, "Private
+    IPv4 addresses"): moto keeps it until the instance object is collected, so it is freed here."""
+    from moto.ec2.models import ec2_backends
+
+    d.aws.client("ec2").terminate_instances(InstanceIds=[ref])
+    ec2_backends[_account(None)][REGION].get_subnet(attributes["SubnetId"]).del_subnet_ip(attributes["PrivateIp"])
 
 
 def _launch_template(d: Deployer, logical: str, p: dict, tags: list) -> tuple[str, dict]:
@@ -701,7 +758,7 @@ def _client(d: Deployer, service: str):
 
 
 UNMAKERS: dict[str, Callable[[Deployer, str, dict], Any]] = {
-    "AWS::EC2::Instance": lambda d, ref, a: _client(d, "ec2").terminate_instances(InstanceIds=[ref]),
+    "AWS::EC2::Instance": _terminate,
     "AWS::EC2::EIP": lambda d, ref, a: _client(d, "ec2").release_address(AllocationId=a["AllocationId"]),
     "AWS::EC2::NatGateway": lambda d, ref, a: _client(d, "ec2").delete_nat_gateway(NatGatewayId=ref),
     "AWS::EC2::Subnet": lambda d, ref, a: _client(d, "ec2").delete_subnet(SubnetId=ref),
