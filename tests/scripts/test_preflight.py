@@ -190,6 +190,37 @@ def test_vcpus_needed_are_the_environment_at_its_largest_plus_what_runs(account,
     assert line == f"blocker: on-demand standard vCPUs: {detail}"
 
 
+def test_spot_instances_are_not_counted_against_the_on_demand_vcpu_quota(account, capsys):
+    """Spot instances count against the Spot quotas ("Amazon EC2 service quotas"): two running as
+    Spot leave the On-Demand row as it was (DescribeInstances: InstanceLifecycle "spot")."""
+    ec2 = account.client("ec2")
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    ec2.run_instances(ImageId=image, MinCount=2, MaxCount=2, InstanceType="m5.large",
+                      InstanceMarketOptions={"MarketType": "spot"})
+    _, rows, _ = run(account, capsys)
+    assert ", 0 in use elsewhere, " in rows["on-demand standard vCPUs"][1]
+
+
+def test_a_quota_without_an_applied_value_is_read_from_the_aws_default(account, capsys):
+    """ListServiceQuotas leaves out a quota that has no applied value (Service Quotas API Reference);
+    ListAWSDefaultServiceQuotas gives it, so the row is checked, not left "not readable"."""
+    applied = {**QUOTAS, "ec2": {preflight.VCPU_QUOTA[1]: 512.0}}  # no applied Elastic IP value
+    stubbed = Session(account, {})  # its refusals replaced below, in the order preflight asks
+    stubbed.stubber.deactivate()
+    stubbed.stubber = Stubber(stubbed.quotas)
+    for operation, service, quotas in (("list_service_quotas", "ec2", applied["ec2"]),
+                                       ("list_aws_default_service_quotas", "ec2", {preflight.EIP_QUOTA[1]: 5.0}),
+                                       ("list_service_quotas", "kafka", applied["kafka"])):
+        stubbed.stubber.add_response(operation, {"Quotas": [
+            {"ServiceCode": service, "QuotaName": name, "QuotaCode": f"L-0000000{i}", "Value": value}
+            for i, (name, value) in enumerate(quotas.items())]}, {"ServiceCode": service})
+    stubbed.stubber.activate()
+    assert cli.main(["preflight", "--env", "dev"], session_factory=lambda region: stubbed) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"Elastic IPs \(NAT\)\s+ok\s+needs 1 addresses?, .*quota 5", out), out
+    stubbed.stubber.assert_no_pending_responses()
+
+
 def test_each_missing_piece_is_one_blocker_line(account, capsys):
     account.client("ssm").delete_parameter(Name="/cdk-bootstrap/hnb659fds/version")
     # The cluster secret holds the certificate alone: no node password is asked of operators (#33).
