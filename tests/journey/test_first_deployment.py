@@ -149,6 +149,45 @@ def test_seeds_still_preparing_stop_the_first_run_before_any_create_and_the_reru
     check_one_of_each(dev)
 
 
+class Terminal(io.StringIO):
+    """What the operator types, at a terminal (telemetry deploy asks for a production change only
+    on one)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("answer", ["y", "n"])
+def test_a_new_windows_image_in_production_is_shown_asked_for_and_deployed_on_a_yes(prod, capsys, monkeypatch, answer):
+    """AWS publishes a new Windows image under the public parameter the ServiceFabric stack reads.
+    The next `telemetry deploy --env prod`, without --yes, shows each stack that reads SSM
+    parameters through a change-set diff: the two whose values did not move are left alone without
+    a question, the ServiceFabric stack's image is shown and asked for, and deployed on a yes."""
+    code, out, err = prod.deploy(capsys, monkeypatch)
+    assert code == 0, out + err
+    fabric = f"{prod.config.stack_prefix}-ServiceFabric"
+    image = next(k for k, p in prod.world.stacks[fabric].template["Parameters"].items() if "windows" in p["Default"])
+    (windows,) = [name for name in prod.world.public if "windows" in name]
+    prod.world.public[windows] = "ami-0a1b2c3d4e5f60718"
+    prod.argv.remove("--yes")
+    asked: list[str] = []
+    monkeypatch.setattr("sys.stdin", Terminal(""))
+    monkeypatch.setattr("builtins.input", lambda prompt: asked.append(prompt) or answer)  # the operator's answer
+    code = cli.main(prod.argv, session_factory=lambda region: prod.session)
+    out, err = capsys.readouterr()
+    assert asked == [f"apply this change to {fabric} in prod? [y/N] "], out + err
+    assert f"[~] parameter {image}: ami-0c2b0d3fb02824d92 to ami-0a1b2c3d4e5f60718" in out
+    left = [line.split(":")[0].strip() for line in prod.lines if "cdk diff shows no change" in line]
+    if answer == "y":
+        assert code == 0, out + err
+        assert prod.world.stacks[fabric].parameters[image] == "ami-0a1b2c3d4e5f60718"
+        # Its Amazon Linux image and the brokers did not move: no question, nothing deployed.
+        assert left == [f"{prod.config.stack_prefix}-{part}" for part in ("SimulatorFleet", "TelemetrySink")]
+    else:  # the run stops at the refused stack, before the stacks after it
+        assert code == 1 and f"the change to {fabric} was not applied" in err
+        assert prod.world.stacks[fabric].parameters[image] == "ami-0c2b0d3fb02824d92"
+
+
 def check_deployed_as_synthesized(account: Account) -> None:
     """The deployer checks itself against the assembly: every stack deployed, each with every output
     its template declares, resolved (no intrinsic left), and DescribeStacks answering the same."""

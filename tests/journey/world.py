@@ -77,6 +77,7 @@ class DeployedStack:
     name: str
     template: dict
     resources: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)  # logical id -> (ref, attributes)
+    parameters: dict[str, str] = field(default_factory=dict)  # the values its parameters resolved to
     outputs: dict[str, str] = field(default_factory=dict)
 
 
@@ -102,6 +103,7 @@ class World:
         self.cluster = None  # the emulated cluster, once the create-cluster document ran
         self.created_clusters = 0
         self.left: dict[str, dict[str, tuple[str, str, dict]]] = {}  # stack -> what its failed rollback left
+        self.public = dict(PUBLIC_PARAMETERS)  # AWS's public parameters: a test publishes a new image here
         self.step = ""  # the journey's step running now, as it says
         # What a seed's prepare_node.ps1 status file says (cluster_nodes.yaml's PREPARED= line):
         # done, unless a test holds the seeds in their preparation.
@@ -291,7 +293,7 @@ class Deployer:
                 shutil.copytree(self.assembly, out, dirs_exist_ok=True)
             return 0
         if verb == "diff":
-            return 0
+            return self.diff(rest)
         assert verb == "deploy" and "--exclusively" in rest
         app = Path(rest[rest.index("--app") + 1])
         if rest[0] in self.interrupt:
@@ -300,6 +302,25 @@ class Deployer:
             self.deploy(rest[0], app)
             raise stop
         return self.deploy(rest[0], app)
+
+    def diff(self, rest: list[str]) -> int:
+        """`cdk diff STACK --app DIR --exclusively [--method change-set --fail]`: the template and,
+        with a change set, the parameters CloudFormation would resolve now against what the stack
+        was deployed with (the CLI adds a change set's resource changes to the diff). Exit 1 with
+        --fail when anything differs (cdk-toolkit diff, diffFails), else 0."""
+        assert "--exclusively" in rest
+        name, app = rest[0], Path(rest[rest.index("--app") + 1])
+        manifest = json.loads((app / "manifest.json").read_text())["artifacts"][name]
+        template = json.loads((app / manifest["properties"]["templateFile"]).read_text())
+        deployed = self.world.stacks[name]
+        differs = template != deployed.template
+        if "--method" in rest and rest[rest.index("--method") + 1] == "change-set":
+            moved = {k: v for k, v in self._parameters(template).items() if deployed.parameters.get(k) != v}
+            for key, value in moved.items():
+                print(f"[~] parameter {key}: {deployed.parameters.get(key)} to {value}")
+            differs = differs or bool(moved)
+        print(f"Stack {name}" + ("" if differs else "\nThere were no differences"))
+        return 1 if differs and "--fail" in rest else 0
 
     # -- a stack --------------------------------------------------------------------------
 
@@ -348,6 +369,7 @@ class Deployer:
                 return 1
             stack.resources[logical] = self._create(name, logical, template["Resources"][logical], stack, parameters)
             made.append((logical, template["Resources"][logical]["Type"]))
+        stack.parameters = parameters
         stack.outputs = {key: str(self._resolve(o["Value"], stack, parameters))
                          for key, o in template.get("Outputs", {}).items()}
         for key, o in template.get("Outputs", {}).items():
@@ -415,8 +437,8 @@ class Deployer:
         for key, parameter in template.get("Parameters", {}).items():
             if parameter["Type"].startswith("AWS::SSM::Parameter::Value<"):
                 name = parameter["Default"]
-                if name in PUBLIC_PARAMETERS:
-                    values[key] = PUBLIC_PARAMETERS[name]
+                if name in self.world.public:
+                    values[key] = self.world.public[name]
                     continue
                 try:
                     values[key] = ssm.get_parameter(Name=name)["Parameter"]["Value"]
