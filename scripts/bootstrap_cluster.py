@@ -533,7 +533,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "a synthesis made now) with placeholder thumbprints, write it only to --output, and say what a run would read and "
         "change; send nothing",
     )
-    from scripts.telemetry.deploy import CDK_OUT_HELP
+    from scripts.telemetry.cloud_assembly import CDK_OUT_HELP
 
     parser.add_argument("--cdk-out", type=Path, help=f"for --dry-run, {CDK_OUT_HELP}")
 

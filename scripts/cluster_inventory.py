@@ -22,6 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
+from scripts.telemetry.errors import ToolError  # noqa: F401 (the tools import it from here too)
 from stacks.naming import CLUSTER_TAG, NODE_NAME_TAG, NODE_TYPE_TAG
 from stacks.seed_addresses import SeedPlacement, seeds_from_output
 
@@ -33,10 +34,6 @@ CERTIFICATE_KEYS = ("certificate", "private_key", "pfx", "pfx_password")
 # Run Command invocation statuses that may still change (SSM API Reference, CommandInvocation
 # Status); any other is where the command ended.
 RUN_COMMAND_UNFINISHED = frozenset({"Pending", "InProgress", "Delayed", "Cancelling"})
-
-
-class ToolError(Exception):
-    """A problem worded for the operator: one line, no traceback."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +97,7 @@ def deployed_outputs(cloudformation, stack_name: str) -> ClusterOutputs:
 def synthesized_outputs(cdk_out: Path | None, config) -> ClusterOutputs:
     """Outputs of the synthesized Service Fabric template, as deploy.synthesized_stacks finds it
     (cdk.out/<env>/ kept up to date, or --cdk-out); those that are references (endpoints) map to ''."""
-    from scripts.telemetry.deploy import read_cloud_assembly, synthesized_stacks
+    from scripts.telemetry.cloud_assembly import read_cloud_assembly, synthesized_stacks
 
     stack_name = service_fabric_stack_name(config)
     folder = cdk_out if cdk_out is not None else REPO / "cdk.out" / config.name

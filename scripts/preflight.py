@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -115,11 +116,17 @@ class ServiceQuotas:
             self._defaults[service] = self._list("list_aws_default_service_quotas", service) or {}
         return applied.get(name, self._defaults.get(service, {}).get(name))
 
+    def defaulted(self, service: str, name: str) -> bool:
+        """Whether value() is AWS's default, the applied value not listed (an increase may exist)."""
+        return name not in (self._values.get(service) or {}) and name in self._defaults.get(service, {})
+
     def _list(self, operation: str, service: str) -> dict[str, float] | None:
         try:
+            # Value is optional in the model: a quota answered with an ErrorReason instead is left
+            # out, and so reported "not readable".
             return {quota["QuotaName"]: quota["Value"]
                     for page in self._client.get_paginator(operation).paginate(ServiceCode=service)
-                    for quota in page["Quotas"]}  # fmt: skip
+                    for quota in page["Quotas"] if "Value" in quota}  # fmt: skip
         except (self._client.exceptions.AccessDeniedException, self._client.exceptions.NoSuchResourceException):
             return None
 
@@ -130,8 +137,14 @@ def vcpus(ec2, instance_types: Iterable[str]) -> dict[str, int]:
     return {t["InstanceType"]: t["VCpuInfo"]["DefaultVCpus"] for t in found}
 
 
+# Families whose first letter is a standard one but which have On-Demand quotas of their own
+# ("Running On-Demand DL|Inf|Trn|HPC instances", EC2 User Guide, "Amazon EC2 service quotas").
+OWN_QUOTA_FAMILIES = ("dl", "inf", "trn", "hpc")
+
+
 def is_standard(instance_type: str) -> bool:
-    return instance_type[0] in STANDARD_FAMILIES
+    family = re.match(r"[a-z]+", instance_type).group()  # m6i.xlarge -> m, inf2.xlarge -> inf
+    return family[0] in STANDARD_FAMILIES and not family.startswith(OWN_QUOTA_FAMILIES)
 
 
 # What a stack creates carries the stack's id as a tag ("CloudFormation resource tagging":
@@ -190,16 +203,20 @@ def standard_vcpus_in_use(ec2, own_stacks: frozenset[str]) -> tuple[int, int]:
     return (sum(per_type[t] for t, own in standard if own), sum(per_type[t] for t, own in standard if not own))
 
 
-def check_quota(label: str, quota: float | None, needed: int, in_use: tuple[int, int], unit: str) -> Check:
+def check_quota(label: str, quota: float | None, needed: int, in_use: tuple[int, int], unit: str,
+                default: bool = False) -> Check:
     """`in_use`: (the environment's own, everyone else's). Only the others' usage and the whole
-    environment must fit: what the environment already holds is part of what it needs."""
+    environment must fit: what the environment already holds is part of what it needs. `default`:
+    `quota` is AWS's default, no applied value being listed, so a shortfall is only a warning."""
     if quota is None:
         return Check(label, WARNING, f"quota not readable; the environment needs {needed} {unit}")
     own, others = in_use
     held = f"{own} of them" if own <= needed else f"{own}"
-    detail = f"needs {needed} {unit}, {held} held by this environment already, {others} in use elsewhere, quota {quota:g}"
+    detail = (f"needs {needed} {unit}, {held} held by this environment already, {others} in use elsewhere, quota "
+              f"{quota:g}" + (" (AWS's default: Service Quotas lists no applied value)" if default else ""))
     if needed + others > quota:
-        return Check(label, BLOCKER, f"{detail}: request an increase of at least {needed + others - quota:g} in Service Quotas")
+        short = f"{detail}: request an increase of at least {needed + others - quota:g} in Service Quotas"
+        return Check(label, WARNING, f"{short}, unless one was applied already") if default else Check(label, BLOCKER, short)
     return Check(label, OK, detail)
 
 
@@ -213,14 +230,15 @@ def check_vcpus(ec2, cloudformation, quotas: ServiceQuotas, config: EnvironmentC
     per_type = vcpus(ec2, [t for t, _ in instances])
     needed = sum(per_type[t] * count for t, count in instances if is_standard(t))
     in_use = standard_vcpus_in_use(ec2, live_stack_ids(cloudformation, config, INSTANCE_STACKS))
-    return check_quota("on-demand standard vCPUs", quotas.value(*VCPU_QUOTA), needed, in_use, "vCPUs")
+    return check_quota("on-demand standard vCPUs", quotas.value(*VCPU_QUOTA), needed, in_use, "vCPUs",
+                       quotas.defaulted(*VCPU_QUOTA))
 
 
 def check_elastic_ips(ec2, cloudformation, quotas: ServiceQuotas, config: EnvironmentConfig) -> Check:
     own_stacks = live_stack_ids(cloudformation, config, NAT_STACKS)
     own = [made_by(address.get("Tags"), own_stacks) for address in ec2.describe_addresses()["Addresses"]]
     return check_quota("Elastic IPs (NAT)", quotas.value(*EIP_QUOTA), config.network.nat_gateways,
-                       (own.count(True), own.count(False)), "addresses")
+                       (own.count(True), own.count(False)), "addresses", quotas.defaulted(*EIP_QUOTA))
 
 
 @dataclass(frozen=True)
@@ -248,7 +266,8 @@ def check_brokers(found: MskClusters, cloudformation, quotas: ServiceQuotas, con
     brokers = [(cluster.get("Provisioned", {}).get("NumberOfBrokerNodes", 0), made_by(cluster.get("Tags"), own_stacks))
                for cluster in found.clusters]
     in_use = (sum(n for n, own in brokers if own), sum(n for n, own in brokers if not own))
-    return check_quota("MSK brokers", quotas.value(*BROKER_QUOTA), config.msk.broker_count, in_use, "brokers")
+    return check_quota("MSK brokers", quotas.value(*BROKER_QUOTA), config.msk.broker_count, in_use, "brokers",
+                       quotas.defaulted(*BROKER_QUOTA))
 
 
 def deployed_volume_gib(cloudformation, stack_name: str) -> int | None:

@@ -234,6 +234,9 @@ class Fleet:
         """The run document to the hosts; with `log_group`, each host's whole output goes there."""
         response = self._ssm.send_command(
             DocumentName=document,
+            # The version the stack deployed last, as the other documents are sent: CloudFormation's
+            # UpdateMethod NewVersion is reported not to move $DEFAULT (cloudformation-coverage-roadmap#2539).
+            DocumentVersion="$LATEST",
             InstanceIds=instance_ids,
             Parameters=parameters,
             TimeoutSeconds=max(30, min(2_592_000, timeout_s)),

@@ -210,13 +210,13 @@ PARTS_FILE = "parts.json"  # part -> the stack's artifact id, written with each 
 
 def shared_synthesis(name: str) -> Synthesis:
     """Environment `name` of cdk.json synthesized once for every xdist worker and kept while its
-    inputs are unchanged (the digest telemetry's commands use, scripts/telemetry/deploy.py), so a
+    inputs are unchanged (the digest telemetry's commands use, scripts/telemetry/cloud_assembly.py), so a
     second worker, or the next session, reads it instead of synthesizing again. A lock per
     environment makes the other workers wait for the first."""
     import fcntl
     import shutil
 
-    from scripts.telemetry.deploy import DIGEST_FILE, record_synthesis, synthesis_inputs_digest
+    from scripts.telemetry.cloud_assembly import DIGEST_FILE, record_synthesis, synthesis_inputs_digest
 
     SHARED_SYNTHESES.mkdir(parents=True, exist_ok=True)
     folder = SHARED_SYNTHESES / name

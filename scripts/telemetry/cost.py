@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --live: write the refreshed prices into the region's price table "
                         "(scripts/telemetry/prices/REGION.json), marked checked, for the next offline run")
     parser.add_argument("--plot", type=Path, metavar="PATH.png", help="also draw the fixed and usage split per stack")
-    from scripts.telemetry.deploy import CDK_OUT_HELP
+    from scripts.telemetry.cloud_assembly import CDK_OUT_HELP
 
     parser.add_argument("--cdk-out", type=Path, help=CDK_OUT_HELP)
 
@@ -72,7 +72,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     from scripts.telemetry import estimate as pricing_model
     from scripts.telemetry import prices
-    from scripts.telemetry.deploy import synthesized_stacks
+    from scripts.telemetry.cloud_assembly import synthesized_stacks
     from stacks.config import load_environment, read_environments
 
     config = load_environment(read_environments(), args.env)

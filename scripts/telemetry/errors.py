@@ -22,6 +22,11 @@ class OperationFailed(Exception):
     """The operation ran and failed; the message says what failed."""
 
 
+class ToolError(Exception):
+    """A problem a tool worded for the operator: a missing prerequisite or a refusal (exit 2), one
+    line, no traceback."""
+
+
 class StepFailed(OperationFailed):
     """A step of `telemetry deploy` raised `error`: what it said, under the step's name and with
     the way on, and the exit code `error` itself has (a refusal stays 2)."""
@@ -42,7 +47,6 @@ def worded(error: BaseException) -> tuple[int, str]:
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError, ProfileNotFound
     from sf_rest import FabricError
 
-    from scripts.cluster_inventory import ToolError
     from simulator.errors import SimulatorError
     from stacks.config import ConfigError
 

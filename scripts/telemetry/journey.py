@@ -136,14 +136,14 @@ ADVICE = {
     # RollbackStack "will delete a stack if it doesn't contain a last known stable state" unless
     # told to retain (API Reference); the CLI passes RetainExceptOnCreate, and so does this advice.
     "CREATE_FAILED": "a deployment without rollback stopped on a failure; roll it back (aws cloudformation "
-                     "rollback-stack --stack-name {stack} --retain-except-on-create), then run again",
+                     "rollback-stack --region {region} --stack-name {stack} --retain-except-on-create), then run again",
     "UPDATE_FAILED": "an update without rollback stopped on a failure; roll it back (aws cloudformation "
-                     "rollback-stack --stack-name {stack} --retain-except-on-create), then run again",
+                     "rollback-stack --region {region} --stack-name {stack} --retain-except-on-create), then run again",
     # "Continue rolling back an update": ContinueUpdateRollback, skipping the resources that cannot
     # roll back once they are fixed or known to be safe to skip; the CLI does the same
     # (CONTINUE_UPDATE_ROLLBACK).
     "UPDATE_ROLLBACK_FAILED": "the rollback of an update failed; fix the resource its events name, then continue "
-                              "the rollback (aws cloudformation continue-update-rollback --stack-name {stack}; "
+                              "the rollback (aws cloudformation continue-update-rollback --region {region} --stack-name {stack}; "
                               "--resources-to-skip LOGICAL_ID skips one that cannot roll back), then run again. "
                               "Do not delete the stack: it holds the environment's resources",
     "DELETE_FAILED": "someone began deleting it and the deletion failed; telemetry deploy does not delete or "
@@ -218,7 +218,7 @@ class Stacks:
         """The environment's stacks synthesized now, in dependency order (once per run)."""
         if self._assembly is None:
             from scripts.telemetry import cdk_cli
-            from scripts.telemetry.deploy import (
+            from scripts.telemetry.cloud_assembly import (
                 environment_folder,
                 in_dependency_order,
                 read_cloud_assembly,
@@ -323,7 +323,8 @@ class Stacks:
             status, reason = deployed.get("StackStatus", ""), deployed.get("StackStatusReason", "")
             if status in ADVICE:
                 because = f" ({reason})" if reason else ""
-                raise OperationFailed(f"stack {stack.name} is {status}{because}: " + ADVICE[status].format(stack=stack.name))
+                raise OperationFailed(f"stack {stack.name} is {status}{because}: " + ADVICE[status].format(
+                    stack=stack.name, region=self.config.region))
             if status in SETTLED:
                 reasons = self._reasons(stack, deployed)
                 if not reasons:
@@ -349,7 +350,8 @@ class Stacks:
                     f"stack {stack.name} is {status}{f' ({reason})' if reason else ''}: its creation failed, "
                     "and termination protection stops the CDK CLI from deleting it to create it again. Read its "
                     "events, then aws cloudformation update-termination-protection --no-enable-termination-protection "
-                    f"--stack-name {stack.name} and run again (the CLI deletes it, creates it and protects it again)")
+                    f"--region {self.config.region} --stack-name {stack.name} and run again (the CLI deletes it, creates "
+                    "it and protects it again)")
             elif status == "ROLLBACK_COMPLETE":
                 self.say(f"  {stack.name}: {status}, creating it (the CDK CLI deletes a stack whose creation failed, "
                          "then creates it again)")
@@ -372,21 +374,25 @@ class Stacks:
             if resource["ResourceType"] != "AWS::EC2::Instance" or resource["ResourceStatus"] == "DELETE_COMPLETE":
                 continue
             instance = resource.get("PhysicalResourceId")
+            if not instance:
+                continue  # never launched
             try:
                 protected = ec2.describe_instance_attribute(InstanceId=instance, Attribute="disableApiTermination")
             except ec2.exceptions.ClientError as error:
-                if error.response["Error"]["Code"] == "InvalidInstanceID.NotFound":
-                    continue  # gone already
+                if error.response["Error"]["Code"] in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
+                    continue  # gone already, or not an instance id
                 raise
             if protected["DisableApiTermination"]["Value"]:
                 left.append(instance)
         return left
 
     def _protected_advice(self, name: str, reason: str, instances: list[str], stack_protected: bool) -> str:
-        lifts = [f"aws ec2 modify-instance-attribute --instance-id {i} --no-disable-api-termination" for i in instances]
+        region = self.config.region  # the AWS CLI's own is the operator's default, maybe another
+        lifts = [f"aws ec2 modify-instance-attribute --region {region} --instance-id {i} --no-disable-api-termination"
+                 for i in instances]
         if stack_protected:
             lifts.append(f"aws cloudformation update-termination-protection --no-enable-termination-protection "
-                         f"--stack-name {name}")
+                         f"--region {region} --stack-name {name}")
         return (f"stack {name} is ROLLBACK_FAILED{f' ({reason})' if reason else ''}: its creation failed, and its "
                 f"rollback could not terminate {', '.join(instances)}, whose API termination is disabled (the seeds "
                 "are). They hold nothing yet: allow it (" + "; ".join(lifts) + "), then run again: the CDK CLI "

@@ -304,8 +304,11 @@ def fail_then_rerun(account: Account, step: str, n: int, capsys, monkeypatch) ->
 def follow_the_advice(account: Account, err: str) -> None:
     """The commands a deploy step's refusal names, run as the operator would run them."""
     ec2 = account.deployer.aws.client("ec2")
-    allowed = re.findall(r"aws ec2 modify-instance-attribute --instance-id (i-\w+) --no-disable-api-termination", err)
-    unprotected = re.findall(r"update-termination-protection --no-enable-termination-protection --stack-name ([\w-]+)", err)
+    region = f"--region {account.config.region}"  # every command names the environment's region
+    allowed = re.findall(rf"aws ec2 modify-instance-attribute {region} --instance-id (i-\w+) --no-disable-api-termination",
+                         err)
+    unprotected = re.findall(rf"update-termination-protection --no-enable-termination-protection {region} "
+                             r"--stack-name ([\w-]+)", err)
     assert allowed or unprotected, err
     for instance in allowed:
         ec2.modify_instance_attribute(InstanceId=instance, DisableApiTermination={"Value": False})

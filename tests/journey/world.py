@@ -17,7 +17,9 @@ What each stand-in claims, and its source:
   give what the resource's reference page lists as its return values; resources are tagged
   aws:cloudformation:stack-name, -stack-id and -logical-id ("Tag your CloudFormation resources":
   "CloudFormation automatically creates the following stack-level tags"). A failed creation
-  leaves ROLLBACK_COMPLETE, a failed update UPDATE_ROLLBACK_COMPLETE ("Stack status codes").
+  leaves ROLLBACK_COMPLETE, or ROLLBACK_FAILED with what its rollback could not delete (an
+  instance whose API termination is disabled: EC2 answers OperationNotPermitted); a failed update
+  UPDATE_ROLLBACK_COMPLETE, what its cleanup could not delete left behind ("Stack status codes").
   Resource types no step reads get a physical id and nothing else (not in `MAKERS`); a failed
   operation's rollback deletes what it made (`UNMAKERS`).
 - Auto Scaling: moto puts a launched instance InService at once. The real launch hook holds it in
@@ -364,8 +366,10 @@ class Deployer:
             if name in self.fail and part_way:
                 print(f"❌ {name} failed: {logical} CREATE_FAILED (injected)")
                 rolled_back = self._roll_back(made, stack)
+                # An update's new resources go in its cleanup, whose failures leave them behind and
+                # the stack UPDATE_ROLLBACK_COMPLETE (cloudformation-coverage-roadmap#744).
                 self._status(name, ("ROLLBACK_COMPLETE" if rolled_back else "ROLLBACK_FAILED") if creating
-                             else ("UPDATE_ROLLBACK_COMPLETE" if rolled_back else "UPDATE_ROLLBACK_FAILED"))
+                             else "UPDATE_ROLLBACK_COMPLETE")
                 return 1
             stack.resources[logical] = self._create(name, logical, template["Resources"][logical], stack, parameters)
             made.append((logical, template["Resources"][logical]["Type"]))

@@ -202,7 +202,7 @@ def test_dry_run_without_a_synthesized_template_synthesizes_as_deploy_does_and_w
     ClusterConfig in the plan only."""
     import shutil
 
-    from scripts.telemetry import deploy
+    from scripts.telemetry import cloud_assembly
 
     made = []
 
@@ -210,7 +210,7 @@ def test_dry_run_without_a_synthesized_template_synthesizes_as_deploy_does_and_w
         made.append(config.name)
         shutil.copytree(synthesized("prod").outdir, outdir, dirs_exist_ok=True)
 
-    monkeypatch.setattr(deploy, "synthesize", synthesize)
+    monkeypatch.setattr(cloud_assembly, "synthesize", synthesize)
     argv = ["--env", "prod", "--dry-run", "--cdk-out", str(tmp_path / "cdk.out"), "--format", "json"]
     assert cli.main(["cluster", "bootstrap", *argv], session_factory=lambda region: None) == 0
     plan = json.loads(capsys.readouterr().out)

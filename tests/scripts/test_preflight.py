@@ -217,8 +217,45 @@ def test_a_quota_without_an_applied_value_is_read_from_the_aws_default(account, 
     stubbed.stubber.activate()
     assert cli.main(["preflight", "--env", "dev"], session_factory=lambda region: stubbed) == 0
     out = capsys.readouterr().out
-    assert re.search(r"Elastic IPs \(NAT\)\s+ok\s+needs 1 addresses?, .*quota 5", out), out
+    assert re.search(r"Elastic IPs \(NAT\)\s+ok\s+needs 1 addresses?, .*quota 5 \(AWS's default: Service Quotas "
+                     r"lists no applied value\)", out), out
     stubbed.stubber.assert_no_pending_responses()
+
+
+def test_a_shortfall_against_a_default_quota_is_a_warning_and_an_applied_quota_without_a_value_is_not_read():
+    """An increase may be applied where Service Quotas lists no applied value, so a shortfall
+    against AWS's default is said, not blocked on; a quota answered with an ErrorReason and no Value
+    (Value is optional in the model) is read as not listed."""
+    short = preflight.check_quota("Elastic IPs (NAT)", 5.0, 3, (0, 3), "addresses", default=True)
+    assert short.result == preflight.WARNING and short.detail.endswith("in Service Quotas, unless one was applied already")
+    assert preflight.check_quota("Elastic IPs (NAT)", 5.0, 3, (0, 3), "addresses").result == preflight.BLOCKER
+
+    class Listing:
+        exceptions = type("exceptions", (), {"AccessDeniedException": KeyError, "NoSuchResourceException": KeyError})
+
+        def get_paginator(self, operation):
+            assert operation == "list_service_quotas"
+            return self
+
+        def paginate(self, ServiceCode):  # noqa: N803 - the API's parameter name
+            return [{"Quotas": [{"ServiceCode": "ec2", "QuotaName": preflight.EIP_QUOTA[1], "QuotaCode": "L-0263D0A3",
+                                 "ErrorReason": {"ErrorCode": "SERVICE_QUOTA_NOT_AVAILABLE_ERROR"}},
+                                {"ServiceCode": "ec2", "QuotaName": preflight.VCPU_QUOTA[1], "QuotaCode": "L-1216C47A",
+                                 "Value": 64.0}]}]
+
+    quotas = preflight.ServiceQuotas(Listing())
+    assert quotas.value(*preflight.VCPU_QUOTA) == 64.0
+
+
+@pytest.mark.parametrize("instance_type, standard", [
+    ("m6i.xlarge", True), ("c7gn.large", True), ("im4gn.large", True), ("t3.micro", True), ("r7iz.large", True),
+    ("inf2.xlarge", False), ("trn1.2xlarge", False), ("dl1.24xlarge", False), ("hpc6a.48xlarge", False),
+    ("p4d.24xlarge", False), ("g5.xlarge", False), ("x2idn.16xlarge", False),
+])
+def test_only_the_standard_families_count_against_the_standard_vcpu_quota(instance_type, standard):
+    """DL, Inf, Trn and HPC begin with a standard family's letter but have On-Demand quotas of their
+    own (EC2 User Guide, "Amazon EC2 service quotas")."""
+    assert preflight.is_standard(instance_type) is standard
 
 
 def test_each_missing_piece_is_one_blocker_line(account, capsys):

@@ -13,7 +13,7 @@ import pytest
 from botocore.stub import Stubber
 
 from scripts.telemetry import cli, prices
-from scripts.telemetry.deploy import Stack, in_dependency_order, read_cloud_assembly
+from scripts.telemetry.cloud_assembly import Stack, in_dependency_order, read_cloud_assembly
 from scripts.telemetry.estimate import (
     HOURS_PER_MONTH,
     SECONDS_PER_MONTH,

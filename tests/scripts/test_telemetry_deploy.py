@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 from botocore.stub import Stubber
 
-from scripts.telemetry import deploy
+from scripts.telemetry import cloud_assembly, deploy
 from scripts.telemetry.errors import OperationFailed
 from scripts.telemetry.journey import Bootstrap, Flink, Scale, Stacks, Topics, journey, run_journey
 from stacks.config import load_environment, read_environments
@@ -463,9 +463,9 @@ def test_a_stack_in_progress_is_waited_for_then_left_alone_when_it_matches(one_s
 
 
 @pytest.mark.parametrize("status, advice", [
-    ("UPDATE_ROLLBACK_FAILED", "continue-update-rollback --stack-name {stack}"),
-    ("UPDATE_FAILED", "rollback-stack --stack-name {stack} --retain-except-on-create"),
-    ("CREATE_FAILED", "rollback-stack --stack-name {stack} --retain-except-on-create"),
+    ("UPDATE_ROLLBACK_FAILED", "continue-update-rollback --region eu-west-1 --stack-name {stack}"),
+    ("UPDATE_FAILED", "rollback-stack --region eu-west-1 --stack-name {stack} --retain-except-on-create"),
+    ("CREATE_FAILED", "rollback-stack --region eu-west-1 --stack-name {stack} --retain-except-on-create"),
     ("DELETE_FAILED", "does not delete or re-create a stack that holds data"),
     ("IMPORT_ROLLBACK_FAILED", "fix the resources its events name"),
 ])
@@ -502,7 +502,7 @@ def test_a_failed_creation_whose_rollback_met_a_protected_seed_says_how_to_let_t
         step.run()
     message = str(failure.value)
     assert message.startswith(f"stack {account.name} is ROLLBACK_FAILED (The following resource(s) failed to delete: ")
-    assert f"aws ec2 modify-instance-attribute --instance-id {seed} --no-disable-api-termination" in message
+    assert f"aws ec2 modify-instance-attribute --region eu-west-1 --instance-id {seed} --no-disable-api-termination" in message
     assert "update-termination-protection" not in message and cdk.deployed == []
 
 
@@ -1123,12 +1123,12 @@ def test_an_environments_synthesis_is_kept_and_made_again_only_when_its_inputs_c
             "type": "aws:cloudformation:stack", "properties": {"templateFile": "Telemetry-dev-Msk.template.json"}}}}))
 
     digest = ["first"]
-    monkeypatch.setattr(deploy, "synthesize", synthesize)
-    monkeypatch.setattr(deploy, "synthesis_inputs_digest", lambda: digest[0])
+    monkeypatch.setattr(cloud_assembly, "synthesize", synthesize)
+    monkeypatch.setattr(cloud_assembly, "synthesis_inputs_digest", lambda: digest[0])
     root = tmp_path / "cdk.out"
 
     def kind() -> str:
-        (stack,) = deploy.environment_synthesis(config, root)
+        (stack,) = cloud_assembly.environment_synthesis(config, root)
         return stack.template["Resources"]["N"]["Type"]
 
     assert kind() == "1" and kind() == "1" and len(made) == 1  # kept
