@@ -39,11 +39,26 @@ REJECTED_BEFORE_ACTING = frozenset(
         "FABRIC_E_SERVICE_OFFLINE",
     }
 )
+# Busy or passing answers the gateway gives as 503, or 502 for GATEWAY_NOT_REACHABLE
+# (Management/HttpTransport/HttpUtil.cpp, ErrorCodeToHttpStatus), which Microsoft's own client
+# retries (System.Fabric.Common FabricClientRetryErrors: GatewayNotReachable and ServiceTooBusy
+# always, ObjectClosed for every operation). No source says whether the request was carried out
+# before them, so they are outcomes unknown: a read or a repeatable request is resent, a start of
+# a configuration upgrade is not (its caller reads the upgrade status instead).
+BUSY_OR_CLOSING = frozenset(
+    {
+        "FABRIC_E_SERVICE_TOO_BUSY",
+        "FABRIC_E_OBJECT_CLOSED",
+        "FABRIC_E_CONNECTION_CLOSED_BY_REMOTE_END",
+        "FABRIC_E_REPLICATION_QUEUE_FULL",
+        "FABRIC_E_GATEWAY_NOT_REACHABLE",
+    }
+)
 # The outcome is unknown (the operation may have been carried out): resend only
 # requests whose repetition is harmless.
 OUTCOME_UNKNOWN = frozenset(
     {TIMEOUT, COMMUNICATION_ERROR, "FABRIC_E_OPERATION_NOT_COMPLETE", "E_ABORT"}
-)
+) | BUSY_OR_CLOSING
 TRANSIENT_CODES = REJECTED_BEFORE_ACTING | OUTCOME_UNKNOWN
 
 # Codes for failures that got no Fabric answer at all.

@@ -39,6 +39,13 @@ def test_fabric_error_body_becomes_an_exception_naming_the_code(sf_client, sf_em
         (504, "FABRIC_E_TIMEOUT"),
         (504, "FABRIC_E_COMMUNICATION_ERROR"),
         (503, None),  # a bare 503 without a Fabric body
+        # What the gateway answers a busy or closing service with (HttpUtil.cpp,
+        # ErrorCodeToHttpStatus), and Microsoft's client retries (FabricClientRetryErrors).
+        (503, "FABRIC_E_SERVICE_TOO_BUSY"),
+        (503, "FABRIC_E_OBJECT_CLOSED"),
+        (503, "FABRIC_E_CONNECTION_CLOSED_BY_REMOTE_END"),
+        (503, "FABRIC_E_REPLICATION_QUEUE_FULL"),
+        (502, "FABRIC_E_GATEWAY_NOT_REACHABLE"),
     ],
 )
 def test_transient_failures_are_retried_until_success(
@@ -183,6 +190,18 @@ def test_upgrade_start_is_not_resent_after_the_gateway_timeout(
         if status.config_version == "1.0.1":
             break
     assert status.is_completed and status.config_version == "1.0.1"
+
+
+@pytest.mark.parametrize("status, code", [(503, "FABRIC_E_SERVICE_TOO_BUSY"), (502, "FABRIC_E_GATEWAY_NOT_REACHABLE")])
+def test_upgrade_start_is_not_resent_after_a_busy_answer(sf_client, sf_emulator, fake_time, status, code):
+    """No source says the gateway did not act before a busy answer: the start is not sent twice
+    (a second start of the same version would be refused, or start another upgrade)."""
+    config = _settings_upgrade(sf_client, "1.0.1")
+    sf_emulator.inject_error(status, code, path=UPGRADE)
+    with pytest.raises(FabricError) as raised:
+        sf_client.start_cluster_configuration_upgrade(config)
+    assert (raised.value.code, raised.value.status, raised.value.attempts) == (code, status, 1)
+    assert len(sf_emulator.requests_to("POST", UPGRADE)) == 1
 
 
 def test_a_refused_upgrade_start_is_final(sf_client, sf_emulator, fake_time):

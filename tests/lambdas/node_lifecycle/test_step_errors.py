@@ -33,6 +33,12 @@ TRANSIENT = {
     "gateway timeout": gateway(504, fabric("FABRIC_E_TIMEOUT")),
     "another upgrade running": gateway(500, fabric("FABRIC_E_CONFIG_UPGRADE_FAILED", "Upgrade is already in progress and cannot be interrupted")),
     "no gateway answered": FabricError("CONNECT_FAILED", "no gateway answered"),
+    # A busy or closing service, as the gateway answers it (HttpUtil.cpp, ErrorCodeToHttpStatus).
+    "service too busy": gateway(503, fabric("FABRIC_E_SERVICE_TOO_BUSY")),
+    "object closed": gateway(503, fabric("FABRIC_E_OBJECT_CLOSED")),
+    "connection closed by the remote end": gateway(503, fabric("FABRIC_E_CONNECTION_CLOSED_BY_REMOTE_END")),
+    "replication queue full": gateway(503, fabric("FABRIC_E_REPLICATION_QUEUE_FULL")),
+    "gateway not reachable": gateway(502, fabric("FABRIC_E_GATEWAY_NOT_REACHABLE")),
     "DynamoDB throttled": aws_error("ProvisionedThroughputExceededException", 400),
     "SSM throttled": aws_error("ThrottlingException", 400, "SendCommand"),
     "Auto Scaling throttled": aws_error("Throttling", 400, "RecordLifecycleActionHeartbeat"),
