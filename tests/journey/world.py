@@ -602,7 +602,7 @@ def _aws_tags(tags: list[dict[str, str]]) -> list[dict[str, str]]:
 def _vpc(d: Deployer, logical: str, p: dict, tags: list) -> tuple[str, dict]:
     ec2 = d.aws.client("ec2")
     vpc = ec2.create_vpc(CidrBlock=p["CidrBlock"])["Vpc"]
-    _tag(ec2, vpc["VpcId"], tags)
+    _tag(d, vpc["VpcId"], tags)
     group = ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])["SecurityGroups"][0]
     return vpc["VpcId"], {"CidrBlock": p["CidrBlock"], "DefaultSecurityGroup": group["GroupId"], "VpcId": vpc["VpcId"]}
 
@@ -610,36 +610,30 @@ def _vpc(d: Deployer, logical: str, p: dict, tags: list) -> tuple[str, dict]:
 def _subnet(d: Deployer, logical: str, p: dict, tags: list) -> tuple[str, dict]:
     ec2 = d.aws.client("ec2")
     subnet = ec2.create_subnet(VpcId=p["VpcId"], CidrBlock=p["CidrBlock"], AvailabilityZone=p["AvailabilityZone"])["Subnet"]
-    _tag(ec2, subnet["SubnetId"], tags)
+    _tag(d, subnet["SubnetId"], tags)
     return subnet["SubnetId"], {"AvailabilityZone": p["AvailabilityZone"], "SubnetId": subnet["SubnetId"]}
 
 
 def _eip(d: Deployer, logical: str, p: dict, tags: list) -> tuple[str, dict]:
     ec2 = d.aws.client("ec2")
     address = ec2.allocate_address(Domain="vpc")
-    _tag(ec2, address["AllocationId"], tags)
+    _tag(d, address["AllocationId"], tags)
     return address["PublicIp"], {"AllocationId": address["AllocationId"], "PublicIp": address["PublicIp"]}
 
 
 def _nat(d: Deployer, logical: str, p: dict, tags: list) -> tuple[str, dict]:
     ec2 = d.aws.client("ec2")
     nat = ec2.create_nat_gateway(SubnetId=p["SubnetId"], AllocationId=p["AllocationId"])["NatGateway"]
-    _tag(ec2, nat["NatGatewayId"], tags)
+    _tag(d, nat["NatGatewayId"], tags)
     return nat["NatGatewayId"], {}
 
 
-def _tag(ec2, resource: str, tags: list) -> None:
+def _tag(d: Deployer, resource: str, tags: list) -> None:
     from moto.ec2.models import ec2_backends
 
-    ec2.create_tags(Resources=[resource], Tags=_aws_tags(tags))
+    d.aws.client("ec2").create_tags(Resources=[resource], Tags=_aws_tags(tags))
     # CloudFormation's own aws: tags, past the API's refusal of the prefix.
-    ec2_backends[_account(ec2)][REGION].create_tags([resource], {t["Key"]: t["Value"] for t in tags if t["Key"].startswith("aws:")})
-
-
-def _account(client) -> str:
-    import os
-
-    return os.environ["MOTO_ACCOUNT_ID"]
+    ec2_backends[d.world.account][REGION].create_tags([resource], {t["Key"]: t["Value"] for t in tags if t["Key"].startswith("aws:")})
 
 
 def _instance(d: Deployer, logical: str, p: dict, tags: list) -> tuple[str, dict]:
@@ -649,7 +643,7 @@ def _instance(d: Deployer, logical: str, p: dict, tags: list) -> tuple[str, dict
         PrivateIpAddress=p["PrivateIpAddress"],
         TagSpecifications=[{"ResourceType": "instance", "Tags": _aws_tags(tags)}],
     )["Instances"][0]
-    _tag(ec2, instance["InstanceId"], [t for t in tags if t["Key"].startswith("aws:")])
+    _tag(d, instance["InstanceId"], [t for t in tags if t["Key"].startswith("aws:")])
     if p.get("DisableApiTermination"):  # moto's RunInstances drops it; its ModifyInstanceAttribute keeps it
         ec2.modify_instance_attribute(InstanceId=instance["InstanceId"], DisableApiTermination={"Value": True})
     return instance["InstanceId"], {"PrivateIp": instance["PrivateIpAddress"], "SubnetId": p["SubnetId"],
@@ -663,7 +657,7 @@ def _terminate(d: Deployer, ref: str, attributes: dict) -> None:
     from moto.ec2.models import ec2_backends
 
     d.aws.client("ec2").terminate_instances(InstanceIds=[ref])
-    ec2_backends[_account(None)][REGION].get_subnet(attributes["SubnetId"]).del_subnet_ip(attributes["PrivateIp"])
+    ec2_backends[d.world.account][REGION].get_subnet(attributes["SubnetId"]).del_subnet_ip(attributes["PrivateIp"])
 
 
 def _launch_template(d: Deployer, logical: str, p: dict, tags: list) -> tuple[str, dict]:
