@@ -37,6 +37,21 @@ public final class SinkOutput {
     }
 
     public static List<Path> committedFiles(Path root, String suffix) {
+        // A running job renames its hidden in-progress parts as it commits them: a walk that meets
+        // one gone since the directory was listed (NoSuchFileException, Files.walk's attribute
+        // read) looks again, since the walk only lists, and a new listing no longer holds it.
+        for (int attempt = 1; ; attempt++) {
+            try {
+                return walkCommitted(root, suffix);
+            } catch (UncheckedIOException e) {
+                if (!(e.getCause() instanceof java.nio.file.NoSuchFileException) || attempt >= 20) {
+                    throw e;
+                }
+            }
+        }
+    }
+
+    private static List<Path> walkCommitted(Path root, String suffix) {
         if (!Files.isDirectory(root)) {
             return List.of();
         }
