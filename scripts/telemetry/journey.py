@@ -349,9 +349,8 @@ class Stacks:
                 raise OperationFailed(
                     f"stack {stack.name} is {status}{f' ({reason})' if reason else ''}: its creation failed, "
                     "and termination protection stops the CDK CLI from deleting it to create it again. Read its "
-                    "events, then aws cloudformation update-termination-protection --no-enable-termination-protection "
-                    f"--region {self.config.region} --stack-name {stack.name} and run again (the CLI deletes it, creates "
-                    "it and protects it again)")
+                    f"events, then {self._lift_protection(stack.name)} and run again (the CLI deletes it, creates it "
+                    "and protects it again)")
             elif status == "ROLLBACK_COMPLETE":
                 self.say(f"  {stack.name}: {status}, creating it (the CDK CLI deletes a stack whose creation failed, "
                          "then creates it again)")
@@ -386,13 +385,18 @@ class Stacks:
                 left.append(instance)
         return left
 
+    def _lift_protection(self, name: str) -> str:
+        """The command that lets the CLI delete a protected stack whose creation failed ("Protect
+        CloudFormation stacks from being deleted"), in the environment's region."""
+        return (f"aws cloudformation update-termination-protection --no-enable-termination-protection "
+                f"--region {self.config.region} --stack-name {name}")
+
     def _protected_advice(self, name: str, reason: str, instances: list[str], stack_protected: bool) -> str:
         region = self.config.region  # the AWS CLI's own is the operator's default, maybe another
         lifts = [f"aws ec2 modify-instance-attribute --region {region} --instance-id {i} --no-disable-api-termination"
                  for i in instances]
         if stack_protected:
-            lifts.append(f"aws cloudformation update-termination-protection --no-enable-termination-protection "
-                         f"--region {region} --stack-name {name}")
+            lifts.append(self._lift_protection(name))
         return (f"stack {name} is ROLLBACK_FAILED{f' ({reason})' if reason else ''}: its creation failed, and its "
                 f"rollback could not terminate {', '.join(instances)}, whose API termination is disabled (the seeds "
                 "are). They hold nothing yet: allow it (" + "; ".join(lifts) + "), then run again: the CDK CLI "
