@@ -1,4 +1,4 @@
-"""How a failed step reaches its state machine: as one of two error names the definition matches.
+"""How a failed step reaches its state machine: as one of three error names the definition matches.
 
 Step Functions matches a Lambda error by the `errorType` the runtime reports, which is the
 exception's class name, exactly: no inheritance, no prefixes (Step Functions Developer Guide,
@@ -10,8 +10,12 @@ handlers raise one of two kinds, and the original type leads the message:
   answer or answered 5xx/not ready, a timeout, AWS throttling or an AWS 5xx.
 - PermanentError: another try gets the same answer: a refusal by the cluster, a node that is
   not where the step needs it, bad input or settings, a TLS failure, a bug.
+- ActionGone: Auto Scaling has no pending lifecycle action for the execution any more (another
+  execution completed it, someone did by hand, or it timed out). Whatever the execution does next
+  is another owner's to do: the scale-out state machine ends without touching the node.
 
-stacks/constructs/lifecycle_workflows.py retries TransientError and catches everything.
+stacks/constructs/lifecycle_workflows.py retries TransientError, routes ActionGone, and catches
+everything.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from botocore.retries.standard import (
 from sf_rest import FabricError, GatewayUnavailableError, TlsError, UpgradeInProgressError
 from sf_rest.errors import CONNECT_FAILED, CONNECTION_LOST, READ_TIMEOUT, TRANSIENT_CODES
 
+from .errors import ActionNoLongerPending
+
 # Failures that got no usable answer from the gateway, or an answer that says "not now".
 _FABRIC_TRANSIENT_CODES = TRANSIENT_CODES | {CONNECT_FAILED, CONNECTION_LOST, READ_TIMEOUT}
 # botocore's own standard-mode view of throttling and transient AWS errors.
@@ -42,6 +48,10 @@ class TransientError(Exception):
 class PermanentError(Exception):
     """Running the step again would get the same answer; the state machine goes to its
     failure path at once."""
+
+
+class ActionGone(Exception):
+    """The execution's lifecycle action is no longer pending; the state machine stops serving it."""
 
 
 def is_transient(error: BaseException) -> bool:
@@ -62,7 +72,9 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(error, (AwsConnectionError, HTTPClientError))
 
 
-def as_step_error(error: BaseException) -> TransientError | PermanentError:
+def as_step_error(error: BaseException) -> TransientError | PermanentError | ActionGone:
     """The error the state machine sees, its message led by the original type."""
-    kind = TransientError if is_transient(error) else PermanentError
-    return kind(f"{type(error).__name__}: {error}")
+    said = f"{type(error).__name__}: {error}"
+    if isinstance(error, ActionNoLongerPending):
+        return ActionGone(said)
+    return (TransientError if is_transient(error) else PermanentError)(said)

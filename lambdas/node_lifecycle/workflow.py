@@ -31,7 +31,7 @@ from .membership_config import (
 )
 from .orphans import Restart, execution_name, lifecycle_event, orphans
 from .reaper import decide_reaping, instance_states_by_node
-from .results import NodePlan
+from .results import NodePlan, Outcome
 from .runtime import Runtime
 from .scale_in import (
     deactivate_node,
@@ -72,6 +72,7 @@ def begin(runtime: Runtime, state: State, *, flow: str) -> dict[str, Any]:
         raise LifecycleError(f"not an Auto Scaling lifecycle action event: missing {err}") from err
     return {
         "hook": hook.to_dict(),
+        "flow": flow,
         "owner": f"{flow}:{hook.instance_id}:{execution}",
         "started_at": runtime.clock(),
         "heartbeat": _try_keep_alive(runtime, hook),
@@ -103,6 +104,7 @@ def poll_upgrade(runtime: Runtime, state: State) -> dict[str, Any]:
         lifecycle=runtime.lifecycle,
         hook=_hook(state),
     )
+    _still_pending(state, status.heartbeat)
     return status.to_dict()
 
 
@@ -128,7 +130,20 @@ def _keep_alive(runtime: Runtime, state: State) -> None:
     """Restart the hook's heartbeat timer, first thing in every step that works on the action:
     a step retried through an outage must not let the instance go meanwhile. A failure leaves
     the step (a throttle is retried with it; a refusal ends in the failure path)."""
-    runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state))
+    _still_pending(state, runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state)))
+
+
+def _still_pending(state: State, heartbeat: bool | None) -> None:
+    """A join whose launch action Auto Scaling no longer has stops here: another execution
+    completed it (EventBridge delivers at least once, and the reaper may restart an action an
+    execution already serves), someone did by hand, or it timed out, and the instance then
+    terminates through the terminate hook, whose drain owns the node from there. A drain goes on:
+    its machine still runs, and the node must leave the cluster whatever became of the action."""
+    if heartbeat is False and state.get("flow") == SCALE_OUT:
+        raise ActionNoLongerPending(
+            f"Auto Scaling has no pending launch action for instance {_hook(state).instance_id}: another "
+            "execution completed it, someone did by hand, or it timed out"
+        )
 
 
 def _try_keep_alive(runtime: Runtime, hook: LifecycleHook | None) -> bool | None:
@@ -209,7 +224,7 @@ def count_undelivered_alarm(runtime: Runtime, state: State) -> dict[str, Any]:
     """The AlarmsUndelivered count, and the alarm the topic refused printed into the log (every
     workflow's, the patch run's too)."""
     runtime.record_metric("AlarmsUndelivered", 1, "Count")
-    failure = state.get("failure") or {}
+    failure = state.get("failure") or state.get("gone") or {}
     print(json.dumps({"undelivered_alarm": {"subject": failure.get("subject"), "message": failure.get("message"),
                                             "publish_error": state.get("alarm_error")}}))  # fmt: skip
     return {"counted": True}
@@ -413,14 +428,16 @@ def join(runtime: Runtime, state: State) -> dict[str, Any]:
 def wait_up(runtime: Runtime, state: State) -> dict[str, Any]:
     node_plan = _plan(state)
     _check_deadline(runtime, state, f"{node_plan.node_name} to be Up")
-    return poll_node_up(
+    status = poll_node_up(
         runtime.client,
         node_plan,
         host=runtime.host,
         command_id=state["join"].get("command_id", ""),
         lifecycle=runtime.lifecycle,
         hook=_hook(state),
-    ).to_dict()
+    )
+    _still_pending(state, status.heartbeat)
+    return status.to_dict()
 
 
 def tag_instance(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -447,13 +464,28 @@ def finish_scale_out(runtime: Runtime, state: State) -> dict[str, Any]:
 
 def clean_up_join(runtime: Runtime, state: State) -> dict[str, Any]:
     """The first step after any failure: give the lock up, then tag and deactivate a node the
-    join half-added, as far as the cluster answers. Reports, never raises, what it could not do."""
+    join half-added, as far as the cluster answers. Reports, never raises, what it could not do.
+
+    Only the owner of the node cleans it up: an execution that never took the membership lock
+    (a duplicate that waited while another joined the node) touches nothing, and neither does one
+    whose launch action is gone (completed with CONTINUE, by this execution or another, so the
+    node serves on an InService instance; or timed out, so the terminate hook's drain owns it)."""
     lock_note = _release_for_failure(runtime, state)
     found = _hook_or_none(state)
     hook = found.to_dict() if found else {}
     if not hook:
         return {"lock_released": not lock_note, "deactivated": False, "node_name": "", "detail": lock_note}
     name = (state.get("plan") or {}).get("node_name", "")
+    left_alone, never_held = "", not (state.get("lock") or {}).get("acquired")
+    if never_held:
+        holder = (state.get("lock") or {}).get("holder") or "nobody"
+        left_alone = f"This execution never held the membership lock (last held by {holder}), so it changed nothing in the cluster."
+    elif _try_keep_alive(runtime, found) is False:
+        left_alone = ("Auto Scaling had no pending launch action any more, so the node was left as it is: "
+                      "the instance serves it, or terminates and its drain removes it.")  # fmt: skip
+    if left_alone:
+        return {"instance_id": hook["instance_id"], "node_name": name, "deactivated": False, "left_alone": True,
+                "never_held": never_held, "lock_released": not lock_note, "detail": f"{left_alone} {lock_note}".strip()}  # fmt: skip
     cleanup = clean_up_failed_join(lambda: runtime.client, runtime.instances, hook["instance_id"], name)
     return {**cleanup.to_dict(), "lock_released": not lock_note, "detail": f"{cleanup.detail} {lock_note}".strip()}
 
@@ -463,15 +495,24 @@ def abandon_launch(runtime: Runtime, state: State) -> dict[str, Any]:
     the alarm. Needs no gateway: the lifecycle result never waits on the cluster."""
     found = _hook_or_none(state)
     hook = found.to_dict() if found else {}
-    completion = complete_lifecycle_action(runtime.lifecycle, found, ABANDON).to_dict() if found else {}
-    runtime.record_metric("JoinsFailed", 1, "Count")
     cleanup = state.get("cleanup") or {}
+    # An execution that never held the lock may be a duplicate whose twin is joining the node now:
+    # it leaves the action to whoever holds it, or to the hook's default result (ABANDON) if nobody does.
+    owned = found is not None and not cleanup.get("never_held")
+    completion = complete_lifecycle_action(runtime.lifecycle, found, ABANDON).to_dict() if owned else {}
+    runtime.record_metric("JoinsFailed", 1, "Count")
     instance_id = hook.get("instance_id") or "(unknown instance)"
     if not hook:
         outcome = "There is no launch to abandon: the event did not name one."
+    elif not owned:
+        outcome = ("The launch action was not completed either: another execution may be serving it; if none "
+                   "is, it times out with the hook's default result, ABANDON, and Auto Scaling replaces the instance.")  # fmt: skip
+    elif completion.get("outcome") == Outcome.ALREADY_DONE:
+        outcome = ("Auto Scaling had no pending launch action any more (completed already, or timed out), so "
+                   "nothing was abandoned.")  # fmt: skip
     else:
         outcome = "The launch was abandoned, so Auto Scaling replaces the instance"
-        if cleanup.get("node_name"):
+        if cleanup.get("node_name") and not cleanup.get("left_alone"):
             outcome += f"; node {cleanup['node_name']} deactivated: {bool(cleanup.get('deactivated'))}"
         outcome += "."
     notes = cleanup.get("detail") or ("the clean-up step itself failed; see the execution" if "cleanup_error" in state else "")
@@ -481,6 +522,31 @@ def abandon_launch(runtime: Runtime, state: State) -> dict[str, Any]:
         "message": (
             f"Joining instance {instance_id} (group {hook.get('group_name', '(unknown)')}) failed after "
             f"{_elapsed(runtime, state):.0f} s: {_failure(state)}. {outcome} {notes}"
+        ).strip(),
+    }
+
+
+def action_gone(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Auto Scaling no longer has the launch action: give the lock up and stop, touching no node.
+    Quiet when this execution never got past the lock (a duplicate: the execution that held the
+    lock served the action); an alarm when the action ended while this execution was joining."""
+    lock_note = _release_for_failure(runtime, state)
+    runtime.record_metric("LaunchActionsGone", 1, "Count")
+    hook = _hook_or_none(state)
+    instance_id = hook.instance_id if hook else "(unknown instance)"
+    name = (state.get("plan") or {}).get("node_name", "")
+    if not name:
+        return {"alarm": False, "lock_released": not lock_note, "detail": f"another execution served the action. {lock_note}".strip()}
+    return {
+        "alarm": True,
+        "lock_released": not lock_note,
+        "subject": f"Service Fabric join stopped: launch action of {instance_id} ended"[:SUBJECT_LIMIT],
+        "message": (
+            f"Joining instance {instance_id} as node {name} stopped after {_elapsed(runtime, state):.0f} s: Auto Scaling "
+            "no longer has its launch action (it timed out, or someone completed it outside this automation). The "
+            f"node was left as it is. If the instance terminates, its terminate hook drains {name}; if it stays "
+            f"InService, check {name} with telemetry cluster status and drain it with telemetry cluster drain "
+            f"--env <environment> --node {name} if it is not Up. {lock_note}"
         ).strip(),
     }
 
@@ -607,6 +673,7 @@ SCALE_OUT_STEPS: dict[str, Step] = {
     "finish": finish_scale_out,
     "clean_up": clean_up_join,
     "abandon": abandon_launch,
+    "action_gone": action_gone,
     "alarm_undelivered": alarm_undelivered,
     "keep_warm": keep_warm,
 }

@@ -49,6 +49,7 @@ from stacks.lifecycle_timing import (
 
 ALL_ERRORS = [sfn.Errors.ALL]
 PERMANENT_ERROR = "PermanentError"  # lambdas/node_lifecycle/step_errors.py
+ACTION_GONE = "ActionGone"  # likewise: Auto Scaling no longer has the execution's lifecycle action
 WAITING = ("wait_for_upgrade", "wait_for_instance")
 
 
@@ -230,7 +231,7 @@ class _Steps:
         failures in a row); one Auto Scaling refuses for good ends the hold on `lost`."""
         held = self.invoke(label, "hold_instance", f"$.{key}", transient=False, timeout_seconds=HOLD_TASK_TIMEOUT_SECONDS)
         loop, wait = self._until_done(label, held, key, self.pacing.hold_interval, then)
-        held.add_catch(lost, errors=[PERMANENT_ERROR], result_path="$.hold_error")
+        held.add_catch(lost, errors=[PERMANENT_ERROR, ACTION_GONE], result_path="$.hold_error")
         held.add_catch(wait, errors=ALL_ERRORS, result_path=f"$.{key}_error")
         return loop
 
@@ -260,8 +261,12 @@ class _Steps:
         word.add_catch(fallback, errors=ALL_ERRORS, result_path="$.failure_error")
         return word, fallback
 
-    def catch_all(self, handler: sfn.IChainable) -> None:
+    def catch_all(self, handler: sfn.IChainable, *, gone: sfn.IChainable | None = None) -> None:
+        """Every main-path failure to `handler`; with `gone`, an action Auto Scaling no longer
+        has to `gone` first (Step Functions tries a state's Catchers in order)."""
         for task in self.catchers:
+            if gone is not None:
+                task.add_catch(gone, errors=[ACTION_GONE], result_path="$.error")
             task.add_catch(handler, errors=ALL_ERRORS, result_path="$.error")
 
 
@@ -290,7 +295,7 @@ class _Workflow(Construct):
         super().__init__(scope, construct_id)
         steps = _Steps(self, function, pacing)
         definition = steps.begin().next(steps.lock_then(self._after_lock(steps, alarm_topic)))
-        steps.catch_all(self._failure_path(steps, alarm_topic))
+        steps.catch_all(self._failure_path(steps, alarm_topic), gone=self._gone_path(steps, alarm_topic))
         self.state_machine = traced_state_machine(self, state_machine_name, definition, pacing.timeout,
                                                   log_retention_days, removal_policy)  # fmt: skip
         self.rule = events.Rule(
@@ -315,6 +320,10 @@ class _Workflow(Construct):
 
     def _failure_path(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
         raise NotImplementedError
+
+    def _gone_path(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable | None:
+        """Where an execution goes when its lifecycle action is gone; None: the failure path."""
+        return None
 
     @staticmethod
     def _failure_alarm(steps: _Steps, alarm_topic: sns.ITopic, then: sfn.IChainable) -> sfn.IChainable:
@@ -455,6 +464,20 @@ class ScaleOutWorkflow(_Workflow):
         node_up = steps.poll("Wait until the node is Up", "poll_node_up", "node_up", tag)
         join = steps.retry_while_waiting("Run AddNode.ps1 on the instance", "join_node", "join", node_up)
         return steps.task("Plan the node", "plan_node", "plan").next(join)
+
+    def _gone_path(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
+        """The launch action is gone: give the lock up and stop without touching the node; quiet
+        for a duplicate execution, an alarm when the action ended mid-join."""
+        stopped = sfn.Succeed(self, "Action gone: nothing to do", comment="another execution or an operator ended the action")
+        gone = steps.invoke("Action gone: release the lock", "action_gone", "$.gone", transient=True)
+        gone.add_catch(stopped, errors=ALL_ERRORS, result_path="$.gone_error")
+        alarm = steps.alarm(
+            "Alarm: join stopped", alarm_topic, subject=sfn.JsonPath.string_at("$.gone.subject"),
+            message=sfn.TaskInput.from_json_path_at("$.gone.message"), then=stopped,
+        )  # fmt: skip
+        worth = sfn.Choice(self, "Action gone mid-join?")
+        worth.when(sfn.Condition.boolean_equals("$.gone.alarm", True), alarm).otherwise(stopped)
+        return gone.next(worth)
 
     def _failure_path(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
         """Release the lock and clean up what the join half-added (best effort, the only step

@@ -120,6 +120,7 @@ def retrier(entry: dict) -> Retrier:
 INVOKE_ONLY = {"fail", "clean_up", "alarm_undelivered", "hold_instance", "hold_lost", "stop", "install"}
 FAILURE_PATH = {"scale-in": "Release the lock and word the alarm", "scale-out": "Release the lock and clean up the join",
                 "patch": "Leave the node safe and word the alarm"}
+GONE_PATH = "Action gone: release the lock"
 
 
 def test_every_lambda_task_rides_out_throttling_and_what_can_be_transient_is_retried(each):
@@ -134,6 +135,8 @@ def test_every_lambda_task_rides_out_throttling_and_what_can_be_transient_is_ret
         own_catches = reachable(states, FAILURE_PATH[flow])
         if flow == "scale-in":
             own_catches |= reachable(states, "Release the lock while holding")
+        if flow == "scale-out":
+            own_catches |= reachable(states, GONE_PATH)
         for label, state in states.items():
             if state["Type"] != "Task":
                 continue
@@ -150,7 +153,10 @@ def test_every_lambda_task_rides_out_throttling_and_what_can_be_transient_is_ret
             assert all(r["JitterStrategy"] == "FULL" for r in state["Retry"])
             assert "Lambda.TooManyRequestsException" in state["Retry"][0]["ErrorEquals"]
             if label not in own_catches:
-                assert state["Catch"][0]["Next"] == FAILURE_PATH[flow], (name, flow, label)
+                catches = [c["Next"] for c in state["Catch"]]
+                # A launch action Auto Scaling no longer has ends the join without touching the node.
+                assert catches == ([GONE_PATH] if flow == "scale-out" else []) + [FAILURE_PATH[flow]], (name, flow, label)
+                assert state["Catch"][0]["ErrorEquals"] == (["ActionGone"] if flow == "scale-out" else ["States.ALL"])
 
 
 def test_holds_turn_at_the_cadence_that_survives_two_failed_heartbeats_and_end_on_a_refusal(each):
@@ -161,7 +167,7 @@ def test_holds_turn_at_the_cadence_that_survives_two_failed_heartbeats_and_end_o
         assert states[f"{hold}: wait"]["Seconds"] == timing.hold_interval_seconds
         # A refusal ends the hold with its own alarm; anything else is tried again next turn.
         catches = [(c["ErrorEquals"], c["Next"]) for c in states[hold]["Catch"]]
-        assert catches == [(["PermanentError"], "Word the lost hold's alarm"), (["States.ALL"], f"{hold}: wait")]
+        assert catches == [(["PermanentError", "ActionGone"], "Word the lost hold's alarm"), (["States.ALL"], f"{hold}: wait")]
     assert reachable(states, "Word the lost hold's alarm") >= {"Alarm: hold lost", "Drain failed"}
     # Read from the definition, not the model: three attempts (each its invoke retries, its run
     # bounded by the Task's TimeoutSeconds, and the longest wait after it), the third's landing

@@ -83,20 +83,7 @@ def test_a_join_waits_for_the_ssm_agent_and_for_another_upgrade(world: World):
     assert world.cluster.node(f"scale-{instance_id}").status == "Up"
 
 
-def test_a_duplicated_launch_event_changes_nothing_the_second_time(world: World):
-    action = world.machines.begin("launch", world.instance())
-    world.machines.run(action)
-    upgrades = len(world.cluster.upgrade_requests)
-
-    again = world.machines.run(action)  # EventBridge delivers at least once
-
-    assert again.status == "SUCCEEDED", again.invocations
-    assert len(world.ssm.list_commands()["Commands"]) == 1  # AddNode.ps1 ran once
-    # Nothing the cluster shows says the UOS knows the node, so the registration is sent again:
-    # a version bump with nothing else to change, which completes.
-    assert len(world.cluster.upgrade_requests) == upgrades + 1
-    assert world.cluster.upgrades[-1].log[-1] == "completed"
-    assert action.result == "CONTINUE" and world.lock_holder() is None
+# A duplicated launch event: test_overlap_executed.py (the overlap matrix).
 
 
 def test_a_failed_add_node_abandons_the_launch_and_alarms(world: World):

@@ -80,3 +80,15 @@ def test_the_handlers_raise_only_the_two_kinds_with_the_cause_in_the_message(mon
     monkeypatch.delenv("LOCK_TABLE_NAME", raising=False)
     with pytest.raises(PermanentError, match="^SettingsError: environment variable .* is not set$"):
         handlers.scale_in({"step": "begin", "state": {}}, None)
+
+
+def test_a_lifecycle_action_auto_scaling_no_longer_has_is_its_own_error_name():
+    """The scale-out state machine routes it to the end that touches no node; under any other name
+    a duplicate execution's failure path would clean up the node another execution joined."""
+    from node_lifecycle.errors import ActionNoLongerPending
+    from node_lifecycle.step_errors import ActionGone
+
+    error = as_step_error(ActionNoLongerPending("Auto Scaling has no pending launch action for instance i-1"))
+
+    assert type(error) is ActionGone and type(error).__name__ == "ActionGone"
+    assert str(error).startswith("ActionNoLongerPending: ")
