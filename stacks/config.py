@@ -510,13 +510,23 @@ class NodeLifecycleConfig(_Section):
     lock_ttl_seconds: int = Field(ge=300, le=86_400)  # a crashed holder's lock expires after this
     drain_timeout_minutes: int = Field(ge=5, le=2880)  # a longer drain fails and alarms
     join_timeout_minutes: int = Field(ge=5, le=2880)  # a longer join is abandoned and alarms
-    # A refused seed node's instance, or one whose drain failed, is held this long for an operator.
-    operator_hold_minutes: int = Field(ge=0, le=2880)
     reaper_interval_minutes: int = Field(ge=1, le=1440)
     zombie_down_minutes: int = Field(ge=5, le=10_080)  # Down this long with its instance gone
     log_retention_days: int
 
     _retention = field_validator("log_retention_days")(_check_retention)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_hold(cls, data: Any) -> Any:
+        """The key of 0.1.0's heartbeat hold, named with what replaced it rather than as a typo."""
+        if isinstance(data, dict) and "operator_hold_minutes" in data:
+            raise ValueError(
+                "operator_hold_minutes is no longer read: a failed drain's or a refused seed node's instance is "
+                "retained by Auto Scaling, running, until an operator terminates it (README: when a step fails); "
+                "remove the key"
+            )
+        return data
 
     @model_validator(mode="after")
     def _lock_outlives_a_change(self) -> NodeLifecycleConfig:
@@ -827,7 +837,7 @@ class EnvironmentConfig(_Section):
 
     @property
     def lifecycle_timing(self) -> LifecycleTiming:
-        """The node lifecycle's heartbeats, holds and history, from the hooks' heartbeat timeout
+        """The node lifecycle's heartbeats, deadlines and history, from the hooks' heartbeat timeout
         and the node_lifecycle pacing (stacks/lifecycle_timing.py)."""
         lifecycle = self.node_lifecycle
         return LifecycleTiming(
@@ -836,7 +846,6 @@ class EnvironmentConfig(_Section):
             lock_retry_seconds=lifecycle.lock_retry_seconds,
             drain_timeout_seconds=lifecycle.drain_timeout_minutes * 60,
             join_timeout_seconds=lifecycle.join_timeout_minutes * 60,
-            operator_hold_seconds=lifecycle.operator_hold_minutes * 60,
             reaper_interval_seconds=lifecycle.reaper_interval_minutes * 60,
         )
 

@@ -95,7 +95,7 @@ class Retrier:
 
 
 # Every Lambda Task: a throttling burst ridden out for up to 51 s before the Task fails into its
-# Catch (where the hold loop keeps trying, one attempt per cadence).
+# Catch.
 INVOKE_RETRY = Retrier(LAMBDA_INVOKE_ERRORS, interval_seconds=1, max_attempts=6, max_delay_seconds=20)
 # Steps of the main path: the gateway or an AWS API not answering, for up to 130 s of waiting.
 STEP_RETRY = Retrier(STEP_ERRORS, interval_seconds=10, max_attempts=4, max_delay_seconds=60)
@@ -111,9 +111,6 @@ ALARM_PUBLISH_TIMEOUT_SECONDS = 5
 FUNCTION_TIMEOUT_SECONDS = 120
 LAMBDA_INIT_SECONDS = 10
 LAMBDA_TASK_TIMEOUT_SECONDS = LAMBDA_INIT_SECONDS + FUNCTION_TIMEOUT_SECONDS
-# A hold's run only records a heartbeat: its Init and a heartbeat call whose client gives up
-# within 33 s (lambdas/node_lifecycle/runtime.py, HEARTBEAT_CLIENT). Its Task stops waiting sooner.
-HOLD_TASK_TIMEOUT_SECONDS = 60
 # From the start of a run to its heartbeat being recorded: the Init phase and that call.
 HEARTBEAT_LANDING_SECONDS = 60
 # What no page bounds: Step Functions' own time between states and to schedule a Task.
@@ -129,7 +126,6 @@ class LifecycleTiming:
     lock_retry_seconds: int
     drain_timeout_seconds: int
     join_timeout_seconds: int
-    operator_hold_seconds: int
     reaper_interval_seconds: int = 300  # the backstop that starts executions for lost events
 
     # -- heartbeats -------------------------------------------------------------------------
@@ -143,22 +139,6 @@ class LifecycleTiming:
     def _run_and_throttles(self) -> float:
         """A step's attempt before the next one can start: its invoke retries, then its run."""
         return INVOKE_RETRY.span_seconds + LAMBDA_TASK_TIMEOUT_SECONDS
-
-    @property
-    def _hold_run_and_throttles(self) -> float:
-        return INVOKE_RETRY.span_seconds + HOLD_TASK_TIMEOUT_SECONDS
-
-    @property
-    def _budget_per_attempt(self) -> float:
-        """What each of the three attempts may take: the heartbeat timeout less the third's
-        landing and the margin, in three."""
-        return (self.heartbeat_timeout_seconds - HEARTBEAT_LANDING_SECONDS - SAFETY_MARGIN_SECONDS) / 3
-
-    @property
-    def hold_interval_seconds(self) -> int:
-        """The Wait between a hold's heartbeats: the longest with which two failed attempts in a
-        row and a third that lands still fit in the heartbeat timeout."""
-        return math.floor(self._budget_per_attempt - self._hold_run_and_throttles)
 
     @property
     def waits(self) -> dict[str, float]:
@@ -177,10 +157,8 @@ class LifecycleTiming:
     @property
     def attempt_seconds(self) -> float:
         """The most between the starts of two attempts to record a heartbeat: a step's attempt
-        and the wait after it, or a hold's attempt and its interval."""
-        main = self._run_and_throttles + self.longest_wait[1]
-        hold = self._hold_run_and_throttles + self.hold_interval_seconds
-        return max(main, hold)
+        and the wait after it."""
+        return self._run_and_throttles + self.longest_wait[1]
 
     @property
     def heartbeat_gap_seconds(self) -> float:
@@ -189,8 +167,7 @@ class LifecycleTiming:
 
     def least_heartbeat_timeout(self) -> int:
         """The shortest heartbeat timeout the main path's waits allow."""
-        main = self._run_and_throttles + self.longest_wait[1]
-        return math.ceil(3 * main + HEARTBEAT_LANDING_SECONDS + SAFETY_MARGIN_SECONDS)
+        return math.ceil(self.heartbeat_gap_seconds)
 
     # -- the hook's global timeout --------------------------------------------------------
 
@@ -213,25 +190,18 @@ class LifecycleTiming:
         return runs * LAMBDA_TASK_TIMEOUT_SECONDS + STEP_RETRY.span_seconds + INVOKE_RETRY.span_seconds
 
     @property
-    def _to_first_hold_seconds(self) -> float:
-        """From a failed step to the hold's first heartbeat: word the alarm, publish it, count it
-        undelivered, start the hold."""
-        return 2 * self._run_and_throttles + self.alarm_span_seconds + INVOKE_RETRY.span_seconds
-
-    @property
     def drain_span_seconds(self) -> float:
-        """From the terminate action's start to the end of a failed drain's hold: the event
-        delivered at its latest, the first step through its every retry (the deadline counts from
-        its answer), the drain failing at its deadline through the step then under way (every
-        step that starts work checks the deadline first), the failure path, the hold and the turn
-        of the hold loop that ends it."""
+        """From the terminate action's start to a failed drain's ABANDON, which retains the
+        instance: the event delivered at its latest, the first step through its every retry (the
+        deadline counts from its answer), the drain failing at its deadline through the step then
+        under way (every step that starts work checks the deadline first), and the failure step
+        that ABANDONs. Past the global timeout Auto Scaling ABANDONs the action itself (its default
+        result): the instance is retained all the same, but mid-drain, with the lock held."""
         return (
             self.event_age_seconds
             + 2 * self._task_span_seconds
             + self.drain_timeout_seconds
-            + self._to_first_hold_seconds
-            + self.operator_hold_seconds
-            + self.attempt_seconds
+            + 2 * self._run_and_throttles
         )
 
     @property
@@ -243,11 +213,6 @@ class LifecycleTiming:
             + self.join_timeout_seconds
             + 2 * self._run_and_throttles
         )
-
-    @property
-    def longest_hold_seconds(self) -> int:
-        """The longest operator hold that still ends inside the global timeout."""
-        return int(self.global_timeout_seconds - (self.drain_span_seconds - self.operator_hold_seconds))
 
     # -- the history limit ----------------------------------------------------------------
 
@@ -261,10 +226,8 @@ class LifecycleTiming:
 
     @property
     def drain_history_events(self) -> int:
-        """About as many events as a drain that waits until its deadline, then is held, writes
-        without retries."""
+        """About as many events as a drain that waits until its deadline writes without retries."""
         turns = self.drain_timeout_seconds / self.fastest_loop[1]
-        turns += self.operator_hold_seconds / max(self.hold_interval_seconds, 1)
         return math.ceil(EVENTS_PER_LOOP * turns) + EVENTS_OUTSIDE_LOOPS
 
     @property
@@ -278,7 +241,7 @@ class LifecycleTiming:
         """Each way this timing breaks a limit, as the one line synthesis stops with."""
         found = []
         heartbeat = self.heartbeat_timeout_seconds
-        if self.hold_interval_seconds < 1 or self.heartbeat_gap_seconds > heartbeat:
+        if self.heartbeat_gap_seconds > heartbeat:
             key, wait = self.longest_wait
             found.append(
                 f"service_fabric.lifecycle_heartbeat_seconds: {heartbeat} s cannot outlast two failed heartbeat "
@@ -302,13 +265,10 @@ class LifecycleTiming:
             f"service_fabric.lifecycle_heartbeat_seconds, at most {GLOBAL_TIMEOUT_CAP_SECONDS // 3600} h)"
         )
         if self.drain_span_seconds > self.global_timeout_seconds:
-            longest = max(self.longest_hold_seconds // 60, 0)
             found.append(
-                f"node_lifecycle.operator_hold_minutes: a drain failing at its {self.drain_timeout_seconds // 60}-minute "
-                f"deadline and then held {self.operator_hold_seconds // 60} minutes can end "
-                f"{self.drain_span_seconds / 3600:.1f} h after its lifecycle action began, past {cap}, where Auto "
-                f"Scaling lets the instance go mid-hold; hold at most {longest} minutes, shorten "
-                "node_lifecycle.drain_timeout_minutes or raise the heartbeat timeout"
+                f"node_lifecycle.drain_timeout_minutes: a drain failing at its {self.drain_timeout_seconds // 60}-minute "
+                f"deadline ends {self.drain_span_seconds / 3600:.1f} h after its lifecycle action began, past {cap}, "
+                "where Auto Scaling ends the action mid-drain"
             )
         if self.join_span_seconds > self.global_timeout_seconds:
             found.append(
@@ -321,9 +281,8 @@ class LifecycleTiming:
         ):
             if events > HISTORY_EVENT_BUDGET:
                 key, every = self.fastest_loop
-                held = f" and held {self.operator_hold_seconds // 60} minutes" if kind == "drain" else ""
                 found.append(
-                    f"{key}: a {timeout // 60}-minute {kind} looping every {every} s{held} writes about "
+                    f"{key}: a {timeout // 60}-minute {kind} looping every {every} s writes about "
                     f"{events:,} history events, past the {HISTORY_EVENT_BUDGET:,} an execution is kept under (half "
                     f"of Step Functions' hard limit of {HISTORY_EVENT_LIMIT:,}, the rest left for retries); loop less "
                     f"often or shorten the {kind}"

@@ -122,7 +122,6 @@ class NodeLifecycleStack(cdk.Stack):
             "SCALING_NODE_TYPE": SCALING_NODE_TYPE,
             "ADD_NODE_DOCUMENT": add_node_document_name(config),
             "STOP_HOST_DOCUMENT": stop_host_document_name(config),
-            "OPERATOR_HOLD_SECONDS": str(lifecycle.operator_hold_minutes * 60),
             "ZOMBIE_DOWN_SECONDS": str(lifecycle.zombie_down_minutes * 60),
             "METRICS_NAMESPACE": NODE_LIFECYCLE_METRICS_NAMESPACE,
             "CLUSTER_NAME": cluster_name,
@@ -182,9 +181,8 @@ class NodeLifecycleStack(cdk.Stack):
         pacing = Pacing(
             poll_interval=cdk.Duration.seconds(lifecycle.poll_interval_seconds),
             lock_retry=cdk.Duration.seconds(lifecycle.lock_retry_seconds),
-            hold_interval=cdk.Duration.seconds(timing.hold_interval_seconds),
-            # No execution outlives the lifecycle action it serves; the steps' own deadlines and
-            # the hold end it well before (validated in stacks/config.py).
+            # No execution outlives the lifecycle action it serves; the steps' own deadlines end
+            # it well before (validated in stacks/config.py).
             timeout=cdk.Duration.seconds(timing.global_timeout_seconds),
             event_age=cdk.Duration.seconds(timing.event_age_seconds),
         )
@@ -233,7 +231,6 @@ class NodeLifecycleStack(cdk.Stack):
             pacing=Pacing(
                 poll_interval=cdk.Duration.seconds(patching.poll_interval_seconds),
                 lock_retry=cdk.Duration.seconds(lifecycle.lock_retry_seconds),
-                hold_interval=cdk.Duration.seconds(timing.hold_interval_seconds),  # no hold here
                 # Every node at its longest, and an hour to spare.
                 timeout=cdk.Duration.minutes(
                     (settings.seed_node_count + settings.scaling_max_nodes) * patching.node_timeout_minutes + 60

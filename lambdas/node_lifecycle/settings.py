@@ -26,7 +26,6 @@ class Settings:
     add_node_document: str
     stop_host_document: str
     workflow_timeout_seconds: int  # a drain or join that takes longer fails and alarms
-    operator_hold_seconds: int  # how long a refused seed node's or failed drain's instance is held
     zombie_down_seconds: int  # how long a node must be Down before the reaper removes it
     metrics_namespace: str
     cluster_name: str  # the metrics' Cluster dimension
@@ -73,7 +72,6 @@ class Settings:
             add_node_document=text("ADD_NODE_DOCUMENT"),
             stop_host_document=text("STOP_HOST_DOCUMENT"),
             workflow_timeout_seconds=seconds("WORKFLOW_TIMEOUT_SECONDS", 60),
-            operator_hold_seconds=seconds("OPERATOR_HOLD_SECONDS", 0),
             zombie_down_seconds=seconds("ZOMBIE_DOWN_SECONDS", 60),
             metrics_namespace=text("METRICS_NAMESPACE"),
             cluster_name=text("CLUSTER_NAME"),

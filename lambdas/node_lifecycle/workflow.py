@@ -89,10 +89,11 @@ def acquire_lock(runtime: Runtime, state: State) -> dict[str, Any]:
     return grant.to_dict()
 
 
-def release_lock(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Give the lock up before a seed node's hold (heartbeat first: the alarm and the hold follow)."""
-    _try_keep_alive(runtime, _hook_or_none(state))
-    return runtime.lock.release(state["owner"]).to_dict()
+def retain_instance(runtime: Runtime, state: State) -> dict[str, Any]:
+    """A seed node's instance is never let go: give the lock up, then ABANDON the terminate action,
+    which keeps the instance running, retained, for an operator (the group's retention policy)."""
+    lock_note = _release_for_failure(runtime, state)
+    return {"lock_released": not lock_note, "action": _end_terminate_action(runtime, _hook_or_none(state), ABANDON)}
 
 
 def poll_upgrade(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -165,7 +166,7 @@ def _release_for_failure(runtime: Runtime, state: State) -> str:
         return ""
     try:
         runtime.lock.release(state["owner"])
-    except Exception as err:  # noqa: BLE001 - the alarm and the hold must not depend on it
+    except Exception as err:  # noqa: BLE001 - the alarm and the end of the action must not depend on it
         return f"The membership lock could not be released ({type(err).__name__}: {err}); it expires by itself."
     return ""
 
@@ -215,7 +216,7 @@ def _elapsed(runtime: Runtime, state: State) -> float:
 def alarm_undelivered(runtime: Runtime, state: State) -> dict[str, Any]:
     """The alarm topic refused the alarm after every retry: count it (the AlarmsUndelivered
     alarm watches the count) and print the alarm into the function's log, then the execution
-    goes on, holding the instance where it would have."""
+    goes on, as it would have."""
     _try_keep_alive(runtime, _hook_or_none(state))
     return count_undelivered_alarm(runtime, state)
 
@@ -244,64 +245,6 @@ def resolve(runtime: Runtime, state: State) -> dict[str, Any]:
 def check_seed(runtime: Runtime, state: State) -> dict[str, Any]:
     _start_work(runtime, state, "checking for a seed node")
     return refuse_seed_node(runtime.client, state["node"]["node_name"]).to_dict()
-
-
-def hold_instance(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Keep the instance from terminating while an operator acts, up to the configured hold:
-    a refused seed node's, or one whose drain failed (its removal upgrade needs the machine
-    running). Whether the hold is over is decided before the heartbeat, so a heartbeat that
-    keeps failing cannot stretch it; `done` once it is, and the action then times out. A
-    heartbeat that fails leaves the step: the state machine tries again at its next turn, or,
-    when Auto Scaling refused it for good or no longer has the action (PermanentError), ends the
-    hold with an alarm: the instance is about to go."""
-    held = max(runtime.clock() - _hold_start(runtime, state), 0.0)
-    if held >= runtime.settings.operator_hold_seconds:
-        return {"done": True, "held_seconds": round(held), "heartbeat": None}
-    if not runtime.lifecycle.record_lifecycle_action_heartbeat(_hook(state)):
-        raise ActionNoLongerPending(
-            f"Auto Scaling has no pending lifecycle action for the instance after {held:.0f} s of the hold: "
-            "someone completed it, or it timed out"
-        )
-    return {"done": False, "held_seconds": round(held), "heartbeat": True}
-
-
-def _hold_start(runtime: Runtime, state: State) -> float:
-    """When the hold began: the failure step's clock, the fallback alarm's state-entered time
-    (ISO 8601, from the execution's context object), or, for a seed node, the execution's start."""
-    failure = state.get("failure") or {}
-    if failure.get("hold_from"):
-        return float(failure["hold_from"])
-    if failure.get("hold_from_time"):
-        return datetime.fromisoformat(str(failure["hold_from_time"]).replace("Z", "+00:00")).timestamp()
-    return float(state.get("started_at") or runtime.clock())
-
-
-def hold_lost(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Auto Scaling refused a hold's heartbeat for good (not a throttle): the instance goes
-    when its heartbeat timeout passes. Word the alarm that says so; needs no gateway."""
-    runtime.record_metric("HoldsLost", 1, "Count")
-    hook = _hook_or_none(state)
-    instance_id = hook.instance_id if hook else "(unknown instance)"
-    node = (state.get("node") or {}).get("node_name") or "(unresolved)"
-    refusal = _failure({"error": state.get("hold_error")})
-    if (state.get("seed") or {}).get("refused"):
-        then = (
-            f"{node} is a seed node, which is never drained: check the cluster's quorum now with telemetry "
-            "cluster status and follow the SeedNodesDown row of the README's failure modes."
-        )
-    else:
-        then = (
-            "If the node is still in the cluster, finish its drain now, while the machine runs: telemetry "
-            f"cluster drain --env <environment> --node {node} (README: failure modes)."
-        )
-    return {
-        "subject": f"Service Fabric hold lost: {node} on {instance_id}"[:SUBJECT_LIMIT],
-        "message": (
-            f"Instance {instance_id} (node {node}) was held for an operator, but Auto Scaling no longer takes "
-            f"its lifecycle heartbeat: {refusal}. The hold has ended; the instance terminates once the hook's "
-            f"heartbeat timeout passes, if it has not already. {then}"
-        ),
-    }
 
 
 def deactivate(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -369,35 +312,57 @@ def finish_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
-    """After any failure: give the lock up, count it, word the alarm (published next). Needs
-    neither the gateway nor a well-formed event, and fails on nothing it calls. The lifecycle
-    action is not completed: the state machine holds the instance with heartbeats so an
-    operator can finish the drain with telemetry cluster drain before the instance goes."""
+    """After any failure: give the lock up, end the terminate action, count it, word the alarm
+    (published next). Needs neither the gateway nor a well-formed event, and fails on nothing it
+    calls. The action ends with ABANDON, which keeps the instance running, retained, so an operator
+    can finish the drain while the removal upgrade can still reach the machine; with CONTINUE only
+    when the node is known to have left the cluster already (a later step failed, not the drain)."""
     found = _hook_or_none(state)
-    _try_keep_alive(runtime, found)
     lock_note = _release_for_failure(runtime, state)
     runtime.record_metric("DrainsFailed", 1, "Count")
     hook = found.to_dict() if found else {}
     instance_id = hook.get("instance_id") or "(unknown instance)"
     node = (state.get("node") or {}).get("node_name") or "(unresolved)"
-    hold_minutes = runtime.settings.operator_hold_seconds // 60
-    then = (
-        f"The instance is held with lifecycle heartbeats for {hold_minutes} minutes: finish the "
-        f"drain meanwhile with telemetry cluster drain --env <environment> --node {node} (the removal upgrade needs the "
-        "machine to answer on port 445), then complete the lifecycle action. A node whose machine "
-        "is gone can no longer be removed by upgrade (README: lost machines)."
-        if hook
-        else "There is no lifecycle action to hold: the event did not name one."
-    )
+    node_left = (state.get("node") or {}).get("is_member") is False or (state.get("removal") or {}).get("removed") is True
+    ended = _end_terminate_action(runtime, found, CONTINUE if node_left else ABANDON)
+    if not hook:
+        then = "There is no lifecycle action to end: the event did not name one."
+    elif node_left:
+        then = f"The node had left the cluster already; {ended}"
+    else:
+        then = (
+            f"{ended} Finish the drain while the machine runs (the removal upgrade needs it to answer on port 445): "
+            f"telemetry cluster drain --env <environment> --node {node}; then let the instance go: aws autoscaling "
+            f"terminate-instance-in-auto-scaling-group --instance-id {instance_id} --no-should-decrement-desired-capacity "
+            f"--region {runtime.settings.region}. A node whose machine is gone can no longer be removed by upgrade "
+            "(README: lost machines)."
+        )
     return {
         "lock_released": not lock_note,
-        "hold_from": runtime.clock(),
         "subject": f"Service Fabric drain failed: {node} on {instance_id}"[:SUBJECT_LIMIT],
         "message": (
             f"Draining node {node} (instance {instance_id}, group {hook.get('group_name', '(unknown)')}) "
             f"failed after {_elapsed(runtime, state):.0f} s: {_failure(state)}. {then} {lock_note}"
         ).strip(),
     }
+
+
+def _end_terminate_action(runtime: Runtime, hook: LifecycleHook | None, result: str) -> str:
+    """Complete the terminate action with `result`, never failing; what became of it, in words."""
+    if hook is None:
+        return "There was no lifecycle action to end."
+    try:
+        completion = complete_lifecycle_action(runtime.lifecycle, hook, result)
+    except Exception as err:  # noqa: BLE001 - the alarm must go out whatever
+        return (f"Completing its terminate action failed ({type(err).__name__}: {err}); the action times out with "
+                "the hook's default result, ABANDON, and Auto Scaling retains the instance all the same.")  # fmt: skip
+    if completion.outcome == Outcome.ALREADY_DONE:
+        return ("Auto Scaling had no pending terminate action for it any more (completed already, or timed out: a "
+                "terminate action that times out is ABANDONed, and its instance retained).")  # fmt: skip
+    if result == CONTINUE:
+        return "Its terminate action was completed with CONTINUE: the instance terminates."
+    return ("Its terminate action was ABANDONed: Auto Scaling retains the instance (Terminating:Retained), running "
+            "and outside the group's desired capacity, until it is terminated.")  # fmt: skip
 
 
 # -- scale-out ------------------------------------------------------------------------
@@ -531,12 +496,12 @@ def action_gone(runtime: Runtime, state: State) -> dict[str, Any]:
     Quiet when this execution never got past the lock (a duplicate: the execution that held the
     lock served the action); an alarm when the action ended while this execution was joining."""
     lock_note = _release_for_failure(runtime, state)
-    runtime.record_metric("LaunchActionsGone", 1, "Count")
     hook = _hook_or_none(state)
     instance_id = hook.instance_id if hook else "(unknown instance)"
     name = (state.get("plan") or {}).get("node_name", "")
     if not name:
         return {"alarm": False, "lock_released": not lock_note, "detail": f"another execution served the action. {lock_note}".strip()}
+    runtime.record_metric("JoinsStopped", 1, "Count")
     return {
         "alarm": True,
         "lock_released": not lock_note,
@@ -642,11 +607,9 @@ def keep_warm(runtime: Runtime, state: State) -> dict[str, Any]:
 SCALE_IN_STEPS: dict[str, Step] = {
     "begin": lambda runtime, state: begin(runtime, state, flow=SCALE_IN),
     "acquire_lock": acquire_lock,
-    "release_lock": release_lock,
+    "retain_instance": retain_instance,
     "resolve_node": resolve,
     "refuse_seed_node": check_seed,
-    "hold_instance": hold_instance,
-    "hold_lost": hold_lost,
     "deactivate_node": deactivate,
     "poll_deactivation": wait_disabled,
     "start_configuration_removal": remove_from_configuration,

@@ -63,15 +63,15 @@ class LifecycleMonitoring(Construct):
         alarm("DrainFailed", f"A scale-in drain of {cluster_name} failed or stalled (see the alarm topic's message)",
               metric("DrainsFailed"))
         alarm("JoinFailed", f"A scale-out join to {cluster_name} failed; the launch was abandoned", metric("JoinsFailed"))
-        # The state machines count an alarm the topic refused after every retry, then go on
-        # holding; the text is in the function's log ("undelivered_alarm"). This alarm's own
+        # The state machines count an alarm the topic refused after every retry, then go on;
+        # the text is in the function's log ("undelivered_alarm"). This alarm's own
         # notification goes to the same topic, so it may not arrive either: the alarm state and
         # the dashboard show it.
         alarm("AlarmsUndelivered", f"An alarm of the {cluster_name} node lifecycle could not be published to the "
               "alarm topic; its text is in the scale-in/scale-out function's log", metric("AlarmsUndelivered"))
-        alarm("HoldLost", f"Auto Scaling stopped taking the heartbeats of an instance of {cluster_name} held for an "
-              "operator: it terminates once the hook's heartbeat timeout passes (see the alarm topic's message)",
-              metric("HoldsLost"))
+        alarm("JoinStopped", f"A scale-out join to {cluster_name} stopped because Auto Scaling no longer had its launch "
+              "action (it timed out, or was completed outside the automation); the node was left as it is",
+              metric("JoinsStopped"))
         alarm("LifecycleActionsRestarted",
               f"The reaper found a lifecycle action of {cluster_name}'s scaling group waiting with no execution (its "
               "event was lost) and started one; see the reaper's log (restarted_lifecycle_action)",

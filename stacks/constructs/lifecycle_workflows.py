@@ -7,15 +7,16 @@ Waits are Wait states looping back to a poll step, so no Lambda sleeps.
 Errors: a function fails with TransientError or PermanentError (lambdas/node_lifecycle/
 step_errors.py), because Step Functions matches the error name exactly. Transient ones are
 retried with backoff; every failure of a step is then caught into the failure path. The failure
-path needs neither the gateway nor a well-formed event: it words the alarm (a fallback text if
-even that fails), publishes it (retried; if it still cannot be published, it is counted as
-undelivered and the path goes on), and decides the lifecycle action: scale-out ABANDONs the
-launch, scale-in holds the instance with heartbeats for an operator, since a terminate hook lets
-the instance go on CONTINUE and ABANDON alike. A hold whose heartbeat Auto Scaling refuses for
-good ends at once, with an alarm saying the instance is about to go.
+path needs neither the gateway nor a well-formed event: it decides the lifecycle action and
+words the alarm (a fallback text if even that fails), then publishes it (retried; if it still
+cannot be published, it is counted as undelivered and the path goes on). Scale-out ABANDONs the
+launch (Auto Scaling replaces the instance); scale-in ABANDONs the terminate action too, and the
+group's retention policy keeps the instance running, retained, for an operator to finish the
+drain (stacks/constructs/scaling_node_group.py). A launch action that is gone ends the join
+without touching the node (ActionGone).
 
-Every retry, the hold's cadence and the execution's timeout come from stacks/lifecycle_timing.py,
-which the configuration is validated against.
+Every retry and the execution's timeout come from stacks/lifecycle_timing.py, which the
+configuration is validated against.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from stacks.lifecycle_timing import (
     ALARM_PUBLISH_TIMEOUT_SECONDS,
     ALARM_RETRY,
     EVENT_RETRIES_MAX,
-    HOLD_TASK_TIMEOUT_SECONDS,
     INVOKE_RETRY,
     LAMBDA_TASK_TIMEOUT_SECONDS,
     STEP_RETRY,
@@ -114,7 +114,6 @@ def _retry(task: sfn.TaskStateBase, retrier: Retrier) -> None:
 class Pacing:
     poll_interval: cdk.Duration
     lock_retry: cdk.Duration
-    hold_interval: cdk.Duration  # between heartbeats while an instance is held
     timeout: cdk.Duration  # the whole execution: the hook's global timeout
     event_age: cdk.Duration  # how long EventBridge tries to start an execution
 
@@ -225,16 +224,6 @@ class _Steps:
         count.next(then)
         return publish.next(then)
 
-    def hold(self, label: str, key: str, then: sfn.IChainable, lost: sfn.IChainable) -> sfn.IChainable:
-        """Heartbeat the lifecycle action every hold interval until the hold is done. A heartbeat
-        that fails for now is tried again at the next turn (the interval leaves room for two such
-        failures in a row); one Auto Scaling refuses for good ends the hold on `lost`."""
-        held = self.invoke(label, "hold_instance", f"$.{key}", transient=False, timeout_seconds=HOLD_TASK_TIMEOUT_SECONDS)
-        loop, wait = self._until_done(label, held, key, self.pacing.hold_interval, then)
-        held.add_catch(lost, errors=[PERMANENT_ERROR, ACTION_GONE], result_path="$.hold_error")
-        held.add_catch(wait, errors=ALL_ERRORS, result_path=f"$.{key}_error")
-        return loop
-
     def worded_alarm(
         self,
         label: str,
@@ -246,7 +235,7 @@ class _Steps:
         fallback_message: str = "Execution {} failed, and so did the step wording its alarm; the execution history says why.",
     ) -> tuple[tasks.LambdaInvoke, sfn.Pass]:
         """The step that words the alarm into $.failure, and the fixed text it falls back to if
-        that step fails (the Lambda itself broken); the fallback dates the hold it starts."""
+        that step fails (the Lambda itself broken)."""
         word = self.invoke(label, step, "$.failure", transient=transient)
         fallback = sfn.Pass(
             self.scope,
@@ -254,7 +243,6 @@ class _Steps:
             parameters={
                 "subject": fallback_subject,
                 "message": sfn.JsonPath.format(fallback_message, sfn.JsonPath.string_at("$$.Execution.Id")),
-                "hold_from_time": sfn.JsonPath.string_at("$$.State.EnteredTime"),
             },
             result_path="$.failure",
         )
@@ -346,7 +334,7 @@ class _Workflow(Construct):
 
 class ScaleInWorkflow(_Workflow):
     """Terminate lifecycle action -> deactivate, removal upgrade while the machine runs, check
-    the node left (clean-up if not) -> CONTINUE (seed nodes: alarm and hold)."""
+    the node left (clean-up if not) -> CONTINUE (seed nodes: alarm, and the instance retained)."""
 
     detail_type = "EC2 Instance-terminate Lifecycle Action"
 
@@ -367,33 +355,29 @@ class ScaleInWorkflow(_Workflow):
         disabled = steps.poll("Wait until the node is Disabled", "poll_deactivation", "disabled", configuration)
         deactivate = steps.task("Deactivate the node", "deactivate_node", "deactivation").next(disabled)
 
-        held = steps.hold(
-            "Hold the seed node's instance",
-            "hold",
-            sfn.Fail(self, "Seed node refused", error="SeedNodeRefused", cause="a seed node's instance was to be terminated"),
-            self._hold_lost(steps, alarm_topic),
-        )
+        refused = sfn.Fail(self, "Seed node refused", error="SeedNodeRefused", cause="a seed node's instance was to be terminated")
         seed_alarm = steps.alarm(
             "Alarm: seed node refused",
             alarm_topic,
             subject="Service Fabric scale-in refused a seed node",
             message=sfn.TaskInput.from_text(
                 sfn.JsonPath.format(
-                    "Instance {} runs seed node {}, which automation never removes. Its termination "
-                    "is held (lifecycle heartbeats) for an operator; the hold ends at the configured limit.",
+                    "Instance {} runs seed node {}, which automation never removes. Its terminate action was "
+                    "ABANDONed: Auto Scaling retains the instance (Terminating:Retained), running, for an operator; "
+                    "keep it (README: failure modes, Terminating:Retained).",
                     sfn.JsonPath.string_at("$.hook.instance_id"),
                     sfn.JsonPath.string_at("$.node.node_name"),
                 )
             ),
-            then=held,
+            then=refused,
         )
-        # Holding must not block every other membership change: give the lock up first (if that
-        # fails the lock expires by itself; the alarm and the hold go on).
-        release_for_hold = steps.invoke("Release the lock while holding", "release_lock", "$.released")
-        release_for_hold.add_catch(seed_alarm, errors=ALL_ERRORS, result_path="$.release_error")
-        release_for_hold.next(seed_alarm)
+        # Release the lock and ABANDON (the instance is retained); the alarm goes out whatever
+        # became of either (the lock expires by itself; an action nobody completes is ABANDONed).
+        retain = steps.invoke("Release the lock and retain the instance", "retain_instance", "$.retained")
+        retain.add_catch(seed_alarm, errors=ALL_ERRORS, result_path="$.retain_error")
+        retain.next(seed_alarm)
         seed = sfn.Choice(self, "Seed node?")
-        seed.when(sfn.Condition.boolean_equals("$.seed.refused", True), release_for_hold).otherwise(deactivate)
+        seed.when(sfn.Condition.boolean_equals("$.seed.refused", True), retain).otherwise(deactivate)
         check_seed = steps.task("Refuse seed nodes", "refuse_seed_node", "seed").next(seed)
         member = sfn.Choice(self, "In the cluster?")
         member.when(sfn.Condition.boolean_equals("$.node.is_member", False), finish).otherwise(check_seed)
@@ -404,48 +388,16 @@ class ScaleInWorkflow(_Workflow):
             self._failed = sfn.Fail(self, "Drain failed", error="DrainFailed", cause="see the alarm message")
         return self._failed
 
-    def _hold_lost(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
-        """Auto Scaling refused a hold's heartbeat for good: the instance goes once its heartbeat
-        timeout passes, so say so at once, and fail (one path for both holds)."""
-        if not hasattr(self, "_lost"):
-            word, fallback = steps.worded_alarm(
-                "Word the lost hold's alarm", "hold_lost", "Service Fabric hold lost: an instance is about to go",
-                transient=False, fallback_label="Word a fallback hold-lost alarm",
-                fallback_message=(
-                    "Execution {} held an instance for an operator, but Auto Scaling no longer takes its lifecycle "
-                    "heartbeats, and the step wording this alarm failed too. The instance terminates once the hook's "
-                    "heartbeat timeout passes; the execution history names it and its node."
-                ),
-            )  # fmt: skip
-            alarm = steps.alarm(
-                "Alarm: hold lost",
-                alarm_topic,
-                subject=sfn.JsonPath.string_at("$.failure.subject"),
-                message=sfn.TaskInput.from_json_path_at("$.failure.message"),
-                then=self._drain_failed(),
-            )
-            fallback.next(alarm)
-            self._lost = word.next(alarm)
-        return self._lost
-
     def _failure_path(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
-        """Release the lock and word the alarm, publish it, then hold the instance with
-        heartbeats for an operator (the removal upgrade needs the machine running) before the
-        execution fails. The instance comes from the event itself when no step read it; an
-        event that named none has nothing to hold."""
+        """Release the lock, end the terminate action (ABANDON: the instance is retained, running,
+        for an operator to finish the drain) and word the alarm, publish it, fail. An action that
+        step could not end times out with the hook's default result, ABANDON, all the same."""
         failed = self._drain_failed()
-        held = steps.hold("Hold the instance for an operator", "failure_hold", failed, self._hold_lost(steps, alarm_topic))
-        instance = sfn.Choice(self, "Instance to hold?")
-        instance.when(
-            sfn.Condition.or_(
-                sfn.Condition.is_present("$.hook.instance_id"), sfn.Condition.is_present("$.detail.EC2InstanceId")
-            ),
-            held,
-        ).otherwise(failed)
         word, fallback = steps.worded_alarm(
-            "Release the lock and word the alarm", "fail", "Service Fabric drain failed", transient=False
-        )
-        alarm = self._failure_alarm(steps, alarm_topic, then=instance)
+            "Release the lock, retain the instance and word the alarm", "fail", "Service Fabric drain failed",
+            transient=False,
+        )  # fmt: skip
+        alarm = self._failure_alarm(steps, alarm_topic, then=failed)
         fallback.next(alarm)
         return word.next(alarm)
 

@@ -108,14 +108,23 @@ class ScalingNodeGroup(Construct):
                 default_result="ABANDON",
                 heartbeat_timeout=heartbeat_seconds,
             ),
-            # A terminating instance goes either way; CONTINUE lets any other terminate hooks run.
+            # A terminate action nobody completes is ABANDONed, and an ABANDONed one keeps its
+            # instance (below): a node is never terminated undrained, whatever became of the drain.
             autoscaling.CfnAutoScalingGroup.LifecycleHookSpecificationProperty(
                 lifecycle_hook_name=terminate_hook_name,
                 lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
-                default_result="CONTINUE",
+                default_result="ABANDON",
                 heartbeat_timeout=heartbeat_seconds,
             ),
         ]
+        # Retention: a terminate action ABANDONed (by a failed drain, or by its timeout with that
+        # default result) leaves the instance Terminating:Retained, running, outside desired
+        # capacity, until someone calls TerminateInstanceInAutoScalingGroup (Amazon EC2 Auto Scaling
+        # User Guide, "Control instance retention with instance lifecycle policies" and "Manage
+        # retained instances"; API Reference, RetentionTriggers: retain | terminate).
+        group.instance_lifecycle_policy = autoscaling.CfnAutoScalingGroup.InstanceLifecyclePolicyProperty(
+            retention_triggers=autoscaling.CfnAutoScalingGroup.RetentionTriggersProperty(terminate_hook_abandon="retain")
+        )
 
         self.group.scale_on_cpu_utilization(
             "ScaleOutOnCpu",

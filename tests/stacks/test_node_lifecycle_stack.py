@@ -115,10 +115,10 @@ def retrier(entry: dict) -> Retrier:
                    entry["BackoffRate"])  # fmt: skip
 
 
-# Steps that make no call that could fail for now (or catch what they call), and the hold, whose
-# own failure is caught into its next turn: only Lambda's invoke errors are retried in place.
-INVOKE_ONLY = {"fail", "clean_up", "alarm_undelivered", "hold_instance", "hold_lost", "stop", "install"}
-FAILURE_PATH = {"scale-in": "Release the lock and word the alarm", "scale-out": "Release the lock and clean up the join",
+# Steps that make no call that could fail for now (or catch what they call): only Lambda's
+# invoke errors are retried in place.
+INVOKE_ONLY = {"fail", "clean_up", "alarm_undelivered", "stop", "install"}
+FAILURE_PATH = {"scale-in": "Release the lock, retain the instance and word the alarm", "scale-out": "Release the lock and clean up the join",
                 "patch": "Leave the node safe and word the alarm"}
 GONE_PATH = "Action gone: release the lock"
 
@@ -131,10 +131,10 @@ def test_every_lambda_task_rides_out_throttling_and_what_can_be_transient_is_ret
     name, template, _ = each
     for flow, asl in machines(template).items():
         states = asl["States"]
-        # The failure path and the holds catch into themselves: both must go on holding.
+        # The failure paths catch into themselves: each must go on to its end.
         own_catches = reachable(states, FAILURE_PATH[flow])
         if flow == "scale-in":
-            own_catches |= reachable(states, "Release the lock while holding")
+            own_catches |= reachable(states, "Release the lock and retain the instance")
         if flow == "scale-out":
             own_catches |= reachable(states, GONE_PATH)
         for label, state in states.items():
@@ -159,37 +159,37 @@ def test_every_lambda_task_rides_out_throttling_and_what_can_be_transient_is_ret
                 assert state["Catch"][0]["ErrorEquals"] == (["ActionGone"] if flow == "scale-out" else ["States.ALL"])
 
 
-def test_holds_turn_at_the_cadence_that_survives_two_failed_heartbeats_and_end_on_a_refusal(each):
+def test_heartbeat_attempts_fit_twice_failed_in_the_heartbeat_timeout(each):
+    """Read from the definition, not the model: three attempts (each its invoke retries, its run
+    bounded by the Task's TimeoutSeconds, and the longest wait after it), the third's landing and
+    the margin fit in the heartbeat timeout."""
     name, template, timing = each
-    heartbeat = timing.heartbeat_timeout_seconds
-    states = machines(template)["scale-in"]["States"]
-    for hold in ("Hold the instance for an operator", "Hold the seed node's instance"):
-        assert states[f"{hold}: wait"]["Seconds"] == timing.hold_interval_seconds
-        # A refusal ends the hold with its own alarm; anything else is tried again next turn.
-        catches = [(c["ErrorEquals"], c["Next"]) for c in states[hold]["Catch"]]
-        assert catches == [(["PermanentError", "ActionGone"], "Word the lost hold's alarm"), (["States.ALL"], f"{hold}: wait")]
-    assert reachable(states, "Word the lost hold's alarm") >= {"Alarm: hold lost", "Drain failed"}
-    # Read from the definition, not the model: three attempts (each its invoke retries, its run
-    # bounded by the Task's TimeoutSeconds, and the longest wait after it), the third's landing
-    # and the margin fit in the heartbeat timeout.
     for asl in machines(template).values():
         tasks = [t for t in asl["States"].values() if t["Type"] == "Task"]
         lambdas = [t for t in tasks if "step" in (t.get("Parameters") or {})]
-        holds = [t for t in lambdas if t["Parameters"]["step"] == "hold_instance"]
-        hold_waits = {label for label, t in asl["States"].items() if t["Type"] == "Wait" and label.startswith("Hold ")}
-        waits = [t["Seconds"] for label, t in asl["States"].items() if t["Type"] == "Wait" and label not in hold_waits]
+        waits = [t["Seconds"] for t in asl["States"].values() if t["Type"] == "Wait"]
         waits += [r["MaxDelaySeconds"] for t in lambdas for r in t["Retry"]]
         waits += [t["TimeoutSeconds"] * (t["Retry"][0]["MaxAttempts"] + 1) + retrier(t["Retry"][0]).span_seconds
                   for t in tasks if t not in lambdas]  # fmt: skip
-        attempts = [t["TimeoutSeconds"] + retrier(t["Retry"][0]).span_seconds + max(waits) for t in lambdas if t not in holds]
-        attempts += [t["TimeoutSeconds"] + retrier(t["Retry"][0]).span_seconds + timing.hold_interval_seconds for t in holds]
-        assert 3 * max(attempts) + HEARTBEAT_LANDING_SECONDS + SAFETY_MARGIN_SECONDS <= heartbeat, name
+        attempts = [t["TimeoutSeconds"] + retrier(t["Retry"][0]).span_seconds + max(waits) for t in lambdas]
+        assert 3 * max(attempts) + HEARTBEAT_LANDING_SECONDS + SAFETY_MARGIN_SECONDS <= timing.heartbeat_timeout_seconds, name
         assert all(t["TimeoutSeconds"] <= 10 + 120 for t in lambdas)  # Init and the function's timeout
+
+
+def test_a_terminate_action_nobody_completes_retains_its_instance(each, synthesized):
+    """The terminate hook's default result is ABANDON and the group retains an instance whose
+    terminate action is ABANDONed (RetentionTriggers: retain | terminate, in lower case): a failed
+    drain, or one nobody serves, never lets its node go undrained."""
+    name, _, _ = each
+    group = next(iter(synthesized(name).template("service_fabric").find_resources("AWS::AutoScaling::AutoScalingGroup").values()))
+    hooks = {h["LifecycleTransition"]: h["DefaultResult"] for h in group["Properties"]["LifecycleHookSpecificationList"]}
+    assert hooks == {"autoscaling:EC2_INSTANCE_LAUNCHING": "ABANDON", "autoscaling:EC2_INSTANCE_TERMINATING": "ABANDON"}
+    assert group["Properties"]["InstanceLifecyclePolicy"] == {"RetentionTriggers": {"TerminateHookAbandon": "retain"}}
 
 
 def test_no_execution_outlives_its_lifecycle_action(each, synthesized):
     """The hook's global timeout is min(48 h, 100 x its heartbeat timeout): a failed drain's
-    deadline plus its hold fit in it, and no execution runs longer."""
+    deadline and its failure path fit in it, and no execution runs longer."""
     name, template, timing = each
     group = next(iter(synthesized(name).template("service_fabric").find_resources("AWS::AutoScaling::AutoScalingGroup").values()))
     for hook in group["Properties"]["LifecycleHookSpecificationList"]:
@@ -226,7 +226,7 @@ def test_lifecycle_events_are_retried_then_kept_in_an_encrypted_queue_that_alarm
     assert len(lost) == 3
 
 
-def test_the_failure_paths_need_no_gateway_and_end_holding_or_abandoning(dev):
+def test_the_failure_paths_need_no_gateway_and_end_by_abandoning(dev):
     found = machines(dev)
     scale_out = found["scale-out"]["States"]
     # The only step of the join's failure path that talks to the cluster is caught, and leads
@@ -234,17 +234,13 @@ def test_the_failure_paths_need_no_gateway_and_end_holding_or_abandoning(dev):
     assert scale_out["Release the lock and clean up the join"]["Catch"][0]["Next"] == "Abandon the launch and word the alarm"
     assert scale_out["Release the lock and clean up the join"]["Next"] == "Abandon the launch and word the alarm"
     scale_in = found["scale-in"]["States"]
-    assert scale_in["Alarm the operators"]["Next"] == "Instance to hold?"
-    assert scale_in["Alarm the operators: count it undelivered"]["Next"] == "Instance to hold?"
-    hold = scale_in["Hold the instance for an operator"]
-    assert hold["Parameters"]["step"] == "hold_instance"
-    # A heartbeat that fails for now does not end it; one refused for good does, with an alarm.
-    assert [c["Next"] for c in hold["Catch"]] == ["Word the lost hold's alarm", "Hold the instance for an operator: wait"]
-    # The instance to hold comes from the event itself when the first step never answered.
-    (to_hold,) = scale_in["Instance to hold?"]["Choices"]
-    assert [c["Variable"] for c in to_hold["Or"]] == ["$.hook.instance_id", "$.detail.EC2InstanceId"]
-    done = scale_in["Hold the instance for an operator: done?"]
-    assert done["Choices"][0] == {"Variable": "$.failure_hold.done", "BooleanEquals": True, "Next": "Drain failed"}
+    # The drain's failure step ABANDONs (the instance is retained) and words the alarm; then the
+    # alarm, delivered or counted, and the end. No heartbeat loop: retention keeps the instance.
+    word = "Release the lock, retain the instance and word the alarm"
+    assert scale_in[word]["Parameters"]["step"] == "fail"
+    assert scale_in[word]["Next"] == "Alarm the operators" and scale_in["Alarm the operators"]["Next"] == "Drain failed"
+    assert scale_in["Alarm the operators: count it undelivered"]["Next"] == "Drain failed"
+    assert not [label for label in scale_in if label.startswith("Hold ")]
 
 
 def reachable(states: dict, start: str, avoid: str = "") -> set[str]:
@@ -289,12 +285,13 @@ def test_scale_in_removes_by_upgrade_before_it_ever_stops_a_host(dev):
     assert gone["Default"] == "Clean-up: stop the Fabric host"
 
 
-def test_a_seed_node_releases_the_lock_alarms_and_is_held(dev):
+def test_a_seed_node_releases_the_lock_is_retained_and_alarms(dev):
     states = machines(dev)["scale-in"]["States"]
     seed = states["Seed node?"]["Choices"][0]
-    assert seed["Variable"] == "$.seed.refused" and seed["Next"] == "Release the lock while holding"
-    assert states["Release the lock while holding"]["Next"] == "Alarm: seed node refused"
-    assert states["Alarm: seed node refused"]["Next"] == "Hold the seed node's instance"
+    assert seed["Variable"] == "$.seed.refused" and seed["Next"] == "Release the lock and retain the instance"
+    assert states["Release the lock and retain the instance"]["Parameters"]["step"] == "retain_instance"
+    assert states["Release the lock and retain the instance"]["Next"] == "Alarm: seed node refused"
+    assert states["Alarm: seed node refused"]["Next"] == "Seed node refused"
 
 
 def test_state_machines_log_everything_and_are_traced(dev):
@@ -459,7 +456,7 @@ def test_failures_stalls_zombies_and_seed_nodes_down_alarm(dev):
 
     metrics = {metric_name(a) for a in alarms}
     assert {"DrainsFailed", "JoinsFailed", "ZombieNodes", "SeedNodesDown", "ExecutionsFailed", "ExecutionsTimedOut",
-            "AlarmsUndelivered", "HoldsLost", "LifecycleActionsRestarted"} <= metrics  # fmt: skip
+            "AlarmsUndelivered", "JoinsStopped", "LifecycleActionsRestarted"} <= metrics  # fmt: skip
     for alarm in alarms:
         assert alarm["Properties"]["AlarmActions"] and alarm["Properties"]["OKActions"]
 

@@ -147,7 +147,8 @@ def test_scaling_group_starts_empty_with_its_hooks_and_tags_follow_config(synthe
     launch = hooks["autoscaling:EC2_INSTANCE_LAUNCHING"]
     terminate = hooks["autoscaling:EC2_INSTANCE_TERMINATING"]
     assert (launch["LifecycleHookName"], launch["DefaultResult"]) == ("sf-join-cluster", "ABANDON")
-    assert (terminate["LifecycleHookName"], terminate["DefaultResult"]) == ("sf-leave-cluster", "CONTINUE")
+    # Nobody completing a terminate action retains the instance (test_node_lifecycle_stack.py).
+    assert (terminate["LifecycleHookName"], terminate["DefaultResult"]) == ("sf-leave-cluster", "ABANDON")
     assert launch["HeartbeatTimeout"] == terminate["HeartbeatTimeout"] == settings.lifecycle_heartbeat_seconds
 
 

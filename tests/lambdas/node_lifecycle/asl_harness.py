@@ -403,6 +403,7 @@ class LifecycleStateMachines:
                     "hook": spec["LifecycleHookName"],
                     "heartbeat_timeout": int(spec.get("HeartbeatTimeout", 3600)),
                     "default_result": spec.get("DefaultResult", "ABANDON"),
+                    "retains": (p.get("InstanceLifecyclePolicy") or {}).get("RetentionTriggers", {}).get("TerminateHookAbandon") == "retain",
                 }
         return hooks
 

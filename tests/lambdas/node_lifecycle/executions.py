@@ -93,13 +93,13 @@ class World:
         assert alarm.subject == f"Service Fabric join failed: {action.instance_id}"
         return alarm
 
-    def held(self, execution: Execution, action: LifecycleAction, error: str = "DrainFailed") -> list[Alarm]:
-        """The instance was held for an operator for the whole hold: no result, no heartbeat gap
-        longer than the hook's timeout, the lock free. Returns what reached the inbox."""
+    def retained(self, execution: Execution, action: LifecycleAction, error: str = "DrainFailed") -> list[Alarm]:
+        """The drain failed (or a seed was refused): the terminate action ABANDONed, so Auto Scaling
+        retains the instance, running, for an operator; heartbeats kept it meanwhile; the lock is
+        free. Returns what reached the inbox."""
         assert (execution.status, execution.error) == ("FAILED", error)
-        assert action.pending
+        assert action.retained, (action.result, action.ended_by)
         assert self.max_heartbeat_gap(action) < action.heartbeat_timeout
-        assert execution.virtual_seconds >= int(self.setting("OPERATOR_HOLD_SECONDS"))
         assert self.lock_holder() is None
         return self.machines.alarms()
 

@@ -8,7 +8,12 @@ lifecycle hooks" and "Configure a notification target / EventBridge events"; API
   heartbeat; then the hook's DefaultResult applies. RecordLifecycleActionHeartbeat restarts the
   heartbeat timer. No action lasts longer than 48 hours or 100 times the heartbeat timeout,
   whichever is smaller (the global timeout).
-- For a terminate hook, CONTINUE and ABANDON both let the instance terminate.
+- For a terminate hook, CONTINUE lets the instance terminate; so does ABANDON, unless the group's
+  instance lifecycle policy says `RetentionTriggers.TerminateHookAbandon = retain`: then an
+  ABANDON, explicit or the default result of a timeout, leaves the instance Terminating:Retained,
+  running, until TerminateInstanceInAutoScalingGroup (User Guide, "Control instance retention with
+  instance lifecycle policies", "Configure instance retention", "Manage retained instances"). What
+  the terminate hook does when a retained instance is then terminated, no page says: not modelled.
 - An action addressed by token, or by instance id when no token is given.
 - Once completed or timed out, both calls answer `ValidationError` "No active Lifecycle Action
   found with token <token>" (or "... with instance ID <id>"). The API reference does not give
@@ -44,6 +49,7 @@ class LifecycleAction:
     heartbeat_timeout: int
     default_result: str
     started_at: float
+    retains: bool = False  # the group retains an instance whose terminate action is ABANDONed
     token: str = field(default_factory=lambda: str(uuid.uuid4()))
     heartbeats: list[float] = field(default_factory=list)
     result: str | None = None  # CONTINUE or ABANDON once ended
@@ -63,6 +69,11 @@ class LifecycleAction:
     @property
     def pending(self) -> bool:
         return self.ended_at is None
+
+    @property
+    def retained(self) -> bool:
+        """Ended, and its instance kept running in Terminating:Retained."""
+        return self.transition == "terminate" and self.result == "ABANDON" and self.retains
 
     def event(self, account: str, region: str) -> dict[str, Any]:
         return {
@@ -92,8 +103,9 @@ class LifecycleActions:
         self.actions: list[LifecycleAction] = []
         self._lock = threading.Lock()
 
-    def begin(self, *, group: str, hook: str, instance_id: str, transition: str, heartbeat_timeout: int, default_result: str) -> LifecycleAction:
-        action = LifecycleAction(group, hook, instance_id, transition, heartbeat_timeout, default_result, self.clock())
+    def begin(self, *, group: str, hook: str, instance_id: str, transition: str, heartbeat_timeout: int, default_result: str,
+              retains: bool = False) -> LifecycleAction:  # fmt: skip
+        action = LifecycleAction(group, hook, instance_id, transition, heartbeat_timeout, default_result, self.clock(), retains)
         with self._lock:
             self.actions.append(action)
         return action

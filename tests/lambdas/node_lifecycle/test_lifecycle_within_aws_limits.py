@@ -2,11 +2,12 @@
 what a real account does that the other scenarios never do: Lambda refusing invokes, Auto Scaling
 refusing heartbeats, the hook's global timeout, EventBridge failing to start an execution.
 
-Each environment runs with its own heartbeat timeout, deadlines and hold (its synthesized
-templates), on the virtual clock that the lifecycle action's heartbeat timer and global timeout
+Each environment runs with its own heartbeat timeout and deadlines (its synthesized templates),
+on the virtual clock that the lifecycle action's heartbeat timer and global timeout
 (lifecycle_actions.py) also read. However a scenario ends, no instance leaves while its node is
 still in the cluster: either the node was removed and the action completed with CONTINUE, or the
-action is still pending (held for an operator, who was told).
+action was ABANDONed, by the failure path or by its timeout, and the group retains the instance
+for an operator, who was told.
 
 Limits relied on, with their sources:
 - Step Functions reports Lambda's refusal of an invoke as "Lambda.<code>", e.g.
@@ -89,11 +90,11 @@ def test_a_drain_rides_out_a_throttle_at_every_step(world: World):
     assert world.removed("scale-0")
 
 
-def test_a_failed_drain_throttled_at_every_step_still_alarms_and_holds(world: World):
+def test_a_failed_drain_throttled_at_every_step_still_alarms_and_is_retained(world: World):
     world.machines.throttle_each_step_once = True
     action = failed_drain(world)
 
-    (alarm,) = world.held(world.machines.run(action), action)
+    (alarm,) = world.retained(world.machines.run(action), action)
 
     assert "Required ports on the node to be removed are not reacheable" in alarm.message
 
@@ -112,111 +113,70 @@ def test_reading_the_lifecycle_action_is_retried_through_a_burst_of_refusals(wor
     assert world.removed("scale-0")
 
 
-def test_reading_the_lifecycle_action_refused_past_its_retries_still_holds_the_instance(world: World):
-    """Before, the failure path found no $.hook: no hold, an alarm naming no instance, and the
-    terminate hook timing out to CONTINUE with the node never drained."""
+def test_reading_the_lifecycle_action_refused_past_its_retries_still_retains_the_instance(world: World):
+    """The failure path reads the instance from the event itself when begin never answered."""
     world.machines.fail_invoke("TooManyRequestsException", step="begin", times=INVOKE_RETRY.max_attempts + 1)
     action = world.machines.begin("terminate", world.instance("scale-0"))
 
     execution = world.machines.run(action)
 
-    (alarm,) = world.held(execution, action)
+    (alarm,) = world.retained(execution, action)
     assert alarm.subject == f"Service Fabric drain failed: (unresolved) on {action.instance_id}"
     assert THROTTLED in alarm.message
     assert world.cluster.node("scale-0").status == "Up" and world.posts() == 0
 
 
-# -- heartbeats during a hold ----------------------------------------------------------------
+# -- ending the terminate action ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("how", ["contention", "hung to the Task's timeout"])
-def test_a_hold_outlasts_two_heartbeats_failing_in_a_row(world: World, how: str):
-    """At their worst: after a heartbeat the hold recorded, the next three attempts are each
-    throttled through all their invoke retries (every delay at its longest); the first two then
-    fail, the third lands."""
+def test_a_failed_drain_whose_abandon_is_refused_is_retained_when_its_action_times_out(world: World):
+    """Auto Scaling refuses CompleteLifecycleAction for good (the function's role, say): the alarm
+    says so, and the action's own timeout (default result ABANDON) retains the instance all the
+    same: the node is never let go undrained."""
     action = failed_drain(world)
-    if how == "contention":  # the operation's documented error, through the client's 3 tries, twice
-        fail = dict(code="ResourceContention", status=500, times=2 * 3)
-    else:  # each try hangs, so each attempt runs past its Task's 60 s timeout
-        fail = dict(code="Throttling", times=2 * 3, hang_seconds=21)
-    world.machines.after_step["hold_instance"] = lambda: world.wire.fail("auto-scaling", "RecordLifecycleActionHeartbeat", **fail)
-    world.machines.fail_invoke("TooManyRequestsException", step="hold_instance", times=INVOKE_RETRY.max_attempts,
-                               then_run=3, after_runs=1)  # fmt: skip
+    world.wire.fail("auto-scaling", "CompleteLifecycleAction", "AccessDenied", status=403, times=10_000,
+                    message="User is not authorized to perform: autoscaling:CompleteLifecycleAction")  # fmt: skip
 
     execution = world.machines.run(action)
 
-    (alarm,) = world.held(execution, action)
-    runs = [i for i in execution.steps("hold_instance") if i.error != THROTTLED]
-    assert [bool(i.error) for i in runs[:4]] == [False, True, True, False]
-    if how != "contention":
-        assert {i.error for i in runs[1:3]} == {"States.Timeout"}
-    assert world.max_heartbeat_gap(action) <= action.heartbeat_timeout
-    assert alarm.subject.startswith("Service Fabric drain failed: scale-0")
+    assert (execution.status, execution.error) == ("FAILED", "DrainFailed") and action.pending
+    (alarm,) = world.machines.alarms()
+    assert "Completing its terminate action failed (ClientError" in alarm.message and "AccessDenied" in alarm.message
+    assert "retains the instance all the same" in alarm.message
+    world.clock.sleep(action.heartbeat_timeout + 1)
+    world.machines.lifecycle.settle()
+    assert action.retained and action.ended_by == "timed out"
+    assert world.cluster.node("scale-0").status == "Disabled" and "scale-0" in world.cluster.uos_nodes
 
 
-def test_a_heartbeat_refused_for_good_ends_the_hold_with_an_alarm_not_a_timeout(world: World):
-    action = failed_drain(world)
-    world.machines.after_step["fail"] = lambda: world.wire.fail(
-        "auto-scaling", "RecordLifecycleActionHeartbeat", "AccessDenied", status=403, times=10_000,
-        message="User is not authorized to perform: autoscaling:RecordLifecycleActionHeartbeat",
-    )  # fmt: skip
-
-    execution = world.machines.run(action)
-
-    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
-    assert len(execution.steps("hold_instance")) == 1  # not retried: a refusal is an answer
-    drain, lost = world.machines.alarms()
-    assert drain.subject == f"Service Fabric drain failed: scale-0 on {action.instance_id}"
-    assert lost.subject == f"Service Fabric hold lost: scale-0 on {action.instance_id}"
-    assert "AccessDenied" in lost.message and "telemetry cluster drain --env <environment> --node scale-0" in lost.message
-    assert "HoldsLost" in world.machines.metrics.names()
-
-
-def test_a_hold_whose_action_is_gone_says_so_instead_of_ending_quietly(world: World):
-    """The action timed out or was completed by someone mid-hold: Auto Scaling answers the
-    heartbeat with ValidationError "No active Lifecycle Action found ..." (lifecycle_actions.py)."""
-    action = failed_drain(world)
-    world.machines.after_step["fail"] = lambda: world.machines.lifecycle.complete(
-        group=action.group, hook=action.hook, token=action.token, instance_id="", result="CONTINUE")
+def test_a_drain_whose_terminate_action_is_gone_still_drains_the_node(world: World):
+    """Someone completed the action by hand mid-drain (or it timed out, and the instance is
+    retained): the drain goes on while the machine answers, the node leaves, and finish finds the
+    action already ended."""
+    action = world.machines.begin("terminate", world.instance("scale-0"))
+    world.machines.after_step["deactivate_node"] = lambda: world.machines.lifecycle.complete(
+        group=action.group, hook=action.hook, token=action.token, instance_id="", result="ABANDON")
 
     execution = world.machines.run(action)
 
-    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
-    drain, lost = world.machines.alarms()
-    assert lost.subject == f"Service Fabric hold lost: scale-0 on {action.instance_id}"
-    assert "no pending lifecycle action" in lost.message and "someone completed it, or it timed out" in lost.message
-    assert "HoldsLost" in world.machines.metrics.names()
-
-
-def test_a_seed_hold_whose_heartbeat_is_refused_says_the_seed_is_about_to_go(world: World):
-    action = world.machines.begin("terminate", world.instance("seed-1"))
-    world.machines.after_step["refuse_seed_node"] = lambda: world.wire.fail(
-        "auto-scaling", "RecordLifecycleActionHeartbeat", "AccessDenied", status=403, times=10_000
-    )
-
-    execution = world.machines.run(action)
-
-    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
-    refused, lost = world.machines.alarms()
-    assert refused.subject == "Service Fabric scale-in refused a seed node"
-    assert lost.subject == f"Service Fabric hold lost: seed-1 on {action.instance_id}"
-    assert "never drained" in lost.message and "telemetry cluster drain" not in lost.message
-    assert world.cluster.node("seed-1").status == "Up"
+    assert execution.status == "SUCCEEDED" and execution.output["finish"]["outcome"] == "already_done"
+    assert world.removed("scale-0") and action.retained
+    assert world.machines.alarms() == []
 
 
 # -- the hook's global timeout and the history limit -----------------------------------------
 
 
-def test_a_drain_failing_at_its_deadline_is_held_to_the_end_inside_the_hooks_global_timeout(world: World):
+def test_a_drain_failing_at_its_deadline_is_retained_inside_the_hooks_global_timeout(world: World):
     world.cluster.set_stuck_in_safety_check("scale-0")
     action = world.machines.begin("terminate", world.instance("scale-0"))
 
     execution = world.machines.run(action, real_seconds=120)
 
-    (alarm,) = world.held(execution, action)  # still pending at the end: the global timeout not reached
-    deadline, hold = int(world.setting("WORKFLOW_TIMEOUT_SECONDS")), int(world.setting("OPERATOR_HOLD_SECONDS"))
-    assert deadline + hold <= execution.virtual_seconds <= global_timeout(action)
-    assert "WaitTimedOut" in alarm.message and f"for {hold // 60} minutes" in alarm.message
+    (alarm,) = world.retained(execution, action)
+    assert action.ended_by == "completed"  # ABANDONed by the failure path, before the global timeout
+    assert int(world.setting("WORKFLOW_TIMEOUT_SECONDS")) <= execution.virtual_seconds <= global_timeout(action)
+    assert "WaitTimedOut" in alarm.message
     # The history the model bounds: nine events a turn of a wait loop, and about as many in all.
     assert len(execution.history) <= timing(world).drain_history_events
     entered = [n for n, e in enumerate(execution.history)
@@ -309,9 +269,11 @@ def test_a_lifecycle_event_never_delivered_is_picked_up_by_the_reaper(world: Wor
 
 
 def test_the_reaper_leaves_alone_an_action_an_execution_already_served(world: World):
-    """A failed drain's hold is over and its action waits to time out: that is meant, not lost."""
+    """A failed drain whose ABANDON Auto Scaling refused: its action waits to time out (and retain
+    the instance), which is meant, not lost."""
     action = failed_drain(world)
-    world.held(world.machines.run(action), action)
+    world.wire.fail("auto-scaling", "CompleteLifecycleAction", "AccessDenied", status=403, times=10_000)
+    world.machines.run(action)
     assert action.pending
 
     answer, executions = world.machines.run_reaper()

@@ -47,7 +47,6 @@ def settings(**overrides: Any) -> Settings:
         add_node_document="telemetry-test-add-node",
         stop_host_document="telemetry-test-sf-stop-host",
         workflow_timeout_seconds=3600,
-        operator_hold_seconds=1800,
         zombie_down_seconds=600,
         metrics_namespace="Telemetry/NodeLifecycle",
         cluster_name="telemetry-test",
@@ -156,8 +155,7 @@ def scale_in(execution: Execution) -> dict[str, Any]:
             execution.put("finish", "finish")
             return execution.state
         if execution.put("seed", "refuse_seed_node")["refused"]:
-            execution.put("released", "release_lock")
-            execution.loop("hold", "hold_instance", wait=300)
+            execution.put("retained", "retain_instance")
             return execution.state
         execution.put("deactivation", "deactivate_node")
         execution.loop("disabled", "poll_deactivation")
@@ -257,7 +255,6 @@ ENVIRONMENT = {
     "ADD_NODE_DOCUMENT": "telemetry-test-add-node",
     "STOP_HOST_DOCUMENT": "telemetry-test-sf-stop-host",
     "WORKFLOW_TIMEOUT_SECONDS": "3600",
-    "OPERATOR_HOLD_SECONDS": "1800",
     "ZOMBIE_DOWN_SECONDS": "600",
     "METRICS_NAMESPACE": "Telemetry/NodeLifecycle",
     "CLUSTER_NAME": "telemetry-test",

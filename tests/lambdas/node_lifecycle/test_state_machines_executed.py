@@ -198,38 +198,40 @@ def test_an_instance_that_never_joined_continues_at_once(world: World):
     assert world.posts() == 0 and world.machines.metrics.names() == []
 
 
-def test_a_seed_node_is_refused_and_held_for_an_operator(world: World):
+def test_a_seed_node_is_refused_and_its_instance_retained_for_an_operator(world: World):
     action = world.machines.begin("terminate", world.instance("seed-1"))
 
-    (alarm,) = world.held(world.machines.run(action), action, error="SeedNodeRefused")
+    (alarm,) = world.retained(world.machines.run(action), action, error="SeedNodeRefused")
 
     assert alarm.subject == "Service Fabric scale-in refused a seed node"
     assert f"Instance {action.instance_id} runs seed node seed-1" in alarm.message
+    assert "Auto Scaling retains the instance (Terminating:Retained)" in alarm.message
     assert world.cluster.node("seed-1").status == "Up" and world.posts() == 0
 
 
-def test_a_stalled_drain_fails_at_its_deadline_then_holds_the_instance(world: World):
+def test_a_stalled_drain_fails_at_its_deadline_and_its_instance_is_retained(world: World):
     world.cluster.set_stuck_in_safety_check("scale-0")
     action = world.machines.begin("terminate", world.instance("scale-0"))
 
     execution = world.machines.run(action)
 
-    (alarm,) = world.held(execution, action)
-    deadline, hold = int(world.setting("WORKFLOW_TIMEOUT_SECONDS")), int(world.setting("OPERATOR_HOLD_SECONDS"))
-    assert execution.virtual_seconds >= deadline + hold
+    (alarm,) = world.retained(execution, action)
+    assert execution.virtual_seconds >= int(world.setting("WORKFLOW_TIMEOUT_SECONDS"))
     assert alarm.subject == f"Service Fabric drain failed: scale-0 on {action.instance_id}"
     assert "WaitTimedOut" in alarm.message and "scale-0 to be Disabled" in alarm.message
-    assert f"held with lifecycle heartbeats for {hold // 60} minutes" in alarm.message
+    assert "Auto Scaling retains the instance (Terminating:Retained)" in alarm.message
+    assert (f"aws autoscaling terminate-instance-in-auto-scaling-group --instance-id {action.instance_id} "
+            f"--no-should-decrement-desired-capacity --region {REGION}") in alarm.message  # fmt: skip
     assert "DrainsFailed" in world.machines.metrics.names()
     assert "scale-0" in world.cluster.uos_nodes  # nothing removed
 
 
-def test_a_removal_the_upgrade_service_refuses_is_not_retried_and_the_instance_is_held(world: World):
+def test_a_removal_the_upgrade_service_refuses_is_not_retried_and_the_instance_is_retained(world: World):
     # SMB blocked on the machine: the UOS refuses the removal (SU.CheckRequiredPorts), for good.
     world.cluster.nodes["scale-0"].machine_reachable = False
     action = world.machines.begin("terminate", world.instance("scale-0"))
 
-    (alarm,) = world.held(world.machines.run(action), action)
+    (alarm,) = world.retained(world.machines.run(action), action)
 
     assert len(world.cluster.upgrade_requests) == 1  # a refusal is an answer: never sent again
     assert alarm.subject == f"Service Fabric drain failed: scale-0 on {action.instance_id}"
@@ -242,7 +244,7 @@ def test_a_permanent_refusal_with_a_code_we_do_not_know_is_not_retried(world: Wo
                                 method="POST", path="StartClusterConfigurationUpgrade", times=10)  # fmt: skip
     action = world.machines.begin("terminate", world.instance("scale-0"))
 
-    (alarm,) = world.held(world.machines.run(action), action)
+    (alarm,) = world.retained(world.machines.run(action), action)
 
     assert len([r for r in world.emulator.requests if r.path.endswith("StartClusterConfigurationUpgrade")]) == 1
     assert "FABRIC_E_INVALID_CONFIGURATION" in alarm.message and "(PermanentError)" in alarm.message
@@ -265,14 +267,14 @@ def test_a_join_without_a_gateway_abandons_the_launch_and_alarms(world: World, h
 
 
 @pytest.mark.parametrize("how", ["refused", "503"])
-def test_a_drain_without_a_gateway_alarms_and_holds_the_instance(world: World, how: str):
+def test_a_drain_without_a_gateway_alarms_and_retains_the_instance(world: World, how: str):
     instance_id = world.instance("scale-0")
     gateway_down(world, how)
     action = world.machines.begin("terminate", instance_id)
 
     execution = world.machines.run(action)
 
-    (alarm,) = world.held(execution, action)
+    (alarm,) = world.retained(execution, action)
     assert execution.retried("resolve_node") == 4
     assert alarm.subject == f"Service Fabric drain failed: (unresolved) on {instance_id}"
     assert "gateway" in alarm.message.lower()
@@ -295,13 +297,13 @@ def test_a_gateway_lost_once_the_node_is_up_abandons_the_join_and_says_what_was_
     assert world.cluster.node(name).status == "Up" and name not in world.cluster.uos_nodes
 
 
-def test_a_gateway_lost_mid_drain_holds_the_instance_with_the_node_disabled(world: World):
+def test_a_gateway_lost_mid_drain_retains_the_instance_with_the_node_disabled(world: World):
     world.machines.after_step["deactivate_node"] = lambda: gateway_down(world, "503")
     action = world.machines.begin("terminate", world.instance("scale-0"))
 
     execution = world.machines.run(action)
 
-    (alarm,) = world.held(execution, action)
+    (alarm,) = world.retained(execution, action)
     assert execution.retried("poll_deactivation") == 4
     assert "telemetry cluster drain --env <environment> --node scale-0" in alarm.message
     assert world.cluster.node("scale-0").deactivation_intent == "RemoveNode"
@@ -315,20 +317,20 @@ def delete_alarm_topic(world: World) -> None:
     boto3.client("sns", region_name=REGION).delete_topic(TopicArn=world.machines.alarm_topic_arn)
 
 
-def test_a_seed_hold_goes_on_when_the_alarm_topic_is_gone(world: World):
+def test_a_seed_is_retained_when_the_alarm_topic_is_gone(world: World):
     delete_alarm_topic(world)
     action = world.machines.begin("terminate", world.instance("seed-0"))
 
     execution = world.machines.run(action)
 
-    assert world.held(execution, action, error="SeedNodeRefused") == []
+    assert world.retained(execution, action, error="SeedNodeRefused") == []
     assert world.machines.metrics.names().count("AlarmsUndelivered") == 1
     assert world.wire.count("sns", "Publish") == 5  # the first try and 4 retries, then counted
     assert world.cluster.node("seed-0").status == "Up"
 
 
 @pytest.mark.parametrize("fault", ["topic deleted", "KMS access denied"])
-def test_a_failed_drain_is_held_when_its_alarm_cannot_be_published(world: World, fault: str):
+def test_a_failed_drain_is_retained_when_its_alarm_cannot_be_published(world: World, fault: str):
     if fault == "topic deleted":
         delete_alarm_topic(world)
     else:  # SNS's answer when the topic's key refuses the publisher (SNS API reference, Publish)
@@ -338,7 +340,7 @@ def test_a_failed_drain_is_held_when_its_alarm_cannot_be_published(world: World,
 
     execution = world.machines.run(action)
 
-    assert world.held(execution, action) == []
+    assert world.retained(execution, action) == []
     assert world.machines.metrics.names().count("AlarmsUndelivered") == 1
     assert "DrainsFailed" in world.machines.metrics.names()
 
@@ -347,7 +349,7 @@ def test_an_alarm_publish_that_is_throttled_is_retried_and_delivered(world: Worl
     world.wire.fail("sns", "Publish", "Throttled", times=2)
     action = world.machines.begin("terminate", world.instance("seed-2"))
 
-    (alarm,) = world.held(world.machines.run(action), action, error="SeedNodeRefused")
+    (alarm,) = world.retained(world.machines.run(action), action, error="SeedNodeRefused")
 
     assert "seed-2" in alarm.message and world.wire.count("sns", "Publish") == 3
     assert "AlarmsUndelivered" not in world.machines.metrics.names()
@@ -363,7 +365,7 @@ def test_a_malformed_event_alarms_and_fails_without_touching_anything(world: Wor
     (alarm,) = world.machines.alarms()
     assert alarm.subject == "Service Fabric drain failed: (unresolved) on (unknown instance)"
     assert "not an Auto Scaling lifecycle action event" in alarm.message
-    assert "There is no lifecycle action to hold" in alarm.message
+    assert "There is no lifecycle action to end" in alarm.message
     assert world.posts() == 0 and world.lock_holder() is None and world.wire.count("auto-scaling", "RecordLifecycleActionHeartbeat") == 0
 
 
