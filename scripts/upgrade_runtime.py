@@ -25,13 +25,19 @@ upgrade) over the REST API, as the standalone guide does it for a cluster withou
    unless cdk.json names the version already (a run again after the process died at the end).
 
 Refused (exit 2): a version that is not four dot-separated numbers, a version older than the one
-the cluster runs (or equal to it without a completed upgrade to it), an upgrade to another version under way, a patch run under way (its
-progress lease held: the patch-progress item of the membership lock table, as
-lambdas/node_lifecycle/patch_progress.py writes it), and a --package that is missing, not a
-file, empty, not a cabinet, cut short, named for another version or of another SHA-256. Patching
-and the upgrade both restart nodes; patching, for its part, refuses to take a node out of service
-during a code upgrade. That lease is read from DynamoDB even when the gateway and certificate are
-given as flags.
+the cluster runs (or equal to it without a completed upgrade to it), an upgrade to another version
+under way, and a --package that is missing, not a file, empty, not a cabinet, cut short, named for
+another version or of another SHA-256.
+
+Refused (exit 1), before anything is uploaded, provisioned or started: the cluster's membership lock
+held (a join, a drain, a patched node or the reaper: the line names the holder, its intent, its node
+and since when) or a patch run under way (its progress lease held: the patch-progress item of the
+same table, as lambdas/node_lifecycle/patch_progress.py writes it); scripts/cluster_lock.py reads
+both, from DynamoDB even when the gateway and certificate are given as flags. The upgrade restarts
+nodes by upgrade domain while they would take one out of service; patching, for its part, refuses
+to take a node out of service during a code upgrade. It takes neither: the automation takes the lock
+node by node while the upgrade runs. Following an upgrade already under way starts nothing, so that
+is not refused.
 
 When it completes, it prints the edit cdk.json needs so that nodes joining later (AddNode installs
 cdk.json's runtime) run the same version: runtime_version, and the release's runtime_cab_url,
@@ -50,6 +56,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scripts import runtime_package
+from scripts.cluster_lock import refuse_while_held
 from scripts.drain_node import add_gateway_arguments, check_gateway_arguments, connect
 from scripts.telemetry import output
 from scripts.telemetry.errors import OperationFailed, UsageError
@@ -65,9 +72,6 @@ from stacks.naming import membership_lock_table_name
 
 ALREADY_PROVISIONED = "FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS"  # ClusterManagerReplica::BeginAcceptProvisionFabric
 UPGRADE_IN_PROGRESS = "FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS"  # ClusterManagerReplica::BeginAcceptUpgradeFabric
-# The patch run's progress item in the membership lock table (lambdas/node_lifecycle/patch_progress.py
-# PROGRESS_KEY): Owner while a run works, LeaseUntil (epoch s) when its lease lapses.
-PATCH_PROGRESS_KEY = {"LockName": {"S": "patch-progress"}}
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -121,7 +125,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunk-size", type=runtime_package.chunk_size, default=runtime_package.DEFAULT_CHUNK_BYTES,
                         metavar="SIZE", help="bytes per upload request, each sent again whole if it fails "
                                              "(default 8MiB; 64KiB to 32MiB)")
-    add_gateway_arguments(parser, "the only AWS call is the read of the patch progress lease")
+    parser.description = (f"{parser.description or ''} Before it uploads, provisions or starts anything it reads "
+                          "the cluster's membership lock and the patch progress lease (DynamoDB) and starts nothing "
+                          "while either is held; it takes neither.").strip()
+    add_gateway_arguments(parser, "the only AWS calls are the reads of the membership lock and the patch progress "
+                                  "lease")
     parser.add_argument("--timeout", type=_positive_seconds, default=12 * 3600.0, metavar="SECONDS",
                         help="follow the upgrade this long (default 43200); it goes on after")
     parser.add_argument("--poll-interval", type=_positive_seconds, default=60.0, metavar="SECONDS",
@@ -188,8 +196,8 @@ def plan(args: argparse.Namespace, config: Any) -> int:
                  "node or application",
                  *("  " + line for line in edit_lines(config.name, args.version))],
         would_read=[
-            f"the patch progress lease ({membership_lock_table_name(config)}, item patch-progress): a patch run under "
-            "way is refused",
+            f"who holds the membership lock and the patch progress lease ({membership_lock_table_name(config)}, items "
+            "cluster-membership and patch-progress): either held, and nothing is uploaded, provisioned or started",
             "the gateway's endpoint and the admin certificate (the ServiceFabric stack's outputs and the certificate "
             "secret), unless given as flags",
             "the cluster's runtime version and whether an upgrade is under way (GetUpgradeProgress): a version not "
@@ -211,29 +219,17 @@ def plan(args: argparse.Namespace, config: Any) -> int:
     )  # fmt: skip
 
 
-def refuse_while_patching(config: Any, session_factory: Callable[[str], Any], *, now: Callable[[], float] = time.time) -> None:
-    """Exit 2 while a patch run holds its progress lease: it takes nodes out of service one by one,
-    and a code upgrade restarts them by upgrade domain."""
-    table = membership_lock_table_name(config)
-    item = session_factory(config.region).client("dynamodb").get_item(
-        TableName=table, Key=PATCH_PROGRESS_KEY, ConsistentRead=True).get("Item") or {}  # fmt: skip
-    owner, until = item.get("Owner", {}).get("S", ""), float(item.get("LeaseUntil", {}).get("N", "0"))
-    if owner and until >= now():
-        at = item.get("Current", {}).get("S", "")
-        raise UsageError(f"a patch run ({owner}{', at ' + at if at else ''}) holds the patch progress lease in {table} "
-                         f"for {until - now():.0f} s more; let it finish or stop it, then run again")
-
-
 def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     config = load_environment(read_environments(), args.env)
     if args.dry_run:
         return plan(args, config)
     # Read whole and hashed before any call: a package other than --package-sha256 calls nothing.
     package = runtime_package.read(args.package, args.package_sha256) if args.package else None
-    refuse_while_patching(config, session_factory)
+    session = session_factory(config.region)
     client, clean_up = connect(args, session_factory)
     try:
-        return upgrade(args, config, client, package=package)
+        return upgrade(args, config, client, package=package,
+                       refuse_if_held=lambda: refuse_while_held(config, session, "telemetry cluster upgrade"))
     finally:
         clean_up()
         client.close()
@@ -278,7 +274,8 @@ def already_done(args: argparse.Namespace, config: Any, progress: Any) -> int:
 
 
 def upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runtime_package.RuntimePackage | None = None,
-            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> int:
+            refuse_if_held: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic,
+            sleep: Callable[[float], None] = time.sleep) -> int:
     from sf_rest import FabricError
     from sf_rest.code_upgrade import FORWARD_COMPLETED
 
@@ -293,6 +290,7 @@ def upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runt
     if not following:
         previous = progress.code_version
         refuse_not_newer(args.version, previous, "the cluster runs")
+        refuse_if_held()
         uploaded = provision(args, client, package)
         try:
             client.start_cluster_upgrade(upgrade_description(args.version))

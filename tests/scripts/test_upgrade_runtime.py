@@ -160,15 +160,76 @@ def test_a_patch_run_under_way_is_refused_in_one_line(gateway, lock_table, moto_
         "Current": {"S": "seed-1"}, "Stage": {"S": "install"}, "Done": {"L": [{"S": "seed-0"}]}})  # fmt: skip
     sf_cluster.cm.put_in_image_store(CAB)
 
-    assert upgrade(gateway) == 2
+    assert upgrade(gateway) == 1  # not a usage error: another operation holds the cluster; wait, then run again
 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a patch run (patch:run-1, at seed-1) holds the patch progress lease" in err[0]
+    assert "telemetry cluster upgrade starts nothing while it does" in err[0]
     assert not sf_emulator.requests_to("POST", r"/\$/Provision")
     # Between runs (no Owner) or once the lease has lapsed, the upgrade goes on.
     dynamodb.update_item(TableName=lock_table, Key={"LockName": {"S": "patch-progress"}},
                          UpdateExpression="SET LeaseUntil = :past", ExpressionAttributeValues={":past": {"N": "1"}})  # fmt: skip
     assert upgrade(gateway) == 0
+
+
+def hold_the_membership_lock(moto_session, lock_table, *, expires_in: float) -> dict:
+    """The lock item as a drain writes it (lambdas/node_lifecycle/membership_lock.py), held since 10 minutes ago."""
+    since = int(time.time()) - 600
+    item = {"LockName": {"S": "cluster-membership"}, "Owner": {"S": "operator-drain:scale-1:ana@laptop:4242"},
+            "ExpiresAt": {"N": str(int(time.time() + expires_in))}, "Intent": {"S": "drain"},
+            "Node": {"S": "scale-1"}, "Since": {"N": str(since)}}
+    moto_session.client("dynamodb").put_item(TableName=lock_table, Item=item)
+    return item
+
+
+def test_a_held_membership_lock_is_refused_in_one_line_before_anything_is_sent(
+        gateway, lock_table, moto_session, sf_cluster, sf_emulator, package, capsys):
+    item = hold_the_membership_lock(moto_session, lock_table, expires_in=900)
+
+    assert with_package(gateway, package) == 1
+
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(item["Since"]["N"])))
+    assert line.startswith(
+        f"telemetry: error: the membership lock ({lock_table}) is held by operator-drain:scale-1:ana@laptop:4242 "
+        f"(intent drain, node scale-1) since {since}; telemetry cluster upgrade starts nothing while another operation "
+        "holds the cluster: wait until it is released, then run again")
+    assert not sf_emulator.requests_to("PUT", r"/ImageStore/") and not sf_emulator.requests_to("POST", r"/\$/")
+    assert sf_cluster.cm.code_version == "11.4.268.1"
+
+
+def test_a_membership_lock_its_holder_let_expire_does_not_stop_the_upgrade(
+        gateway, lock_table, moto_session, sf_cluster, capsys):
+    hold_the_membership_lock(moto_session, lock_table, expires_in=900)
+    sf_cluster.cm.put_in_image_store(CAB)
+    assert upgrade(gateway) == 1
+
+    hold_the_membership_lock(moto_session, lock_table, expires_in=-1)  # its holder died; the lock lapsed
+
+    assert upgrade(gateway) == 0
+    assert sf_cluster.cm.code_version == "11.5.0.1"
+
+
+def test_an_upgrade_under_way_is_followed_whoever_holds_the_lock(
+        gateway, lock_table, moto_session, sf_cluster, sf_emulator, capsys):
+    """Following starts nothing; the automation holds the lock node by node while the upgrade runs."""
+    hold_the_membership_lock(moto_session, lock_table, expires_in=900)
+    sf_cluster.cm.put_in_image_store(CAB)
+    assert upgrade(gateway) == 1  # a new upgrade is refused while it is held
+
+    sf_cluster.cm.provision({"CodeFilePath": CAB})
+    sf_cluster.cm.start_upgrade({"CodeVersion": "11.5.0.1", "RollingUpgradeMode": "Monitored"}, ["UD0", "UD1"])
+
+    assert upgrade(gateway) == 0
+    assert "following it" in capsys.readouterr().out
+    assert not sf_emulator.requests_to("POST", r"/\$/Upgrade")
+
+
+def test_help_says_what_the_upgrade_reads_first(capsys):
+    assert cli.main(["cluster", "upgrade", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("Before it uploads, provisions or starts anything it reads the cluster's membership lock and the patch "
+            "progress lease (DynamoDB) and starts nothing while either is held; it takes neither.") in text
 
 
 # -- --package: the runtime package uploaded into the image store first ------------------------
