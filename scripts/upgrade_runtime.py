@@ -39,6 +39,18 @@ to take a node out of service during a code upgrade. It takes neither: the autom
 node by node while the upgrade runs. Following an upgrade already under way starts nothing, so that
 is not refused.
 
+Launches are suspended for the upgrade's window. A node that joins while the cluster's target code
+version is not the runtime it installed is refused, so target tracking would keep launching
+instances abandoned in their launch hook. Right before the start, the scaling group's Launch
+process is suspended (SuspendProcesses; EC2 Auto Scaling User Guide, "How suspended processes
+affect other processes": no scale-out, an instance refresh replaces none, an unhealthy instance is
+terminated and replaced only when Launch resumes) and resumed when the upgrade ends, completed,
+rolled back or failed, or when the command fails after suspending it; both are said. A Launch found
+suspended already (someone else's, or Auto Scaling's own) is left as found. Interrupted (Ctrl-C) or
+out of --timeout while the upgrade runs, the command leaves it suspended and prints the
+`aws autoscaling resume-processes` command to run once the upgrade ends. Following an upgrade
+already under way changes no process.
+
 When it completes, it prints the edit cdk.json needs so that nodes joining later (AddNode installs
 cdk.json's runtime) run the same version: runtime_version, and the release's runtime_cab_url,
 standalone_package_url and standalone_package_sha256, then `make deploy`.
@@ -68,7 +80,7 @@ from stacks.config import (
     load_environment,
     read_environments,
 )
-from stacks.naming import membership_lock_table_name
+from stacks.naming import membership_lock_table_name, scaling_group_name
 
 ALREADY_PROVISIONED = "FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS"  # ClusterManagerReplica::BeginAcceptProvisionFabric
 UPGRADE_IN_PROGRESS = "FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS"  # ClusterManagerReplica::BeginAcceptUpgradeFabric
@@ -210,8 +222,13 @@ def plan(args: argparse.Namespace, config: Any) -> int:
             *would_change,
             f"provision {path} (POST /$/Provision; "
             + ("the package just uploaded)" if package else "it must be in the image store already: --package puts it there)"),
+            f"suspend the Launch process of {scaling_group_name(config)} (SuspendProcesses) right before the start, "
+            "unless it is suspended already: no node launches to join a cluster whose target version it does not run",
             f"start the code upgrade to {args.version} (POST /$/Upgrade) and follow it (GET /$/GetUpgradeProgress) "
             f"a line every {args.poll_interval:g} s until it completes or rolls back",
+            f"resume the Launch process of {scaling_group_name(config)} (ResumeProcesses) when the upgrade ends, or "
+            "when the command fails after suspending it; interrupted or out of --timeout while the upgrade runs, it is "
+            "left suspended and the resume command printed",
         ],
         from_version=current, version=args.version, code_file_path=path,
         package=package.describe(path, args.chunk_size) if package else None, upgrade=body,
@@ -229,7 +246,8 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     client, clean_up = connect(args, session_factory)
     try:
         return upgrade(args, config, client, package=package,
-                       refuse_if_held=lambda: refuse_while_held(config, session, "telemetry cluster upgrade"))
+                       refuse_if_held=lambda: refuse_while_held(config, session, "telemetry cluster upgrade"),
+                       launches=LaunchSuspension(session, scaling_group_name(config), config.region))
     finally:
         clean_up()
         client.close()
@@ -273,9 +291,79 @@ def already_done(args: argparse.Namespace, config: Any, progress: Any) -> int:
     return 0
 
 
+class UpgradeGoesOn(OperationFailed):
+    """--timeout passed while the upgrade runs on (exit 1)."""
+
+
+class LaunchSuspension:
+    """The scaling group's Launch process suspended for the upgrade's window, and resumed after it,
+    unless it was suspended before (then it is left as found). A blank one (no session) does nothing."""
+
+    def __init__(self, session: Any, group: str, region: str, say: Callable[[str], None] = print) -> None:
+        self.client = session.client("autoscaling") if session is not None else None
+        self.group, self.region, self.say = group, region, say
+        self.suspended = False  # by this command, and not resumed yet
+
+    def suspend(self) -> None:
+        if self.client is None:
+            return
+        groups = self.client.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])["AutoScalingGroups"]
+        found = {p["ProcessName"]: p.get("SuspensionReason", "") for g in groups for p in g.get("SuspendedProcesses", [])}
+        if "Launch" in found:
+            self.say(f"the Launch process of {self.group} is suspended already ({found['Launch'] or 'no reason given'}): "
+                     "left as it is, and not resumed when the upgrade ends")
+            return
+        self.client.suspend_processes(AutoScalingGroupName=self.group, ScalingProcesses=["Launch"])
+        self.suspended = True
+        self.say(f"suspended the Launch process of {self.group} for the upgrade's window: no instance launches, so no "
+                 "node tries to join while the cluster's target version differs from the runtime it would install "
+                 "(target tracking cannot scale out meanwhile)")
+
+    def resume(self) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if not self.suspended:
+            return
+        self.suspended = False
+        try:
+            self.client.resume_processes(AutoScalingGroupName=self.group, ScalingProcesses=["Launch"])
+        except (BotoCoreError, ClientError) as err:  # the upgrade's own outcome is what the command ends with
+            self.say(f"resuming the Launch process of {self.group} failed ({err}): run {self.resume_command()}")
+            return
+        self.say(f"resumed the Launch process of {self.group}: the group launches instances again")
+
+    def resume_command(self) -> str:
+        return (f"aws autoscaling resume-processes --auto-scaling-group-name {self.group} --scaling-processes Launch "
+                f"--region {self.region}")
+
+    def leave_suspended(self) -> None:
+        """The upgrade runs on without this command: Launch stays suspended; say how to resume it."""
+        if not self.suspended:
+            return
+        self.suspended = False
+        self.say(f"the Launch process of {self.group} stays suspended while the upgrade runs; once it has ended, "
+                 f"resume it: {self.resume_command()}")
+
+
 def upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runtime_package.RuntimePackage | None = None,
-            refuse_if_held: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic,
-            sleep: Callable[[float], None] = time.sleep) -> int:
+            refuse_if_held: Callable[[], None] = lambda: None, launches: LaunchSuspension | None = None,
+            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Start (or follow) the upgrade and follow it to its end; with `launches`, the scaling group's
+    Launch process suspended from right before the start until the upgrade ends."""
+    window = launches if launches is not None else LaunchSuspension(None, "", "")
+    try:
+        return _upgrade(args, config, client, package=package, refuse_if_held=refuse_if_held, launches=window,
+                        clock=clock, sleep=sleep)
+    except (KeyboardInterrupt, UpgradeGoesOn):
+        window.leave_suspended()  # the upgrade runs on: a join now would be refused
+        raise
+    finally:
+        window.resume()
+
+
+def _upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runtime_package.RuntimePackage | None,
+             refuse_if_held: Callable[[], None], launches: LaunchSuspension, clock: Callable[[], float],
+             sleep: Callable[[float], None]) -> int:
     from sf_rest import FabricError
     from sf_rest.code_upgrade import FORWARD_COMPLETED
 
@@ -292,6 +380,7 @@ def upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runt
         refuse_not_newer(args.version, previous, "the cluster runs")
         refuse_if_held()
         uploaded = provision(args, client, package)
+        launches.suspend()
         try:
             client.start_cluster_upgrade(upgrade_description(args.version))
             print(f"upgrade {previous} -> {args.version} started: Rolling, Monitored, FailureAction Rollback")
@@ -323,8 +412,8 @@ def upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runt
                                   f"{progress.failure_reason or 'not given'}); the cluster runs {progress.code_version}; "
                                   "its health evaluations say why (Get-ServiceFabricClusterUpgrade)")
         if elapsed >= args.timeout:
-            raise OperationFailed(f"the upgrade to {args.version} is still {progress.state} after {args.timeout:.0f} s; "
-                                  "it goes on: run this command again to follow it")
+            raise UpgradeGoesOn(f"the upgrade to {args.version} is still {progress.state} after {args.timeout:.0f} s; "
+                                "it goes on: run this command again to follow it")
         sleep(args.poll_interval)
 
 

@@ -34,8 +34,30 @@ def lock_table(moto_session) -> str:
     return name
 
 
+SCALING = "telemetry-dev-sf-scaling"
+RESUME = f"aws autoscaling resume-processes --auto-scaling-group-name {SCALING} --scaling-processes Launch --region eu-west-1"
+
+
 @pytest.fixture
-def gateway(sf_emulator, sf_pki, lock_table) -> list[str]:
+def scaling_group(moto_session) -> str:
+    """dev's scaling node group in moto's Auto Scaling, whose Launch process an upgrade suspends."""
+    ec2 = moto_session.client("ec2")
+    ec2.create_launch_template(LaunchTemplateName="nodes", LaunchTemplateData={
+        "ImageId": "ami-12c6146b", "InstanceType": "m6i.xlarge"})  # any id does for moto; listing images is slow
+    moto_session.client("autoscaling").create_auto_scaling_group(
+        AutoScalingGroupName=SCALING, LaunchTemplate={"LaunchTemplateName": "nodes"}, MinSize=0, MaxSize=3,
+        DesiredCapacity=0, VPCZoneIdentifier=ec2.describe_subnets()["Subnets"][0]["SubnetId"])
+    return SCALING
+
+
+def suspended(moto_session) -> list[str]:
+    (group,) = moto_session.client("autoscaling").describe_auto_scaling_groups(
+        AutoScalingGroupNames=[SCALING])["AutoScalingGroups"]
+    return [process["ProcessName"] for process in group.get("SuspendedProcesses", [])]
+
+
+@pytest.fixture
+def gateway(sf_emulator, sf_pki, lock_table, scaling_group) -> list[str]:
     return ["--endpoint", sf_emulator.endpoint, "--client-cert", sf_pki.client.cert_path,
             "--client-key", sf_pki.client.key_path, "--ca-bundle", sf_pki.ca_path]
 
@@ -223,6 +245,98 @@ def test_an_upgrade_under_way_is_followed_whoever_holds_the_lock(
     assert upgrade(gateway) == 0
     assert "following it" in capsys.readouterr().out
     assert not sf_emulator.requests_to("POST", r"/\$/Upgrade")
+
+
+@pytest.fixture
+def launch_at_start(monkeypatch, sf_cluster, moto_session) -> list[list[str]]:
+    """The group's suspended processes at the moment the cluster receives the upgrade's start."""
+    seen: list[list[str]] = []
+    start = sf_cluster.cm.start_upgrade
+
+    def watched(*args, **kwargs):
+        seen.append(suspended(moto_session))
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(sf_cluster.cm, "start_upgrade", watched)
+    return seen
+
+
+@pytest.mark.parametrize(("outcome", "code"), [("RollingForwardCompleted", 0), ("RollingBackCompleted", 1)])
+def test_launches_are_suspended_for_the_upgrades_window_and_resumed_when_it_ends(
+        gateway, sf_cluster, moto_session, launch_at_start, capsys, outcome, code):
+    sf_cluster.cm.put_in_image_store(CAB)
+    sf_cluster.cm.outcome = outcome
+
+    assert upgrade(gateway) == code
+
+    out = capsys.readouterr().out
+    assert launch_at_start == [["Launch"]]
+    assert suspended(moto_session) == []
+    assert f"suspended the Launch process of {SCALING} for the upgrade's window" in out
+    assert out.index("suspended the Launch process") < out.index("upgrade 11.4.268.1 -> 11.5.0.1 started")
+    assert f"resumed the Launch process of {SCALING}: the group launches instances again" in out
+
+
+def test_a_launch_process_suspended_before_is_left_as_found(gateway, sf_cluster, moto_session, launch_at_start, capsys):
+    moto_session.client("autoscaling").suspend_processes(AutoScalingGroupName=SCALING, ScalingProcesses=["Launch"])
+    sf_cluster.cm.put_in_image_store(CAB)
+
+    assert upgrade(gateway) == 0
+
+    out = capsys.readouterr().out
+    assert f"the Launch process of {SCALING} is suspended already" in out and "resumed the Launch" not in out
+    assert launch_at_start == [["Launch"]] and suspended(moto_session) == ["Launch"]
+
+
+@pytest.mark.parametrize("ends", ["interrupted", "timeout"])
+def test_while_the_upgrade_runs_on_without_the_command_launch_stays_suspended_and_the_command_to_resume_it_is_printed(
+        gateway, sf_cluster, moto_session, monkeypatch, capsys, ends):
+    from sf_rest import ServiceFabricClient
+
+    sf_cluster.cm.put_in_image_store(CAB)
+    looks = []
+    progress = ServiceFabricClient.get_cluster_upgrade_progress
+
+    def interrupted_at_the_third_look(self):
+        looks.append(1)
+        if len(looks) == 3:
+            raise KeyboardInterrupt
+        return progress(self)
+
+    if ends == "interrupted":
+        monkeypatch.setattr(ServiceFabricClient, "get_cluster_upgrade_progress", interrupted_at_the_third_look)
+
+    code = upgrade(gateway, *(["--timeout", "0.000001"] if ends == "timeout" else []))
+
+    captured = capsys.readouterr()
+    assert code == (130 if ends == "interrupted" else 1)
+    assert sf_cluster.cm.code_version == "11.4.268.1"  # still upgrading
+    assert suspended(moto_session) == ["Launch"]
+    assert (f"the Launch process of {SCALING} stays suspended while the upgrade runs; once it has ended, resume it: "
+            f"{RESUME}") in captured.out
+    assert "resumed the Launch process" not in captured.out
+
+
+def test_a_start_refused_after_the_suspension_resumes_launch(gateway, sf_cluster, moto_session, monkeypatch, capsys):
+    """Another upgrade began between the look and the start: refused, and Launch is as before."""
+    sf_cluster.cm.put_in_image_store(CAB)
+    sf_cluster.cm.put_in_image_store("MicrosoftServiceFabric.11.4.300.1.cab")
+    sf_cluster.cm.provision({"CodeFilePath": "MicrosoftServiceFabric.11.4.300.1.cab"})
+    start = sf_cluster.cm.start_upgrade
+
+    def someone_else_first(body, *args, **kwargs):
+        monkeypatch.setattr(sf_cluster.cm, "start_upgrade", start)
+        start({"CodeVersion": "11.4.300.1", "RollingUpgradeMode": "Monitored"}, ["UD0"])
+        return start(body, *args, **kwargs)
+
+    monkeypatch.setattr(sf_cluster.cm, "start_upgrade", someone_else_first)
+
+    assert upgrade(gateway) == 2
+
+    captured = capsys.readouterr()
+    assert "an upgrade to 11.4.300.1 is under way" in captured.err
+    assert f"resumed the Launch process of {SCALING}" in captured.out
+    assert suspended(moto_session) == []
 
 
 def test_help_says_what_the_upgrade_reads_first(capsys):
