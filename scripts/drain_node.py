@@ -9,6 +9,12 @@ list. Over REST alone; only if the upgrade leaves the node listed does a clean-u
 FabricHostSvc (over SSM with --instance-id, else by you) and RemoveNodeState. Every step
 picks up where the node is, so re-running after a failure or an interruption is safe.
 
+Before its first change it takes the cluster's membership lock (scripts/cluster_lock.py; DynamoDB,
+so credentials are needed even with the gateway given as flags), stating intent drain and the node,
+renews it from its waits and releases it at the end, on failure and on Ctrl-C. While a join, a
+drain, a patched node or the reaper holds it, the drain is refused with nothing changed, naming the
+holder, its intent, its node and since when.
+
 --dry-run plans offline: the steps a drain takes from a node still in the cluster, which
 connection it would use, and what it would read first (the gateway's address and certificates from
 the stack and its secrets, then the node's state, which decides the steps already done); a seed
@@ -16,8 +22,8 @@ node's name (seed-0 ... from cdk.json's seed_node_count) is refused there as a r
 
 exit status, as every `telemetry` subcommand: 0 the node is out of the cluster and its
 configuration (or already was); 1 failed (unknown node, TLS, the cluster refused, a seed node
-refused with nothing changed, or timed out: re-run to go on); 2 bad usage or configuration;
-130 interrupted.
+refused with nothing changed, the membership lock held by another, or timed out: re-run to go
+on); 2 bad usage or configuration; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -58,13 +64,32 @@ from node_lifecycle.membership_config import DEFAULT_START_GRACE_SECONDS
 from node_lifecycle.node_stage import describe
 from sf_rest import FabricError, ServiceFabricClient, TlsError
 from sf_rest.cluster_config import node_names, nodes_to_be_removed
-from sf_rest.gateway import normalise_thumbprint
+from sf_rest.gateway import DEFAULT_RETRY, DEFAULT_TIMEOUTS, normalise_thumbprint
 
+from scripts.cluster_lock import ClusterBusy, HeldLock, membership_lock, operator_owner
 from scripts.telemetry.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError, one_line, worded
 
 EXIT_REFUSED = EXIT_FAILED  # a seed node: nothing changed, the message says so
 EXIT_TIMED_OUT = EXIT_FAILED  # re-run to go on, the message says so
 PROGRESS_EVERY_SECONDS = 30.0
+# The drain's hold on the membership lock. Renewed from the wait loops at most once a minute (a
+# renewal is a DynamoDB write; a look at the node is every --poll-interval).
+LOCK_RENEW_SECONDS = 60.0
+# The longest stretch without a renewal is one step between two looks: start_configuration_removal
+# makes up to eight gateway calls (the node, the configuration, then for the removal and a
+# registration before it the upgrade status, the start and a look after an unknown outcome), each
+# ending within the REST client's retry budget plus one more attempt and its backoff (110 s).
+GATEWAY_CALL_SECONDS = (DEFAULT_RETRY.max_elapsed_seconds + DEFAULT_RETRY.max_delay_seconds
+                        + DEFAULT_TIMEOUTS.connect_seconds + DEFAULT_TIMEOUTS.read_seconds)
+LONGEST_STEP_SECONDS = 8 * GATEWAY_CALL_SECONDS
+
+
+def lock_ttl_seconds(poll_interval: float) -> float:
+    """How long the lock outlives its last renewal: the longest step, the renewal's own spacing and
+    the sleep before the next look. A drain killed outright keeps others out this long (about 16
+    minutes at the default --poll-interval), where the functions' lock_ttl_seconds (an hour or more)
+    covers a whole join or drain that never renews."""
+    return LONGEST_STEP_SECONDS + LOCK_RENEW_SECONDS + poll_interval
 
 
 class UnknownNode(Exception):
@@ -109,8 +134,11 @@ def check_gateway_arguments(args: argparse.Namespace) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Everything but --env and --region, which `telemetry` gives every subcommand."""
+    parser.description = (f"{parser.description or ''} It holds the cluster's membership lock (DynamoDB) from its "
+                          "first change to its end, and is refused, changing nothing, while a join, a drain, a "
+                          "patched node or the reaper holds it.").strip()
     parser.add_argument("--node", required=True, help="Service Fabric node name to drain")
-    add_gateway_arguments(parser, "no AWS call is made")
+    add_gateway_arguments(parser, "the only AWS calls are the membership lock's (DynamoDB)")
     parser.add_argument(
         "--instance-id",
         help="clean-up only: stop Fabric on this EC2 instance over SSM if the removal upgrade "
@@ -153,9 +181,14 @@ class Drain:
     """The scale-in steps in order, each wait looped until done or out of time."""
 
     def __init__(
-        self, client: ServiceFabricClient, args: argparse.Namespace, host: FabricHost | None
+        self,
+        client: ServiceFabricClient,
+        args: argparse.Namespace,
+        host: FabricHost | None,
+        renew_lock: Callable[[], None] = lambda: None,
     ) -> None:
         self.client, self.name, self.host, self.args = client, args.node, host, args
+        self.renew_lock = renew_lock  # called at every look; renews when it is due
         self.started = time.monotonic()
         self.last_said: dict[str, str] = {}  # label -> the state last printed for it
 
@@ -163,6 +196,7 @@ class Drain:
         said_at = [0.0]
 
         def progress(result: WaitStatus, elapsed: float) -> None:
+            self.renew_lock()
             state = result.detail or result.status
             if state != self.last_said.get(label):
                 say(f"  {label}: {state}")
@@ -241,6 +275,7 @@ class Drain:
     def pause(self, seconds: float) -> None:
         if time.monotonic() - self.started + seconds > self.args.timeout:
             raise WaitTimedOut(f"--timeout {self.args.timeout:g} s passed; re-run to go on")
+        self.renew_lock()
         time.sleep(seconds)
 
     def stop_host(self) -> Callable[[], WaitStatus]:
@@ -306,7 +341,7 @@ def precheck(client: ServiceFabricClient, name: str) -> int | None:
 def plan(args: argparse.Namespace) -> int:
     """--dry-run: the whole drain from a node still in the cluster, offline; what the node's state
     would skip is named as something a run reads."""
-    from stacks.naming import seed_node_name, stop_host_document_name
+    from stacks.naming import membership_lock_table_name, seed_node_name, stop_host_document_name
 
     from scripts.cluster_inventory import service_fabric_stack_name
     from scripts.telemetry.output import dry_run_plan
@@ -338,6 +373,11 @@ def plan(args: argparse.Namespace) -> int:
     stop = (f"stop FabricHostSvc on {args.instance_id} over SSM Run Command (document {stop_host_document_name(config)})"
             if args.instance_id else "ask you to stop FabricHostSvc on its machine (no --instance-id)")
     changes = [
+        f"take the membership lock ({membership_lock_table_name(config)}) as operator-drain:{name}:<you>@<host>:<pid>, "
+        f"intent drain, node {name}, for the whole drain: refused, with nothing changed, while a join, a drain, a "
+        f"patched node or the reaper holds it; renewed every {LOCK_RENEW_SECONDS:g} s from the waits (it expires "
+        f"{lock_ttl_seconds(args.poll_interval):.0f} s after the last renewal), released at the end, on "
+        "failure and on Ctrl-C",
         f"deactivate {name} with intent RemoveNode (RemoveData if refused) and wait until it is Disabled",
         f"start a configuration upgrade to the next version with {name} out of nodes and alone in NodesToBeRemoved "
         "(any earlier value dropped), while its machine runs; first wait for a configuration upgrade already running",
@@ -403,6 +443,23 @@ def make_fabric_host(args: argparse.Namespace, session_factory: Callable[[str], 
     return host
 
 
+def drain_holding_the_lock(client: ServiceFabricClient, args: argparse.Namespace,
+                           session_factory: Callable[[str], Any]) -> int:
+    """The drain's changes, under the membership lock: taken first (refused while another holds
+    it), renewed at the waits' looks, released however the drain ends (Ctrl-C included)."""
+    from stacks.naming import membership_lock_table_name
+
+    config = environment(args)
+    lock = HeldLock(membership_lock(config, session_factory(config.region)), membership_lock_table_name(config),
+                    operator_owner("drain", args.node), intent="drain", node=args.node,
+                    ttl_seconds=lock_ttl_seconds(args.poll_interval), renew_every_seconds=LOCK_RENEW_SECONDS, say=say)
+    lock.take()
+    try:
+        return Drain(client, args, make_fabric_host(args, session_factory), renew_lock=lock.renew).run()
+    finally:
+        lock.release()
+
+
 def _fail(code: int, kind: str, message: object = None, *, json_output: bool = False) -> int:
     """The one line every telemetry command ends with, `telemetry: error: ...`, the kind of failure
     (refused, timed out, interrupted) first in its message: the exit code says it too."""
@@ -437,13 +494,13 @@ def drain(args: argparse.Namespace, session_factory: Callable[[str], object]) ->
         with client:
             early = precheck(client, args.node)
             result = "already removed" if early is not None else "removed"
-            code = early if early is not None else Drain(client, args, make_fabric_host(args, session_factory)).run()
+            code = early if early is not None else drain_holding_the_lock(client, args, session_factory)
         if json_output:
             from scripts.telemetry.output import document
 
             document({"node": args.node, "result": result})
         return code
-    except SeedNodeRefused as err:
+    except (SeedNodeRefused, ClusterBusy) as err:
         return fail(EXIT_REFUSED, "refused", err)
     except WaitTimedOut as err:
         return fail(EXIT_TIMED_OUT, "timed out", err)

@@ -31,6 +31,12 @@ whose process died or was stopped: DescribeInstanceRefreshes gives each refresh'
 followed, not refused; a run again with other options, or someone's refresh with other preferences
 (from the console, say), is someone else's.
 
+Before it starts a refresh it reads the cluster's membership lock and the patch run's progress lease
+(scripts/cluster_lock.py; the membership lock table in DynamoDB) and starts nothing while either is
+held, naming the holder, its intent, its node and since when (exit 1). It takes neither: the refresh
+runs for hours through the join and drain automation, which takes the lock node by node. Following a
+refresh already under way starts nothing, so that is not refused.
+
 Refused (exit 2): someone else's refresh of the group under way (named, with the preference that
 differs), a group that is not the scaling node group, a stop alarm in ALARM or missing. It waits, a
 line every --poll-interval seconds, until the refresh ends: Successful, exit 0; Failed, Cancelled or
@@ -48,6 +54,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scripts.cluster_inventory import ToolError
+from scripts.cluster_lock import refuse_while_held
 from scripts.scale import ScalingGroups
 from scripts.telemetry import output
 from scripts.telemetry.errors import OperationFailed
@@ -57,6 +64,7 @@ from stacks.naming import (
     NODE_TYPE_TAG,
     REFRESH_STOP_ALARMS,
     SCALING_NODE_TYPE,
+    membership_lock_table_name,
     node_lifecycle_alarm_name,
     scaling_group_name,
     service_fabric_cluster_name,
@@ -125,6 +133,8 @@ def plan(args: argparse.Namespace, config: EnvironmentConfig) -> int:
             "earlier run's) is followed; one with others is refused",
             "which InService instances run an older launch template version (only those are replaced): none, and "
             "nothing is started",
+            f"who holds the membership lock and the patch progress lease ({membership_lock_table_name(config)}): "
+            "either held, and nothing is started",
             "the stop alarms' states (DescribeAlarms): one in ALARM, or missing, is refused",
         ],
         would_change=[
@@ -257,6 +267,7 @@ def refresh(args: argparse.Namespace, session_factory: Callable[[str], Any], *,
             output.document({"group": name, "refresh_id": None, "status": "UpToDate"})
         return 0
     if under_way is None:
+        refuse_while_held(config, session, "telemetry cluster refresh")
         refuse_alarming(session, request["Preferences"]["AlarmSpecification"]["Alarms"])
         refresh_id = refreshes.start(request)
         if refresh_id is None:  # one started since we looked: this command's (a run beside this one) or not
@@ -304,6 +315,9 @@ def _percent(value: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (f"{parser.description or ''} Before starting a refresh it reads the cluster's membership "
+                          "lock and the patch progress lease (DynamoDB) and starts nothing while either is held; it "
+                          "takes neither.").strip()
     parser.add_argument("--min-healthy-percent", type=_percent, default=DEFAULT_MIN_HEALTHY_PERCENT, metavar="N",
                         help="percent of the group kept in service (default 100: each replacement joins before an "
                              "old node drains; below 100, old nodes are drained first)")

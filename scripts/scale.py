@@ -9,12 +9,19 @@ the group has exactly that many instances in service, none still joining or drai
 lifecycle hook (Pending:Wait, Terminating:Wait, ...), and no scaling activity in progress. Any
 group but a Service Fabric scaling node group (tag sf:nodetype ScalingNodeType) is refused.
 
+Before it changes the group's size it reads the cluster's membership lock and the patch run's
+progress lease (scripts/cluster_lock.py; the membership lock table in DynamoDB) and changes nothing
+while either is held, naming the holder, its intent, its node and since when (exit 1): each node it
+adds or removes is joined or drained by the automation under that lock. It takes neither. A group
+already at the size is only waited for.
+
 --dry-run plans offline from cdk.json (the group's name, the configured limits, which the stack
 gives the group) and names what a run reads from Auto Scaling first: the group's current size,
 instances, activities and tag, none of which the checkout knows.
 
 Exit codes: 0 steady at the desired size (or dry run); 1 not steady before the timeout;
-2 refused (outside min/max, not a scaling node group, unknown group); a failed AWS call is 1, missing credentials 2 (as every `telemetry` command).
+2 refused (outside min/max, not a scaling node group, unknown group); 1 also when the membership lock
+or the patch progress lease is held; a failed AWS call is 1, missing credentials 2 (as every `telemetry` command).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from dataclasses import dataclass
 from scripts.cluster_inventory import ToolError
 from scripts.telemetry.errors import OperationFailed
 from stacks.config import load_environment, read_environments
-from stacks.naming import NODE_TYPE_TAG, SCALING_NODE_TYPE, scaling_group_name
+from stacks.naming import NODE_TYPE_TAG, SCALING_NODE_TYPE, membership_lock_table_name, scaling_group_name
 
 UNFINISHED_ACTIVITIES = {"PendingSpotBidPlacement", "WaitingForSpotInstanceRequestId", "WaitingForSpotInstanceId",
                          "WaitingForInstanceId", "PreInService", "InProgress", "WaitingForELBConnectionDraining",
@@ -174,6 +181,8 @@ def plan(args: argparse.Namespace, config) -> int:
             f"{name}'s current desired capacity, limits, instances and their lifecycle states, and its scaling "
             "activities (Auto Scaling DescribeAutoScalingGroups, DescribeScalingActivities)",
             f"its {NODE_TYPE_TAG} tag: a group that is not a {SCALING_NODE_TYPE} group is refused",
+            f"who holds the membership lock and the patch progress lease ({membership_lock_table_name(config)}): "
+            "either held refuses a change of size (a group already at it is only waited for)",
         ],
         would_change=[
             resize,
@@ -190,12 +199,17 @@ def scale(args: argparse.Namespace, session_factory: Callable[[str], object]) ->
     if args.dry_run:
         return plan(args, config)
     name = args.group or scaling_group_name(config)
-    groups = ScalingGroups(session_factory(config.region))
+    session = session_factory(config.region)
+    groups = ScalingGroups(session)
     state = groups.state(name)
     # The environment's own group takes the configured minimum; another group keeps its own.
     minimum = state.min_size if args.group else config.service_fabric.scaling_min_nodes
     desired = config.service_fabric.scaling_desired_nodes if args.desired is None else args.desired
     check_request(state, desired, minimum)
+    if state.min_size != minimum or state.desired != desired:
+        from scripts.cluster_lock import refuse_while_held
+
+        refuse_while_held(config, session, "telemetry cluster scale")
     print(f"{name}: {state.progress()} -> desired {desired} (limits {minimum}-{state.max_size})")
     if state.min_size != minimum:
         groups.set_size(name, minimum, desired)
@@ -223,6 +237,9 @@ def _count(value: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (f"{parser.description or ''} Before changing the size it reads the cluster's membership "
+                          "lock and the patch progress lease (DynamoDB) and changes nothing while either is held; it "
+                          "takes neither.").strip()
     parser.add_argument(
         "--desired",
         type=_count,

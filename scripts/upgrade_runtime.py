@@ -25,13 +25,31 @@ upgrade) over the REST API, as the standalone guide does it for a cluster withou
    unless cdk.json names the version already (a run again after the process died at the end).
 
 Refused (exit 2): a version that is not four dot-separated numbers, a version older than the one
-the cluster runs (or equal to it without a completed upgrade to it), an upgrade to another version under way, a patch run under way (its
-progress lease held: the patch-progress item of the membership lock table, as
-lambdas/node_lifecycle/patch_progress.py writes it), and a --package that is missing, not a
-file, empty, not a cabinet, cut short, named for another version or of another SHA-256. Patching
-and the upgrade both restart nodes; patching, for its part, refuses to take a node out of service
-during a code upgrade. That lease is read from DynamoDB even when the gateway and certificate are
-given as flags.
+the cluster runs (or equal to it without a completed upgrade to it), an upgrade to another version
+under way, and a --package that is missing, not a file, empty, not a cabinet, cut short, named for
+another version or of another SHA-256.
+
+Refused (exit 1), before anything is uploaded, provisioned or started: the cluster's membership lock
+held (a join, a drain, a patched node or the reaper: the line names the holder, its intent, its node
+and since when) or a patch run under way (its progress lease held: the patch-progress item of the
+same table, as lambdas/node_lifecycle/patch_progress.py writes it); scripts/cluster_lock.py reads
+both, from DynamoDB even when the gateway and certificate are given as flags. The upgrade restarts
+nodes by upgrade domain while they would take one out of service; patching, for its part, refuses
+to take a node out of service during a code upgrade. It takes neither: the automation takes the lock
+node by node while the upgrade runs. Following an upgrade already under way starts nothing, so that
+is not refused.
+
+Launches are suspended for the upgrade's window. A node that joins while the cluster's target code
+version is not the runtime it installed is refused, so target tracking would keep launching
+instances abandoned in their launch hook. Right before the start, the scaling group's Launch
+process is suspended (SuspendProcesses; EC2 Auto Scaling User Guide, "How suspended processes
+affect other processes": no scale-out, an instance refresh replaces none, an unhealthy instance is
+terminated and replaced only when Launch resumes) and resumed when the upgrade ends, completed,
+rolled back or failed, or when the command fails after suspending it; both are said. A Launch found
+suspended already (someone else's, or Auto Scaling's own) is left as found. Interrupted (Ctrl-C) or
+out of --timeout while the upgrade runs, the command leaves it suspended and prints the
+`aws autoscaling resume-processes` command to run once the upgrade ends. Following an upgrade
+already under way changes no process.
 
 When it completes, it prints the edit cdk.json needs so that nodes joining later (AddNode installs
 cdk.json's runtime) run the same version: runtime_version, and the release's runtime_cab_url,
@@ -50,6 +68,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scripts import runtime_package
+from scripts.cluster_lock import refuse_while_held
 from scripts.drain_node import add_gateway_arguments, check_gateway_arguments, connect
 from scripts.telemetry import output
 from scripts.telemetry.errors import OperationFailed, UsageError
@@ -61,13 +80,10 @@ from stacks.config import (
     load_environment,
     read_environments,
 )
-from stacks.naming import membership_lock_table_name
+from stacks.naming import membership_lock_table_name, scaling_group_name
 
 ALREADY_PROVISIONED = "FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS"  # ClusterManagerReplica::BeginAcceptProvisionFabric
 UPGRADE_IN_PROGRESS = "FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS"  # ClusterManagerReplica::BeginAcceptUpgradeFabric
-# The patch run's progress item in the membership lock table (lambdas/node_lifecycle/patch_progress.py
-# PROGRESS_KEY): Owner while a run works, LeaseUntil (epoch s) when its lease lapses.
-PATCH_PROGRESS_KEY = {"LockName": {"S": "patch-progress"}}
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -121,7 +137,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunk-size", type=runtime_package.chunk_size, default=runtime_package.DEFAULT_CHUNK_BYTES,
                         metavar="SIZE", help="bytes per upload request, each sent again whole if it fails "
                                              "(default 8MiB; 64KiB to 32MiB)")
-    add_gateway_arguments(parser, "the only AWS call is the read of the patch progress lease")
+    parser.description = (f"{parser.description or ''} Before it uploads, provisions or starts anything it reads "
+                          "the cluster's membership lock and the patch progress lease (DynamoDB) and starts nothing "
+                          "while either is held; it takes neither.").strip()
+    add_gateway_arguments(parser, "the only AWS calls are the reads of the membership lock and the patch progress "
+                                  "lease")
     parser.add_argument("--timeout", type=_positive_seconds, default=12 * 3600.0, metavar="SECONDS",
                         help="follow the upgrade this long (default 43200); it goes on after")
     parser.add_argument("--poll-interval", type=_positive_seconds, default=60.0, metavar="SECONDS",
@@ -188,8 +208,8 @@ def plan(args: argparse.Namespace, config: Any) -> int:
                  "node or application",
                  *("  " + line for line in edit_lines(config.name, args.version))],
         would_read=[
-            f"the patch progress lease ({membership_lock_table_name(config)}, item patch-progress): a patch run under "
-            "way is refused",
+            f"who holds the membership lock and the patch progress lease ({membership_lock_table_name(config)}, items "
+            "cluster-membership and patch-progress): either held, and nothing is uploaded, provisioned or started",
             "the gateway's endpoint and the admin certificate (the ServiceFabric stack's outputs and the certificate "
             "secret), unless given as flags",
             "the cluster's runtime version and whether an upgrade is under way (GetUpgradeProgress): a version not "
@@ -202,26 +222,18 @@ def plan(args: argparse.Namespace, config: Any) -> int:
             *would_change,
             f"provision {path} (POST /$/Provision; "
             + ("the package just uploaded)" if package else "it must be in the image store already: --package puts it there)"),
+            f"suspend the Launch process of {scaling_group_name(config)} (SuspendProcesses) right before the start, "
+            "unless it is suspended already: no node launches to join a cluster whose target version it does not run",
             f"start the code upgrade to {args.version} (POST /$/Upgrade) and follow it (GET /$/GetUpgradeProgress) "
             f"a line every {args.poll_interval:g} s until it completes or rolls back",
+            f"resume the Launch process of {scaling_group_name(config)} (ResumeProcesses) when the upgrade ends, or "
+            "when the command fails after suspending it; interrupted or out of --timeout while the upgrade runs, it is "
+            "left suspended and the resume command printed",
         ],
         from_version=current, version=args.version, code_file_path=path,
         package=package.describe(path, args.chunk_size) if package else None, upgrade=body,
         cdk_json=cdk_json_edit(config.name, args.version),
     )  # fmt: skip
-
-
-def refuse_while_patching(config: Any, session_factory: Callable[[str], Any], *, now: Callable[[], float] = time.time) -> None:
-    """Exit 2 while a patch run holds its progress lease: it takes nodes out of service one by one,
-    and a code upgrade restarts them by upgrade domain."""
-    table = membership_lock_table_name(config)
-    item = session_factory(config.region).client("dynamodb").get_item(
-        TableName=table, Key=PATCH_PROGRESS_KEY, ConsistentRead=True).get("Item") or {}  # fmt: skip
-    owner, until = item.get("Owner", {}).get("S", ""), float(item.get("LeaseUntil", {}).get("N", "0"))
-    if owner and until >= now():
-        at = item.get("Current", {}).get("S", "")
-        raise UsageError(f"a patch run ({owner}{', at ' + at if at else ''}) holds the patch progress lease in {table} "
-                         f"for {until - now():.0f} s more; let it finish or stop it, then run again")
 
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
@@ -230,10 +242,12 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
         return plan(args, config)
     # Read whole and hashed before any call: a package other than --package-sha256 calls nothing.
     package = runtime_package.read(args.package, args.package_sha256) if args.package else None
-    refuse_while_patching(config, session_factory)
+    session = session_factory(config.region)
     client, clean_up = connect(args, session_factory)
     try:
-        return upgrade(args, config, client, package=package)
+        return upgrade(args, config, client, package=package,
+                       refuse_if_held=lambda: refuse_while_held(config, session, "telemetry cluster upgrade"),
+                       launches=LaunchSuspension(session, scaling_group_name(config), config.region))
     finally:
         clean_up()
         client.close()
@@ -277,8 +291,79 @@ def already_done(args: argparse.Namespace, config: Any, progress: Any) -> int:
     return 0
 
 
+class UpgradeGoesOn(OperationFailed):
+    """--timeout passed while the upgrade runs on (exit 1)."""
+
+
+class LaunchSuspension:
+    """The scaling group's Launch process suspended for the upgrade's window, and resumed after it,
+    unless it was suspended before (then it is left as found). A blank one (no session) does nothing."""
+
+    def __init__(self, session: Any, group: str, region: str, say: Callable[[str], None] = print) -> None:
+        self.client = session.client("autoscaling") if session is not None else None
+        self.group, self.region, self.say = group, region, say
+        self.suspended = False  # by this command, and not resumed yet
+
+    def suspend(self) -> None:
+        if self.client is None:
+            return
+        groups = self.client.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])["AutoScalingGroups"]
+        found = {p["ProcessName"]: p.get("SuspensionReason", "") for g in groups for p in g.get("SuspendedProcesses", [])}
+        if "Launch" in found:
+            self.say(f"the Launch process of {self.group} is suspended already ({found['Launch'] or 'no reason given'}): "
+                     "left as it is, and not resumed when the upgrade ends")
+            return
+        self.client.suspend_processes(AutoScalingGroupName=self.group, ScalingProcesses=["Launch"])
+        self.suspended = True
+        self.say(f"suspended the Launch process of {self.group} for the upgrade's window: no instance launches, so no "
+                 "node tries to join while the cluster's target version differs from the runtime it would install "
+                 "(target tracking cannot scale out meanwhile)")
+
+    def resume(self) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if not self.suspended:
+            return
+        self.suspended = False
+        try:
+            self.client.resume_processes(AutoScalingGroupName=self.group, ScalingProcesses=["Launch"])
+        except (BotoCoreError, ClientError) as err:  # the upgrade's own outcome is what the command ends with
+            self.say(f"resuming the Launch process of {self.group} failed ({err}): run {self.resume_command()}")
+            return
+        self.say(f"resumed the Launch process of {self.group}: the group launches instances again")
+
+    def resume_command(self) -> str:
+        return (f"aws autoscaling resume-processes --auto-scaling-group-name {self.group} --scaling-processes Launch "
+                f"--region {self.region}")
+
+    def leave_suspended(self) -> None:
+        """The upgrade runs on without this command: Launch stays suspended; say how to resume it."""
+        if not self.suspended:
+            return
+        self.suspended = False
+        self.say(f"the Launch process of {self.group} stays suspended while the upgrade runs; once it has ended, "
+                 f"resume it: {self.resume_command()}")
+
+
 def upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runtime_package.RuntimePackage | None = None,
+            refuse_if_held: Callable[[], None] = lambda: None, launches: LaunchSuspension | None = None,
             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Start (or follow) the upgrade and follow it to its end; with `launches`, the scaling group's
+    Launch process suspended from right before the start until the upgrade ends."""
+    window = launches if launches is not None else LaunchSuspension(None, "", "")
+    try:
+        return _upgrade(args, config, client, package=package, refuse_if_held=refuse_if_held, launches=window,
+                        clock=clock, sleep=sleep)
+    except (KeyboardInterrupt, UpgradeGoesOn):
+        window.leave_suspended()  # the upgrade runs on: a join now would be refused
+        raise
+    finally:
+        window.resume()
+
+
+def _upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runtime_package.RuntimePackage | None,
+             refuse_if_held: Callable[[], None], launches: LaunchSuspension, clock: Callable[[], float],
+             sleep: Callable[[float], None]) -> int:
     from sf_rest import FabricError
     from sf_rest.code_upgrade import FORWARD_COMPLETED
 
@@ -293,7 +378,9 @@ def upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runt
     if not following:
         previous = progress.code_version
         refuse_not_newer(args.version, previous, "the cluster runs")
+        refuse_if_held()
         uploaded = provision(args, client, package)
+        launches.suspend()
         try:
             client.start_cluster_upgrade(upgrade_description(args.version))
             print(f"upgrade {previous} -> {args.version} started: Rolling, Monitored, FailureAction Rollback")
@@ -325,8 +412,8 @@ def upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runt
                                   f"{progress.failure_reason or 'not given'}); the cluster runs {progress.code_version}; "
                                   "its health evaluations say why (Get-ServiceFabricClusterUpgrade)")
         if elapsed >= args.timeout:
-            raise OperationFailed(f"the upgrade to {args.version} is still {progress.state} after {args.timeout:.0f} s; "
-                                  "it goes on: run this command again to follow it")
+            raise UpgradeGoesOn(f"the upgrade to {args.version} is still {progress.state} after {args.timeout:.0f} s; "
+                                "it goes on: run this command again to follow it")
         sleep(args.poll_interval)
 
 

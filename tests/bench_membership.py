@@ -2,7 +2,8 @@
 
     .venv/bin/python -m tests.bench_membership [--poll-interval 15] [--report FILE]
 
-A drain runs `telemetry cluster drain` over REST alone; a join is AddNode.ps1 (the emulator's
+A drain runs `telemetry cluster drain` over REST, its membership lock in moto's DynamoDB (not
+counted); a join is AddNode.ps1 (the emulator's
 machine side) followed by the same steps the scale-out state machine runs (wait for Up, the
 registration upgrade, wait for it). Time is the emulator's logical clock, so "seconds" is the
 number of poll waits times the poll interval (what the state machine's Wait states would take
@@ -42,10 +43,30 @@ def calls(emulator: SfEmulator) -> dict[str, int]:
     return {"GET": counted["GET"], "POST": counted["POST"], "total": sum(counted.values())}
 
 
+@contextlib.contextmanager
+def membership_lock_table():
+    """dev's membership lock table in moto, which the drain takes its lock in."""
+    import os
+
+    import boto3
+    from moto import mock_aws
+    from stacks.config import load_environment, read_environments
+    from stacks.naming import membership_lock_table_name
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ.setdefault(name, "testing")
+    with mock_aws():
+        config = load_environment(read_environments(), "dev")
+        boto3.client("dynamodb", region_name=config.region).create_table(
+            TableName=membership_lock_table_name(config), KeySchema=[{"AttributeName": "LockName", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "LockName", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")
+        yield
+
+
 def bench_drain(pki: Any, interval: float) -> dict[str, Any]:
     cluster = standard_cluster()
     waits: list[float] = []
-    with SfEmulator(cluster, pki=pki) as emulator:
+    with SfEmulator(cluster, pki=pki) as emulator, membership_lock_table():
         started = time.perf_counter()
         real_sleep = drain_node.time.sleep
         drain_node.time.sleep = lambda seconds: waits.append(seconds)

@@ -84,11 +84,14 @@ class CommandStatus:
 
 @dataclass(frozen=True)
 class LockGrant:
-    """The answer to an acquire: whether we hold the lock, and who does."""
+    """The answer to an acquire: whether we hold the lock, and who does, for what and since when."""
 
     acquired: bool
     holder: str  # '' when nobody holds it
     expires_at: float  # epoch seconds; 0 when nobody holds it
+    intent: str = ""  # what the holder does while it holds it: drain, join, patch, reap, ...
+    node: str = ""  # the node it takes out of service or changes membership for ('' for none)
+    since: float = 0.0  # epoch seconds when the holder took it (renewals keep it); 0 when unknown
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,8 +148,9 @@ class FabricHost(Protocol):
 
 
 class MembershipLock(Protocol):
-    def acquire(self, owner: str, *, ttl_seconds: float) -> LockGrant:
-        """Take the lock, or renew it when `owner` holds it already; expired locks are taken over."""
+    def acquire(self, owner: str, *, ttl_seconds: float, intent: str = "", node: str = "") -> LockGrant:
+        """Take the lock, or renew it when `owner` holds it already; expired locks are taken over.
+        `intent` and `node` say what the owner does with it, for whoever is refused."""
         ...
 
     def release(self, owner: str) -> LockRelease:

@@ -8,7 +8,8 @@ gone; a clean-up (stop the host, RemoveNodeState) only when the upgrade leaves t
 Most drains run in-process through the command's `cli.main` (fast, and the emulator's cluster can
 be watched while they run); the operator-facing edges (usage, help, seed, TLS, a timeout) run the
 installed `telemetry` command in a fresh interpreter from outside the repository. The endpoint,
-the client certificate and the CA (or thumbprint) are given as flags, so no AWS call is made.
+the client certificate and the CA (or thumbprint) are given as flags, so the only AWS calls are the
+membership lock's, in moto's DynamoDB (the table as the NodeLifecycle stack makes it).
 """
 
 from __future__ import annotations
@@ -98,9 +99,30 @@ def drain(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
 
 
 @pytest.fixture
-def run(capsys) -> Callable[..., Run]:
-    """Runs the command in this process; stdout and stderr as the operator sees them. With
-    `session`, AWS is reached through it (its region -> session factory)."""
+def lock_table(moto_session) -> str:
+    """dev's membership lock table in moto, as the NodeLifecycle stack makes it (key LockName)."""
+    from stacks.config import load_environment, read_environments
+    from stacks.naming import membership_lock_table_name
+
+    name = membership_lock_table_name(load_environment(read_environments(), "dev"))
+    moto_session.client("dynamodb").create_table(
+        TableName=name, KeySchema=[{"AttributeName": "LockName", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "LockName", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")  # fmt: skip
+    return name
+
+
+@pytest.fixture
+def lock_item(moto_session, lock_table) -> Callable[[], dict | None]:
+    """The membership lock's item as DynamoDB holds it now (None when nobody holds it)."""
+    dynamodb = moto_session.client("dynamodb")
+    return lambda: dynamodb.get_item(TableName=lock_table, Key={"LockName": {"S": "cluster-membership"}}).get("Item")
+
+
+@pytest.fixture
+def run(capsys, lock_table) -> Callable[..., Run]:
+    """Runs the command in this process; stdout and stderr as the operator sees them. AWS is
+    moto's (the lock table in it), or, with `session`, reached through that (its region ->
+    session factory)."""
 
     def go(*args: str, session: Any = None) -> Run:
         capsys.readouterr()
@@ -113,15 +135,19 @@ def run(capsys) -> Callable[..., Run]:
 
 @pytest.fixture
 def aws_calls(monkeypatch) -> list[str]:
-    """Any AWS client the drain would make (SSM, for --instance-id) is recorded and refused."""
+    """Every AWS client the drain makes is recorded; any but DynamoDB's (the membership lock) is
+    refused (SSM, for --instance-id, say)."""
     calls: list[str] = []
+    make = boto3.session.Session.client
 
-    def refuse(*args, **kwargs):
-        calls.append(str(args[-1] if args else kwargs.get("service_name")))
-        raise AssertionError("the drain made an AWS client")
+    def lock_only(self, *args, **kwargs):
+        service = str(args[0] if args else kwargs.get("service_name"))
+        calls.append(service)
+        if service != "dynamodb":
+            raise AssertionError("the drain made an AWS client")
+        return make(self, *args, **kwargs)
 
-    monkeypatch.setattr(boto3, "client", refuse)
-    monkeypatch.setattr(boto3.session.Session, "client", refuse)
+    monkeypatch.setattr(boto3.session.Session, "client", lock_only)
     return calls
 
 
@@ -292,7 +318,7 @@ def test_a_drain_removes_the_node_over_rest_alone_and_a_second_run_writes_nothin
     # Writes: the deactivation, then the one start; no RemoveNodeState (the UOS did it).
     assert posts(sf_emulator) == [deactivate_path("scale-0"), START]
     assert state_removals == []
-    assert aws_calls == []  # no SSM: nothing stopped the host but the upgrade itself
+    assert aws_calls == ["dynamodb"]  # the lock; no SSM: nothing stopped the host but the upgrade itself
     (request,) = sf_cluster.upgrade_requests
     target = target_of(request)
     assert nodes_to_be_removed(target) == ["scale-0"]
@@ -320,6 +346,155 @@ def test_a_drain_removes_the_node_over_rest_alone_and_a_second_run_writes_nothin
     as_json = run(*gateway, "--node", "scale-0", *FAST, "--format", "json")
     assert json.loads(as_json.stdout) == {"node": "scale-0", "result": "already removed"}
     assert "already removed (listed in NodesToBeRemoved)" in as_json.stderr
+
+
+# -- 1b. the membership lock: one owner for a node ---------------------------------------------
+
+
+def holds(item: dict | None) -> tuple[str, str, str] | None:
+    """(owner's kind and node, intent, node) of a lock item: the owner's user, host and pid vary."""
+    if item is None:
+        return None
+    return (":".join(item["Owner"]["S"].split(":")[:2]), item["Intent"]["S"], item["Node"]["S"])
+
+
+def test_a_drain_holds_the_membership_lock_while_it_changes_the_node_and_lets_it_go(
+    run, gateway, sf_cluster, sf_emulator, monkeypatch, lock_item
+):
+    seen: list = []
+    watch_starts(monkeypatch, sf_cluster, "scale-0", before=lambda: seen.append(lock_item()))
+
+    result = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    (at_start,) = seen
+    assert holds(at_start) == ("operator-drain:scale-0", "drain", "scale-0")
+    owner = at_start["Owner"]["S"]
+    assert owner.split(":")[3] == str(os.getpid())  # operator-drain:NODE:USER@HOST:PID
+    assert abs(float(at_start["Since"]["N"]) - time.time()) < 60
+    assert f"took the membership lock as {owner} (intent drain, node scale-0)" in result.stdout
+    assert result.stdout.rstrip().endswith("released the membership lock")
+    assert lock_item() is None
+
+
+def test_a_drain_is_refused_in_one_line_while_another_owner_holds_the_lock(
+    run, gateway, sf_cluster, sf_emulator, moto_session, lock_table, lock_item
+):
+    since = time.time() - 120
+    held = {"LockName": {"S": "cluster-membership"}, "Owner": {"S": "scale-out:i-0bbb:exec-7"},
+            "ExpiresAt": {"N": str(int(since) + 3600)}, "Intent": {"S": "join"}, "Node": {"S": "scale-7"},
+            "Since": {"N": str(int(since))}}
+    moto_session.client("dynamodb").put_item(TableName=lock_table, Item=held)
+
+    result = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert result.returncode == drain_node.EXIT_REFUSED == 1, result.stdout
+    stamp = lambda epoch: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))  # noqa: E731
+    assert one_line(result.stderr) == (
+        f"{PROG}: refused: the membership lock ({lock_table}) is held by scale-out:i-0bbb:exec-7 (intent join, node "
+        f"scale-7) since {stamp(int(since))}; nothing was changed: wait until it is released, then run again (if that "
+        f"holder is known to be dead, the lock expires at {stamp(int(since) + 3600)})")
+    assert posts(sf_emulator) == []
+    assert sf_cluster.node("scale-0").status == "Up"
+    assert lock_item() == held  # neither taken nor released
+
+
+def test_a_lock_its_dead_holder_let_expire_is_taken_over(
+    run, gateway, sf_cluster, sf_emulator, moto_session, lock_table, lock_item, monkeypatch
+):
+    moto_session.client("dynamodb").put_item(TableName=lock_table, Item={
+        "LockName": {"S": "cluster-membership"}, "Owner": {"S": "operator-drain:scale-1:bo@gone:99"},
+        "ExpiresAt": {"N": str(int(time.time()) - 1)}, "Intent": {"S": "drain"}, "Node": {"S": "scale-1"}})  # fmt: skip
+    seen: list = []
+    watch_starts(monkeypatch, sf_cluster, "scale-0", before=lambda: seen.append(holds(lock_item())))
+
+    result = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    assert seen == [("operator-drain:scale-0", "drain", "scale-0")]
+    assert lock_item() is None
+
+
+@pytest.fixture
+def lock_grants(monkeypatch) -> list:
+    """Every answer the drain's acquires and renewals got from DynamoDB (the real calls, in moto)."""
+    from node_lifecycle.membership_lock import DynamoDbMembershipLock
+
+    grants: list = []
+    acquire = DynamoDbMembershipLock.acquire
+
+    def recorded(self, *args, **kwargs):
+        grants.append(acquire(self, *args, **kwargs))
+        return grants[-1]
+
+    monkeypatch.setattr(DynamoDbMembershipLock, "acquire", recorded)
+    return grants
+
+
+def test_the_lock_is_renewed_from_the_waits_keeping_since(run, gateway, sf_cluster, monkeypatch, lock_grants):
+    monkeypatch.setattr(drain_node, "LOCK_RENEW_SECONDS", 0.0)  # at every look, not once a minute
+
+    result = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    taken, *renewals = lock_grants
+    assert len(renewals) >= 2  # the waits for Disabled and for the upgrade each looked more than once
+    assert all(grant.acquired and grant.holder == taken.holder for grant in renewals)
+    assert {grant.since for grant in renewals} == {taken.since}  # milliseconds apart: a new Since would show
+    assert renewals[-1].expires_at >= taken.expires_at
+    assert taken.expires_at - taken.since == pytest.approx(drain_node.lock_ttl_seconds(0.02), abs=1)
+
+
+def test_at_the_default_pace_a_short_drain_takes_the_lock_once(run, gateway, sf_cluster, lock_grants):
+    result = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    assert len(lock_grants) == 1  # renewed at most every LOCK_RENEW_SECONDS, not at each look
+
+
+def test_a_lock_taken_over_mid_drain_stops_it_before_the_next_change(
+    run, gateway, sf_cluster, sf_emulator, moto_session, lock_table, monkeypatch, lock_item
+):
+    """Its renewals failed until it expired (a laptop asleep), and a join took the lock over."""
+    monkeypatch.setattr(drain_node, "LOCK_RENEW_SECONDS", 0.0)
+    dynamodb = moto_session.client("dynamodb")
+    joined = {"LockName": {"S": "cluster-membership"}, "Owner": {"S": "scale-out:i-0ccc:exec-8"},
+              "ExpiresAt": {"N": str(int(time.time()) + 3600)}, "Intent": {"S": "join"}, "Node": {"S": "scale-8"},
+              "Since": {"N": str(int(time.time()))}}
+    once_after_tick(monkeypatch, sf_cluster, lambda: sf_cluster.node("scale-0").status == "Disabling",
+                    lambda: dynamodb.put_item(TableName=lock_table, Item=joined))
+
+    result = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert result.returncode == 1, result.stdout
+    assert one_line(result.stderr) == (
+        f"{PROG}: the membership lock expired while this command held it and scale-out:i-0ccc:exec-8 took it (intent "
+        "join, node scale-8); stopped before changing more: run again once it is released")
+    assert starts(sf_emulator) == []  # no removal started under someone else's lock
+    assert_still_member(sf_cluster, "scale-0")
+    assert lock_item() == joined  # the join's lock is left alone
+
+
+def test_ctrl_c_while_the_drain_waits_releases_the_lock_and_exits_130(
+    run, gateway, sf_cluster, sf_emulator, monkeypatch, lock_item
+):
+    sf_cluster.set_stuck_in_safety_check("scale-0")
+    looks: list[float] = []
+
+    def interrupted_on_the_third_wait(seconds: float) -> None:
+        looks.append(seconds)
+        if len(looks) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(drain_node.time, "sleep", interrupted_on_the_third_wait)
+
+    result = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert result.returncode == 130, result.stdout
+    assert one_line(result.stderr) == f"{PROG}: interrupted: re-run to pick up where the node is"
+    assert "released the membership lock" in result.stdout
+    assert lock_item() is None
+    assert starts(sf_emulator) == []
 
 
 # -- 2. two drains in a row --------------------------------------------------------------------
@@ -468,12 +643,13 @@ def test_a_start_the_cluster_never_saw_is_not_resent_and_a_re_run_finishes(
 # -- 5. a safety check that never ends ---------------------------------------------------------
 
 
-def test_a_drain_that_runs_out_of_time_says_where_it_stopped(
-    drain, gateway, sf_cluster, sf_emulator
+def test_a_drain_that_runs_out_of_time_says_where_it_stopped_and_lets_the_lock_go(
+    run, gateway, sf_cluster, sf_emulator, lock_item
 ):
+    # In this process: the membership lock is in moto's DynamoDB, which a fresh interpreter lacks.
     sf_cluster.set_stuck_in_safety_check("scale-0")
 
-    result = drain(*gateway, "--node", "scale-0", "--timeout", "1", "--poll-interval", "0.05")
+    result = run(*gateway, "--node", "scale-0", "--timeout", "1", "--poll-interval", "0.05")
 
     assert result.returncode == drain_node.EXIT_TIMED_OUT, result.stdout
     line = one_line(result.stderr)
@@ -484,6 +660,7 @@ def test_a_drain_that_runs_out_of_time_says_where_it_stopped(
     assert starts(sf_emulator) == []
     assert_still_member(sf_cluster, "scale-0")
     assert sf_cluster.node("scale-0").status == "Disabling"  # and a re-run picks up from here
+    assert "released the membership lock" in result.stdout and lock_item() is None
 
 
 # -- 6. clean-up: the UOS's RemoveNodeState did not happen -------------------------------------
@@ -507,7 +684,7 @@ def test_when_the_uos_leaves_the_node_down_the_drain_removes_its_state(
     assert "stop FabricHostSvc" not in out  # already Down: nothing to stop
     assert posts(sf_emulator) == [deactivate_path("scale-0"), START, remove_state_path("scale-0")]
     assert state_removals == [("scale-0", "Down")]
-    assert aws_calls == []
+    assert aws_calls == ["dynamodb"]
     assert sf_cluster.nodes["scale-0"].status == "Removed"
     assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-0")
 
@@ -538,7 +715,7 @@ def test_when_fabric_survives_the_removal_the_operator_stops_it(
     assert "  scale-0: Down" in out
     assert "clean-up: removed the node state of scale-0" in out
     assert state_removals == [("scale-0", "Down")]
-    assert aws_calls == []
+    assert aws_calls == ["dynamodb"]
     assert_gone(sf_cluster, sf_emulator, sf_pki, "scale-0")
 
 
@@ -733,6 +910,16 @@ def test_help_describes_the_interface(drain):
     assert "Reaches the cluster's HTTP gateway (19080): from the VPC or a management CIDR" in " ".join(result.stdout.split())
 
 
+def test_help_says_the_drain_holds_the_membership_lock(run):
+    result = run("--help")
+
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert ("It holds the cluster's membership lock (DynamoDB) from its first change to its end, and is refused, "
+            "changing nothing, while a join, a drain, a patched node or the reaper holds it.") in text
+    assert "the only AWS calls are the membership lock's (DynamoDB)" in text
+
+
 def test_a_seed_node_is_refused_with_one_line_and_nothing_changed(
     drain, gateway, sf_cluster, sf_emulator
 ):
@@ -794,6 +981,11 @@ def test_a_dry_run_plans_offline_reaching_neither_the_cluster_nor_aws(
         "upgrade running; so which of the steps below are done already (a drain picks up where the node is)",
     ]
     assert "  - deactivate scale-0 with intent RemoveNode (RemoveData if refused) and wait until it is Disabled" in lines
+    changes = lines[lines.index("and would change:") + 1:]
+    assert changes[0].startswith(
+        "  - take the membership lock (telemetry-dev-sf-membership-lock) as operator-drain:scale-0:<you>@<host>:<pid>, "
+        "intent drain, node scale-0, for the whole drain: refused, with nothing changed, while a join, a drain, a patched "
+        "node or the reaper holds it; renewed every 60 s from the waits")
     assert (f"  - only if the upgrade leaves scale-0 listed: stop FabricHostSvc on {INSTANCE} over SSM Run Command "
             "(document telemetry-dev-sf-stop-host), wait until it is Down, then RemoveNodeState") in lines
     assert lines[-1] == "dry run: nothing was read from AWS, nothing was changed"

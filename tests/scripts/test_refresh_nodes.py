@@ -20,12 +20,17 @@ ALARMS = [f"telemetry-dev-sf-lifecycle-{kind}" for kind in ("JoinFailed", "Drain
 NOW = datetime.datetime(2026, 11, 26, tzinfo=datetime.timezone.utc)
 
 
+LOCKS = "telemetry-dev-sf-membership-lock"
+
+
 class StubbedSession:
     def __init__(self) -> None:
         self.clients = {service: boto3.client(service, region_name="eu-west-1", aws_access_key_id="x",
-                                              aws_secret_access_key="x") for service in ("autoscaling", "cloudwatch")}
+                                              aws_secret_access_key="x")
+                        for service in ("autoscaling", "cloudwatch", "dynamodb")}
         self.stubber = Stubber(self.clients["autoscaling"])
         self.alarms = Stubber(self.clients["cloudwatch"])
+        self.locks = Stubber(self.clients["dynamodb"])
 
     def client(self, service: str):
         return self.clients[service]
@@ -34,14 +39,27 @@ class StubbedSession:
 @pytest.fixture
 def aws():
     session = StubbedSession()
-    with session.stubber, session.alarms:
+    with session.stubber, session.alarms, session.locks:
         yield session
     session.stubber.assert_no_pending_responses()
     session.alarms.assert_no_pending_responses()
+    session.locks.assert_no_pending_responses()
+
+
+def locks_are(aws, lock: dict | None = None, patch: dict | None = None) -> None:
+    """GetItem of the membership lock, then of the patch progress lease (each absent unless given)."""
+    for name, item in (("cluster-membership", lock), ("patch-progress", patch)):
+        aws.locks.add_response("get_item", {"Item": item} if item else {},
+                               {"TableName": LOCKS, "Key": {"LockName": {"S": name}}, "ConsistentRead": True})
+        if lock:
+            return  # a held lock refuses before the lease is read
 
 
 def alarms_are(aws, states: dict[str, str] | None = None, *, missing: str = "") -> None:
-    """DescribeAlarms of the stop alarms: each OK unless `states` says otherwise."""
+    """What a run reads before it starts a refresh: nobody holds the membership lock or the patch
+    progress lease (locks_are), then DescribeAlarms of the stop alarms: each OK unless `states`
+    says otherwise."""
+    locks_are(aws)
     states = states or {}
     found = [{"AlarmName": name, "StateValue": states.get(name, "OK"),
               "StateReason": "Threshold Crossed: 1 datapoint [1.0] was greater than or equal to the threshold (1.0)."}
@@ -259,6 +277,39 @@ def test_a_refresh_stopped_by_an_alarm_fails_with_its_reason(aws, capsys):
     progress_is(aws.stubber, "Failed", 50, 1, reason)
     assert run([], aws) == 1
     assert f"instance refresh r-new of {GROUP} ended Failed: {reason}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("holder", ["lock", "patch"])
+def test_a_held_membership_lock_or_patch_lease_starts_nothing_and_says_who_holds_it(aws, capsys, holder):
+    import time
+
+    since = int(time.time()) - 90
+    group_is(aws.stubber, versions=("6", "7"))
+    refreshes_are(aws.stubber)
+    if holder == "lock":
+        locks_are(aws, lock={"LockName": {"S": "cluster-membership"}, "Owner": {"S": "patch:run-4"},
+                             "ExpiresAt": {"N": str(since + 7200)}, "Intent": {"S": "patch"}, "Node": {"S": "seed-1"},
+                             "Since": {"N": str(since)}})
+    else:
+        locks_are(aws, patch={"LockName": {"S": "patch-progress"}, "Owner": {"S": "patch:run-4"},
+                              "LeaseUntil": {"N": str(since + 7200)}, "Current": {"S": "seed-1"}})
+
+    assert run([], aws) == 1  # no DescribeAlarms, no StartInstanceRefresh: the stubbers would have raised
+
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    if holder == "lock":
+        assert line.startswith(f"telemetry: error: the membership lock ({LOCKS}) is held by patch:run-4 (intent patch, "
+                               f"node seed-1) since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(since))}; "
+                               "telemetry cluster refresh starts nothing while another operation holds the cluster")
+    else:
+        assert line.startswith("telemetry: error: a patch run (patch:run-4, at seed-1) holds the patch progress lease")
+
+
+def test_help_says_what_refresh_reads_before_a_start(capsys):
+    assert cli.main(["cluster", "refresh", "--help"]) == 0
+    assert ("Before starting a refresh it reads the cluster's membership lock and the patch progress lease "
+            "(DynamoDB) and starts nothing while either is held; it takes neither.") in " ".join(
+        capsys.readouterr().out.split())
 
 
 def test_only_the_scaling_node_group_is_refreshed(aws, capsys):

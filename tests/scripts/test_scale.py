@@ -16,6 +16,7 @@ from scripts.telemetry import cli
 REGION = "eu-west-1"
 SCALING = "telemetry-dev-sf-scaling"
 OTHER = "telemetry-dev-other"  # a group of another node type
+LOCKS = "telemetry-dev-sf-membership-lock"
 
 
 @pytest.fixture
@@ -32,6 +33,9 @@ def aws(moto_session):
             MinSize=size[0], MaxSize=size[1], DesiredCapacity=size[2],
             Tags=[{"Key": "sf:nodetype", "Value": node_type, "PropagateAtLaunch": True}],
         )
+    session.client("dynamodb").create_table(  # the membership lock table, as the NodeLifecycle stack makes it
+        TableName=LOCKS, KeySchema=[{"AttributeName": "LockName", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "LockName", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")
     for hook, transition in (("sf-join-cluster", "LAUNCHING"), ("sf-leave-cluster", "TERMINATING")):
         autoscaling.put_lifecycle_hook(AutoScalingGroupName=SCALING, LifecycleHookName=hook,
                                        LifecycleTransition=f"autoscaling:EC2_INSTANCE_{transition}",
@@ -108,6 +112,39 @@ def test_a_run_answers_in_json_once_steady_with_its_progress_on_stderr(aws, caps
     out, err = capsys.readouterr()
     assert json.loads(out) == {"group": SCALING, "desired": 2, "steady": True}
     assert f"{SCALING} is steady with 2 node(s) in service" in err
+
+
+def test_a_held_membership_lock_or_patch_lease_changes_nothing_and_says_who_holds_it(aws, capsys):
+    import time
+
+    dynamodb = aws.client("dynamodb")
+    since = int(time.time()) - 300
+    dynamodb.put_item(TableName=LOCKS, Item={
+        "LockName": {"S": "cluster-membership"}, "Owner": {"S": "scale-in:i-0aaa:exec-3"},
+        "ExpiresAt": {"N": str(since + 3600)}, "Intent": {"S": "drain"}, "Node": {"S": "scale-2"},
+        "Since": {"N": str(since)}})  # fmt: skip
+
+    assert run(["--env", "dev", "--desired", "3", "--poll-interval", "0"], aws) == 1
+
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
+    assert line.startswith(f"telemetry: error: the membership lock ({LOCKS}) is held by scale-in:i-0aaa:exec-3 (intent "
+                           f"drain, node scale-2) since {stamp}; telemetry cluster scale starts nothing while")
+    assert group(aws)["DesiredCapacity"] == 1
+    # A patch run's lease refuses as well; a group already at the size is only waited for.
+    dynamodb.delete_item(TableName=LOCKS, Key={"LockName": {"S": "cluster-membership"}})
+    dynamodb.put_item(TableName=LOCKS, Item={"LockName": {"S": "patch-progress"}, "Owner": {"S": "patch:run-2"},
+                                             "LeaseUntil": {"N": str(time.time() + 600)}, "Current": {"S": "seed-2"}})
+    assert run(["--env", "dev", "--desired", "3", "--poll-interval", "0"], aws) == 1
+    assert "a patch run (patch:run-2, at seed-2) holds the patch progress lease" in capsys.readouterr().err
+    assert run(["--env", "dev", "--desired", "1", "--poll-interval", "0"], aws) == 0
+    assert group(aws)["DesiredCapacity"] == 1
+
+
+def test_help_says_what_scale_reads_before_a_change(capsys):
+    assert cli.main(["cluster", "scale", "--help"]) == 0
+    assert ("Before changing the size it reads the cluster's membership lock and the patch progress lease (DynamoDB) "
+            "and changes nothing while either is held; it takes neither.") in " ".join(capsys.readouterr().out.split())
 
 
 def refused(session, capsys, argv) -> str:

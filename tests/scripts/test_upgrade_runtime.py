@@ -34,8 +34,30 @@ def lock_table(moto_session) -> str:
     return name
 
 
+SCALING = "telemetry-dev-sf-scaling"
+RESUME = f"aws autoscaling resume-processes --auto-scaling-group-name {SCALING} --scaling-processes Launch --region eu-west-1"
+
+
 @pytest.fixture
-def gateway(sf_emulator, sf_pki, lock_table) -> list[str]:
+def scaling_group(moto_session) -> str:
+    """dev's scaling node group in moto's Auto Scaling, whose Launch process an upgrade suspends."""
+    ec2 = moto_session.client("ec2")
+    ec2.create_launch_template(LaunchTemplateName="nodes", LaunchTemplateData={
+        "ImageId": "ami-12c6146b", "InstanceType": "m6i.xlarge"})  # any id does for moto; listing images is slow
+    moto_session.client("autoscaling").create_auto_scaling_group(
+        AutoScalingGroupName=SCALING, LaunchTemplate={"LaunchTemplateName": "nodes"}, MinSize=0, MaxSize=3,
+        DesiredCapacity=0, VPCZoneIdentifier=ec2.describe_subnets()["Subnets"][0]["SubnetId"])
+    return SCALING
+
+
+def suspended(moto_session) -> list[str]:
+    (group,) = moto_session.client("autoscaling").describe_auto_scaling_groups(
+        AutoScalingGroupNames=[SCALING])["AutoScalingGroups"]
+    return [process["ProcessName"] for process in group.get("SuspendedProcesses", [])]
+
+
+@pytest.fixture
+def gateway(sf_emulator, sf_pki, lock_table, scaling_group) -> list[str]:
     return ["--endpoint", sf_emulator.endpoint, "--client-cert", sf_pki.client.cert_path,
             "--client-key", sf_pki.client.key_path, "--ca-bundle", sf_pki.ca_path]
 
@@ -160,15 +182,168 @@ def test_a_patch_run_under_way_is_refused_in_one_line(gateway, lock_table, moto_
         "Current": {"S": "seed-1"}, "Stage": {"S": "install"}, "Done": {"L": [{"S": "seed-0"}]}})  # fmt: skip
     sf_cluster.cm.put_in_image_store(CAB)
 
-    assert upgrade(gateway) == 2
+    assert upgrade(gateway) == 1  # not a usage error: another operation holds the cluster; wait, then run again
 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a patch run (patch:run-1, at seed-1) holds the patch progress lease" in err[0]
+    assert "telemetry cluster upgrade starts nothing while it does" in err[0]
     assert not sf_emulator.requests_to("POST", r"/\$/Provision")
     # Between runs (no Owner) or once the lease has lapsed, the upgrade goes on.
     dynamodb.update_item(TableName=lock_table, Key={"LockName": {"S": "patch-progress"}},
                          UpdateExpression="SET LeaseUntil = :past", ExpressionAttributeValues={":past": {"N": "1"}})  # fmt: skip
     assert upgrade(gateway) == 0
+
+
+def hold_the_membership_lock(moto_session, lock_table, *, expires_in: float) -> dict:
+    """The lock item as a drain writes it (lambdas/node_lifecycle/membership_lock.py), held since 10 minutes ago."""
+    since = int(time.time()) - 600
+    item = {"LockName": {"S": "cluster-membership"}, "Owner": {"S": "operator-drain:scale-1:ana@laptop:4242"},
+            "ExpiresAt": {"N": str(int(time.time() + expires_in))}, "Intent": {"S": "drain"},
+            "Node": {"S": "scale-1"}, "Since": {"N": str(since)}}
+    moto_session.client("dynamodb").put_item(TableName=lock_table, Item=item)
+    return item
+
+
+def test_a_held_membership_lock_is_refused_in_one_line_before_anything_is_sent(
+        gateway, lock_table, moto_session, sf_cluster, sf_emulator, package, capsys):
+    item = hold_the_membership_lock(moto_session, lock_table, expires_in=900)
+
+    assert with_package(gateway, package) == 1
+
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(item["Since"]["N"])))
+    assert line.startswith(
+        f"telemetry: error: the membership lock ({lock_table}) is held by operator-drain:scale-1:ana@laptop:4242 "
+        f"(intent drain, node scale-1) since {since}; telemetry cluster upgrade starts nothing while another operation "
+        "holds the cluster: wait until it is released, then run again")
+    assert not sf_emulator.requests_to("PUT", r"/ImageStore/") and not sf_emulator.requests_to("POST", r"/\$/")
+    assert sf_cluster.cm.code_version == "11.4.268.1"
+
+
+def test_a_membership_lock_its_holder_let_expire_does_not_stop_the_upgrade(
+        gateway, lock_table, moto_session, sf_cluster, capsys):
+    hold_the_membership_lock(moto_session, lock_table, expires_in=900)
+    sf_cluster.cm.put_in_image_store(CAB)
+    assert upgrade(gateway) == 1
+
+    hold_the_membership_lock(moto_session, lock_table, expires_in=-1)  # its holder died; the lock lapsed
+
+    assert upgrade(gateway) == 0
+    assert sf_cluster.cm.code_version == "11.5.0.1"
+
+
+def test_an_upgrade_under_way_is_followed_whoever_holds_the_lock(
+        gateway, lock_table, moto_session, sf_cluster, sf_emulator, capsys):
+    """Following starts nothing; the automation holds the lock node by node while the upgrade runs."""
+    hold_the_membership_lock(moto_session, lock_table, expires_in=900)
+    sf_cluster.cm.put_in_image_store(CAB)
+    assert upgrade(gateway) == 1  # a new upgrade is refused while it is held
+
+    sf_cluster.cm.provision({"CodeFilePath": CAB})
+    sf_cluster.cm.start_upgrade({"CodeVersion": "11.5.0.1", "RollingUpgradeMode": "Monitored"}, ["UD0", "UD1"])
+
+    assert upgrade(gateway) == 0
+    assert "following it" in capsys.readouterr().out
+    assert not sf_emulator.requests_to("POST", r"/\$/Upgrade")
+
+
+@pytest.fixture
+def launch_at_start(monkeypatch, sf_cluster, moto_session) -> list[list[str]]:
+    """The group's suspended processes at the moment the cluster receives the upgrade's start."""
+    seen: list[list[str]] = []
+    start = sf_cluster.cm.start_upgrade
+
+    def watched(*args, **kwargs):
+        seen.append(suspended(moto_session))
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(sf_cluster.cm, "start_upgrade", watched)
+    return seen
+
+
+@pytest.mark.parametrize(("outcome", "code"), [("RollingForwardCompleted", 0), ("RollingBackCompleted", 1)])
+def test_launches_are_suspended_for_the_upgrades_window_and_resumed_when_it_ends(
+        gateway, sf_cluster, moto_session, launch_at_start, capsys, outcome, code):
+    sf_cluster.cm.put_in_image_store(CAB)
+    sf_cluster.cm.outcome = outcome
+
+    assert upgrade(gateway) == code
+
+    out = capsys.readouterr().out
+    assert launch_at_start == [["Launch"]]
+    assert suspended(moto_session) == []
+    assert f"suspended the Launch process of {SCALING} for the upgrade's window" in out
+    assert out.index("suspended the Launch process") < out.index("upgrade 11.4.268.1 -> 11.5.0.1 started")
+    assert f"resumed the Launch process of {SCALING}: the group launches instances again" in out
+
+
+def test_a_launch_process_suspended_before_is_left_as_found(gateway, sf_cluster, moto_session, launch_at_start, capsys):
+    moto_session.client("autoscaling").suspend_processes(AutoScalingGroupName=SCALING, ScalingProcesses=["Launch"])
+    sf_cluster.cm.put_in_image_store(CAB)
+
+    assert upgrade(gateway) == 0
+
+    out = capsys.readouterr().out
+    assert f"the Launch process of {SCALING} is suspended already" in out and "resumed the Launch" not in out
+    assert launch_at_start == [["Launch"]] and suspended(moto_session) == ["Launch"]
+
+
+@pytest.mark.parametrize("ends", ["interrupted", "timeout"])
+def test_while_the_upgrade_runs_on_without_the_command_launch_stays_suspended_and_the_command_to_resume_it_is_printed(
+        gateway, sf_cluster, moto_session, monkeypatch, capsys, ends):
+    from sf_rest import ServiceFabricClient
+
+    sf_cluster.cm.put_in_image_store(CAB)
+    looks = []
+    progress = ServiceFabricClient.get_cluster_upgrade_progress
+
+    def interrupted_at_the_third_look(self):
+        looks.append(1)
+        if len(looks) == 3:
+            raise KeyboardInterrupt
+        return progress(self)
+
+    if ends == "interrupted":
+        monkeypatch.setattr(ServiceFabricClient, "get_cluster_upgrade_progress", interrupted_at_the_third_look)
+
+    code = upgrade(gateway, *(["--timeout", "0.000001"] if ends == "timeout" else []))
+
+    captured = capsys.readouterr()
+    assert code == (130 if ends == "interrupted" else 1)
+    assert sf_cluster.cm.code_version == "11.4.268.1"  # still upgrading
+    assert suspended(moto_session) == ["Launch"]
+    assert (f"the Launch process of {SCALING} stays suspended while the upgrade runs; once it has ended, resume it: "
+            f"{RESUME}") in captured.out
+    assert "resumed the Launch process" not in captured.out
+
+
+def test_a_start_refused_after_the_suspension_resumes_launch(gateway, sf_cluster, moto_session, monkeypatch, capsys):
+    """Another upgrade began between the look and the start: refused, and Launch is as before."""
+    sf_cluster.cm.put_in_image_store(CAB)
+    sf_cluster.cm.put_in_image_store("MicrosoftServiceFabric.11.4.300.1.cab")
+    sf_cluster.cm.provision({"CodeFilePath": "MicrosoftServiceFabric.11.4.300.1.cab"})
+    start = sf_cluster.cm.start_upgrade
+
+    def someone_else_first(body, *args, **kwargs):
+        monkeypatch.setattr(sf_cluster.cm, "start_upgrade", start)
+        start({"CodeVersion": "11.4.300.1", "RollingUpgradeMode": "Monitored"}, ["UD0"])
+        return start(body, *args, **kwargs)
+
+    monkeypatch.setattr(sf_cluster.cm, "start_upgrade", someone_else_first)
+
+    assert upgrade(gateway) == 2
+
+    captured = capsys.readouterr()
+    assert "an upgrade to 11.4.300.1 is under way" in captured.err
+    assert f"resumed the Launch process of {SCALING}" in captured.out
+    assert suspended(moto_session) == []
+
+
+def test_help_says_what_the_upgrade_reads_first(capsys):
+    assert cli.main(["cluster", "upgrade", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("Before it uploads, provisions or starts anything it reads the cluster's membership lock and the patch "
+            "progress lease (DynamoDB) and starts nothing while either is held; it takes neither.") in text
 
 
 # -- --package: the runtime package uploaded into the image store first ------------------------

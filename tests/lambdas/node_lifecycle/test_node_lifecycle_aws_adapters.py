@@ -165,6 +165,86 @@ def test_the_lock_refuses_nonsense(lock):
         lock.acquire("someone", ttl_seconds=0)
 
 
+def test_a_refused_owner_learns_the_holders_intent_node_and_since(lock, clock):
+    lock.acquire("operator-drain:scale-3:ana@laptop:4242", ttl_seconds=900, intent="drain", node="scale-3")
+    clock[0] += 60
+
+    refused = lock.acquire("scale-out:i-0bbb:exec", ttl_seconds=900, intent="join", node="scale-7")
+
+    assert refused.acquired is False
+    assert (refused.holder, refused.intent, refused.node) == ("operator-drain:scale-3:ana@laptop:4242", "drain", "scale-3")
+    assert (refused.since, refused.expires_at) == (1_000_000, 1_000_900)
+
+
+def test_a_renewal_keeps_since_and_a_take_over_starts_a_new_one(lock, clock):
+    first = lock.acquire("patch:run-1", ttl_seconds=300, intent="patch", node="seed-0")
+    clock[0] += 200
+    renewed = lock.acquire("patch:run-1", ttl_seconds=300, intent="patch", node="seed-0")
+    clock[0] += 301  # and then the patch run died
+    taken = lock.acquire("scale-in:i-0aaa:exec", ttl_seconds=900, intent="drain", node="scale-1")
+
+    assert (first.since, first.expires_at) == (1_000_000, 1_000_300)
+    assert (renewed.acquired, renewed.since, renewed.expires_at) == (True, 1_000_000, 1_000_500)
+    assert (taken.acquired, taken.holder, taken.since) == (True, "scale-in:i-0aaa:exec", 1_000_501)
+    assert (taken.intent, taken.node) == ("drain", "scale-1")
+
+
+def test_current_says_who_holds_the_lock_and_nobody_once_it_expired_or_went(lock, clock):
+    assert lock.current() is None
+    lock.acquire("reaper:run-9", ttl_seconds=300, intent="reap")
+    clock[0] += 10
+
+    held = lock.current()
+
+    assert held is not None and held.acquired is False  # a look, not a take
+    assert (held.holder, held.intent, held.node, held.since, held.expires_at) == (
+        "reaper:run-9", "reap", "", 1_000_000, 1_000_300)
+    clock[0] += 291
+    assert lock.current() is None  # expired: nobody holds it, whatever the item says
+    lock.acquire("reaper:run-10", ttl_seconds=300)
+    lock.release("reaper:run-10")
+    assert lock.current() is None
+
+
+def test_a_lock_item_written_before_intent_existed_reads_without_it_and_gains_since(lock, dynamodb, lock_table, clock):
+    dynamodb.put_item(TableName=lock_table, Item={"LockName": {"S": "cluster-membership"},
+                                                  "Owner": {"S": "scale-in:i-0old"}, "ExpiresAt": {"N": "1000900"}})
+
+    held = lock.current()
+    renewed = lock.acquire("scale-in:i-0old", ttl_seconds=900)
+
+    assert (held.holder, held.intent, held.node, held.since) == ("scale-in:i-0old", "", "", 0.0)
+    assert (renewed.acquired, renewed.since) == (True, 1_000_000)
+
+
+def test_the_lock_writes_are_conditional_as_the_dynamodb_model_takes_them(lock_table):
+    """The exact requests, checked against DynamoDB's API model by botocore's Stubber: a renewal
+    that is refused (not ours), then the conditional put that takes it."""
+    client = boto3.client("dynamodb", region_name="eu-west-1")
+    key = {"LockName": {"S": "cluster-membership"}}
+    values = {":owner": {"S": "op"}, ":expires": {"N": "1000900"}, ":intent": {"S": "drain"},
+              ":node": {"S": "scale-0"}, ":now": {"N": "1000000"}}
+    with Stubber(client) as stub:
+        stub.add_client_error("update_item", "ConditionalCheckFailedException", expected_params={
+            "TableName": lock_table, "Key": key,
+            "UpdateExpression": "SET ExpiresAt = :expires, Intent = :intent, #node = :node, "
+                                "Since = if_not_exists(Since, :now)",
+            "ConditionExpression": "#owner = :owner",
+            "ExpressionAttributeNames": {"#owner": "Owner", "#node": "Node"},
+            "ExpressionAttributeValues": values, "ReturnValues": "ALL_NEW"})
+        stub.add_response("put_item", {}, expected_params={
+            "TableName": lock_table,
+            "Item": {**key, "Owner": {"S": "op"}, "ExpiresAt": {"N": "1000900"}, "Intent": {"S": "drain"},
+                     "Node": {"S": "scale-0"}, "Since": {"N": "1000000"}},
+            "ConditionExpression": "attribute_not_exists(LockName) OR ExpiresAt < :now",
+            "ExpressionAttributeValues": {":now": {"N": "1000000"}}})
+        grant = DynamoDbMembershipLock(client, lock_table, clock=lambda: 1_000_000.0).acquire(
+            "op", ttl_seconds=900, intent="drain", node="scale-0")
+        stub.assert_no_pending_responses()
+
+    assert (grant.acquired, grant.since, grant.node) == (True, 1_000_000, "scale-0")
+
+
 # -- Auto Scaling lifecycle actions (Stubber) -------------------------------------------
 
 
