@@ -83,7 +83,9 @@ def acquire_lock(runtime: Runtime, state: State) -> dict[str, Any]:
     """Take the membership lock, or say who holds it (the state machine waits and retries,
     keeping the lifecycle action alive meanwhile)."""
     _keep_alive(runtime, state)
-    grant = runtime.lock.acquire(state["owner"], ttl_seconds=runtime.settings.lock_ttl_seconds)
+    # The owner names the flow and the instance; the node is known only after the lock is taken.
+    intent = "join" if state.get("flow") == SCALE_OUT else "drain"
+    grant = runtime.lock.acquire(state["owner"], ttl_seconds=runtime.settings.lock_ttl_seconds, intent=intent)
     if not grant.acquired:
         _check_deadline(runtime, state, f"the membership lock (held by {grant.holder})")
     return grant.to_dict()

@@ -120,3 +120,35 @@ def test_a_duplicate_that_waited_out_its_deadline_for_the_lock_changes_nothing(w
     (alarm,) = world.machines.alarms()
     assert "never held the membership lock" in alarm.message and owner in alarm.message
     assert "was not completed either" in alarm.message
+
+
+# -- joins and drains of different nodes -----------------------------------------------------------
+
+
+def test_two_joins_at_once_take_turns_and_both_nodes_serve(world: World):
+    """The group scales out by two: one join at a time behind the lock, each with its own
+    registration upgrade, both nodes Up and active in the end."""
+    first, second = (world.machines.begin("launch", world.instance()) for _ in range(2))
+
+    executions = world.machines.run_together(first, second)
+
+    for execution, action in zip(executions, (first, second)):
+        world.continued(execution, action)
+        serving(world, f"scale-{action.instance_id}")
+        assert f"scale-{action.instance_id}" in world.cluster.uos_nodes
+    assert len(world.ssm.list_commands()["Commands"]) == 2
+
+
+def test_a_join_and_a_drain_at_once_take_turns(world: World):
+    """A refresh's replacement joining while an old node drains: the lock lets one membership
+    change through at a time, and neither touches the other's node."""
+    launch = world.machines.begin("launch", world.instance())
+    terminate = world.machines.begin("terminate", world.instance("scale-0"))
+
+    joined, drained = world.machines.run_together(launch, terminate)
+
+    world.continued(joined, launch)
+    world.continued(drained, terminate)
+    assert world.removed("scale-0")
+    assert world.cluster.node(f"scale-{launch.instance_id}").status == "Up"
+    assert [u.removing for u in world.cluster.upgrades if u.removing] == [("scale-0",)]
