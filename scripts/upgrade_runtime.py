@@ -45,7 +45,10 @@ instances abandoned in their launch hook. Right before the start, the scaling gr
 process is suspended (SuspendProcesses; EC2 Auto Scaling User Guide, "How suspended processes
 affect other processes": no scale-out, an instance refresh replaces none, an unhealthy instance is
 terminated and replaced only when Launch resumes) and resumed when the upgrade ends, completed,
-rolled back or failed, or when the command fails after suspending it; both are said. A Launch found
+rolled back or failed, or when the command fails after suspending it; both are said. A completed
+upgrade leaves it suspended, saying so: the deployed launch template still prepares the old runtime,
+so Launch is resumed (by the command it prints) once cdk.json names the new version and the deploy
+has run. A Launch found
 suspended already (someone else's, or Auto Scaling's own) is left as found. Interrupted (Ctrl-C) or
 out of --timeout while the upgrade runs, the command leaves it suspended and prints the
 `aws autoscaling resume-processes` command to run once the upgrade ends. Following an upgrade
@@ -332,6 +335,17 @@ class LaunchSuspension:
             return
         self.say(f"resumed the Launch process of {self.group}: the group launches instances again")
 
+    def keep_until_deployed(self, version: str, env: str) -> None:
+        """The upgrade completed: the group's launch template still prepares cdk.json's old runtime,
+        so a node launched now would be refused at its join. Launch stays suspended until the
+        deploy that carries the new version; say so, and how to resume."""
+        if not self.suspended:
+            return
+        self.suspended = False
+        self.say(f"the Launch process of {self.group} stays suspended: a node launched now would install the runtime "
+                 f"the deployed launch template names and be refused by a cluster at {version}. Once cdk.json names "
+                 f"{version} and make deploy ENV={env} has run, resume it: {self.resume_command()}")
+
     def resume_command(self) -> str:
         return (f"aws autoscaling resume-processes --auto-scaling-group-name {self.group} --scaling-processes Launch "
                 f"--region {self.region}")
@@ -402,6 +416,7 @@ def _upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: run
         if progress.state == FORWARD_COMPLETED and progress.code_version == args.version:
             print(f"the cluster runs {args.version}")
             print("\n".join(edit_lines(config.name, args.version)))
+            launches.keep_until_deployed(args.version, config.name)
             if args.format == "json":
                 output.document({"environment": config.name, "version": args.version, "previous": previous or None,
                                  "state": progress.state, "upload": uploaded,

@@ -261,20 +261,34 @@ def launch_at_start(monkeypatch, sf_cluster, moto_session) -> list[list[str]]:
     return seen
 
 
-@pytest.mark.parametrize(("outcome", "code"), [("RollingForwardCompleted", 0), ("RollingBackCompleted", 1)])
-def test_launches_are_suspended_for_the_upgrades_window_and_resumed_when_it_ends(
-        gateway, sf_cluster, moto_session, launch_at_start, capsys, outcome, code):
+def test_launches_are_suspended_for_the_upgrades_window_and_resumed_when_it_rolls_back(
+        gateway, sf_cluster, moto_session, launch_at_start, capsys):
     sf_cluster.cm.put_in_image_store(CAB)
-    sf_cluster.cm.outcome = outcome
+    sf_cluster.cm.outcome = "RollingBackCompleted"
 
-    assert upgrade(gateway) == code
+    assert upgrade(gateway) == 1
 
     out = capsys.readouterr().out
     assert launch_at_start == [["Launch"]]
-    assert suspended(moto_session) == []
+    assert suspended(moto_session) == []  # the cluster runs the version the launch template prepares
     assert f"suspended the Launch process of {SCALING} for the upgrade's window" in out
     assert out.index("suspended the Launch process") < out.index("upgrade 11.4.268.1 -> 11.5.0.1 started")
     assert f"resumed the Launch process of {SCALING}: the group launches instances again" in out
+
+
+def test_a_completed_upgrade_keeps_launches_suspended_until_the_deploy_carries_its_version(
+        gateway, sf_cluster, moto_session, launch_at_start, capsys):
+    """A node launched now would prepare cdk.json's old runtime and be refused at its join
+    (add_node.yaml compares TargetCodeVersion with the runtime it was prepared with)."""
+    sf_cluster.cm.put_in_image_store(CAB)
+
+    assert upgrade(gateway) == 0
+
+    out = capsys.readouterr().out
+    assert launch_at_start == [["Launch"]] and suspended(moto_session) == ["Launch"]
+    assert "resumed the Launch" not in out
+    assert f"the Launch process of {SCALING} stays suspended" in out and "make deploy ENV=" in out
+    assert f"aws autoscaling resume-processes --auto-scaling-group-name {SCALING} --scaling-processes Launch --region " in out
 
 
 def test_a_launch_process_suspended_before_is_left_as_found(gateway, sf_cluster, moto_session, launch_at_start, capsys):
