@@ -790,7 +790,8 @@ class EnvironmentConfig(_Section):
     @property
     def patch_run_history_events(self) -> int:
         """The most history events one patch run can write: every node at its longest (each
-        look at it a Task, a Choice and a Wait), seeds and the largest scaling group."""
+        look at it a Task, a Choice and a Wait, at the poll interval: the state machine waits for
+        the membership lock at that pace too), seeds and the largest scaling group."""
         from stacks.lifecycle_timing import EVENTS_OUTSIDE_LOOPS, EVENTS_PER_LOOP
 
         patching, nodes = self.patching, self.service_fabric.seed_node_count + self.service_fabric.scaling_max_nodes

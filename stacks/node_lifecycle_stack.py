@@ -230,7 +230,9 @@ class NodeLifecycleStack(cdk.Stack):
             state_machine_name=patch_machine_name,
             pacing=Pacing(
                 poll_interval=cdk.Duration.seconds(patching.poll_interval_seconds),
-                lock_retry=cdk.Duration.seconds(lifecycle.lock_retry_seconds),
+                # The lock is waited for at the poll interval too: the run's history bound counts
+                # every look of a node at that pace (EnvironmentConfig.patch_run_history_events).
+                lock_retry=cdk.Duration.seconds(patching.poll_interval_seconds),
                 # Every node at its longest, and an hour to spare.
                 timeout=cdk.Duration.minutes(
                     (settings.seed_node_count + settings.scaling_max_nodes) * patching.node_timeout_minutes + 60
