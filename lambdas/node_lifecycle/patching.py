@@ -63,6 +63,10 @@ SEED_QUORUM_WAIT_SECONDS = 2 * (30 + 30) * 3
 UPGRADE_AT_REST = ("RollingForwardCompleted", "RollingBackCompleted", "Invalid")
 # A scan's patch state older than its command by more than this is an earlier operation's.
 STATE_CLOCK_SKEW_SECONDS = 300
+# NodeInfo fields that change when the node's host restarts (REST reference, sfclient-model-nodeinfo;
+# InstanceId is new each time the host starts: microsoft/service-fabric Federation/SiteNode.cpp
+# RetrieveInstanceID; NodeUpAt is set by the FM's NodeCache::NodeUp).
+INSTANCE_FIELDS = {"instance_id": "InstanceId", "node_up_at": "NodeUpAt"}
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -179,8 +183,7 @@ def up_to_date(runtime: Runtime, state: State) -> dict[str, Any]:
     updates are in, and nothing else would ever bring it back into service."""
     name = state["current"]["node_name"]
     node = _node(runtime, name)
-    reactivated = (node.deactivation_intent == DeactivationIntent.RESTART and not node.raw.get("IsStopped")
-                   and node.status in (NodeStatus.DISABLING, NodeStatus.DISABLED))  # fmt: skip
+    reactivated = node.deactivation_intent == DeactivationIntent.RESTART and node.status in (NodeStatus.DISABLING, NodeStatus.DISABLED)
     if reactivated:
         _check_nothing_runs(runtime, state["current"])
         runtime.client.activate_node(name)
@@ -220,10 +223,13 @@ def _check_seed_quorum(nodes: list[NodeInfo], name: str) -> None:
 
 
 def deactivate(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Deactivate with intent Restart, noting the node's instance first: poll_back_up knows the
+    reboot by a new one."""
     name = state["current"]["node_name"]
+    node = _node(runtime, name)
     _record(runtime, state, "deactivate")
     runtime.client.deactivate_node(name, DeactivationIntent.RESTART)
-    return {"node_name": name, "intent": DeactivationIntent.RESTART, "sent_at": runtime.clock()}
+    return {"node_name": name, "intent": DeactivationIntent.RESTART, "sent_at": runtime.clock(), **_instance(node)}
 
 
 def poll_disabled(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -276,15 +282,21 @@ def poll_install(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def poll_back_up(runtime: Runtime, state: State) -> dict[str, Any]:
-    """The node is back from its reboot: its host runs again (Disabled, its deactivation still in
-    force, or Up), not Down."""
+    """The node is back from its reboot: a new instance of its host is up (Disabled, its
+    deactivation still in force, or Up). An Install that installed anything reboots
+    (RebootIfNeeded), and the FM may show the last instance, Disabled, until it notices; IsStopped
+    says nothing of a reboot (only the StopNode API sets it)."""
     name = state["current"]["node_name"]
     _renew_lock(runtime, state)
     node = _node(runtime, name)
-    back = node.status in (NodeStatus.UP, NodeStatus.DISABLED) and not node.raw.get("IsStopped", False)
+    before = {key: value for key, value in (state.get("deactivation") or {}).items() if key in INSTANCE_FIELDS and value}
+    now = _instance(node)
+    restarted = not before or any(now.get(key) != value for key, value in before.items())
+    back = node.status in (NodeStatus.UP, NodeStatus.DISABLED) and restarted
     if not back and _over_deadline(runtime, state):
-        raise NodeDidNotReturn(f"{name} is still {node.status} after its updates were installed")
-    return {"done": back, "status": node.status}
+        how = node.status if restarted else f"{node.status}, its host not restarted since the deactivation ({before})"
+        raise NodeDidNotReturn(f"{name} is still {how} after its updates were installed")
+    return {"done": back, "status": node.status, **now}
 
 
 def activate(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -386,7 +398,7 @@ def _leave_safe(runtime: Runtime, name: str, notes: list[str], *, install_may_ru
         if node is None:
             return "no longer in the cluster"
         deactivated = node.deactivation_intent not in ("", "Invalid")
-        if node.status in (NodeStatus.UP, NodeStatus.DISABLING, NodeStatus.DISABLED) and not node.raw.get("IsStopped"):
+        if node.status in (NodeStatus.UP, NodeStatus.DISABLING, NodeStatus.DISABLED):
             if deactivated and install_may_run:
                 return (f"{node.status}; left deactivated, because an install may still be running on it and reboot "
                         "it: activate it once its AWS-RunPatchBaseline command has ended and the node is Up")
@@ -444,6 +456,12 @@ def _renew_lock(runtime: Runtime, state: State) -> None:
     grant = runtime.lock.acquire(state["run"]["owner"], ttl_seconds=runtime.settings.lock_ttl_seconds)
     if not grant.acquired:
         raise LifecycleError(f"the membership lock was taken by {grant.holder} while a node was out of service")
+
+
+def _instance(node: NodeInfo) -> dict[str, str]:
+    """Which run of the node's host this is: NodeInfo's InstanceId (new each time the host starts)
+    and NodeUpAt; absent from a gateway that does not send them."""
+    return {key: str(node.raw.get(field) or "") for key, field in INSTANCE_FIELDS.items()}
 
 
 def _node(runtime: Runtime, name: str) -> NodeInfo:

@@ -173,11 +173,15 @@ class EmulatedCluster:
         with self.lock:
             self.fm.host_started(name)
 
-    def restart_host(self, name: str) -> None:
+    def restart_host(self, name: str, *, after_ticks: int = 0) -> None:
         """The machine rebooted and its host is back before the FM noticed it had gone: a new
-        instance, never Down (failover_manager.py, host_restarted)."""
+        instance, never Down (failover_manager.py, host_restarted); with `after_ticks`, the FM
+        hears from the new instance that many ticks later, showing the last one until then."""
         with self.lock:
-            self.fm.host_restarted(name)
+            if after_ticks > 0:
+                self.fm.restarts_unseen[name] = after_ticks
+            else:
+                self.fm.host_restarted(name)
 
     def terminate_machine(self, name: str) -> None:
         """The node's machine is gone: its host stops and nothing answers on its address."""

@@ -198,6 +198,9 @@ class FailoverManager:
         # Seconds (on the clock) a seed must have been up before the seed quorum check counts it.
         self.seed_wait_seconds = SEED_WAIT_SECONDS
         self.ticks = 0
+        # Node name -> ticks until the FM hears from the new instance of a host that restarted
+        # before the FM saw it go (host_restarted, scheduled by EmulatedCluster.restart_host).
+        self.restarts_unseen: dict[str, int] = {}
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -236,6 +239,12 @@ class FailoverManager:
         """Safety checks finish after `deactivation_ticks` ticks unless a test holds them
         (a stuck check is the field failure of service-fabric-issues #836)."""
         self.ticks += 1
+        for name, ticks in list(self.restarts_unseen.items()):
+            if ticks <= 1:
+                del self.restarts_unseen[name]
+                self.host_restarted(name)
+            else:
+                self.restarts_unseen[name] = ticks - 1
         for node in self.nodes.values():
             checking = node.deactivation_status == "SafetyCheckInProgress"
             if not checking or node.stuck_in_safety_check:

@@ -40,6 +40,7 @@ class Rules:
     most_seeds_away: int = 0
     deactivated_while_unhealthy: list[str] = field(default_factory=list)
     deactivated: list[str] = field(default_factory=list)
+    activated: list[tuple[str, int]] = field(default_factory=list)  # (node, its host's instance then)
 
     def sample(self) -> None:
         away = [n for n in self.cluster.nodes.values()
@@ -47,7 +48,7 @@ class Rules:
         self.most_seeds_away = max(self.most_seeds_away, len(away))
 
     def watch(self) -> None:
-        cluster, tick, deactivate = self.cluster, self.cluster.tick, self.cluster.deactivate
+        cluster, tick, deactivate, activate = self.cluster, self.cluster.tick, self.cluster.deactivate, self.cluster.activate
 
         def ticked(count: int = 1) -> None:
             tick(count)
@@ -60,7 +61,12 @@ class Rules:
             deactivate(name, intent)
             self.sample()
 
-        cluster.tick, cluster.deactivate = ticked, deactivating  # the gateway's routes call these
+        def activating(name: str) -> None:
+            self.activated.append((name, cluster.nodes[name].instance_id))
+            activate(name)
+            self.sample()
+
+        cluster.tick, cluster.deactivate, cluster.activate = ticked, deactivating, activating  # the gateway's routes call these
 
     def held(self) -> None:
         assert self.most_seeds_away <= 1, f"{self.most_seeds_away} seeds were away at once"
@@ -153,6 +159,21 @@ def test_every_node_is_patched_seeds_first_one_at_a_time(patching: Patching):
     assert patching.world.lock_holder() is None and patching.progress() is None  # the round is over
     assert patching.world.machines.alarms() == []
     assert patching.world.machines.metrics.names().count("NodesPatched") == 5
+
+
+def test_a_node_is_activated_only_once_it_is_back_from_its_reboot(patching: Patching):
+    # scale-1's machine reboots faster than its lease expires: the FM never shows it Down, and
+    # SSM Agent reports the Install's end while the FM still shows the last instance Disabled.
+    patching.node("scale-1").reboot_unseen_for = 6
+    instance_before = patching.world.cluster.node("scale-1").instance_id
+
+    execution = patching.run()
+
+    assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
+    (activation,) = [a for a in patching.rules.activated if a[0] == "scale-1"]
+    instance_after = patching.world.cluster.node("scale-1").instance_id
+    assert instance_after != instance_before and activation == ("scale-1", instance_after)
+    assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []
 
 
 def test_a_node_with_nothing_to_install_is_scanned_and_left_in_service(patching: Patching):
