@@ -6,6 +6,12 @@ one node at a time, as the Patch Orchestration Application (microsoft/Service-Fa
     -> poll_install* -> poll_back_up* -> activate -> poll_health* -> node_done -> next_node ...
     -> finish; any failure -> stop (the node left in its safest state, the alarm worded)
 
+Patching only ends a deactivation it made itself (the progress record says so: patch_progress.py).
+A node another operation deactivated (a failed scale-in drain held for the operator with intent
+RemoveNode, `telemetry cluster drain`, an operator's Pause) is passed over with the reason, by
+next_node or, when it happened after the node was picked, by deactivate -> skip_node; finish lists
+the skipped nodes and NodesSkipped counts them.
+
 (* wait steps: one look per call, `done` says when to move on; the state machine waits.)
 
 Seeds go first and every node strictly alone: the loop is sequential, a node is only taken out
@@ -67,6 +73,11 @@ STATE_CLOCK_SKEW_SECONDS = 300
 # InstanceId is new each time the host starts: microsoft/service-fabric Federation/SiteNode.cpp
 # RetrieveInstanceID; NodeUpAt is set by the FM's NodeCache::NodeUp).
 INSTANCE_FIELDS = {"instance_id": "InstanceId", "node_up_at": "NodeUpAt"}
+# Progress stages (patch_progress.py) from which the node is deactivated by patching: recorded
+# before the Deactivate call, so a stopped run's record may name a node it never deactivated; the
+# intent tells (a deactivation intent can be raised, never lowered: Deactivate Node, REST
+# reference; Reliability/Failover/fm/NodeDeactivationInfo.cpp).
+DEACTIVATED_STAGES = ("deactivate", "install", "activate")
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -93,8 +104,13 @@ def begin(runtime: Runtime, state: State) -> dict[str, Any]:
         raise
     remaining = [only] if only else [name for name in order if name not in progress.done]
     runtime.record_metric("PatchRunsStarted", 1, "Count")
+    # A stopped run of this round may have left its node deactivated for the restart: this run
+    # owns that deactivation (up_to_date or activate ends it). Read now, before next_node moves
+    # the record on.
+    left_deactivated = progress.current if progress.stage in DEACTIVATED_STAGES and progress.current not in progress.done else ""
     return {
         "owner": owner,
+        "left_deactivated": left_deactivated,
         "started_at": runtime.clock(),
         "only": only,
         "order": order,
@@ -106,8 +122,9 @@ def begin(runtime: Runtime, state: State) -> dict[str, Any]:
 
 def next_node(runtime: Runtime, state: State) -> dict[str, Any]:
     """The next node to patch ('' when none is left), its instance, and the clock it runs on."""
-    run = state["run"]
-    remaining = list((state.get("current") or {}).get("remaining", run["remaining"]))
+    run, current = state["run"], state.get("current") or {}
+    remaining = list(current.get("remaining", run["remaining"]))
+    skipped = list(current.get("skipped") or [])
     while remaining:
         name, remaining = remaining[0], remaining[1:]
         node = runtime.client.get_node_info(name)
@@ -115,11 +132,42 @@ def next_node(runtime: Runtime, state: State) -> dict[str, Any]:
             # Drained by a scale-in since the run began: nothing to patch.
             _progress(runtime).record(run["owner"], current=name, stage="gone", lease_seconds=_lease_seconds(runtime), done=name)
             continue
+        other = _deactivated_by_other(runtime, run, node)
+        if other:
+            skipped.append(_skip(runtime, run, name, other))
+            continue
         instance_id = _instance_of(runtime, name)
         _progress(runtime).record(run["owner"], current=name, stage="scan", lease_seconds=_lease_seconds(runtime))
         return {"node_name": name, "is_seed": node.is_seed_node, "instance_id": instance_id,
-                "remaining": remaining, "node_started_at": runtime.clock()}  # fmt: skip
-    return {"node_name": "", "remaining": []}
+                "remaining": remaining, "skipped": skipped, "node_started_at": runtime.clock()}  # fmt: skip
+    return {"node_name": "", "remaining": [], "skipped": skipped}
+
+
+def _ours(runtime: Runtime, run: Mapping[str, Any], node: NodeInfo) -> bool:
+    """Patching deactivated the node: its intent is the Restart patching sets, and either the
+    progress record names it, this run's, at or after its deactivation, or the run of this round
+    that stopped before left it so. Any other deactivation is another operation's (a drain's
+    RemoveNode, an operator's), which patching never ends."""
+    if node.deactivation_intent != DeactivationIntent.RESTART:
+        return False
+    if node.name == run.get("left_deactivated"):
+        return True
+    progress = _progress(runtime).read()
+    return progress.owner == run["owner"] and progress.current == node.name and progress.stage in DEACTIVATED_STAGES
+
+
+def _deactivated_by_other(runtime: Runtime, run: Mapping[str, Any], node: NodeInfo) -> str:
+    """Why the node is left alone ('' when it is not): deactivated by another operation."""
+    if node.deactivation_intent in ("", "Invalid") or _ours(runtime, run, node):
+        return ""
+    return f"deactivated by another operation: intent {node.deactivation_intent}"
+
+
+def _skip(runtime: Runtime, run: Mapping[str, Any], name: str, reason: str) -> dict[str, str]:
+    """The node is passed over, not done: the next round tries it again."""
+    _progress(runtime).record(run["owner"], current=name, stage="skipped", lease_seconds=_lease_seconds(runtime))
+    runtime.record_metric("NodesSkipped", 1, "Count")
+    return {"node_name": name, "reason": reason}
 
 
 def _instance_of(runtime: Runtime, name: str) -> str:
@@ -178,12 +226,13 @@ def poll_scan(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def up_to_date(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Nothing to install: the node is done without leaving service. One a run stopped by hand
-    left deactivated for its restart (intent Restart, its host running) is activated first: its
-    updates are in, and nothing else would ever bring it back into service."""
+    """Nothing to install: the node is done without leaving service. One the run of this round
+    that stopped before left deactivated for its restart (its host running) is activated first:
+    its updates are in, and nothing else would ever bring it back into service. A node another
+    operation deactivated is left as it is."""
     name = state["current"]["node_name"]
     node = _node(runtime, name)
-    reactivated = node.deactivation_intent == DeactivationIntent.RESTART and node.status in (NodeStatus.DISABLING, NodeStatus.DISABLED)
+    reactivated = node.status in (NodeStatus.DISABLING, NodeStatus.DISABLED) and _ours(runtime, state["run"], node)
     if reactivated:
         _check_nothing_runs(runtime, state["current"])
         runtime.client.activate_node(name)
@@ -224,9 +273,13 @@ def _check_seed_quorum(nodes: list[NodeInfo], name: str) -> None:
 
 def deactivate(runtime: Runtime, state: State) -> dict[str, Any]:
     """Deactivate with intent Restart, noting the node's instance first: poll_back_up knows the
-    reboot by a new one."""
+    reboot by a new one. A node another operation deactivated since it was picked (a drain held
+    for the operator) is not touched: `skipped` says why, and the node is passed over."""
     name = state["current"]["node_name"]
     node = _node(runtime, name)
+    other = _deactivated_by_other(runtime, state["run"], node)
+    if other:
+        return {"node_name": name, "skipped": other}
     _record(runtime, state, "deactivate")
     runtime.client.deactivate_node(name, DeactivationIntent.RESTART)
     return {"node_name": name, "intent": DeactivationIntent.RESTART, "sent_at": runtime.clock(), **_instance(node)}
@@ -252,6 +305,8 @@ def poll_disabled(runtime: Runtime, state: State) -> dict[str, Any]:
         return {"done": False, "status": node.status, "deactivation": node.deactivation_status, "held": SEED_QUORUM_CHECK}
     if node.status == NodeStatus.UP and node.deactivation_intent in ("", "Invalid"):
         raise DeactivationRefused(f"{name} is Up and active again: someone activated it while it was being deactivated")
+    if node.deactivation_intent not in ("", "Invalid", DeactivationIntent.RESTART):
+        raise LifecycleError(f"{name} was {_deactivated_by_other(runtime, state['run'], node)} while patching waited for it")
     if not node.is_deactivated:
         _check_deadline(runtime, state, f"{name} to be Disabled (last: {node.status}, {node.deactivation_status}, pending {pending})")
     return {"done": node.is_deactivated, "status": node.status, "deactivation": node.deactivation_status}
@@ -301,6 +356,9 @@ def poll_back_up(runtime: Runtime, state: State) -> dict[str, Any]:
 
 def activate(runtime: Runtime, state: State) -> dict[str, Any]:
     name = state["current"]["node_name"]
+    other = _deactivated_by_other(runtime, state["run"], _node(runtime, name))
+    if other:
+        raise LifecycleError(f"{name} was {other} while it was patched; it is left as that operation set it")
     _check_nothing_runs(runtime, state["current"])
     _record(runtime, state, "activate")
     runtime.client.activate_node(name)
@@ -317,6 +375,15 @@ def poll_health(runtime: Runtime, state: State) -> dict[str, Any]:
     return {"done": done, "health": health.describe(), "status": node.status}
 
 
+def skip_node(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Another operation deactivated the node after it was picked: the lock goes, the node is
+    passed over (the run's `current`, with it among the skipped)."""
+    run, current = state["run"], state["current"]
+    runtime.lock.release(run["owner"])
+    skipped = [*(current.get("skipped") or []), _skip(runtime, run, current["node_name"], state["deactivation"]["skipped"])]
+    return {**current, "skipped": skipped}
+
+
 def node_done(runtime: Runtime, state: State) -> dict[str, Any]:
     """The node is patched, active and the cluster healthy: the lock goes, the node is recorded."""
     run, name = state["run"], state["current"]["node_name"]
@@ -328,14 +395,17 @@ def node_done(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def finish(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Every node went through: the round is over (a one-node run leaves the round as it was)."""
-    run = state["run"]
+    """Every node went through: the round is over (a one-node run leaves the round as it was).
+    Nodes skipped because another operation had deactivated them are listed with the reason; the
+    round ends all the same, so the next maintenance window tries them again with every other node
+    (a node held deactivated for long would otherwise keep every round open)."""
+    run, skipped = state["run"], list((state.get("current") or {}).get("skipped") or [])
     if run.get("only"):
         _progress(runtime).release(run["owner"], stopped="")
     else:
         _progress(runtime).finish(run["owner"])
     runtime.record_metric("PatchRunsSucceeded", 1, "Count")
-    return {"nodes": len(run["order"]), "seconds": round(runtime.clock() - float(run["started_at"]))}
+    return {"nodes": len(run["order"]), "seconds": round(runtime.clock() - float(run["started_at"])), "skipped": skipped}
 
 
 # -- the failure path --------------------------------------------------------------------------
@@ -363,7 +433,12 @@ def stop(runtime: Runtime, state: State) -> dict[str, Any]:
         except Exception as err:  # noqa: BLE001 - not knowing is taken as running
             notes.append(f"Whether a patch command still runs on it could not be read ({type(err).__name__}: {err}).")
             install_may_run = True
-    left = _leave_safe(runtime, name, notes, install_may_run=install_may_run) if name else "no node had been started"
+    # Patching's own deactivation only: the record names the node at or after it, or the stopped
+    # run before this one left it (unknown record: not ours, so left as it is).
+    ours = name == run.get("left_deactivated") or (progress is not None and progress.current == name and progress.stage in DEACTIVATED_STAGES)
+    if name and progress is None and not ours:
+        notes.append("The patch progress could not be read, so a deactivation in force was taken for another operation's and left.")
+    left = _leave_safe(runtime, name, notes, install_may_run=install_may_run, ours=ours) if name else "no node had been started"
     for what, release in (("membership lock", lambda: runtime.lock.release(owner)),
                           ("patch progress lease", lambda: _progress(runtime).release(owner, stopped=f"{name}: {reason}"))):  # fmt: skip
         if not owner:
@@ -389,15 +464,18 @@ def stop(runtime: Runtime, state: State) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _leave_safe(runtime: Runtime, name: str, notes: list[str], *, install_may_run: bool) -> str:
+def _leave_safe(runtime: Runtime, name: str, notes: list[str], *, install_may_run: bool, ours: bool) -> str:
     """Activated where it is up (the deactivation cancelled or undone), left deactivated where it
     is Down (so it takes no replicas while it comes back) or where an install may still reboot it;
-    what was done, in words."""
+    a deactivation patching did not make (`ours`: the progress record's word) is never ended.
+    What was done, in words."""
     try:
         node = runtime.client.get_node_info(name)
         if node is None:
             return "no longer in the cluster"
         deactivated = node.deactivation_intent not in ("", "Invalid")
+        if deactivated and not (ours and node.deactivation_intent == DeactivationIntent.RESTART):
+            return f"{node.status}; left deactivated (intent {node.deactivation_intent}) as another operation set it, not this run"
         if node.status in (NodeStatus.UP, NodeStatus.DISABLING, NodeStatus.DISABLED):
             if deactivated and install_may_run:
                 return (f"{node.status}; left deactivated, because an install may still be running on it and reboot "
@@ -510,6 +588,7 @@ PATCH_STEPS: dict[str, Step] = {
     "poll_back_up": poll_back_up,
     "activate": activate,
     "poll_health": poll_health,
+    "skip_node": skip_node,
     "node_done": node_done,
     "finish": finish,
     "stop": stop,

@@ -92,6 +92,17 @@ class Patching:
     def progress(self) -> dict[str, Any] | None:
         return self.world.dynamodb.get_item(TableName=self.world.lock_table, Key=PROGRESS_ITEM, ConsistentRead=True).get("Item")
 
+    def stopped_by_hand_at(self, name: str, stage: str) -> None:
+        """The progress record a run leaves when it is stopped by hand (no failure path) at
+        `stage` of `name`: its owner still named, its lease passed (patch_progress.py)."""
+        self.world.dynamodb.put_item(TableName=self.world.lock_table, Item={
+            **PROGRESS_ITEM, "Owner": {"S": "patch:stopped-by-hand"}, "LeaseUntil": {"N": "0"},
+            "RoundStarted": {"N": "0"}, "Done": {"L": []}, "Current": {"S": name}, "Stage": {"S": stage},
+        })  # fmt: skip
+
+    def activations(self, name: str) -> int:
+        return sum(1 for r in self.world.emulator.requests if r.path.endswith(f"/Nodes/{name}/$/Activate"))
+
     def active_and_up(self, *names: str) -> bool:
         return all(self.world.cluster.node(n).status == "Up" and self.world.cluster.node(n).deactivation_intent == "Invalid"
                    for n in names)  # fmt: skip
@@ -179,8 +190,10 @@ def test_a_node_is_activated_only_once_it_is_back_from_its_reboot(patching: Patc
 def test_a_node_with_nothing_to_install_is_scanned_and_left_in_service(patching: Patching):
     for name in SEEDS + SCALING:
         patching.node(name).missing = 1 if name == "seed-2" else 0
-    # A run stopped by hand (no failure path) after scale-1's install left it deactivated.
+    # A run of this round stopped by hand (no failure path) after scale-1's install left it
+    # deactivated, and its progress record naming it at that stage, its lease passed.
     patching.world.cluster.fm.deactivate("scale-1", "Restart")
+    patching.stopped_by_hand_at("scale-1", "install")
 
     execution = patching.run()
 
@@ -188,6 +201,65 @@ def test_a_node_with_nothing_to_install_is_scanned_and_left_in_service(patching:
     assert [(n, op) for n, op, _ in patching.stand_in.sent if op == "Install"] == [("seed-2", "Install")]
     assert patching.rules.deactivated == ["seed-2"]
     assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []  # scale-1 activated
+
+
+def test_a_node_another_operation_deactivated_is_passed_over_and_left_deactivated(patching: Patching):
+    # A scale-in drain that failed is held for the operator: scale-0 deactivated RemoveNode, the
+    # lock free. An operator deactivated scale-1 with intent Restart, which no patch run recorded.
+    fm = patching.world.cluster.fm
+    fm.deactivate("scale-0", "RemoveNode")
+    fm.deactivate("scale-1", "Restart")
+
+    execution = patching.run()
+
+    intents = {n: patching.world.cluster.node(n).deactivation_intent for n in SCALING}
+    assert intents == {"scale-0": "RemoveNode", "scale-1": "Restart"}  # as the others left them
+    assert [patching.activations(n) for n in SCALING] == [0, 0]
+    assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
+    assert execution.output["finished"]["skipped"] == [
+        {"node_name": "scale-0", "reason": "deactivated by another operation: intent RemoveNode"},
+        {"node_name": "scale-1", "reason": "deactivated by another operation: intent Restart"},
+    ]
+    assert patching.world.machines.metrics.names().count("NodesSkipped") == 2
+    assert patching.rules.deactivated == SEEDS and {n for n, _, _ in patching.stand_in.sent} == set(SEEDS)
+    assert patching.active_and_up(*SEEDS) and patching.world.machines.alarms() == []
+    assert patching.progress() is None  # the round is over: the next one tries them again
+
+
+def test_a_node_a_drain_deactivates_after_its_scan_is_passed_over_and_the_lock_freed(patching: Patching):
+    fm, machines = patching.world.cluster.fm, patching.world.machines
+
+    def drain_after_scale_1s_scan() -> None:
+        if patching.stand_in.sent[-1][0] == "scale-1":
+            fm.deactivate("scale-1", "RemoveNode")  # a scale-in's drain, which then failed and let the lock go
+        else:
+            machines.after_step["scan"] = drain_after_scale_1s_scan
+
+    machines.after_step["scan"] = drain_after_scale_1s_scan
+
+    execution = patching.run()
+
+    assert patching.world.cluster.node("scale-1").deactivation_intent == "RemoveNode" and patching.activations("scale-1") == 0
+    assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
+    assert execution.output["finished"]["skipped"] == [{"node_name": "scale-1", "reason": "deactivated by another operation: intent RemoveNode"}]
+    assert patching.rules.deactivated == SEEDS + ["scale-0"]
+    assert patching.world.lock_holder() is None and patching.world.machines.alarms() == []
+
+
+def test_a_drain_that_raises_the_intent_while_the_node_is_patched_stops_the_run_and_is_not_undone(patching: Patching):
+    # Outside the membership lock (an operator's drain by hand): scale-0's intent raised to
+    # RemoveNode while its install runs. Neither activate nor the failure path may end it.
+    for name in SEEDS:
+        patching.node(name).missing = 0
+    patching.world.machines.after_step["install"] = lambda: patching.world.cluster.fm.deactivate("scale-0", "RemoveNode")
+
+    execution = patching.run()
+
+    assert (execution.status, execution.error) == ("FAILED", "PatchStopped")
+    assert patching.world.cluster.node("scale-0").deactivation_intent == "RemoveNode" and patching.activations("scale-0") == 0
+    (alarm,) = patching.world.machines.alarms()
+    assert "deactivated by another operation: intent RemoveNode" in alarm.message
+    assert "left deactivated (intent RemoveNode) as another operation set it" in alarm.message
 
 
 def test_a_health_drop_between_nodes_stops_before_the_next_node_leaves_service(patching: Patching):
