@@ -36,6 +36,7 @@ missing and an activation of an active node change nothing.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,7 +52,7 @@ from .errors import (
     WaitTimedOut,
 )
 from .interfaces import NODE_NAME_TAG
-from .patch_baseline import INSTALL, SCAN
+from .patch_baseline import INSTALL, SCAN, PatchState
 from .runtime import Runtime
 from .workflow import SUBJECT_LIMIT, State, Step, count_undelivered_alarm
 
@@ -110,6 +111,8 @@ def begin(runtime: Runtime, state: State) -> dict[str, Any]:
     left_deactivated = progress.current if progress.stage in DEACTIVATED_STAGES and progress.current not in progress.done else ""
     return {
         "owner": owner,
+        # One patch baseline snapshot for every Scan and Install of the run (patch_baseline.py).
+        "snapshot_id": str(uuid.uuid4()),
         "left_deactivated": left_deactivated,
         "started_at": runtime.clock(),
         "only": only,
@@ -206,7 +209,8 @@ def _check_nothing_runs(runtime: Runtime, current: Mapping[str, Any]) -> None:
 
 def scan(runtime: Runtime, state: State) -> dict[str, Any]:
     current = state["current"]
-    command_id = runtime.patch_baseline.send(current["instance_id"], SCAN, node_name=current["node_name"])
+    command_id = runtime.patch_baseline.send(current["instance_id"], SCAN, node_name=current["node_name"],
+                                             snapshot_id=state["run"]["snapshot_id"])  # fmt: skip
     return {"command_id": command_id, "sent_at": runtime.clock()}
 
 
@@ -220,9 +224,17 @@ def poll_scan(runtime: Runtime, state: State) -> dict[str, Any]:
     if not command.finished:
         return {"done": False, "status": command.status}
     found = runtime.patch_baseline.state(current["instance_id"])
-    if found.operation_end_time < float(sent["sent_at"]) - STATE_CLOCK_SKEW_SECONDS:
+    if not _reported_by(found, SCAN, sent, state["run"]):
         return {"done": False, "status": "patch state not reported yet"}
     return {"done": True, "status": command.status, **found.to_dict(), "to_install": found.to_install}
+
+
+def _reported_by(found: PatchState, operation: str, sent: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
+    """The patch state is the one the command sent at `sent` reported, not an earlier one still
+    read: its operation, an end after the send (less the clock skew), and this run's snapshot
+    where the state names one."""
+    return (found.operation == operation and found.operation_end_time >= float(sent["sent_at"]) - STATE_CLOCK_SKEW_SECONDS
+            and found.snapshot_id in ("", run.get("snapshot_id")))  # fmt: skip
 
 
 def up_to_date(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -313,10 +325,16 @@ def poll_disabled(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def install(runtime: Runtime, state: State) -> dict[str, Any]:
-    current = state["current"]
+    """Send the Install, unless this run's is already running there: the Task is invoked again
+    after an answer lost on the way back (Lambda's 500, outcome unknown), and a second Install
+    would run a second Windows Update session beside the first."""
+    current, snapshot_id = state["current"], state["run"]["snapshot_id"]
     _record(runtime, state, "install")
-    command_id = runtime.patch_baseline.send(current["instance_id"], INSTALL, node_name=current["node_name"])
-    return {"command_id": command_id, "sent_at": runtime.clock()}
+    sent = runtime.patch_baseline.running_of(current["instance_id"], INSTALL, snapshot_id)
+    if sent:
+        return {"command_id": sent, "sent_at": runtime.clock(), "adopted": True}
+    command_id = runtime.patch_baseline.send(current["instance_id"], INSTALL, node_name=current["node_name"], snapshot_id=snapshot_id)
+    return {"command_id": command_id, "sent_at": runtime.clock(), "adopted": False}
 
 
 def poll_install(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -329,6 +347,9 @@ def poll_install(runtime: Runtime, state: State) -> dict[str, Any]:
         )
     if command.finished:
         found = runtime.patch_baseline.state(current["instance_id"])
+        if not _reported_by(found, INSTALL, state["install"], state["run"]):
+            _check_deadline(runtime, state, f"the patch state of the install on {current['node_name']}")
+            return {"done": False, "status": "patch state not reported yet"}
         if found.failed:
             raise PatchInstallFailed(f"{found.failed} update(s) failed to install on {current['node_name']}")
         return {"done": True, "status": command.status, **found.to_dict()}

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+import uuid
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.sf_emulator import EmulatedCluster, Pki, SfEmulator, standard_cluster
 
@@ -371,6 +373,57 @@ def test_a_rerun_waits_for_the_install_a_stopped_run_left_running(patching: Patc
     # seed-0 was found up to date after that install, and activated; the others patched.
     assert [(n, op) for n, op, _ in patching.stand_in.sent[sent_before:] if op == "Install"] == [(n, "Install") for n in SEEDS[1:] + SCALING]
     assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []
+
+
+def test_every_scan_and_install_of_a_run_uses_the_runs_one_patch_baseline_snapshot(patching: Patching):
+    first = patching.run()
+    for name in SEEDS + SCALING:
+        patching.node(name).missing = 1
+    second = patching.run()
+
+    assert (first.status, second.status) == ("SUCCEEDED", "SUCCEEDED")
+    commands = list(patching.stand_in.commands.values())
+    snapshots = [{c.snapshot_id for c in commands[:10]}, {c.snapshot_id for c in commands[10:]}]
+    assert len(commands) == 20 and all(len(run) == 1 for run in snapshots)  # one per run, on every node
+    assert snapshots[0] != snapshots[1] and all(uuid.UUID(s) for (s,) in snapshots)
+    states = {m.patch_state["SnapshotId"] for m in patching.stand_in.machines.values()}
+    assert states == snapshots[1]  # each node's counts were taken with the run's snapshot
+
+
+def test_an_install_whose_answer_was_lost_is_not_sent_again(patching: Patching):
+    # The install step ran (SendCommand went out) and Lambda answered 500: the Task's retrier
+    # invokes it again, which finds this run's Install running on seed-1 and follows it.
+    lost = {"sent": 0}
+
+    def answer_lost() -> None:
+        if patching.stand_in.sent[-1][0] != "seed-1":
+            patching.world.machines.after_step["install"] = answer_lost
+            return
+        lost["sent"] += 1
+        raise ClientError({"Error": {"Code": "ServiceException", "Message": "the answer was lost (injected)"},
+                           "ResponseMetadata": {"HTTPStatusCode": 500}}, "Invoke")  # fmt: skip
+
+    patching.world.machines.after_step["install"] = answer_lost
+
+    execution = patching.run()
+
+    assert lost["sent"] == 1 and len(execution.steps("install")) == len(SEEDS + SCALING) + 1  # seed-1 twice
+    assert [op for n, op, _ in patching.stand_in.sent if n == "seed-1"] == ["Scan", "Install"]
+    assert patching.stand_in.overlaps == [] and patching.node("seed-1").reboots == 1
+    assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
+    assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []
+
+
+def test_an_install_is_judged_by_its_own_patch_state_not_the_scans_still_read(patching: Patching):
+    # scale-1's patch state is read a few looks late: after its Install ends, DescribeInstancePatchStates
+    # still answers the Scan's counts for a while.
+    patching.node("scale-1").report_lag = 3
+
+    execution = patching.run()
+
+    assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
+    installed = execution.output["installed"]  # the last node's, scale-1
+    assert (installed["operation"], installed["missing"]) == ("Install", 0)
 
 
 def test_cancelling_is_not_the_end_of_a_command():
