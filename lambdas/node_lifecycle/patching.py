@@ -456,7 +456,8 @@ def stop(runtime: Runtime, state: State) -> dict[str, Any]:
             install_may_run = True
     # Patching's own deactivation only: the record names the node at or after it, or the stopped
     # run before this one left it (unknown record: not ours, so left as it is).
-    ours = name == run.get("left_deactivated") or (progress is not None and progress.current == name and progress.stage in DEACTIVATED_STAGES)
+    recorded = progress is not None and progress.current == name and progress.stage in DEACTIVATED_STAGES
+    ours = name == run.get("left_deactivated") or recorded
     if name and progress is None and not ours:
         notes.append("The patch progress could not be read, so a deactivation in force was taken for another operation's and left.")
     left = _leave_safe(runtime, name, notes, install_may_run=install_may_run, ours=ours) if name else "no node had been started"

@@ -243,7 +243,8 @@ def test_a_node_a_drain_deactivates_after_its_scan_is_passed_over_and_the_lock_f
 
     assert patching.world.cluster.node("scale-1").deactivation_intent == "RemoveNode" and patching.activations("scale-1") == 0
     assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
-    assert execution.output["finished"]["skipped"] == [{"node_name": "scale-1", "reason": "deactivated by another operation: intent RemoveNode"}]
+    reason = "deactivated by another operation: intent RemoveNode"
+    assert execution.output["finished"]["skipped"] == [{"node_name": "scale-1", "reason": reason}]
     assert patching.rules.deactivated == SEEDS + ["scale-0"]
     assert patching.world.lock_holder() is None and patching.world.machines.alarms() == []
 
