@@ -24,6 +24,15 @@ patching: AWS-RunPatchBaseline", and "InstancePatchState" in the SSM API Referen
   it applies). Cancelling is not one: the agent may still be installing, and may still reboot.
   ListCommandInvocations (SSM API Reference: InstanceId, Filters with key DocumentName) finds the
   document's invocations on one instance, so a run can wait for one an earlier run left running.
+- `SnapshotId` (a GUID; the document passes it to GetDeployablePatchSnapshotForInstance, whose
+  SnapshotId is 36 characters of that pattern in botocore's ssm model): the patch baseline snapshot
+  the operation uses. Outside a maintenance window AWS recommends one per patching run, the same on
+  every node, so every node installs the same approved set though the baseline's approvals move on
+  (User Guide, AWS-RunPatchBaseline, "Parameter name: SnapshotId"). InstancePatchState reports the
+  snapshot its counts were taken with (SSM API Reference, InstancePatchState: SnapshotId).
+- Each command's Comment names the run's snapshot and the operation, so a run finds its own
+  Install among the invocations ListCommandInvocations lists (they carry the Comment, not the
+  parameters).
 """
 
 from __future__ import annotations
@@ -40,6 +49,16 @@ REBOOT_IF_NEEDED, NO_REBOOT = "RebootIfNeeded", "NoReboot"
 TERMINAL = ("Success", "Failed", "Cancelled", "TimedOut")
 # Still running, or about to (Delayed: the agent retries later; Cancelling: not stopped yet).
 RUNNING = ("Pending", "InProgress", "Delayed", "Cancelling")
+# SendCommand's Comment is at most 100 characters (botocore's ssm model, Comment: max 100).
+COMMENT_LIMIT = 100
+
+
+def comment_prefix(operation: str, snapshot_id: str) -> str:
+    """How a command's Comment begins: the run (its snapshot) and the operation, within the
+    first 74 characters, so a long node name cut at COMMENT_LIMIT never cuts them."""
+    return f"Service Fabric patching, run {snapshot_id}: {operation}"
+
+
 # How long Run Command keeps trying to deliver the command to an agent that does not answer.
 DELIVERY_TIMEOUT_SECONDS = 600
 
@@ -68,6 +87,7 @@ class PatchState:
     missing: int
     failed: int
     installed_pending_reboot: int
+    snapshot_id: str = ""  # the patch baseline snapshot the counts were taken with
 
     @property
     def to_install(self) -> int:
@@ -85,12 +105,13 @@ class SsmPatchBaseline:
         self._client = ssm_client
         self._document = document
 
-    def send(self, instance_id: str, operation: str, *, node_name: str) -> str:
-        parameters = {"Operation": [operation], "RebootOption": [REBOOT_IF_NEEDED if operation == INSTALL else NO_REBOOT]}
+    def send(self, instance_id: str, operation: str, *, node_name: str, snapshot_id: str) -> str:
+        parameters = {"Operation": [operation], "RebootOption": [REBOOT_IF_NEEDED if operation == INSTALL else NO_REBOOT],
+                      "SnapshotId": [snapshot_id]}  # fmt: skip
         answer = self._client.send_command(
             InstanceIds=[instance_id],
             DocumentName=self._document,
-            Comment=f"Service Fabric patching: {operation} on {node_name}"[:100],
+            Comment=f"{comment_prefix(operation, snapshot_id)} on {node_name}"[:COMMENT_LIMIT],
             TimeoutSeconds=DELIVERY_TIMEOUT_SECONDS,
             Parameters=parameters,
         )
@@ -110,6 +131,12 @@ class SsmPatchBaseline:
         if error and status != "Success":
             detail = f"{detail}: {error.splitlines()[-1]}"
         return PatchCommand(command_id, status, int(answer.get("ResponseCode", -1)), detail[:500])
+
+    def running_of(self, instance_id: str, operation: str, snapshot_id: str) -> str:
+        """The command id of this run's `operation` still running on the instance ('' if none): a
+        resent step finds the command its first attempt sent."""
+        found = [c for c in self.running(instance_id) if c.detail.startswith(comment_prefix(operation, snapshot_id))]
+        return found[0].command_id if found else ""
 
     def running(self, instance_id: str) -> list[PatchCommand]:
         """The document's invocations on the instance that have not reached a terminal status
@@ -141,4 +168,5 @@ class SsmPatchBaseline:
             missing=int(found.get("MissingCount") or 0),
             failed=int(found.get("FailedCount") or 0),
             installed_pending_reboot=int(found.get("InstalledPendingRebootCount") or 0),
+            snapshot_id=str(found.get("SnapshotId") or ""),
         )

@@ -6,6 +6,12 @@ one node at a time, as the Patch Orchestration Application (microsoft/Service-Fa
     -> poll_install* -> poll_back_up* -> activate -> poll_health* -> node_done -> next_node ...
     -> finish; any failure -> stop (the node left in its safest state, the alarm worded)
 
+Patching only ends a deactivation it made itself (the progress record says so: patch_progress.py).
+A node another operation deactivated (a failed scale-in drain held for the operator with intent
+RemoveNode, `telemetry cluster drain`, an operator's Pause) is passed over with the reason, by
+next_node or, when it happened after the node was picked, by deactivate -> skip_node; finish lists
+the skipped nodes and NodesSkipped counts them.
+
 (* wait steps: one look per call, `done` says when to move on; the state machine waits.)
 
 Seeds go first and every node strictly alone: the loop is sequential, a node is only taken out
@@ -30,6 +36,7 @@ missing and an activation of an active node change nothing.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,7 +52,7 @@ from .errors import (
     WaitTimedOut,
 )
 from .interfaces import NODE_NAME_TAG
-from .patch_baseline import INSTALL, SCAN
+from .patch_baseline import INSTALL, SCAN, PatchState
 from .runtime import Runtime
 from .workflow import SUBJECT_LIMIT, State, Step, count_undelivered_alarm
 
@@ -63,6 +70,15 @@ SEED_QUORUM_WAIT_SECONDS = 2 * (30 + 30) * 3
 UPGRADE_AT_REST = ("RollingForwardCompleted", "RollingBackCompleted", "Invalid")
 # A scan's patch state older than its command by more than this is an earlier operation's.
 STATE_CLOCK_SKEW_SECONDS = 300
+# NodeInfo fields that change when the node's host restarts (REST reference, sfclient-model-nodeinfo;
+# InstanceId is new each time the host starts: microsoft/service-fabric Federation/SiteNode.cpp
+# RetrieveInstanceID; NodeUpAt is set by the FM's NodeCache::NodeUp).
+INSTANCE_FIELDS = {"instance_id": "InstanceId", "node_up_at": "NodeUpAt"}
+# Progress stages (patch_progress.py) from which the node is deactivated by patching: recorded
+# before the Deactivate call, so a stopped run's record may name a node it never deactivated; the
+# intent tells (a deactivation intent can be raised, never lowered: Deactivate Node, REST
+# reference; Reliability/Failover/fm/NodeDeactivationInfo.cpp).
+DEACTIVATED_STAGES = ("deactivate", "install", "activate")
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -89,8 +105,15 @@ def begin(runtime: Runtime, state: State) -> dict[str, Any]:
         raise
     remaining = [only] if only else [name for name in order if name not in progress.done]
     runtime.record_metric("PatchRunsStarted", 1, "Count")
+    # A stopped run of this round may have left its node deactivated for the restart: this run
+    # owns that deactivation (up_to_date or activate ends it). Read now, before next_node moves
+    # the record on.
+    left_deactivated = progress.current if progress.stage in DEACTIVATED_STAGES and progress.current not in progress.done else ""
     return {
         "owner": owner,
+        # One patch baseline snapshot for every Scan and Install of the run (patch_baseline.py).
+        "snapshot_id": str(uuid.uuid4()),
+        "left_deactivated": left_deactivated,
         "started_at": runtime.clock(),
         "only": only,
         "order": order,
@@ -102,8 +125,9 @@ def begin(runtime: Runtime, state: State) -> dict[str, Any]:
 
 def next_node(runtime: Runtime, state: State) -> dict[str, Any]:
     """The next node to patch ('' when none is left), its instance, and the clock it runs on."""
-    run = state["run"]
-    remaining = list((state.get("current") or {}).get("remaining", run["remaining"]))
+    run, current = state["run"], state.get("current") or {}
+    remaining = list(current.get("remaining", run["remaining"]))
+    skipped = list(current.get("skipped") or [])
     while remaining:
         name, remaining = remaining[0], remaining[1:]
         node = runtime.client.get_node_info(name)
@@ -111,11 +135,42 @@ def next_node(runtime: Runtime, state: State) -> dict[str, Any]:
             # Drained by a scale-in since the run began: nothing to patch.
             _progress(runtime).record(run["owner"], current=name, stage="gone", lease_seconds=_lease_seconds(runtime), done=name)
             continue
+        other = _deactivated_by_other(runtime, run, node)
+        if other:
+            skipped.append(_skip(runtime, run, name, other))
+            continue
         instance_id = _instance_of(runtime, name)
         _progress(runtime).record(run["owner"], current=name, stage="scan", lease_seconds=_lease_seconds(runtime))
         return {"node_name": name, "is_seed": node.is_seed_node, "instance_id": instance_id,
-                "remaining": remaining, "node_started_at": runtime.clock()}  # fmt: skip
-    return {"node_name": "", "remaining": []}
+                "remaining": remaining, "skipped": skipped, "node_started_at": runtime.clock()}  # fmt: skip
+    return {"node_name": "", "remaining": [], "skipped": skipped}
+
+
+def _ours(runtime: Runtime, run: Mapping[str, Any], node: NodeInfo) -> bool:
+    """Patching deactivated the node: its intent is the Restart patching sets, and either the
+    progress record names it, this run's, at or after its deactivation, or the run of this round
+    that stopped before left it so. Any other deactivation is another operation's (a drain's
+    RemoveNode, an operator's), which patching never ends."""
+    if node.deactivation_intent != DeactivationIntent.RESTART:
+        return False
+    if node.name == run.get("left_deactivated"):
+        return True
+    progress = _progress(runtime).read()
+    return progress.owner == run["owner"] and progress.current == node.name and progress.stage in DEACTIVATED_STAGES
+
+
+def _deactivated_by_other(runtime: Runtime, run: Mapping[str, Any], node: NodeInfo) -> str:
+    """Why the node is left alone ('' when it is not): deactivated by another operation."""
+    if node.deactivation_intent in ("", "Invalid") or _ours(runtime, run, node):
+        return ""
+    return f"deactivated by another operation: intent {node.deactivation_intent}"
+
+
+def _skip(runtime: Runtime, run: Mapping[str, Any], name: str, reason: str) -> dict[str, str]:
+    """The node is passed over, not done: the next round tries it again."""
+    _progress(runtime).record(run["owner"], current=name, stage="skipped", lease_seconds=_lease_seconds(runtime))
+    runtime.record_metric("NodesSkipped", 1, "Count")
+    return {"node_name": name, "reason": reason}
 
 
 def _instance_of(runtime: Runtime, name: str) -> str:
@@ -154,7 +209,8 @@ def _check_nothing_runs(runtime: Runtime, current: Mapping[str, Any]) -> None:
 
 def scan(runtime: Runtime, state: State) -> dict[str, Any]:
     current = state["current"]
-    command_id = runtime.patch_baseline.send(current["instance_id"], SCAN, node_name=current["node_name"])
+    command_id = runtime.patch_baseline.send(current["instance_id"], SCAN, node_name=current["node_name"],
+                                             snapshot_id=state["run"]["snapshot_id"])  # fmt: skip
     return {"command_id": command_id, "sent_at": runtime.clock()}
 
 
@@ -168,19 +224,27 @@ def poll_scan(runtime: Runtime, state: State) -> dict[str, Any]:
     if not command.finished:
         return {"done": False, "status": command.status}
     found = runtime.patch_baseline.state(current["instance_id"])
-    if found.operation_end_time < float(sent["sent_at"]) - STATE_CLOCK_SKEW_SECONDS:
+    if not _reported_by(found, SCAN, sent, state["run"]):
         return {"done": False, "status": "patch state not reported yet"}
     return {"done": True, "status": command.status, **found.to_dict(), "to_install": found.to_install}
 
 
+def _reported_by(found: PatchState, operation: str, sent: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
+    """The patch state is the one the command sent at `sent` reported, not an earlier one still
+    read: its operation, an end after the send (less the clock skew), and this run's snapshot
+    where the state names one."""
+    return (found.operation == operation and found.operation_end_time >= float(sent["sent_at"]) - STATE_CLOCK_SKEW_SECONDS
+            and found.snapshot_id in ("", run.get("snapshot_id")))  # fmt: skip
+
+
 def up_to_date(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Nothing to install: the node is done without leaving service. One a run stopped by hand
-    left deactivated for its restart (intent Restart, its host running) is activated first: its
-    updates are in, and nothing else would ever bring it back into service."""
+    """Nothing to install: the node is done without leaving service. One the run of this round
+    that stopped before left deactivated for its restart (its host running) is activated first:
+    its updates are in, and nothing else would ever bring it back into service. A node another
+    operation deactivated is left as it is."""
     name = state["current"]["node_name"]
     node = _node(runtime, name)
-    reactivated = (node.deactivation_intent == DeactivationIntent.RESTART and not node.raw.get("IsStopped")
-                   and node.status in (NodeStatus.DISABLING, NodeStatus.DISABLED))  # fmt: skip
+    reactivated = node.status in (NodeStatus.DISABLING, NodeStatus.DISABLED) and _ours(runtime, state["run"], node)
     if reactivated:
         _check_nothing_runs(runtime, state["current"])
         runtime.client.activate_node(name)
@@ -220,10 +284,17 @@ def _check_seed_quorum(nodes: list[NodeInfo], name: str) -> None:
 
 
 def deactivate(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Deactivate with intent Restart, noting the node's instance first: poll_back_up knows the
+    reboot by a new one. A node another operation deactivated since it was picked (a drain held
+    for the operator) is not touched: `skipped` says why, and the node is passed over."""
     name = state["current"]["node_name"]
+    node = _node(runtime, name)
+    other = _deactivated_by_other(runtime, state["run"], node)
+    if other:
+        return {"node_name": name, "skipped": other}
     _record(runtime, state, "deactivate")
     runtime.client.deactivate_node(name, DeactivationIntent.RESTART)
-    return {"node_name": name, "intent": DeactivationIntent.RESTART, "sent_at": runtime.clock()}
+    return {"node_name": name, "intent": DeactivationIntent.RESTART, "sent_at": runtime.clock(), **_instance(node)}
 
 
 def poll_disabled(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -246,16 +317,24 @@ def poll_disabled(runtime: Runtime, state: State) -> dict[str, Any]:
         return {"done": False, "status": node.status, "deactivation": node.deactivation_status, "held": SEED_QUORUM_CHECK}
     if node.status == NodeStatus.UP and node.deactivation_intent in ("", "Invalid"):
         raise DeactivationRefused(f"{name} is Up and active again: someone activated it while it was being deactivated")
+    if node.deactivation_intent not in ("", "Invalid", DeactivationIntent.RESTART):
+        raise LifecycleError(f"{name} was {_deactivated_by_other(runtime, state['run'], node)} while patching waited for it")
     if not node.is_deactivated:
         _check_deadline(runtime, state, f"{name} to be Disabled (last: {node.status}, {node.deactivation_status}, pending {pending})")
     return {"done": node.is_deactivated, "status": node.status, "deactivation": node.deactivation_status}
 
 
 def install(runtime: Runtime, state: State) -> dict[str, Any]:
-    current = state["current"]
+    """Send the Install, unless this run's is already running there: the Task is invoked again
+    after an answer lost on the way back (Lambda's 500, outcome unknown), and a second Install
+    would run a second Windows Update session beside the first."""
+    current, snapshot_id = state["current"], state["run"]["snapshot_id"]
     _record(runtime, state, "install")
-    command_id = runtime.patch_baseline.send(current["instance_id"], INSTALL, node_name=current["node_name"])
-    return {"command_id": command_id, "sent_at": runtime.clock()}
+    sent = runtime.patch_baseline.running_of(current["instance_id"], INSTALL, snapshot_id)
+    if sent:
+        return {"command_id": sent, "sent_at": runtime.clock(), "adopted": True}
+    command_id = runtime.patch_baseline.send(current["instance_id"], INSTALL, node_name=current["node_name"], snapshot_id=snapshot_id)
+    return {"command_id": command_id, "sent_at": runtime.clock(), "adopted": False}
 
 
 def poll_install(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -268,6 +347,9 @@ def poll_install(runtime: Runtime, state: State) -> dict[str, Any]:
         )
     if command.finished:
         found = runtime.patch_baseline.state(current["instance_id"])
+        if not _reported_by(found, INSTALL, state["install"], state["run"]):
+            _check_deadline(runtime, state, f"the patch state of the install on {current['node_name']}")
+            return {"done": False, "status": "patch state not reported yet"}
         if found.failed:
             raise PatchInstallFailed(f"{found.failed} update(s) failed to install on {current['node_name']}")
         return {"done": True, "status": command.status, **found.to_dict()}
@@ -276,19 +358,28 @@ def poll_install(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def poll_back_up(runtime: Runtime, state: State) -> dict[str, Any]:
-    """The node is back from its reboot: its host runs again (Disabled, its deactivation still in
-    force, or Up), not Down."""
+    """The node is back from its reboot: a new instance of its host is up (Disabled, its
+    deactivation still in force, or Up). An Install that installed anything reboots
+    (RebootIfNeeded), and the FM may show the last instance, Disabled, until it notices; IsStopped
+    says nothing of a reboot (only the StopNode API sets it)."""
     name = state["current"]["node_name"]
     _renew_lock(runtime, state)
     node = _node(runtime, name)
-    back = node.status in (NodeStatus.UP, NodeStatus.DISABLED) and not node.raw.get("IsStopped", False)
+    before = {key: value for key, value in (state.get("deactivation") or {}).items() if key in INSTANCE_FIELDS and value}
+    now = _instance(node)
+    restarted = not before or any(now.get(key) != value for key, value in before.items())
+    back = node.status in (NodeStatus.UP, NodeStatus.DISABLED) and restarted
     if not back and _over_deadline(runtime, state):
-        raise NodeDidNotReturn(f"{name} is still {node.status} after its updates were installed")
-    return {"done": back, "status": node.status}
+        how = node.status if restarted else f"{node.status}, its host not restarted since the deactivation ({before})"
+        raise NodeDidNotReturn(f"{name} is still {how} after its updates were installed")
+    return {"done": back, "status": node.status, **now}
 
 
 def activate(runtime: Runtime, state: State) -> dict[str, Any]:
     name = state["current"]["node_name"]
+    other = _deactivated_by_other(runtime, state["run"], _node(runtime, name))
+    if other:
+        raise LifecycleError(f"{name} was {other} while it was patched; it is left as that operation set it")
     _check_nothing_runs(runtime, state["current"])
     _record(runtime, state, "activate")
     runtime.client.activate_node(name)
@@ -305,6 +396,15 @@ def poll_health(runtime: Runtime, state: State) -> dict[str, Any]:
     return {"done": done, "health": health.describe(), "status": node.status}
 
 
+def skip_node(runtime: Runtime, state: State) -> dict[str, Any]:
+    """Another operation deactivated the node after it was picked: the lock goes, the node is
+    passed over (the run's `current`, with it among the skipped)."""
+    run, current = state["run"], state["current"]
+    runtime.lock.release(run["owner"])
+    skipped = [*(current.get("skipped") or []), _skip(runtime, run, current["node_name"], state["deactivation"]["skipped"])]
+    return {**current, "skipped": skipped}
+
+
 def node_done(runtime: Runtime, state: State) -> dict[str, Any]:
     """The node is patched, active and the cluster healthy: the lock goes, the node is recorded."""
     run, name = state["run"], state["current"]["node_name"]
@@ -316,14 +416,17 @@ def node_done(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def finish(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Every node went through: the round is over (a one-node run leaves the round as it was)."""
-    run = state["run"]
+    """Every node went through: the round is over (a one-node run leaves the round as it was).
+    Nodes skipped because another operation had deactivated them are listed with the reason; the
+    round ends all the same, so the next maintenance window tries them again with every other node
+    (a node held deactivated for long would otherwise keep every round open)."""
+    run, skipped = state["run"], list((state.get("current") or {}).get("skipped") or [])
     if run.get("only"):
         _progress(runtime).release(run["owner"], stopped="")
     else:
         _progress(runtime).finish(run["owner"])
     runtime.record_metric("PatchRunsSucceeded", 1, "Count")
-    return {"nodes": len(run["order"]), "seconds": round(runtime.clock() - float(run["started_at"]))}
+    return {"nodes": len(run["order"]), "seconds": round(runtime.clock() - float(run["started_at"])), "skipped": skipped}
 
 
 # -- the failure path --------------------------------------------------------------------------
@@ -351,7 +454,13 @@ def stop(runtime: Runtime, state: State) -> dict[str, Any]:
         except Exception as err:  # noqa: BLE001 - not knowing is taken as running
             notes.append(f"Whether a patch command still runs on it could not be read ({type(err).__name__}: {err}).")
             install_may_run = True
-    left = _leave_safe(runtime, name, notes, install_may_run=install_may_run) if name else "no node had been started"
+    # Patching's own deactivation only: the record names the node at or after it, or the stopped
+    # run before this one left it (unknown record: not ours, so left as it is).
+    recorded = progress is not None and progress.current == name and progress.stage in DEACTIVATED_STAGES
+    ours = name == run.get("left_deactivated") or recorded
+    if name and progress is None and not ours:
+        notes.append("The patch progress could not be read, so a deactivation in force was taken for another operation's and left.")
+    left = _leave_safe(runtime, name, notes, install_may_run=install_may_run, ours=ours) if name else "no node had been started"
     for what, release in (("membership lock", lambda: runtime.lock.release(owner)),
                           ("patch progress lease", lambda: _progress(runtime).release(owner, stopped=f"{name}: {reason}"))):  # fmt: skip
         if not owner:
@@ -377,16 +486,19 @@ def stop(runtime: Runtime, state: State) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _leave_safe(runtime: Runtime, name: str, notes: list[str], *, install_may_run: bool) -> str:
+def _leave_safe(runtime: Runtime, name: str, notes: list[str], *, install_may_run: bool, ours: bool) -> str:
     """Activated where it is up (the deactivation cancelled or undone), left deactivated where it
     is Down (so it takes no replicas while it comes back) or where an install may still reboot it;
-    what was done, in words."""
+    a deactivation patching did not make (`ours`: the progress record's word) is never ended.
+    What was done, in words."""
     try:
         node = runtime.client.get_node_info(name)
         if node is None:
             return "no longer in the cluster"
         deactivated = node.deactivation_intent not in ("", "Invalid")
-        if node.status in (NodeStatus.UP, NodeStatus.DISABLING, NodeStatus.DISABLED) and not node.raw.get("IsStopped"):
+        if deactivated and not (ours and node.deactivation_intent == DeactivationIntent.RESTART):
+            return f"{node.status}; left deactivated (intent {node.deactivation_intent}) as another operation set it, not this run"
+        if node.status in (NodeStatus.UP, NodeStatus.DISABLING, NodeStatus.DISABLED):
             if deactivated and install_may_run:
                 return (f"{node.status}; left deactivated, because an install may still be running on it and reboot "
                         "it: activate it once its AWS-RunPatchBaseline command has ended and the node is Up")
@@ -446,6 +558,12 @@ def _renew_lock(runtime: Runtime, state: State) -> None:
         raise LifecycleError(f"the membership lock was taken by {grant.holder} while a node was out of service")
 
 
+def _instance(node: NodeInfo) -> dict[str, str]:
+    """Which run of the node's host this is: NodeInfo's InstanceId (new each time the host starts)
+    and NodeUpAt; absent from a gateway that does not send them."""
+    return {key: str(node.raw.get(field) or "") for key, field in INSTANCE_FIELDS.items()}
+
+
 def _node(runtime: Runtime, name: str) -> NodeInfo:
     node = runtime.client.get_node_info(name)
     if node is None:
@@ -492,6 +610,7 @@ PATCH_STEPS: dict[str, Step] = {
     "poll_back_up": poll_back_up,
     "activate": activate,
     "poll_health": poll_health,
+    "skip_node": skip_node,
     "node_done": node_done,
     "finish": finish,
     "stop": stop,

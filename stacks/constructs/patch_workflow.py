@@ -87,7 +87,12 @@ class PatchWorkflow(Construct):
         steps.catchers.append(install)
         install.next(installed)
         disabled = steps.poll("Wait until the node is Disabled", "poll_disabled", "disabled", install)
-        deactivate = steps.task("Deactivate the node (intent Restart)", "deactivate", "deactivation").next(disabled)
+        # A node another operation deactivated after it was picked (a drain held for the operator)
+        # is passed over: the lock goes, and the run goes on with the next node.
+        skip = steps.task("Pass over a node another operation deactivated", "skip_node", "current").next(pick)
+        by_other = sfn.Choice(self, "Deactivated by another operation?")
+        by_other.when(sfn.Condition.is_present("$.deactivation.skipped"), skip).otherwise(disabled)
+        deactivate = steps.task("Deactivate the node (intent Restart)", "deactivate", "deactivation").next(by_other)
         health = steps.task("Check cluster health is Ok", "check_health", "health").next(deactivate)
         locked = steps.lock_then(health)
         up_to_date = steps.task("Record the node up to date", "up_to_date", "node_result").next(pick)

@@ -206,6 +206,42 @@ def test_a_restart_deactivation_closes_the_replicas_and_survives_the_reboot(sf_c
     assert (up.status, up.deactivation_intent, sf_cluster.node("seed-0").replicas) == ("Up", "Invalid", 4)
 
 
+def test_a_rebooting_node_is_down_not_stopped_and_comes_back_as_a_new_instance(sf_client, sf_cluster):
+    # IsStopped is for the StopNode API alone (GetNodeListQuerySpecification.cpp): a reboot is
+    # Down with IsStopped false; the new host is a new InstanceId with a new NodeUpAt.
+    now = [1_700_000_000.0]
+    sf_cluster.clock = lambda: now[0]
+    before = sf_client.get_node_info("scale-1").raw
+    now[0] += 60
+    sf_cluster.stop_host("scale-1")
+    down = sf_client.get_node_info("scale-1").raw
+    now[0] += 60
+    sf_cluster.start_host("scale-1")
+    back = sf_client.get_node_info("scale-1").raw
+
+    assert (down["NodeStatus"], down["IsStopped"], back["IsStopped"]) == ("Down", False, False)
+    assert down["NodeDownAt"] == "2023-11-14T22:14:20.000Z" and before["NodeDownAt"] == "0001-01-01T00:00:00.000Z"
+    assert int(back["InstanceId"]) > int(down["InstanceId"]) == int(before["InstanceId"])
+    assert back["NodeUpAt"] == "2023-11-14T22:15:20.000Z" != before["NodeUpAt"]
+    assert back["Id"] == before["Id"] and set(back["Id"]) == {"Id"} and int(back["Id"]["Id"], 16)
+    assert (back["CodeVersion"], back["ConfigVersion"]) == ("11.4.268.1", "1")
+
+
+def test_a_host_back_before_the_failover_manager_saw_it_go_is_a_new_instance_never_down(sf_client, sf_cluster):
+    # NodeCache::NodeUp with the earlier instance still up: NodeDownTime and NodeUpTime now.
+    now = [1_700_000_000.0]
+    sf_cluster.clock = lambda: now[0]
+    sf_client.deactivate_node("scale-0", DeactivationIntent.RESTART)
+    before = [sf_client.get_node_info("scale-0") for _ in range(2)][-1]  # Disabled, Completed
+    now[0] += 90
+    sf_cluster.restart_host("scale-0")
+    back = sf_client.get_node_info("scale-0")
+
+    assert (before.status, back.status, back.deactivation_intent) == ("Disabled", "Disabled", "Restart")
+    assert int(back.raw["InstanceId"]) > int(before.raw["InstanceId"])
+    assert back.raw["NodeUpAt"] == back.raw["NodeDownAt"] == "2023-11-14T22:14:50.000Z"
+
+
 def test_a_seed_is_held_for_quorum_while_another_seed_is_away(sf_client, sf_cluster):
     sf_client.deactivate_node("seed-0", DeactivationIntent.RESTART)
     _until(lambda: sf_client.get_node_info("seed-0").is_deactivated)

@@ -144,6 +144,7 @@ class EmulatedCluster:
                 upgrade_domain,
             )
             self.fm.nodes[name] = node
+            self.fm.started(node)
             if in_config:
                 self.uos.topology[name] = node.config_entry()
             return node
@@ -171,6 +172,16 @@ class EmulatedCluster:
     def start_host(self, name: str) -> None:
         with self.lock:
             self.fm.host_started(name)
+
+    def restart_host(self, name: str, *, after_ticks: int = 0) -> None:
+        """The machine rebooted and its host is back before the FM noticed it had gone: a new
+        instance, never Down (failover_manager.py, host_restarted); with `after_ticks`, the FM
+        hears from the new instance that many ticks later, showing the last one until then."""
+        with self.lock:
+            if after_ticks > 0:
+                self.fm.restarts_unseen[name] = after_ticks
+            else:
+                self.fm.host_restarted(name)
 
     def terminate_machine(self, name: str) -> None:
         """The node's machine is gone: its host stops and nothing answers on its address."""
@@ -214,7 +225,7 @@ class EmulatedCluster:
     def get_node(self, name: str) -> dict[str, Any] | None:
         with self.lock:
             node = self.fm.visible(name)
-            return node.to_json(self.clock()) if node else None
+            return self._node_info(node) if node else None
 
     def list_nodes(self, token: str, status_filter: str, max_results: int) -> dict[str, Any]:
         with self.lock:
@@ -224,8 +235,16 @@ class EmulatedCluster:
             page = matching[:size]
             return {
                 "ContinuationToken": page[-1].name if len(matching) > size else "",
-                "Items": [node.to_json(self.clock()) for node in page],
+                "Items": [self._node_info(node) for node in page],
             }
+
+    def _node_info(self, node: EmulatedNode) -> dict[str, Any]:
+        if not node.instance_id:
+            # A row only the cluster manifest lists: NodeQueryResult's CM-only constructor gives
+            # "unknown" versions and FABRIC_INVALID_NODE_INSTANCE_ID (rendered "0" here: its value
+            # is in FabricTypes, which the emulator does not read; a risk).
+            return node.to_json(self.clock(), code_version="unknown", config_version="unknown")
+        return node.to_json(self.clock(), code_version=self.cm.code_version, config_version=self.cm.config_version)
 
     def deactivate(self, name: str, intent: str) -> None:
         with self.lock:

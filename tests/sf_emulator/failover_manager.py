@@ -9,8 +9,10 @@ Time is counted in ticks (one per gateway request, see cluster.py), so tests are
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 # DeactivationIntent, weakest first (ServiceModel/reliability/failover/NodeDeactivationIntent.h).
@@ -34,6 +36,32 @@ HIDDEN_BY_DEFAULT = ("Unknown", "Removed")
 # defaults (Federation/FederationConfig.h LeaseDuration 30 s, ArbitrationTimeout 30 s;
 # Reliability/Failover/common/FailoverConfig.h SeedNodeWaitSafetyFactor 3).
 SEED_WAIT_SECONDS = 180.0
+
+# DateTime ticks (100 ns since 0001-01-01) at the Unix epoch, and DateTime::Zero as the gateway
+# writes it (Common/DateTime.cpp, ToIsoString: ticks 0 is "0001-01-01T00:00:00.000Z"; the gateway
+# serializes with DateTimeInIsoFormat, httpgateway/Utility.h SERIALIZER_FLAGS).
+EPOCH_TICKS = 621_355_968_000_000_000
+DATETIME_ZERO = "0001-01-01T00:00:00.000Z"
+
+
+def iso_time(seconds: float | None) -> str:
+    """A DateTime as the gateway writes it (DateTime::ToIsoString, milliseconds, Z); None or 0 is
+    DateTime::Zero. The emulator's clock is read as epoch seconds."""
+    if not seconds:
+        return DATETIME_ZERO
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(seconds * 1000) % 1000:03d}Z"
+
+
+def node_id(name: str) -> str:
+    """The node's Federation::NodeId as NodeQueryResult serializes it: a LargeInteger in hex, high
+    part without leading zeros (Common/LargeInteger.cpp, WriteLargeInteger_To; JSON:
+    Common/JsonReaderWriter.h, Visit(NodeId) writes {"Id": ...}). The runtime derives it from the
+    node name (ServiceModel/federation/NodeIdGenerator.cpp, GenerateFromString); the emulator takes
+    the MD5 of the name and leaves out the generator's suffix bit mixing (a risk only for a test
+    comparing Ids with a real cluster's: none does)."""
+    digest = hashlib.md5(name.encode()).digest()
+    high, low = int.from_bytes(digest[:8], "big"), int.from_bytes(digest[8:], "big")
+    return f"{high:x}{low:016x}" if high else f"{low:x}"
 
 
 class EmulatedFabricError(Exception):
@@ -71,14 +99,34 @@ class EmulatedNode:
     # waits SEED_WAIT_SECONDS after it); None: up since before the emulator's time began.
     up_since: float | None = None
     pending_safety_checks: tuple[str, ...] = ()
+    # The FM's NodeInfo for the node's current instance (Reliability/Failover/fm/NodeCache.cpp):
+    # NodeUp sets NodeUpTime to now (and NodeDownTime to now when the FM still had the previous
+    # instance up), NodeDown sets NodeDownTime; both stay DateTime::Zero (0.0) until then.
+    node_up_at: float = 0.0
+    node_down_at: float = 0.0
+    # NodeInstance.InstanceId: the node's host takes DateTime::Now().Ticks each time it starts, one
+    # more than the last if the clock has not moved past it (Federation/SiteNode.cpp,
+    # RetrieveInstanceID). Set by the FailoverManager when the node joins or its host starts.
+    instance_id: int = 0
+    # Stopped through the Fault Analysis Service's StopNode API (REST: StartNodeTransition with
+    # NodeTransitionType Stop); nothing in the platform calls it, so it stays False.
+    stopped_by_api: bool = False
 
-    def to_json(self, now: float) -> dict[str, Any]:
-        """NodeInfo (REST reference, sfclient-model-nodeinfo): only the fields we model."""
+    def to_json(self, now: float, *, code_version: str = "", config_version: str = "") -> dict[str, Any]:
+        """NodeInfo (REST reference, sfclient-model-nodeinfo), the fields NodeQueryResult always
+        serializes (ServiceModel/NodeQueryResult.h, BEGIN_JSON_SERIALIZABLE_PROPERTIES) but
+        NodeUpTimeInSeconds; int64 and uint64 values are written as strings
+        (Common/JsonReaderWriter.h, Visit(__int64) and Visit(unsigned __int64)). CodeVersion and
+        ConfigVersion are the node's fabric version (QueryHelper.cpp, GetNodesList:
+        VersionInstance.Version); the emulator gives every node the cluster's current one, also
+        during a code upgrade (a risk: the runtime shows each node's own until its domain is done)."""
         down = int(now - self.down_since) if self.down_since is not None else 0
         return {
             "Name": self.name,
             "IpAddressOrFQDN": self.ip,
             "Type": self.node_type,
+            "CodeVersion": code_version,
+            "ConfigVersion": config_version,
             "NodeStatus": self.status,
             "IsSeedNode": self.is_seed,
             "UpgradeDomain": self.upgrade_domain,
@@ -91,8 +139,17 @@ class EmulatedNode:
                 # SafetyCheckWrapper list (REST reference, sfclient-model-safetycheckwrapper).
                 "PendingSafetyChecks": [{"SafetyCheck": {"Kind": kind}} for kind in self.pending_safety_checks],
             },
-            "IsStopped": not self.host_running,
+            "Id": {"Id": node_id(self.name)},
+            "InstanceId": str(self.instance_id),
+            # True only for a Down node the Fault Analysis Service stopped through its StopNode API:
+            # the FM's rows carry false (Reliability/Failover/fm/QueryHelper.cpp, GetNodesList) and
+            # the gateway's merge sets it for a Down node the FAS lists as stopped
+            # (query/GetNodeListQuerySpecification.cpp, OnParallelQueryExecutionComplete). A
+            # machine rebooting, or FabricHostSvc stopped, is Down with IsStopped false.
+            "IsStopped": self.status == "Down" and self.stopped_by_api,
             "NodeDownTimeInSeconds": str(down),
+            "NodeUpAt": iso_time(self.node_up_at),
+            "NodeDownAt": iso_time(self.node_down_at),
         }
 
     @property
@@ -141,6 +198,9 @@ class FailoverManager:
         # Seconds (on the clock) a seed must have been up before the seed quorum check counts it.
         self.seed_wait_seconds = SEED_WAIT_SECONDS
         self.ticks = 0
+        # Node name -> ticks until the FM hears from the new instance of a host that restarted
+        # before the FM saw it go (host_restarted, scheduled by EmulatedCluster.restart_host).
+        self.restarts_unseen: dict[str, int] = {}
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -179,6 +239,12 @@ class FailoverManager:
         """Safety checks finish after `deactivation_ticks` ticks unless a test holds them
         (a stuck check is the field failure of service-fabric-issues #836)."""
         self.ticks += 1
+        for name, ticks in list(self.restarts_unseen.items()):
+            if ticks <= 1:
+                del self.restarts_unseen[name]
+                self.host_restarted(name)
+            else:
+                self.restarts_unseen[name] = ticks - 1
         for node in self.nodes.values():
             checking = node.deactivation_status == "SafetyCheckInProgress"
             if not checking or node.stuck_in_safety_check:
@@ -273,12 +339,13 @@ class FailoverManager:
         node.host_running = False
         if node.status not in HIDDEN_BY_DEFAULT:
             node.status = "Down"
-            node.down_since = self.clock()
+            node.down_since = node.node_down_at = self.clock()  # NodeCache::NodeDown
 
     def host_started(self, name: str) -> None:
         node = self.nodes[name]
         node.host_running = True
         node.down_since = None
+        self.started(node)
         if node.status == "Down":
             # A node deactivated before it went down comes back Disabled, its deactivation still
             # in force (NodeDeactivationInfo is kept by the FM's NodeInfo across restarts); only
@@ -286,6 +353,25 @@ class FailoverManager:
             # while it stays deactivated.
             node.status = "Up" if node.deactivation_intent == "Invalid" else "Disabled"
             node.up_since = self.clock()
+
+
+    def started(self, node: EmulatedNode) -> None:
+        """A new instance of the node's host came up (Federation/SiteNode.cpp, RetrieveInstanceID;
+        NodeCache::NodeUp: NodeUpTime now, and NodeDownTime now when the FM still had the last
+        instance up)."""
+        now = self.clock()
+        if node.instance_id and node.status not in ("Down", "Unknown", "Removed", "Invalid"):
+            node.node_down_at = now
+        node.instance_id = max(node.instance_id + 1, EPOCH_TICKS + int(now * 10_000_000))
+        node.node_up_at = now
+
+    def host_restarted(self, name: str) -> None:
+        """The machine rebooted and the host is back before the FM saw the last instance go down
+        (its lease had not expired): NodeCache::NodeUp takes the new, higher instance over the one
+        it had up, with no Down in between; the deactivation is kept as on any NodeUp."""
+        node = self.nodes[name]
+        node.host_running, node.down_since = True, None
+        self.started(node)
 
 
 def _manifest_row(entry: dict[str, Any]) -> EmulatedNode:

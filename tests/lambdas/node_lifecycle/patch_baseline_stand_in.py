@@ -41,6 +41,7 @@ emulator's ticks move the cluster on; the state machine looks once per poll inte
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -52,6 +53,10 @@ from tests.sf_emulator import EmulatedCluster
 DOCUMENT = "AWS-RunPatchBaseline"
 PARAMETERS = {"Operation": ("Scan", "Install"), "RebootOption": ("RebootIfNeeded", "NoReboot"),
               "SnapshotId": None, "InstallOverrideList": None, "BaselineOverride": None}  # fmt: skip
+# SnapshotId: the document hands it to GetDeployablePatchSnapshotForInstance, whose SnapshotId is a
+# GUID (botocore's ssm model: length 36 and this pattern); a run with another fails there (the
+# stand-in refuses it at SendCommand, where a test sees it).
+SNAPSHOT_ID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 REBOOT_EXIT_CODE = 3010
 BASELINE_ID = "arn:aws:ssm:eu-west-1:123456789012:patchbaseline/pb-0123456789abcdef0"  # AWS-DefaultPatchBaseline's shape
 
@@ -71,9 +76,20 @@ class Machine:
     install_fails: bool = False  # the install ends Failed (Windows Update refused an update)
     install_times_out: bool = False  # the command outlives its execution timeout
     fabric_returns: bool = True  # FabricHostSvc starts again after the reboot
+    # A reboot the FM does not see: the machine is back before the node's lease expired, and the
+    # FM hears from the new instance this many gateway requests after the reboot, showing the
+    # last instance (Disabled) until then; SSM Agent may report the command's end before that.
+    # How long a Windows reboot takes against the lease (30 s) is not documented (a risk).
+    reboot_unseen_for: int = 0
     reboots: int = 0
     install_hold: int = 0  # looks an Install stays InProgress before it installs (a long Windows Update)
     patch_state: dict[str, Any] | None = None
+    # DescribeInstancePatchStates answers the state before the newest for this many reads after
+    # an operation reports (the agent's upload is read eventually; how long is not documented: a
+    # risk).
+    report_lag: int = 0
+    reported_before: dict[str, Any] | None = None
+    lagging_reads: int = 0
 
 
 @dataclass
@@ -89,6 +105,7 @@ class Command:
     stderr: str = ""
     comment: str = ""
     requested: float = 0.0
+    snapshot_id: str = ""
 
 
 @dataclass
@@ -108,13 +125,16 @@ class PatchBaselineStandIn:
         unknown = sorted(set(parameters) - set(PARAMETERS))
         invalid = [f"{name}={value}" for name, value in parameters.items()
                    if PARAMETERS.get(name) and value not in PARAMETERS[name]]  # fmt: skip
+        if "SnapshotId" in parameters and not SNAPSHOT_ID.match(parameters["SnapshotId"]):
+            invalid.append(f"SnapshotId={parameters['SnapshotId']}")
         if unknown or invalid or "Operation" not in parameters:
             from .aws_wire import _json_error
 
             return _json_error(url, 400, "InvalidParameters", f"{DOCUMENT}: unknown {unknown}, invalid {invalid}")
         (instance_id,) = body["InstanceIds"]
         command = Command(str(uuid.uuid4()), instance_id, parameters["Operation"], parameters.get("RebootOption", "RebootIfNeeded"),
-                          comment=str(body.get("Comment", "")), requested=self.clock())  # fmt: skip
+                          comment=str(body.get("Comment", "")), requested=self.clock(),
+                          snapshot_id=parameters.get("SnapshotId", ""))  # fmt: skip
         for other in self.commands.values():
             if other.instance_id == instance_id and other.status in ("Pending", "InProgress"):
                 self.overlaps.append((self.machines[instance_id].node_name, command.operation, other.operation))
@@ -150,7 +170,13 @@ class PatchBaselineStandIn:
         } for c in sorted(found, key=lambda c: -c.requested)]})  # fmt: skip
 
     def patch_states(self, url: str, body: dict[str, Any]) -> AWSResponse:
-        states = [self.machines[i].patch_state for i in body["InstanceIds"] if self.machines[i].patch_state]
+        states = []
+        for machine in (self.machines[i] for i in body["InstanceIds"]):
+            lagging = machine.lagging_reads > 0
+            machine.lagging_reads -= 1 if lagging else 0
+            state = machine.reported_before if lagging else machine.patch_state
+            if state:
+                states.append(state)
         return _json(url, 200, {"InstancePatchStates": states})
 
     # -- what the document does on the machine, one phase per look ---------------------------------
@@ -177,7 +203,10 @@ class PatchBaselineStandIn:
             # Installed: the script exits 3010, SSM Agent reboots the machine; the command stays InProgress.
             machine.missing, machine.reboots = 0, machine.reboots + 1
             command.response_code = REBOOT_EXIT_CODE
-            self.cluster.stop_host(machine.node_name)
+            if machine.reboot_unseen_for:
+                self.cluster.restart_host(machine.node_name, after_ticks=machine.reboot_unseen_for)
+            else:
+                self.cluster.stop_host(machine.node_name)
             self.on_change()
         elif command.phase == 2 and machine.missing:  # NoReboot: pending a reboot
             self._report(command, machine, "Install", pending=machine.missing)
@@ -194,11 +223,13 @@ class PatchBaselineStandIn:
 
     def _report(self, command: Command, machine: Machine, operation: str, *, failed: int = 0, pending: int = 0) -> None:
         now = self.clock()
+        machine.reported_before, machine.lagging_reads = machine.patch_state, machine.report_lag
         machine.patch_state = {
             "InstanceId": command.instance_id, "PatchGroup": "", "BaselineId": BASELINE_ID,
             "Operation": operation, "OperationStartTime": now - 60, "OperationEndTime": now,
             "MissingCount": machine.missing if operation == "Scan" else 0, "FailedCount": failed,
             "InstalledPendingRebootCount": pending, "InstalledCount": 20, "NotApplicableCount": 100,
+            **({"SnapshotId": command.snapshot_id} if command.snapshot_id else {}),
         }  # fmt: skip
 
     @staticmethod

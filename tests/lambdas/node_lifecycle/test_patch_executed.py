@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+import uuid
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.sf_emulator import EmulatedCluster, Pki, SfEmulator, standard_cluster
 
@@ -40,6 +42,7 @@ class Rules:
     most_seeds_away: int = 0
     deactivated_while_unhealthy: list[str] = field(default_factory=list)
     deactivated: list[str] = field(default_factory=list)
+    activated: list[tuple[str, int]] = field(default_factory=list)  # (node, its host's instance then)
 
     def sample(self) -> None:
         away = [n for n in self.cluster.nodes.values()
@@ -47,7 +50,7 @@ class Rules:
         self.most_seeds_away = max(self.most_seeds_away, len(away))
 
     def watch(self) -> None:
-        cluster, tick, deactivate = self.cluster, self.cluster.tick, self.cluster.deactivate
+        cluster, tick, deactivate, activate = self.cluster, self.cluster.tick, self.cluster.deactivate, self.cluster.activate
 
         def ticked(count: int = 1) -> None:
             tick(count)
@@ -60,7 +63,12 @@ class Rules:
             deactivate(name, intent)
             self.sample()
 
-        cluster.tick, cluster.deactivate = ticked, deactivating  # the gateway's routes call these
+        def activating(name: str) -> None:
+            self.activated.append((name, cluster.nodes[name].instance_id))
+            activate(name)
+            self.sample()
+
+        cluster.tick, cluster.deactivate, cluster.activate = ticked, deactivating, activating  # the gateway's routes call these
 
     def held(self) -> None:
         assert self.most_seeds_away <= 1, f"{self.most_seeds_away} seeds were away at once"
@@ -85,6 +93,17 @@ class Patching:
 
     def progress(self) -> dict[str, Any] | None:
         return self.world.dynamodb.get_item(TableName=self.world.lock_table, Key=PROGRESS_ITEM, ConsistentRead=True).get("Item")
+
+    def stopped_by_hand_at(self, name: str, stage: str) -> None:
+        """The progress record a run leaves when it is stopped by hand (no failure path) at
+        `stage` of `name`: its owner still named, its lease passed (patch_progress.py)."""
+        self.world.dynamodb.put_item(TableName=self.world.lock_table, Item={
+            **PROGRESS_ITEM, "Owner": {"S": "patch:stopped-by-hand"}, "LeaseUntil": {"N": "0"},
+            "RoundStarted": {"N": "0"}, "Done": {"L": []}, "Current": {"S": name}, "Stage": {"S": stage},
+        })  # fmt: skip
+
+    def activations(self, name: str) -> int:
+        return sum(1 for r in self.world.emulator.requests if r.path.endswith(f"/Nodes/{name}/$/Activate"))
 
     def active_and_up(self, *names: str) -> bool:
         return all(self.world.cluster.node(n).status == "Up" and self.world.cluster.node(n).deactivation_intent == "Invalid"
@@ -155,11 +174,28 @@ def test_every_node_is_patched_seeds_first_one_at_a_time(patching: Patching):
     assert patching.world.machines.metrics.names().count("NodesPatched") == 5
 
 
+def test_a_node_is_activated_only_once_it_is_back_from_its_reboot(patching: Patching):
+    # scale-1's machine reboots faster than its lease expires: the FM never shows it Down, and
+    # SSM Agent reports the Install's end while the FM still shows the last instance Disabled.
+    patching.node("scale-1").reboot_unseen_for = 6
+    instance_before = patching.world.cluster.node("scale-1").instance_id
+
+    execution = patching.run()
+
+    assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
+    (activation,) = [a for a in patching.rules.activated if a[0] == "scale-1"]
+    instance_after = patching.world.cluster.node("scale-1").instance_id
+    assert instance_after != instance_before and activation == ("scale-1", instance_after)
+    assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []
+
+
 def test_a_node_with_nothing_to_install_is_scanned_and_left_in_service(patching: Patching):
     for name in SEEDS + SCALING:
         patching.node(name).missing = 1 if name == "seed-2" else 0
-    # A run stopped by hand (no failure path) after scale-1's install left it deactivated.
+    # A run of this round stopped by hand (no failure path) after scale-1's install left it
+    # deactivated, and its progress record naming it at that stage, its lease passed.
     patching.world.cluster.fm.deactivate("scale-1", "Restart")
+    patching.stopped_by_hand_at("scale-1", "install")
 
     execution = patching.run()
 
@@ -167,6 +203,66 @@ def test_a_node_with_nothing_to_install_is_scanned_and_left_in_service(patching:
     assert [(n, op) for n, op, _ in patching.stand_in.sent if op == "Install"] == [("seed-2", "Install")]
     assert patching.rules.deactivated == ["seed-2"]
     assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []  # scale-1 activated
+
+
+def test_a_node_another_operation_deactivated_is_passed_over_and_left_deactivated(patching: Patching):
+    # A scale-in drain that failed is held for the operator: scale-0 deactivated RemoveNode, the
+    # lock free. An operator deactivated scale-1 with intent Restart, which no patch run recorded.
+    fm = patching.world.cluster.fm
+    fm.deactivate("scale-0", "RemoveNode")
+    fm.deactivate("scale-1", "Restart")
+
+    execution = patching.run()
+
+    intents = {n: patching.world.cluster.node(n).deactivation_intent for n in SCALING}
+    assert intents == {"scale-0": "RemoveNode", "scale-1": "Restart"}  # as the others left them
+    assert [patching.activations(n) for n in SCALING] == [0, 0]
+    assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
+    assert execution.output["finished"]["skipped"] == [
+        {"node_name": "scale-0", "reason": "deactivated by another operation: intent RemoveNode"},
+        {"node_name": "scale-1", "reason": "deactivated by another operation: intent Restart"},
+    ]
+    assert patching.world.machines.metrics.names().count("NodesSkipped") == 2
+    assert patching.rules.deactivated == SEEDS and {n for n, _, _ in patching.stand_in.sent} == set(SEEDS)
+    assert patching.active_and_up(*SEEDS) and patching.world.machines.alarms() == []
+    assert patching.progress() is None  # the round is over: the next one tries them again
+
+
+def test_a_node_a_drain_deactivates_after_its_scan_is_passed_over_and_the_lock_freed(patching: Patching):
+    fm, machines = patching.world.cluster.fm, patching.world.machines
+
+    def drain_after_scale_1s_scan() -> None:
+        if patching.stand_in.sent[-1][0] == "scale-1":
+            fm.deactivate("scale-1", "RemoveNode")  # a scale-in's drain, which then failed and let the lock go
+        else:
+            machines.after_step["scan"] = drain_after_scale_1s_scan
+
+    machines.after_step["scan"] = drain_after_scale_1s_scan
+
+    execution = patching.run()
+
+    assert patching.world.cluster.node("scale-1").deactivation_intent == "RemoveNode" and patching.activations("scale-1") == 0
+    assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
+    reason = "deactivated by another operation: intent RemoveNode"
+    assert execution.output["finished"]["skipped"] == [{"node_name": "scale-1", "reason": reason}]
+    assert patching.rules.deactivated == SEEDS + ["scale-0"]
+    assert patching.world.lock_holder() is None and patching.world.machines.alarms() == []
+
+
+def test_a_drain_that_raises_the_intent_while_the_node_is_patched_stops_the_run_and_is_not_undone(patching: Patching):
+    # Outside the membership lock (an operator's drain by hand): scale-0's intent raised to
+    # RemoveNode while its install runs. Neither activate nor the failure path may end it.
+    for name in SEEDS:
+        patching.node(name).missing = 0
+    patching.world.machines.after_step["install"] = lambda: patching.world.cluster.fm.deactivate("scale-0", "RemoveNode")
+
+    execution = patching.run()
+
+    assert (execution.status, execution.error) == ("FAILED", "PatchStopped")
+    assert patching.world.cluster.node("scale-0").deactivation_intent == "RemoveNode" and patching.activations("scale-0") == 0
+    (alarm,) = patching.world.machines.alarms()
+    assert "deactivated by another operation: intent RemoveNode" in alarm.message
+    assert "left deactivated (intent RemoveNode) as another operation set it" in alarm.message
 
 
 def test_a_health_drop_between_nodes_stops_before_the_next_node_leaves_service(patching: Patching):
@@ -278,6 +374,57 @@ def test_a_rerun_waits_for_the_install_a_stopped_run_left_running(patching: Patc
     # seed-0 was found up to date after that install, and activated; the others patched.
     assert [(n, op) for n, op, _ in patching.stand_in.sent[sent_before:] if op == "Install"] == [(n, "Install") for n in SEEDS[1:] + SCALING]
     assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []
+
+
+def test_every_scan_and_install_of_a_run_uses_the_runs_one_patch_baseline_snapshot(patching: Patching):
+    first = patching.run()
+    for name in SEEDS + SCALING:
+        patching.node(name).missing = 1
+    second = patching.run()
+
+    assert (first.status, second.status) == ("SUCCEEDED", "SUCCEEDED")
+    commands = list(patching.stand_in.commands.values())
+    snapshots = [{c.snapshot_id for c in commands[:10]}, {c.snapshot_id for c in commands[10:]}]
+    assert len(commands) == 20 and all(len(run) == 1 for run in snapshots)  # one per run, on every node
+    assert snapshots[0] != snapshots[1] and all(uuid.UUID(s) for (s,) in snapshots)
+    states = {m.patch_state["SnapshotId"] for m in patching.stand_in.machines.values()}
+    assert states == snapshots[1]  # each node's counts were taken with the run's snapshot
+
+
+def test_an_install_whose_answer_was_lost_is_not_sent_again(patching: Patching):
+    # The install step ran (SendCommand went out) and Lambda answered 500: the Task's retrier
+    # invokes it again, which finds this run's Install running on seed-1 and follows it.
+    lost = {"sent": 0}
+
+    def answer_lost() -> None:
+        if patching.stand_in.sent[-1][0] != "seed-1":
+            patching.world.machines.after_step["install"] = answer_lost
+            return
+        lost["sent"] += 1
+        raise ClientError({"Error": {"Code": "ServiceException", "Message": "the answer was lost (injected)"},
+                           "ResponseMetadata": {"HTTPStatusCode": 500}}, "Invoke")  # fmt: skip
+
+    patching.world.machines.after_step["install"] = answer_lost
+
+    execution = patching.run()
+
+    assert lost["sent"] == 1 and len(execution.steps("install")) == len(SEEDS + SCALING) + 1  # seed-1 twice
+    assert [op for n, op, _ in patching.stand_in.sent if n == "seed-1"] == ["Scan", "Install"]
+    assert patching.stand_in.overlaps == [] and patching.node("seed-1").reboots == 1
+    assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
+    assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []
+
+
+def test_an_install_is_judged_by_its_own_patch_state_not_the_scans_still_read(patching: Patching):
+    # scale-1's patch state is read a few looks late: after its Install ends, DescribeInstancePatchStates
+    # still answers the Scan's counts for a while.
+    patching.node("scale-1").report_lag = 3
+
+    execution = patching.run()
+
+    assert execution.status == "SUCCEEDED", [i for i in execution.invocations if i.error]
+    installed = execution.output["installed"]  # the last node's, scale-1
+    assert (installed["operation"], installed["missing"]) == ("Install", 0)
 
 
 def test_cancelling_is_not_the_end_of_a_command():
