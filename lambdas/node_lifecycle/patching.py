@@ -255,7 +255,8 @@ def up_to_date(runtime: Runtime, state: State) -> dict[str, Any]:
 
 def acquire_lock(runtime: Runtime, state: State) -> dict[str, Any]:
     _check_deadline(runtime, state, "the membership lock")
-    grant = runtime.lock.acquire(state["run"]["owner"], ttl_seconds=runtime.settings.lock_ttl_seconds)
+    grant = runtime.lock.acquire(state["run"]["owner"], ttl_seconds=runtime.settings.lock_ttl_seconds, intent=PATCH,
+                                 node=state["current"]["node_name"])  # fmt: skip
     return grant.to_dict()
 
 
@@ -553,7 +554,8 @@ def _record(runtime: Runtime, state: State, stage: str) -> None:
 
 def _renew_lock(runtime: Runtime, state: State) -> None:
     """Hold the membership lock while the node is out of service: renewed at every look."""
-    grant = runtime.lock.acquire(state["run"]["owner"], ttl_seconds=runtime.settings.lock_ttl_seconds)
+    grant = runtime.lock.acquire(state["run"]["owner"], ttl_seconds=runtime.settings.lock_ttl_seconds, intent=PATCH,
+                                 node=state["current"]["node_name"])  # fmt: skip
     if not grant.acquired:
         raise LifecycleError(f"the membership lock was taken by {grant.holder} while a node was out of service")
 

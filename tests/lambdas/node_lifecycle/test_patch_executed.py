@@ -484,3 +484,17 @@ def test_a_run_that_gives_up_waiting_for_a_running_install_leaves_the_node_deact
     assert "WaitTimedOut" in alarm.message and "still running on seed-0" in alarm.message
     assert "left deactivated" in alarm.message  # stopped before its scan, yet the Install may still reboot it
     assert patching.world.cluster.node("seed-0").deactivation_intent == "Restart"
+
+
+def test_a_patched_node_is_named_in_the_membership_lock_with_the_runs_intent(patching: Patching):
+    """Whoever the lock refuses meanwhile (a drain, telemetry cluster drain, telemetry cluster
+    upgrade) reads what holds the cluster: the run, intent patch, the node out of service."""
+    seen = []
+    lock_item = {"LockName": {"S": "cluster-membership"}}
+    patching.world.machines.after_step["deactivate"] = lambda: seen.append(
+        patching.world.dynamodb.get_item(TableName=patching.world.lock_table, Key=lock_item, ConsistentRead=True)["Item"])
+
+    assert patching.run({"node": "scale-1"}).status == "SUCCEEDED"
+
+    (item,) = seen
+    assert (item["Intent"]["S"], item["Node"]["S"]) == ("patch", "scale-1") and item["Owner"]["S"].startswith("patch:")
