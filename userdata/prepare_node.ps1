@@ -150,6 +150,18 @@ try {
         }
     }
 
+    Invoke-Step 'leave Windows Update to the patch run' {
+        # Windows Update must not install or restart a node by itself: nodes could restart together,
+        # none of them deactivated first. Notify before download (AUOptions 2, automatic updates
+        # not turned off), as the Patch Orchestration Application sets every node
+        # (microsoft/Service-Fabric-POA, NodeAgentNTService WindowsAutoUpdateUtility.SetAUOptions);
+        # the patch state machine installs through AWS-RunPatchBaseline, one node at a time.
+        $au = 'HKLM:\SOFTWARE\Policies\Microsoft\Windows\WindowsUpdate\AU'
+        if (-not (Test-Path $au)) { New-Item -Path $au -Force | Out-Null }
+        Set-ItemProperty -Path $au -Name NoAutoUpdate -Value 0 -Type DWord
+        Set-ItemProperty -Path $au -Name AUOptions -Value 2 -Type DWord
+    }
+
     Invoke-Step 'open firewall ports' {
         $rules = @(
             @{ Name = 'ServiceFabric-Nodes-TCP'; Protocol = 'TCP'; Ports = $NodePorts; From = $VpcCidr },

@@ -320,7 +320,7 @@ def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
     can finish the drain while the removal upgrade can still reach the machine; with CONTINUE only
     when the node is known to have left the cluster already (a later step failed, not the drain)."""
     found = _hook_or_none(state)
-    lock_note = _release_for_failure(runtime, state)
+    lock_note = _keep_lock_for_removal(state) or _release_for_failure(runtime, state)
     runtime.record_metric("DrainsFailed", 1, "Count")
     hook = found.to_dict() if found else {}
     instance_id = hook.get("instance_id") or "(unknown instance)"
@@ -341,12 +341,28 @@ def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
         )
     return {
         "lock_released": not lock_note,
+        "lock_kept": lock_note.startswith("The membership lock is left to expire"),
         "subject": f"Service Fabric drain failed: {node} on {instance_id}"[:SUBJECT_LIMIT],
         "message": (
             f"Draining node {node} (instance {instance_id}, group {hook.get('group_name', '(unknown)')}) "
             f"failed after {_elapsed(runtime, state):.0f} s: {_failure(state)}. {then} {lock_note}"
         ).strip(),
     }
+
+
+def _keep_lock_for_removal(state: State) -> str:
+    """A drain that started its removal upgrade and never saw it over leaves the lock to expire
+    rather than releasing it: the upgrade may still roll, and no join, drain or patched node may
+    overlap it (Service Fabric runs one upgrade at a time, and a node taken out of service meanwhile
+    would be a second domain down). '' when there is no such upgrade; else what the alarm says."""
+    if not (state.get("configuration") or {}).get("changed") or (state.get("upgrade") or {}).get("done"):
+        return ""
+    if "ConfigurationUpgradeFailed" in _failure(state):  # the upgrade ended: failed or rolled back
+        return ""
+    expires = float((state.get("lock") or {}).get("expires_at") or 0)
+    until = datetime.fromtimestamp(expires, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if expires else "its TTL"
+    return (f"The membership lock is left to expire (at {until}) rather than released: the removal upgrade this drain "
+            "started may still roll, and no join, drain or patched node may overlap it.")
 
 
 def _end_terminate_action(runtime: Runtime, hook: LifecycleHook | None, result: str) -> str:

@@ -156,6 +156,19 @@ def test_node_preparation_covers_every_step_the_cluster_needs(synthesized):
     assert "exit 1" in script  # the failure signal EC2Launch records
 
 
+def test_windows_update_never_installs_or_restarts_a_node_by_itself(synthesized):
+    """Notify before download, as the Patch Orchestration Application sets every node
+    (microsoft/Service-Fabric-POA: WindowsAutoUpdateUtility.SetAUOptions writes NoAutoUpdate 0 and
+    AUOptions 2 under the AU policy key): only the patch run, one node at a time, installs."""
+    for env in ENVIRONMENTS:
+        for script in user_data_scripts(synthesized, env).values():
+            body = step_body(script, "leave Windows Update to the patch run")
+            assert "'HKLM:\\SOFTWARE\\Policies\\Microsoft\\Windows\\WindowsUpdate\\AU'" in body
+            assert "Set-ItemProperty -Path $au -Name NoAutoUpdate -Value 0 -Type DWord" in body
+            assert "Set-ItemProperty -Path $au -Name AUOptions -Value 2 -Type DWord" in body
+            assert "if (-not (Test-Path $au)) { New-Item -Path $au -Force | Out-Null }" in body  # a key there keeps its values
+
+
 def step_body(script: str, step: str) -> str:
     """The text of one Invoke-Step's script block (up to the next step)."""
     start = script.index(f"Invoke-Step '{step}'")

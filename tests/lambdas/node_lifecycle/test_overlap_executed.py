@@ -152,3 +152,19 @@ def test_a_join_and_a_drain_at_once_take_turns(world: World):
     assert world.removed("scale-0")
     assert world.cluster.node(f"scale-{launch.instance_id}").status == "Up"
     assert [u.removing for u in world.cluster.upgrades if u.removing] == [("scale-0",)]
+
+
+def test_a_drain_failing_while_its_removal_upgrade_rolls_leaves_the_lock_to_expire(world: World):
+    """The removal upgrade outlives the drain's deadline: releasing the lock would let a join, a
+    drain or a patched node overlap an upgrade still rolling. The lock stays the drain's until it
+    expires; the alarm says so, and the instance is retained."""
+    world.cluster.uos.upgrade_ticks = 10**6  # the manifest upgrade that removes scale-0 never ends here
+    action = world.machines.begin("terminate", world.instance("scale-0"))
+
+    execution = world.machines.run(action)
+
+    assert (execution.status, execution.error) == ("FAILED", "DrainFailed") and action.retained
+    assert (world.lock_holder() or "").startswith(f"scale-in:{action.instance_id}:")
+    (alarm,) = world.machines.alarms()
+    assert "WaitTimedOut" in alarm.message and "left to expire (at " in alarm.message
+    assert "removal upgrade this drain started may still roll" in alarm.message
