@@ -55,7 +55,7 @@ from typing import Any
 
 from scripts.cluster_inventory import ToolError
 from scripts.cluster_lock import refuse_while_held
-from scripts.scale import ScalingGroups
+from scripts.scale import ScalingGroups, refuse_while_launch_suspended
 from scripts.telemetry import output
 from scripts.telemetry.errors import OperationFailed
 from simulator.topic_admin import _positive_seconds  # as telemetry topics reads its --timeout
@@ -267,6 +267,7 @@ def refresh(args: argparse.Namespace, session_factory: Callable[[str], Any], *,
             output.document({"group": name, "refresh_id": None, "status": "UpToDate"})
         return 0
     if under_way is None:
+        refuse_while_launch_suspended(state, config.region, "an instance refresh")
         refuse_while_held(config, session, "telemetry cluster refresh")
         refuse_alarming(session, request["Preferences"]["AlarmSpecification"]["Alarms"])
         refresh_id = refreshes.start(request)

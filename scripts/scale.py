@@ -57,16 +57,23 @@ class GroupState:
     # with SkipMatching replaces; None when the group names no launch template or a symbolic
     # version ($Latest, $Default), which this does not resolve.
     out_of_date: tuple[str, ...] | None = None
+    suspended: tuple[str, ...] = ()  # the group's suspended processes (Launch, Terminate, ...)
 
     @property
     def in_service(self) -> int:
         return self.lifecycle_states.count("InService")
 
+    @property
+    def retained(self) -> int:
+        """Instances Auto Scaling keeps after their terminate action was ABANDONed (a failed drain):
+        outside desired capacity until an operator terminates them ("Manage retained instances")."""
+        return sum(1 for state in self.lifecycle_states if state.endswith(":Retained"))
+
     def steady_at(self, desired: int) -> bool:
         return (
             self.desired == desired
             and self.in_service == desired
-            and len(self.lifecycle_states) == desired
+            and len(self.lifecycle_states) - self.retained == desired
             and self.activities_in_progress == 0
         )
 
@@ -99,6 +106,7 @@ class ScalingGroups:
             activities_in_progress=sum(a["StatusCode"] in UNFINISHED_ACTIVITIES for a in activities),
             node_type=tags.get(NODE_TYPE_TAG, ""),
             out_of_date=out_of_date(group),
+            suspended=tuple(p["ProcessName"] for p in group.get("SuspendedProcesses", [])),
         )
 
     def set_desired(self, name: str, desired: int) -> None:
@@ -121,6 +129,20 @@ def out_of_date(group: dict) -> tuple[str, ...] | None:
     return tuple(i["InstanceId"] for i in group.get("Instances", []) if i["LifecycleState"] == "InService" and (
         (i.get("LaunchTemplate") or {}).get("LaunchTemplateId"), str((i.get("LaunchTemplate") or {}).get("Version")))
         != (template["LaunchTemplateId"], version))
+
+
+def resume_launch_command(group: str, region: str) -> str:
+    return f"aws autoscaling resume-processes --auto-scaling-group-name {group} --scaling-processes Launch --region {region}"
+
+
+def refuse_while_launch_suspended(state: GroupState, region: str, what: str) -> None:
+    """With Launch suspended, an instance refresh replaces no instance and a scale-out launches none
+    (EC2 Auto Scaling User Guide, "How suspended processes affect other processes"): the command
+    would wait out its timeout. telemetry cluster upgrade leaves it so until the deploy."""
+    if "Launch" in state.suspended:
+        raise OperationFailed(f"the Launch process of {state.name} is suspended, so {what} would launch no instance; if a "
+                        "runtime upgrade suspended it, resume it once cdk.json names the new version and the deploy "
+                        f"has run: {resume_launch_command(state.name, region)}")
 
 
 def check_request(state: GroupState, desired: int, minimum: int) -> None:
@@ -206,6 +228,8 @@ def scale(args: argparse.Namespace, session_factory: Callable[[str], object]) ->
     minimum = state.min_size if args.group else config.service_fabric.scaling_min_nodes
     desired = config.service_fabric.scaling_desired_nodes if args.desired is None else args.desired
     check_request(state, desired, minimum)
+    if desired > state.desired:
+        refuse_while_launch_suspended(state, config.region, f"scaling out to {desired}")
     if state.min_size != minimum or state.desired != desired:
         from scripts.cluster_lock import refuse_while_held
 

@@ -73,6 +73,7 @@ from typing import Any
 from scripts import runtime_package
 from scripts.cluster_lock import refuse_while_held
 from scripts.drain_node import add_gateway_arguments, check_gateway_arguments, connect
+from scripts.scale import resume_launch_command
 from scripts.telemetry import output
 from scripts.telemetry.errors import OperationFailed, UsageError
 from simulator.topic_admin import _positive_seconds  # as telemetry topics and cluster refresh read theirs
@@ -339,24 +340,29 @@ class LaunchSuspension:
         """The upgrade completed: the group's launch template still prepares cdk.json's old runtime,
         so a node launched now would be refused at its join. Launch stays suspended until the
         deploy that carries the new version; say so, and how to resume."""
-        if not self.suspended:
+        if not self.suspended and not self._launch_suspended():  # a run that followed: an earlier one suspended it
             return
         self.suspended = False
         self.say(f"the Launch process of {self.group} stays suspended: a node launched now would install the runtime "
                  f"the deployed launch template names and be refused by a cluster at {version}. Once cdk.json names "
                  f"{version} and make deploy ENV={env} has run, resume it: {self.resume_command()}")
 
+    def _launch_suspended(self) -> bool:
+        if self.client is None:
+            return False
+        groups = self.client.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])["AutoScalingGroups"]
+        return any(p["ProcessName"] == "Launch" for g in groups for p in g.get("SuspendedProcesses", []))
+
     def resume_command(self) -> str:
-        return (f"aws autoscaling resume-processes --auto-scaling-group-name {self.group} --scaling-processes Launch "
-                f"--region {self.region}")
+        return resume_launch_command(self.group, self.region)
 
     def leave_suspended(self) -> None:
         """The upgrade runs on without this command: Launch stays suspended; say how to resume it."""
         if not self.suspended:
             return
         self.suspended = False
-        self.say(f"the Launch process of {self.group} stays suspended while the upgrade runs; once it has ended, "
-                 f"resume it: {self.resume_command()}")
+        self.say(f"the Launch process of {self.group} stays suspended while the upgrade runs; once it has rolled back, "
+                 f"or completed and the deploy carries its version, resume it: {self.resume_command()}")
 
 
 def upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runtime_package.RuntimePackage | None = None,

@@ -321,6 +321,8 @@ class NodeLifecycleStack(cdk.Stack):
                 resources=[group_arn],
             )
         )
+        # Whether a drain's instance was retained (its action ended first): Describe* takes no resource.
+        made.function.add_to_role_policy(iam.PolicyStatement(actions=["autoscaling:DescribeAutoScalingGroups"], resources=["*"]))
         acknowledge(
             self._policy(made),
             "AwsSolutions-IAM5",

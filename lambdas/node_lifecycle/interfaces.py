@@ -54,6 +54,8 @@ class InstanceInfo:
 # LifecycleState of an instance held by a lifecycle hook, and the transition it waits in
 # (Amazon EC2 Auto Scaling User Guide, "Amazon EC2 Auto Scaling instance lifecycle").
 WAITING_STATES = {"Pending:Wait": "launch", "Terminating:Wait": "terminate"}
+# An instance whose terminate action was ABANDONed, kept by the group's retention policy.
+RETAINED_STATE = "Terminating:Retained"
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,10 @@ class AutoScalingLifecycle(Protocol):
 
     def waiting_instances(self, group_name: str) -> list[WaitingInstance]:
         """The group's instances a lifecycle hook holds now."""
+        ...
+
+    def retained_instances(self, group_name: str) -> set[str]:
+        """The group's instances in Terminating:Retained."""
         ...
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .interfaces import WAITING_STATES, LifecycleHook, WaitingInstance
+from .interfaces import RETAINED_STATE, WAITING_STATES, LifecycleHook, WaitingInstance
 
 # What Auto Scaling answers once the action is completed, abandoned or timed out:
 # ValidationError "No active Lifecycle Action found with token ..." (or "with instance ID").
@@ -58,12 +58,15 @@ class AutoScalingLifecycleHooks:
 
     def waiting_instances(self, group_name: str) -> list[WaitingInstance]:
         """The group's instances a lifecycle hook holds now (their LifecycleState)."""
-        found = []
+        return [WaitingInstance(instance_id, WAITING_STATES[state]) for instance_id, state in self._states(group_name)
+                if state in WAITING_STATES]  # fmt: skip
+
+    def retained_instances(self, group_name: str) -> set[str]:
+        """The group's instances kept after their terminate action was ABANDONed (LifecycleState
+        Terminating:Retained, "Manage retained instances", Auto Scaling User Guide)."""
+        return {instance_id for instance_id, state in self._states(group_name) if state == RETAINED_STATE}
+
+    def _states(self, group_name: str) -> list[tuple[str, str]]:
         pages = self._client.get_paginator("describe_auto_scaling_groups").paginate(AutoScalingGroupNames=[group_name])
-        for page in pages:
-            for group in page["AutoScalingGroups"]:
-                for instance in group.get("Instances", []):
-                    transition = WAITING_STATES.get(instance.get("LifecycleState", ""))
-                    if transition:
-                        found.append(WaitingInstance(instance["InstanceId"], transition))
-        return found
+        return [(instance["InstanceId"], instance.get("LifecycleState", "")) for page in pages
+                for group in page["AutoScalingGroups"] for instance in group.get("Instances", [])]  # fmt: skip

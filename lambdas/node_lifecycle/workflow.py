@@ -227,7 +227,7 @@ def count_undelivered_alarm(runtime: Runtime, state: State) -> dict[str, Any]:
     """The AlarmsUndelivered count, and the alarm the topic refused printed into the log (every
     workflow's, the patch run's too)."""
     runtime.record_metric("AlarmsUndelivered", 1, "Count")
-    failure = state.get("failure") or state.get("gone") or {}
+    failure = next((state[key] for key in ("failure", "gone", "finish") if (state.get(key) or {}).get("subject")), {})
     print(json.dumps({"undelivered_alarm": {"subject": failure.get("subject"), "message": failure.get("message"),
                                             "publish_error": state.get("alarm_error")}}))  # fmt: skip
     return {"counted": True}
@@ -303,14 +303,40 @@ def remove_state(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def finish_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
-    """Complete with CONTINUE, give the lock up, count the drain."""
-    completion = complete_lifecycle_action(runtime.lifecycle, _hook(state), CONTINUE)
+    """Complete with CONTINUE, give the lock up, count the drain. A drain that finds the action
+    ended already looks whether Auto Scaling retained the instance (the action timed out to ABANDON
+    mid-drain, or someone ABANDONed it): its node is out, but the instance runs, billed, until
+    someone terminates it, so the alarm says so (`alarm`, published next)."""
+    hook = _hook(state)
+    completion = complete_lifecycle_action(runtime.lifecycle, hook, CONTINUE)
     release = runtime.lock.release(state["owner"])
     drained = bool(state.get("node", {}).get("is_member"))
     if drained:
         runtime.record_metric("DrainsSucceeded", 1, "Count")
         runtime.record_metric("DrainDurationSeconds", _elapsed(runtime, state), "Seconds")
-    return {**completion.to_dict(), "lock_released": release.released, "drained": drained}
+    found = {**completion.to_dict(), "lock_released": release.released, "drained": drained, "alarm": False}
+    if completion.outcome != Outcome.ALREADY_DONE:
+        return found
+    try:
+        retained: bool | None = hook.instance_id in runtime.lifecycle.retained_instances(hook.group_name)
+    except Exception as err:  # noqa: BLE001 - the drain is done; only the wording depends on it
+        print(json.dumps({"retained_unknown": f"{type(err).__name__}: {err}"}))
+        retained = None
+    if retained is False:
+        return found  # completed before (this step's earlier try, or another execution): the instance goes
+    node = state.get("node", {}).get("node_name") or "(no node)"
+    seen = "is retained by Auto Scaling (Terminating:Retained)" if retained else "may be retained by Auto Scaling"
+    return {
+        **found,
+        "alarm": True,
+        "subject": f"Service Fabric drain done, instance kept: {hook.instance_id}"[:SUBJECT_LIMIT],
+        "message": (
+            f"Node {node} has left the cluster, but Auto Scaling had no pending terminate action for instance "
+            f"{hook.instance_id} any more (it timed out to ABANDON, or someone ended it), and the instance {seen}: "
+            f"it runs, billed, until terminated. Terminate it: aws autoscaling terminate-instance-in-auto-scaling-group "
+            f"--instance-id {hook.instance_id} --no-should-decrement-desired-capacity --region {runtime.settings.region}"
+        ),
+    }
 
 
 def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -463,9 +489,14 @@ def clean_up_join(runtime: Runtime, state: State) -> dict[str, Any]:
     if never_held:
         holder = (state.get("lock") or {}).get("holder") or "nobody"
         left_alone = f"This execution never held the membership lock (last held by {holder}), so it changed nothing in the cluster."
-    elif _try_keep_alive(runtime, found) is False:
-        left_alone = ("Auto Scaling had no pending launch action any more, so the node was left as it is: "
-                      "the instance serves it, or terminates and its drain removes it.")  # fmt: skip
+    elif (pending := _try_keep_alive(runtime, found)) is not True:
+        # Unknown (the heartbeat failed) is taken as gone: a node left alone on an instance whose
+        # launch is then abandoned is drained by its terminate hook; one deactivated on an instance
+        # that serves it is lost capacity.
+        left_alone = ("Auto Scaling had no pending launch action any more" if pending is False else
+                      "Whether Auto Scaling still had the launch action could not be read")  # fmt: skip
+        left_alone += (", so the node was left as it is: the instance serves it, or terminates and its drain "
+                       "removes it.")
     if left_alone:
         return {"instance_id": hook["instance_id"], "node_name": name, "deactivated": False, "left_alone": True,
                 "never_held": never_held, "lock_released": not lock_note, "detail": f"{left_alone} {lock_note}".strip()}  # fmt: skip

@@ -339,7 +339,14 @@ class ScaleInWorkflow(_Workflow):
     detail_type = "EC2 Instance-terminate Lifecycle Action"
 
     def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
-        finish = steps.task("Complete the lifecycle action", "finish", "finish").next(sfn.Succeed(self, "Drained"))
+        drained = sfn.Succeed(self, "Drained")
+        kept = steps.alarm(
+            "Alarm: drained, instance kept", alarm_topic, subject=sfn.JsonPath.string_at("$.finish.subject"),
+            message=sfn.TaskInput.from_json_path_at("$.finish.message"), then=drained,
+        )  # fmt: skip
+        ended = sfn.Choice(self, "Action ended before the drain?")
+        ended.when(sfn.Condition.boolean_equals("$.finish.alarm", True), kept).otherwise(drained)
+        finish = steps.task("Complete the lifecycle action", "finish", "finish").next(ended)
         # Clean-up only, for a node the removal upgrade left in the node list.
         remove_state = steps.task("Clean-up: remove the node state", "remove_node_state", "state_removal").next(finish)
         down = steps.poll("Clean-up: wait until the node is Down", "poll_node_down", "down", remove_state)

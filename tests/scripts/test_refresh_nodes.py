@@ -69,7 +69,7 @@ def alarms_are(aws, states: dict[str, str] | None = None, *, missing: str = "") 
 
 
 def group_is(stubber: Stubber, node_type: str = "ScalingNodeType", versions: tuple[str, str] | None = None,
-             group_version: str = "7") -> None:
+             group_version: str = "7", suspended: tuple[str, ...] = ()) -> None:
     """The group of two InService instances; with `versions`, the launch template version each
     instance runs and the group's own (`group_version`), as DescribeAutoScalingGroups gives them
     (LaunchTemplate {LaunchTemplateId, LaunchTemplateName, Version} on the group and each instance)."""
@@ -85,6 +85,7 @@ def group_is(stubber: Stubber, node_type: str = "ScalingNodeType", versions: tup
         "AutoScalingGroupName": GROUP, "MinSize": 0, "MaxSize": 3, "DesiredCapacity": 2, "DefaultCooldown": 300,
         "AvailabilityZones": ["eu-west-1a"], "HealthCheckType": "EC2", "CreatedTime": NOW, **launch,
         "Instances": instances,
+        "SuspendedProcesses": [{"ProcessName": p, "SuspensionReason": "User suspended at 2026-11-26T00:00:00Z"} for p in suspended],
         "Tags": [{"Key": "sf:nodetype", "Value": node_type, "ResourceId": GROUP, "ResourceType": "auto-scaling-group",
                   "PropagateAtLaunch": True}]}]}, {"AutoScalingGroupNames": [GROUP]})
     stubber.add_response("describe_scaling_activities", {"Activities": []},
@@ -339,3 +340,17 @@ def test_the_readme_command_plans_offline(capsys):
     out = capsys.readouterr().out
     assert "telemetry-prod-sf-scaling: instance refresh, minimum healthy 100%, maximum 110%, warm-up 900 s" in out
     assert "stops on: telemetry-prod-sf-lifecycle-JoinFailed, telemetry-prod-sf-lifecycle-DrainFailed" in out
+
+
+def test_a_refresh_while_launch_is_suspended_is_refused_with_the_resume_command(aws, capsys):
+    """An instance refresh replaces no instance while Launch is suspended (EC2 Auto Scaling User
+    Guide, "How suspended processes affect other processes"): refused before it starts (no
+    StartInstanceRefresh: the Stubber would fail on an unexpected call)."""
+    group_is(aws.stubber, versions=("6", "7"), suspended=("Launch",))
+    refreshes_are(aws.stubber)
+
+    assert run([], aws) == 1
+
+    err = capsys.readouterr().err
+    assert f"the Launch process of {GROUP} is suspended, so an instance refresh would launch no instance" in err
+    assert f"aws autoscaling resume-processes --auto-scaling-group-name {GROUP} --scaling-processes Launch" in err

@@ -213,3 +213,34 @@ def test_help_describes_every_option():
                             capture_output=True, text=True, check=True)
     for option in ("--env", "--desired", "--group", "--timeout", "--poll-interval", "--dry-run"):
         assert option in result.stdout
+
+
+def test_an_instance_retained_after_a_failed_drain_does_not_keep_the_group_from_steady():
+    """A retained instance (Terminating:Retained, a LifecycleState in botocore's autoscaling model)
+    is outside desired capacity ("Manage retained instances"); until an operator terminates it the
+    group is steady at its desired size without it."""
+    assert "Terminating:Retained" in _lifecycle_states()
+    state = GroupState("g", 0, 6, 2, ("InService", "InService", "Terminating:Retained"), 0, "ScalingNodeType")
+
+    assert state.retained == 1 and state.steady_at(2)
+    assert not GroupState("g", 0, 6, 2, ("InService", "Terminating:Wait", "InService"), 0, "ScalingNodeType").steady_at(2)
+
+
+def _lifecycle_states() -> list[str]:
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("autoscaling").shape_for("LifecycleState").enum
+
+
+def test_scaling_out_while_launch_is_suspended_is_refused_with_the_resume_command(aws, capsys):
+    """With Launch suspended (telemetry cluster upgrade leaves it so until the deploy), a scale-out
+    launches no instance ("How suspended processes affect other processes") and would only wait out
+    its timeout: refused at once, naming the command that resumes it."""
+    aws.client("autoscaling").suspend_processes(AutoScalingGroupName=SCALING, ScalingProcesses=["Launch"])
+
+    assert run(["--env", "dev", "--desired", "2", "--poll-interval", "0"], aws) == 1
+
+    err = capsys.readouterr().err
+    assert f"the Launch process of {SCALING} is suspended, so scaling out to 2 would launch no instance" in err
+    assert f"aws autoscaling resume-processes --auto-scaling-group-name {SCALING} --scaling-processes Launch" in err
+    assert group(aws)["DesiredCapacity"] == 1  # nothing changed

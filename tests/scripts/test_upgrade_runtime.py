@@ -326,9 +326,17 @@ def test_while_the_upgrade_runs_on_without_the_command_launch_stays_suspended_an
     assert code == (130 if ends == "interrupted" else 1)
     assert sf_cluster.cm.code_version == "11.4.268.1"  # still upgrading
     assert suspended(moto_session) == ["Launch"]
-    assert (f"the Launch process of {SCALING} stays suspended while the upgrade runs; once it has ended, resume it: "
-            f"{RESUME}") in captured.out
+    assert (f"the Launch process of {SCALING} stays suspended while the upgrade runs; once it has rolled back, or "
+            f"completed and the deploy carries its version, resume it: {RESUME}") in captured.out
     assert "resumed the Launch process" not in captured.out
+
+    # The run that follows the upgrade to its end says again that Launch stays suspended, and how to resume it.
+    if ends == "interrupted":
+        monkeypatch.setattr(ServiceFabricClient, "get_cluster_upgrade_progress", progress)
+    assert upgrade(gateway) == 0
+    out = capsys.readouterr().out
+    assert "following it" in out and f"the Launch process of {SCALING} stays suspended" in out and RESUME in out
+    assert suspended(moto_session) == ["Launch"]
 
 
 def test_a_start_refused_after_the_suspension_resumes_launch(gateway, sf_cluster, moto_session, monkeypatch, capsys):

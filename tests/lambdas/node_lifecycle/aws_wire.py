@@ -225,11 +225,15 @@ class AwsWire:
         states = {"launch": "Pending:Wait", "terminate": "Terminating:Wait"}
         groups = []
         for name in names:
+            # Retained instances too (Terminating:Retained, "Manage retained instances"). That
+            # DescribeAutoScalingGroups lists them among the group's Instances, no page says: a risk.
+            listed = [(a, states[a.transition]) for a in self.lifecycle.pending(name)]
+            listed += [(a, "Terminating:Retained") for a in self.lifecycle.retained(name)]
             members = "".join(
-                f"<member><InstanceId>{escape(a.instance_id)}</InstanceId><LifecycleState>{states[a.transition]}</LifecycleState>"
+                f"<member><InstanceId>{escape(a.instance_id)}</InstanceId><LifecycleState>{state}</LifecycleState>"
                 "<AvailabilityZone>eu-west-1a</AvailabilityZone><HealthStatus>Healthy</HealthStatus>"
                 "<ProtectedFromScaleIn>false</ProtectedFromScaleIn></member>"
-                for a in self.lifecycle.pending(name)
+                for a, state in listed
             )
             groups.append(f"<member><AutoScalingGroupName>{escape(name)}</AutoScalingGroupName><Instances>{members}</Instances></member>")
         body = (

@@ -125,6 +125,9 @@ class RecordingLifecycle:
     def waiting_instances(self, group_name: str) -> list:
         return []  # the steps driven here never lose an event; the executions test that
 
+    def retained_instances(self, group_name: str) -> set[str]:
+        return set()  # nor retain an instance; the executions test that
+
     @property
     def heartbeats(self) -> int:
         return sum(1 for name, _ in self.calls if name == "heartbeat")

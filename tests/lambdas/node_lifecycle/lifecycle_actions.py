@@ -136,6 +136,12 @@ class LifecycleActions:
         with self._lock:
             return [a for a in self.actions if a.group == group and a.pending]
 
+    def retained(self, group: str) -> list[LifecycleAction]:
+        """The group's instances kept in Terminating:Retained (none is ever terminated here)."""
+        self.settle()
+        with self._lock:
+            return [a for a in self.actions if a.group == group and a.retained]
+
     def settle(self) -> None:
         """Let the clock's present decide actions whose timer ran out."""
         with self._lock:

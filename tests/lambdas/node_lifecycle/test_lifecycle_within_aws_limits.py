@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from botocore.exceptions import ClientError
 
 from stacks.config import load_environment
 from stacks.lifecycle_timing import EVENTS_PER_LOOP, INVOKE_RETRY
@@ -149,10 +150,10 @@ def test_a_failed_drain_whose_abandon_is_refused_is_retained_when_its_action_tim
     assert world.cluster.node("scale-0").status == "Disabled" and "scale-0" in world.cluster.uos_nodes
 
 
-def test_a_drain_whose_terminate_action_is_gone_still_drains_the_node(world: World):
-    """Someone completed the action by hand mid-drain (or it timed out, and the instance is
-    retained): the drain goes on while the machine answers, the node leaves, and finish finds the
-    action already ended."""
+def test_a_drain_whose_terminate_action_is_gone_still_drains_the_node_and_says_the_instance_is_kept(world: World):
+    """Someone ABANDONed the action by hand mid-drain (or it timed out to ABANDON): the drain goes
+    on while the machine answers and the node leaves; the instance is retained, so the finish step
+    finds it in Terminating:Retained and says how to let it go, or it would run, billed, for good."""
     action = world.machines.begin("terminate", world.instance("scale-0"))
     world.machines.after_step["deactivate_node"] = lambda: world.machines.lifecycle.complete(
         group=action.group, hook=action.hook, token=action.token, instance_id="", result="ABANDON")
@@ -161,6 +162,30 @@ def test_a_drain_whose_terminate_action_is_gone_still_drains_the_node(world: Wor
 
     assert execution.status == "SUCCEEDED" and execution.output["finish"]["outcome"] == "already_done"
     assert world.removed("scale-0") and action.retained
+    (alarm,) = world.machines.alarms()
+    assert alarm.subject == f"Service Fabric drain done, instance kept: {action.instance_id}"
+    assert "is retained by Auto Scaling (Terminating:Retained)" in alarm.message
+    assert f"terminate-instance-in-auto-scaling-group --instance-id {action.instance_id} --no-should-decrement" in alarm.message
+
+
+def test_a_finish_resent_after_its_answer_was_lost_finds_its_own_continue_and_stays_quiet(world: World):
+    """The CONTINUE went through but Lambda's answer was lost; the resent step finds no pending
+    action, and the instance is not retained (it terminates): nothing to alarm about."""
+    action = world.machines.begin("terminate", world.instance("scale-0"))
+    lost = {"sent": 0}
+
+    def answer_lost() -> None:
+        lost["sent"] += 1
+        raise ClientError({"Error": {"Code": "ServiceException", "Message": "the answer was lost (injected)"},
+                           "ResponseMetadata": {"HTTPStatusCode": 500}}, "Invoke")  # fmt: skip
+
+    world.machines.after_step["finish"] = answer_lost
+
+    execution = world.machines.run(action)
+
+    assert lost["sent"] == 1 and len(execution.steps("finish")) == 2
+    assert execution.status == "SUCCEEDED" and execution.output["finish"]["outcome"] == "already_done"
+    assert (action.result, action.ended_by) == ("CONTINUE", "completed") and world.removed("scale-0")
     assert world.machines.alarms() == []
 
 

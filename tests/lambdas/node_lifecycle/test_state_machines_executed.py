@@ -415,3 +415,18 @@ def test_an_abandoned_join_is_drained_when_its_instance_terminates(world: World)
     assert world.removed(f"scale-{instance_id}")
     registration, removal = world.cluster.upgrades[-2:]
     assert (registration.removing, removal.removing) == ((), (f"scale-{instance_id}",))
+
+
+def test_a_failed_join_that_cannot_tell_whether_its_action_is_pending_leaves_the_node_alone(world: World):
+    """Heartbeats refused once the node is Up: the join fails, and its clean-up cannot tell whether
+    Auto Scaling still has the launch action. It leaves the node as it is (deactivating it could
+    take a serving node out of service; left alone, an abandoned launch's terminate hook drains it)."""
+    world.machines.after_step["tag_node_instance"] = lambda: world.wire.fail(
+        "auto-scaling", "RecordLifecycleActionHeartbeat", "AccessDenied", status=403, times=10_000)
+    action = world.machines.begin("launch", world.instance())
+
+    alarm = world.abandoned(world.machines.run(action), action)
+
+    node = world.cluster.node(f"scale-{action.instance_id}")
+    assert (node.status, node.deactivation_intent) == ("Up", "Invalid")
+    assert "Whether Auto Scaling still had the launch action could not be read" in alarm.message
