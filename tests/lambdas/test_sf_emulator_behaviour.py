@@ -903,3 +903,14 @@ def test_unknown_routes_are_loud():
     assert answer.status_code == 404
     assert answer.json()["Error"]["Code"] == "EMULATOR_UNKNOWN_ROUTE"
     assert emulator.server_errors == []
+
+
+def test_a_url_the_nodes_handler_does_not_list_is_a_bad_request_as_the_gateway_answers_it():
+    """Restart is a real node URL the emulator does not model (loud, above); Reboot is no URL at all:
+    the handler's URI parse fails into InvalidArgument, 400 E_INVALIDARG (RequestHandlerBase
+    HandlerAsyncOperation::OnStart; HttpUtil::ErrorCodeToHttpStatus)."""
+    with SfEmulator(standard_cluster()) as emulator:
+        answer = requests.post(emulator.endpoint + "/Nodes/seed-0/$/Reboot?api-version=6.0", timeout=5)
+
+    assert answer.status_code == 400
+    assert answer.json()["Error"]["Code"] == "E_INVALIDARG"

@@ -79,3 +79,18 @@ def test_a_health_failure_rolls_back_to_the_version_it_ran(sf_client, sf_cluster
     assert "RollingBackInProgress" in seen
     assert (progress.state, progress.code_version, progress.failure_reason) == (
         "RollingBackCompleted", "11.4.268.1", "HealthCheck")
+
+
+def test_an_upgrade_description_without_a_rolling_mode_is_refused_not_defaulted(sf_cluster):
+    """The REST reference documents UnmonitoredAuto as the default, but the runtime's
+    FabricUpgradeDescriptionWrapper starts with the mode Invalid and the Cluster Manager refuses
+    that (Invalid_Upgrade_Mode2, InvalidArgument: 400). Our client always sends Monitored."""
+    from tests.sf_emulator.failover_manager import EmulatedFabricError
+
+    sf_cluster.cm.put_in_image_store(CAB)
+    sf_cluster.cm.provision({"CodeFilePath": CAB})
+
+    with pytest.raises(EmulatedFabricError) as refused:
+        sf_cluster.cm.start_upgrade({"CodeVersion": "11.5.0.1", "UpgradeKind": "Rolling"}, ["UD0", "UD1", "UD2"])
+
+    assert (refused.value.status, refused.value.code) == (400, "E_INVALIDARG") and "RollingUpgradeMode" in refused.value.message

@@ -358,6 +358,7 @@ def holds(item: dict | None) -> tuple[str, str, str] | None:
     return (":".join(item["Owner"]["S"].split(":")[:2]), item["Intent"]["S"], item["Node"]["S"])
 
 
+@pytest.mark.overlap
 def test_a_drain_holds_the_membership_lock_while_it_changes_the_node_and_lets_it_go(
     run, gateway, sf_cluster, sf_emulator, monkeypatch, lock_item
 ):
@@ -377,6 +378,7 @@ def test_a_drain_holds_the_membership_lock_while_it_changes_the_node_and_lets_it
     assert lock_item() is None
 
 
+@pytest.mark.overlap
 def test_a_drain_is_refused_in_one_line_while_another_owner_holds_the_lock(
     run, gateway, sf_cluster, sf_emulator, moto_session, lock_table, lock_item
 ):
@@ -452,6 +454,7 @@ def test_at_the_default_pace_a_short_drain_takes_the_lock_once(run, gateway, sf_
     assert len(lock_grants) == 1  # renewed at most every LOCK_RENEW_SECONDS, not at each look
 
 
+@pytest.mark.overlap
 def test_a_lock_taken_over_mid_drain_stops_it_before_the_next_change(
     run, gateway, sf_cluster, sf_emulator, moto_session, lock_table, monkeypatch, lock_item
 ):

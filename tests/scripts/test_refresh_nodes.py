@@ -281,6 +281,7 @@ def test_a_refresh_stopped_by_an_alarm_fails_with_its_reason(aws, capsys):
 
 
 @pytest.mark.parametrize("holder", ["lock", "patch"])
+@pytest.mark.overlap
 def test_a_held_membership_lock_or_patch_lease_starts_nothing_and_says_who_holds_it(aws, capsys, holder):
     import time
 
@@ -342,6 +343,7 @@ def test_the_readme_command_plans_offline(capsys):
     assert "stops on: telemetry-prod-sf-lifecycle-JoinFailed, telemetry-prod-sf-lifecycle-DrainFailed" in out
 
 
+@pytest.mark.overlap
 def test_a_refresh_while_launch_is_suspended_is_refused_with_the_resume_command(aws, capsys):
     """An instance refresh replaces no instance while Launch is suspended (EC2 Auto Scaling User
     Guide, "How suspended processes affect other processes"): refused before it starts (no

@@ -114,6 +114,7 @@ def test_a_run_answers_in_json_once_steady_with_its_progress_on_stderr(aws, caps
     assert f"{SCALING} is steady with 2 node(s) in service" in err
 
 
+@pytest.mark.overlap
 def test_a_held_membership_lock_or_patch_lease_changes_nothing_and_says_who_holds_it(aws, capsys):
     import time
 
@@ -232,6 +233,7 @@ def _lifecycle_states() -> list[str]:
     return botocore.session.get_session().get_service_model("autoscaling").shape_for("LifecycleState").enum
 
 
+@pytest.mark.overlap
 def test_scaling_out_while_launch_is_suspended_is_refused_with_the_resume_command(aws, capsys):
     """With Launch suspended (telemetry cluster upgrade leaves it so until the deploy), a scale-out
     launches no instance ("How suspended processes affect other processes") and would only wait out

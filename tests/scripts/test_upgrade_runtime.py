@@ -174,6 +174,7 @@ def test_the_readme_command_plans_offline(capsys):
     assert "environments.prod.service_fabric.runtime_version: 11.5.0.1" in out
 
 
+@pytest.mark.overlap
 def test_a_patch_run_under_way_is_refused_in_one_line(gateway, lock_table, moto_session, sf_cluster, sf_emulator, capsys):
     # As lambdas/node_lifecycle/patch_progress.py writes the item while a run works.
     dynamodb = moto_session.client("dynamodb")
@@ -204,6 +205,7 @@ def hold_the_membership_lock(moto_session, lock_table, *, expires_in: float) -> 
     return item
 
 
+@pytest.mark.overlap
 def test_a_held_membership_lock_is_refused_in_one_line_before_anything_is_sent(
         gateway, lock_table, moto_session, sf_cluster, sf_emulator, package, capsys):
     item = hold_the_membership_lock(moto_session, lock_table, expires_in=900)
@@ -261,6 +263,7 @@ def launch_at_start(monkeypatch, sf_cluster, moto_session) -> list[list[str]]:
     return seen
 
 
+@pytest.mark.overlap
 def test_launches_are_suspended_for_the_upgrades_window_and_resumed_when_it_rolls_back(
         gateway, sf_cluster, moto_session, launch_at_start, capsys):
     sf_cluster.cm.put_in_image_store(CAB)
@@ -276,6 +279,7 @@ def test_launches_are_suspended_for_the_upgrades_window_and_resumed_when_it_roll
     assert f"resumed the Launch process of {SCALING}: the group launches instances again" in out
 
 
+@pytest.mark.overlap
 def test_a_completed_upgrade_keeps_launches_suspended_until_the_deploy_carries_its_version(
         gateway, sf_cluster, moto_session, launch_at_start, capsys):
     """A node launched now would prepare cdk.json's old runtime and be refused at its join

@@ -108,7 +108,10 @@ class ClusterManager:
         target = str(body.get("CodeVersion") or "")
         if target and not CODE_VERSION.match(target):
             raise _invalid(f"CodeVersion {target}")  # FabricCodeVersion::TryParse in the wrapper's deserialize
-        mode = str(body.get("RollingUpgradeMode") or "UnmonitoredAuto")  # the REST reference's default
+        # No default, whatever the REST reference says: FabricUpgradeDescriptionWrapper starts with
+        # rollingUpgradeMode_ FABRIC_ROLLING_UPGRADE_MODE_INVALID (ServiceModel/
+        # FabricUpgradeDescriptionWrapper.cpp, its constructor), and a body without the field keeps it.
+        mode = str(body.get("RollingUpgradeMode") or "Invalid")
         if mode not in ("UnmonitoredAuto", "UnmonitoredManual", "Monitored"):
             raise _invalid(f"RollingUpgradeMode {mode}")  # CMR BeginAcceptUpgradeFabric: Invalid_Upgrade_Mode2
         # CMR BeginAcceptUpgradeFabric: the target must be provisioned -> FabricVersionNotFound

@@ -116,6 +116,10 @@ def _commit_upload_session(cluster, match, query, body):
 
 
 _NODE = r"/Nodes/(?P<name>[^/]+)"
+# The suffixes the Nodes handler lists after /Nodes/{name}/$/ (httpgateway/NodesHandler.cpp,
+# Initialize: validHandlerUris), whether the emulator models them or not.
+NODE_SUFFIXES = frozenset({"GetLoadInformation", "Activate", "Deactivate", "RemoveNodeState", "GetHealth", "ReportHealth",
+                           "Restart", "Stop", "Start"})  # fmt: skip
 ROUTES: list[tuple[str, re.Pattern[str], str, Handler]] = [
     ("GET", re.compile(r"^/Nodes$"), "6.3", _list_nodes),
     ("GET", re.compile(rf"^{_NODE}$"), "6.0", _get_node),
@@ -149,4 +153,12 @@ def dispatch(
         groups = {key: unquote(value) for key, value in found.groupdict().items()}
         cluster.tick()  # one request, one tick of the cluster's clock
         return handler(cluster, groups, query, body)
+    suffix = re.fullmatch(rf"{_NODE}/\$/(?P<suffix>[^/]+)", path)
+    if suffix and suffix["suffix"] not in NODE_SUFFIXES:
+        # A URL the Nodes handler does not list: GatewayUri::TryParse fails, and the handler answers
+        # InvalidArgument (httpgateway/RequestHandlerBase.HandlerAsyncOperation.cpp, OnStart), which
+        # the gateway sends as 400 E_INVALIDARG (HttpTransport/HttpUtil.cpp, ErrorCodeToHttpStatus).
+        raise EmulatedFabricError(400, "E_INVALIDARG", f"Invalid URL {path}")
+    # A URL the real gateway serves and the emulator does not model, or one outside the Nodes
+    # handler: loud, so that no test passes on a call nothing here answered.
     raise EmulatedFabricError(404, "EMULATOR_UNKNOWN_ROUTE", f"{method} {path}")

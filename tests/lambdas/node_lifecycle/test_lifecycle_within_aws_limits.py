@@ -150,6 +150,7 @@ def test_a_failed_drain_whose_abandon_is_refused_is_retained_when_its_action_tim
     assert world.cluster.node("scale-0").status == "Disabled" and "scale-0" in world.cluster.uos_nodes
 
 
+@pytest.mark.overlap
 def test_a_drain_whose_terminate_action_is_gone_still_drains_the_node_and_says_the_instance_is_kept(world: World):
     """Someone ABANDONed the action by hand mid-drain (or it timed out to ABANDON): the drain goes
     on while the machine answers and the node leaves; the instance is retained, so the finish step
@@ -293,6 +294,7 @@ def test_a_lifecycle_event_never_delivered_is_picked_up_by_the_reaper(world: Wor
         assert world.cluster.node(f"scale-{instance_id}").status == "Up"
 
 
+@pytest.mark.overlap
 def test_the_reaper_leaves_alone_an_action_an_execution_already_served(world: World):
     """A failed drain whose ABANDON Auto Scaling refused: its action waits to time out (and retain
     the instance), which is meant, not lost."""

@@ -205,6 +205,7 @@ def test_a_node_with_nothing_to_install_is_scanned_and_left_in_service(patching:
     assert patching.active_and_up(*SEEDS, *SCALING) and patching.world.machines.alarms() == []  # scale-1 activated
 
 
+@pytest.mark.overlap
 def test_a_node_another_operation_deactivated_is_passed_over_and_left_deactivated(patching: Patching):
     # A scale-in drain that failed is held for the operator: scale-0 deactivated RemoveNode, the
     # lock free. An operator deactivated scale-1 with intent Restart, which no patch run recorded.
@@ -228,6 +229,7 @@ def test_a_node_another_operation_deactivated_is_passed_over_and_left_deactivate
     assert patching.progress() is None  # the round is over: the next one tries them again
 
 
+@pytest.mark.overlap
 def test_a_node_a_drain_deactivates_after_its_scan_is_passed_over_and_the_lock_freed(patching: Patching):
     fm, machines = patching.world.cluster.fm, patching.world.machines
 
@@ -249,6 +251,7 @@ def test_a_node_a_drain_deactivates_after_its_scan_is_passed_over_and_the_lock_f
     assert patching.world.lock_holder() is None and patching.world.machines.alarms() == []
 
 
+@pytest.mark.overlap
 def test_a_drain_that_raises_the_intent_while_the_node_is_patched_stops_the_run_and_is_not_undone(patching: Patching):
     # Outside the membership lock (an operator's drain by hand): scale-0's intent raised to
     # RemoveNode while its install runs. Neither activate nor the failure path may end it.
@@ -455,6 +458,7 @@ def test_a_seed_held_for_seed_quorum_waits_until_the_failover_manager_lets_it_go
     assert execution.virtual_seconds >= 2 * 180
 
 
+@pytest.mark.overlap
 def test_a_cluster_code_upgrade_under_way_stops_patching_before_any_node_leaves_service(patching: Patching):
     cm = patching.world.cluster.cm
     cm.ticks_per_domain = 10**6  # telemetry cluster upgrade's upgrade, still in its first domain
@@ -486,6 +490,7 @@ def test_a_run_that_gives_up_waiting_for_a_running_install_leaves_the_node_deact
     assert patching.world.cluster.node("seed-0").deactivation_intent == "Restart"
 
 
+@pytest.mark.overlap
 def test_a_patched_node_is_named_in_the_membership_lock_with_the_runs_intent(patching: Patching):
     """Whoever the lock refuses meanwhile (a drain, telemetry cluster drain, telemetry cluster
     upgrade) reads what holds the cluster: the run, intent patch, the node out of service."""

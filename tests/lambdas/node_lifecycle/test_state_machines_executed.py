@@ -136,6 +136,7 @@ def test_a_terminating_node_is_drained_and_removed_before_the_instance_goes(worl
     assert world.machines.metrics.names() == ["DrainsStarted", "DrainsSucceeded", "DrainDurationSeconds"]
 
 
+@pytest.mark.overlap
 def test_two_drains_at_once_take_turns_and_both_nodes_leave(world: World):
     first = world.machines.begin("terminate", world.instance("scale-0"))
     second = world.machines.begin("terminate", world.instance("scale-1"))
@@ -173,6 +174,7 @@ def test_a_drain_left_listed_by_the_upgrade_stops_the_host_then_removes_the_node
     assert world.removed("scale-1")
 
 
+@pytest.mark.overlap
 def test_a_drain_waits_for_the_lock_held_elsewhere_keeping_the_instance(world: World):
     held_for = 1200  # longer than the hook's heartbeat timeout (900 s)
     holder = "scale-out:i-0other:exec-other"  # an execution that died holding the lock
