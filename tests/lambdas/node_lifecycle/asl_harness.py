@@ -565,6 +565,10 @@ class LifecycleStateMachines:
         interpreter's threads reach them)."""
         return self._run_together([self._route(action) for action in actions], real_seconds)
 
+    def run_mixed(self, *runs: LifecycleAction | tuple[dict[str, Any], Any], real_seconds: float = 60.0) -> list[Execution]:
+        """Lifecycle actions (routed by their rules) and (state machine, input) pairs, at once."""
+        return self._run_together([self._route(r) if isinstance(r, LifecycleAction) else r for r in runs], real_seconds)
+
     def _route(self, action: LifecycleAction) -> tuple[dict[str, Any], dict[str, Any]]:
         event = action.event(DEFAULT_ACCOUNT_ID, self.region)
         matching = [m for m in self.state_machines.values()

@@ -503,3 +503,31 @@ def test_a_patched_node_is_named_in_the_membership_lock_with_the_runs_intent(pat
 
     (item,) = seen
     assert (item["Intent"]["S"], item["Node"]["S"]) == ("patch", "scale-1") and item["Owner"]["S"].startswith("patch:")
+
+
+@pytest.mark.overlap
+def test_a_patch_run_and_a_drain_at_once_never_take_two_nodes_out_of_service(patching: Patching):
+    """A maintenance window's run meets a scale-in of scale-0, both executing at once: the
+    membership lock lets one node out of service at a time. scale-0 leaves the cluster (patched
+    first, or passed over once gone), every other node is patched, and no two nodes were ever
+    deactivated together."""
+    world = patching.world
+    most_out = [0]
+    sample = patching.rules.sample
+
+    def sampled() -> None:  # the rules' own sample, at every gateway request and machine change
+        sample()
+        out = [n for n in world.cluster.nodes.values() if n.deactivation_intent != "Invalid" and n.status != "Removed"]
+        most_out[0] = max(most_out[0], len(out))
+
+    patching.rules.sample = sampled
+    drain = world.machines.begin("terminate", patching.instance_of["scale-0"])
+
+    run, drained = world.machines.run_mixed((patching.machine, patching.machine["scheduled_input"]), drain, real_seconds=120)
+
+    patching.rules.held()
+    assert run.status == "SUCCEEDED", [i for i in run.invocations if i.error]
+    assert drained.status == "SUCCEEDED" and (drain.result, drain.ended_by) == ("CONTINUE", "completed")
+    assert world.removed("scale-0")
+    assert most_out[0] == 1, f"{most_out[0]} nodes were out of service at once"
+    assert patching.active_and_up(*SEEDS, "scale-1") and world.lock_holder() is None
