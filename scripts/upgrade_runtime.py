@@ -311,8 +311,7 @@ class LaunchSuspension:
     def suspend(self) -> None:
         if self.client is None:
             return
-        groups = self.client.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])["AutoScalingGroups"]
-        found = {p["ProcessName"]: p.get("SuspensionReason", "") for g in groups for p in g.get("SuspendedProcesses", [])}
+        found = self._suspended()
         if "Launch" in found:
             self.say(f"the Launch process of {self.group} is suspended already ({found['Launch'] or 'no reason given'}): "
                      "left as it is, and not resumed when the upgrade ends")
@@ -348,10 +347,12 @@ class LaunchSuspension:
                  f"{version} and make deploy ENV={env} has run, resume it: {self.resume_command()}")
 
     def _launch_suspended(self) -> bool:
-        if self.client is None:
-            return False
+        return self.client is not None and "Launch" in self._suspended()
+
+    def _suspended(self) -> dict[str, str]:
+        """The group's suspended processes, each with its reason."""
         groups = self.client.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])["AutoScalingGroups"]
-        return any(p["ProcessName"] == "Launch" for g in groups for p in g.get("SuspendedProcesses", []))
+        return {p["ProcessName"]: p.get("SuspensionReason", "") for g in groups for p in g.get("SuspendedProcesses", [])}
 
     def resume_command(self) -> str:
         return resume_launch_command(self.group, self.region)

@@ -346,7 +346,8 @@ def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
     can finish the drain while the removal upgrade can still reach the machine; with CONTINUE only
     when the node is known to have left the cluster already (a later step failed, not the drain)."""
     found = _hook_or_none(state)
-    lock_note = _keep_lock_for_removal(state) or _release_for_failure(runtime, state)
+    kept = _keep_lock_for_removal(state)
+    lock_note = kept or _release_for_failure(runtime, state)
     runtime.record_metric("DrainsFailed", 1, "Count")
     hook = found.to_dict() if found else {}
     instance_id = hook.get("instance_id") or "(unknown instance)"
@@ -367,7 +368,7 @@ def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
         )
     return {
         "lock_released": not lock_note,
-        "lock_kept": lock_note.startswith("The membership lock is left to expire"),
+        "lock_kept": bool(kept),
         "subject": f"Service Fabric drain failed: {node} on {instance_id}"[:SUBJECT_LIMIT],
         "message": (
             f"Draining node {node} (instance {instance_id}, group {hook.get('group_name', '(unknown)')}) "

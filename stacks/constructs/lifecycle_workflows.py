@@ -224,6 +224,17 @@ class _Steps:
         count.next(then)
         return publish.next(then)
 
+    def alarm_at(self, label: str, topic: sns.ITopic, key: str, then: sfn.IChainable) -> sfn.IChainable:
+        """`alarm` with the subject and message a step worded into $.<key>."""
+        return self.alarm(label, topic, subject=sfn.JsonPath.string_at(f"$.{key}.subject"),
+                          message=sfn.TaskInput.from_json_path_at(f"$.{key}.message"), then=then)  # fmt: skip
+
+    def alarm_if(self, choice: str, label: str, topic: sns.ITopic, key: str, then: sfn.IChainable) -> sfn.Choice:
+        """The alarm worded into $.<key> when $.<key>.alarm is true, then `then`; else `then` at once."""
+        worth = sfn.Choice(self.scope, choice)
+        worth.when(sfn.Condition.boolean_equals(f"$.{key}.alarm", True), self.alarm_at(label, topic, key, then))
+        return worth.otherwise(then)
+
     def worded_alarm(
         self,
         label: str,
@@ -315,13 +326,7 @@ class _Workflow(Construct):
 
     @staticmethod
     def _failure_alarm(steps: _Steps, alarm_topic: sns.ITopic, then: sfn.IChainable) -> sfn.IChainable:
-        return steps.alarm(
-            "Alarm the operators",
-            alarm_topic,
-            subject=sfn.JsonPath.string_at("$.failure.subject"),
-            message=sfn.TaskInput.from_json_path_at("$.failure.message"),
-            then=then,
-        )
+        return steps.alarm_at("Alarm the operators", alarm_topic, "failure", then)
 
     def _configuration_change(self, steps: _Steps, label: str, step: str, then: sfn.IChainable) -> sfn.IChainable:
         """Start the membership upgrade (waiting out others), then wait until it has taken
@@ -339,13 +344,8 @@ class ScaleInWorkflow(_Workflow):
     detail_type = "EC2 Instance-terminate Lifecycle Action"
 
     def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
-        drained = sfn.Succeed(self, "Drained")
-        kept = steps.alarm(
-            "Alarm: drained, instance kept", alarm_topic, subject=sfn.JsonPath.string_at("$.finish.subject"),
-            message=sfn.TaskInput.from_json_path_at("$.finish.message"), then=drained,
-        )  # fmt: skip
-        ended = sfn.Choice(self, "Action ended before the drain?")
-        ended.when(sfn.Condition.boolean_equals("$.finish.alarm", True), kept).otherwise(drained)
+        ended = steps.alarm_if("Action ended before the drain?", "Alarm: drained, instance kept", alarm_topic, "finish",
+                               sfn.Succeed(self, "Drained"))  # fmt: skip
         finish = steps.task("Complete the lifecycle action", "finish", "finish").next(ended)
         # Clean-up only, for a node the removal upgrade left in the node list.
         remove_state = steps.task("Clean-up: remove the node state", "remove_node_state", "state_removal").next(finish)
@@ -430,13 +430,7 @@ class ScaleOutWorkflow(_Workflow):
         stopped = sfn.Succeed(self, "Action gone: nothing to do", comment="another execution or an operator ended the action")
         gone = steps.invoke("Action gone: release the lock", "action_gone", "$.gone", transient=True)
         gone.add_catch(stopped, errors=ALL_ERRORS, result_path="$.gone_error")
-        alarm = steps.alarm(
-            "Alarm: join stopped", alarm_topic, subject=sfn.JsonPath.string_at("$.gone.subject"),
-            message=sfn.TaskInput.from_json_path_at("$.gone.message"), then=stopped,
-        )  # fmt: skip
-        worth = sfn.Choice(self, "Action gone mid-join?")
-        worth.when(sfn.Condition.boolean_equals("$.gone.alarm", True), alarm).otherwise(stopped)
-        return gone.next(worth)
+        return gone.next(steps.alarm_if("Action gone mid-join?", "Alarm: join stopped", alarm_topic, "gone", stopped))
 
     def _failure_path(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
         """Release the lock and clean up what the join half-added (best effort, the only step

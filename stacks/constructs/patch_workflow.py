@@ -117,12 +117,6 @@ class PatchWorkflow(Construct):
             fallback_message="Execution {} stopped patching, and the step that leaves the node safe and words this alarm "
             "failed too; the execution history names the node. Check it with telemetry cluster status.",
         )  # fmt: skip
-        alarm = steps.alarm(
-            "Alarm the operators",
-            alarm_topic,
-            subject=sfn.JsonPath.string_at("$.failure.subject"),
-            message=sfn.TaskInput.from_json_path_at("$.failure.message"),
-            then=failed,
-        )
+        alarm = steps.alarm_at("Alarm the operators", alarm_topic, "failure", failed)
         fallback.next(alarm)
         return word.next(alarm)

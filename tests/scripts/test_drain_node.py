@@ -99,19 +99,6 @@ def drain(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
 
 
 @pytest.fixture
-def lock_table(moto_session) -> str:
-    """dev's membership lock table in moto, as the NodeLifecycle stack makes it (key LockName)."""
-    from stacks.config import load_environment, read_environments
-    from stacks.naming import membership_lock_table_name
-
-    name = membership_lock_table_name(load_environment(read_environments(), "dev"))
-    moto_session.client("dynamodb").create_table(
-        TableName=name, KeySchema=[{"AttributeName": "LockName", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "LockName", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")  # fmt: skip
-    return name
-
-
-@pytest.fixture
 def lock_item(moto_session, lock_table) -> Callable[[], dict | None]:
     """The membership lock's item as DynamoDB holds it now (None when nobody holds it)."""
     dynamodb = moto_session.client("dynamodb")

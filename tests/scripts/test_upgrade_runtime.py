@@ -21,19 +21,6 @@ pytestmark = pytest.mark.integration  # starts the HTTPS emulator
 CAB = "MicrosoftServiceFabric.11.5.0.1.cab"
 
 
-@pytest.fixture
-def lock_table(moto_session) -> str:
-    """The dev membership lock table, as the NodeLifecycle stack makes it (key LockName)."""
-    from stacks.config import load_environment, read_environments
-    from stacks.naming import membership_lock_table_name
-
-    name = membership_lock_table_name(load_environment(read_environments(), "dev"))
-    moto_session.client("dynamodb").create_table(
-        TableName=name, KeySchema=[{"AttributeName": "LockName", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "LockName", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")  # fmt: skip
-    return name
-
-
 SCALING = "telemetry-dev-sf-scaling"
 RESUME = f"aws autoscaling resume-processes --auto-scaling-group-name {SCALING} --scaling-processes Launch --region eu-west-1"
 
