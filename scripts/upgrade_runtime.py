@@ -230,9 +230,10 @@ def plan(args: argparse.Namespace, config: Any) -> int:
             "unless it is suspended already: no node launches to join a cluster whose target version it does not run",
             f"start the code upgrade to {args.version} (POST /$/Upgrade) and follow it (GET /$/GetUpgradeProgress) "
             f"a line every {args.poll_interval:g} s until it completes or rolls back",
-            f"resume the Launch process of {scaling_group_name(config)} (ResumeProcesses) when the upgrade ends, or "
-            "when the command fails after suspending it; interrupted or out of --timeout while the upgrade runs, it is "
-            "left suspended and the resume command printed",
+            f"resume the Launch process of {scaling_group_name(config)} (ResumeProcesses) when the upgrade rolls back "
+            "or fails, or when the command fails after suspending it; after a completed upgrade, and when interrupted or "
+            "out of --timeout while the upgrade runs, it is left suspended and the resume command printed (once "
+            "completed: to run after cdk.json names the version and the deploy has run)",
         ],
         from_version=current, version=args.version, code_file_path=path,
         package=package.describe(path, args.chunk_size) if package else None, upgrade=body,

@@ -159,6 +159,8 @@ def test_the_readme_command_plans_offline(capsys):
     out = capsys.readouterr().out
     assert out.startswith("Service Fabric runtime 11.4.268.1 (cdk.json) -> 11.5.0.1\n")
     assert "environments.prod.service_fabric.runtime_version: 11.5.0.1" in out
+    # The plan says what a run does with launches: resumed only after a rollback or failure.
+    assert "(ResumeProcesses) when the upgrade rolls back or fails" in out and "after a completed upgrade" in out
 
 
 @pytest.mark.overlap
