@@ -403,6 +403,13 @@ def _upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: run
         refuse_if_held()
         uploaded = provision(args, client, package)
         launches.suspend()
+        # Looked at again just before the start: the upload and provisioning take minutes, and a
+        # start sent while another upgrade is pending (a drain's removal upgrade included) does not
+        # fail, it interrupts that upgrade and replaces it (ClusterManagerReplica::
+        # BeginAcceptUpgradeFabric, TryInterrupt).
+        if (running := client.get_cluster_upgrade_progress()).running:
+            raise UsageError(f"an upgrade to {running.code_version} began meanwhile ({running.state}); nothing was "
+                             "started: wait until it ends, then run again")
         try:
             client.start_cluster_upgrade(upgrade_description(args.version))
             print(f"upgrade {previous} -> {args.version} started: Rolling, Monitored, FailureAction Rollback")

@@ -41,6 +41,11 @@ MIN_INSYNC_REPLICAS = 2
 # Production's management CIDRs: none wider than this prefix (65,536 addresses), none containing the
 # VPC (its own hosts would reach 19000 and 19080: fleet hosts, Flink's and AWS IoT's interfaces).
 PRODUCTION_MANAGEMENT_MIN_PREFIX = 16
+# What a join or drain has left for its own work once a patched node lets the membership lock go:
+# AddNode.ps1 alone may run 600 s (its document's executionTimeout, stacks/constructs/node_scripts.py),
+# then the registration upgrade; a drain's removal upgrade is of the same order. Our choice: no
+# page gives either's length.
+OWN_WORK_AFTER_LOCK_WAIT_MINUTES = 15
 # Who may assume the topic administrator role: IAM user ARNs of the environment's account, as IAM's
 # ArnLike compares aws:PrincipalArn (`*` and `?` wildcards; a user's path is in its ARN). Users
 # only: the role asks for MFA, which `telemetry topics` passes in its AssumeRole (SerialNumber,
@@ -777,6 +782,7 @@ class EnvironmentConfig(_Section):
         for problem in self.lifecycle_timing.problems():
             raise ValueError(problem)
         self._patch_run_fits_one_execution()
+        self._joins_and_drains_outwait_a_patched_node()
         for arn in self.msk.topic_administrators:
             account = re.fullmatch(PRINCIPAL_ARN_PATTERN, arn).group(1)
             if account != self.account:
@@ -814,6 +820,23 @@ class EnvironmentConfig(_Section):
                 f"node_lifecycle.lock_ttl_seconds ({self.node_lifecycle.lock_ttl_seconds} s); the membership lock a "
                 "patched node holds is renewed at every look, but a run that died must not keep it longer than a node's time"
             )
+
+    def _joins_and_drains_outwait_a_patched_node(self) -> None:
+        """A join or drain waits for the membership lock inside its own deadline, and a patched
+        node holds that lock for up to patching.node_timeout_minutes (a long Windows Update is
+        routine, not a failure). A shorter deadline fails the join (ABANDON: Auto Scaling launches
+        again, and the next one waits again) or the drain (the instance retained for an operator)
+        whenever scaling meets a patch run. Whether the maintenance window is enabled or not: a run
+        can be started by hand."""
+        least = self.patching.node_timeout_minutes + OWN_WORK_AFTER_LOCK_WAIT_MINUTES
+        for key, minutes in (("join_timeout_minutes", self.node_lifecycle.join_timeout_minutes),
+                             ("drain_timeout_minutes", self.node_lifecycle.drain_timeout_minutes)):  # fmt: skip
+            if minutes < least:
+                raise ValueError(
+                    f"node_lifecycle.{key}: {minutes} min cannot wait out a patched node holding the membership lock "
+                    f"(patching.node_timeout_minutes, {self.patching.node_timeout_minutes} min) and still do its own "
+                    f"work ({OWN_WORK_AFTER_LOCK_WAIT_MINUTES} min); use at least {least}, or shorten patching.node_timeout_minutes"
+                )
 
     def _production_management_cidrs(self) -> None:
         vpc = ipaddress.ip_network(self.network.cidr)

@@ -465,6 +465,26 @@ def test_a_lock_taken_over_mid_drain_stops_it_before_the_next_change(
     assert lock_item() == joined  # the join's lock is left alone
 
 
+@pytest.mark.overlap
+def test_a_lock_that_lapsed_and_was_let_go_by_another_meanwhile_stops_the_drain(
+    run, gateway, sf_cluster, sf_emulator, moto_session, lock_table, monkeypatch, lock_item
+):
+    """Its renewals failed until it expired (a laptop asleep), a join took it over, joined and let
+    it go (the item is gone): the next renewal finds no item of its own and takes the lock afresh.
+    That is not a renewal: another operation may have changed the cluster meanwhile."""
+    monkeypatch.setattr(drain_node, "LOCK_RENEW_SECONDS", 0.0)
+    once_after_tick(monkeypatch, sf_cluster, lambda: sf_cluster.node("scale-0").status == "Disabling",
+                    lambda: moto_session.client("dynamodb").delete_item(
+                        TableName=lock_table, Key={"LockName": {"S": "cluster-membership"}}))
+
+    result = run(*gateway, "--node", "scale-0", *FAST)
+
+    assert result.returncode == 1, result.stdout
+    assert "the membership lock lapsed while this command held it (it was taken afresh at the renewal" in result.stderr
+    assert starts(sf_emulator) == []  # no removal started after the lapse
+    assert lock_item() is None  # the fresh take is given back
+
+
 def test_ctrl_c_while_the_drain_waits_releases_the_lock_and_exits_130(
     run, gateway, sf_cluster, sf_emulator, monkeypatch, lock_item
 ):

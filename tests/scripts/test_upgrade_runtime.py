@@ -332,26 +332,28 @@ def test_while_the_upgrade_runs_on_without_the_command_launch_stays_suspended_an
     assert suspended(moto_session) == ["Launch"]
 
 
-def test_a_start_refused_after_the_suspension_resumes_launch(gateway, sf_cluster, moto_session, monkeypatch, capsys):
-    """Another upgrade began between the look and the start: refused, and Launch is as before."""
+def test_an_upgrade_begun_while_the_package_was_provisioned_is_not_interrupted(gateway, sf_cluster, moto_session, monkeypatch,
+                                                                               capsys):
+    """Another upgrade began between the first look and the start (while the package was
+    provisioned): a start sent now would interrupt it and take its place (CMR
+    BeginAcceptUpgradeFabric), so the command looks again, starts nothing, and resumes Launch."""
     sf_cluster.cm.put_in_image_store(CAB)
     sf_cluster.cm.put_in_image_store("MicrosoftServiceFabric.11.4.300.1.cab")
     sf_cluster.cm.provision({"CodeFilePath": "MicrosoftServiceFabric.11.4.300.1.cab"})
-    start = sf_cluster.cm.start_upgrade
+    provision = sf_cluster.cm.provision
 
-    def someone_else_first(body, *args, **kwargs):
-        monkeypatch.setattr(sf_cluster.cm, "start_upgrade", start)
-        start({"CodeVersion": "11.4.300.1", "RollingUpgradeMode": "Monitored"}, ["UD0"])
-        return start(body, *args, **kwargs)
+    def someone_else_meanwhile(body, *args, **kwargs):
+        provision(body, *args, **kwargs)
+        sf_cluster.cm.start_upgrade({"CodeVersion": "11.4.300.1", "RollingUpgradeMode": "Monitored"}, ["UD0"])
 
-    monkeypatch.setattr(sf_cluster.cm, "start_upgrade", someone_else_first)
+    monkeypatch.setattr(sf_cluster.cm, "provision", someone_else_meanwhile)
 
     assert upgrade(gateway) == 2
 
     captured = capsys.readouterr()
-    assert "an upgrade to 11.4.300.1 is under way" in captured.err
+    assert "an upgrade to 11.4.300.1 began meanwhile (RollingForwardInProgress); nothing was started" in captured.err
     assert f"resumed the Launch process of {SCALING}" in captured.out
-    assert suspended(moto_session) == []
+    assert suspended(moto_session) == [] and sf_cluster.cm.upgrade.target == "11.4.300.1"
 
 
 def test_help_says_what_the_upgrade_reads_first(capsys):

@@ -320,13 +320,29 @@ class EmulatedCluster:
         with self.lock:
             self.cm.provision(body)
 
+    # A configuration upgrade's manifest upgrade is the Cluster Manager's fabric upgrade: the UOS
+    # reports its state from ClusterManager.GetFabricUpgradeProgressAsync (FabricUOS/exe/
+    # UpgradeOrchestrationMessageProcessor.cs, ProcessGetUpgradeProgressAsync: UpgradeState, and
+    # ProgressStatus from its TargetConfigVersion). So while one rolls, GetUpgradeProgress shows
+    # it (the code version unchanged, the target manifest version), and a code upgrade started
+    # meanwhile would interrupt it (cluster_manager.py, start_upgrade). The other way round (the
+    # configuration status during a code upgrade) is not modelled: a risk.
+
+    def _manifest_upgrade_rolling(self) -> bool:
+        return self.cm.upgrade is None and self.uos.pending is not None and self.uos.pending.phase == "upgrade" \
+            and self.uos.fabric_upgrade_state == "RollingForwardInProgress"  # fmt: skip
+
     def start_fabric_upgrade(self, body: Any) -> None:
         with self.lock:
-            self.cm.start_upgrade(body, sorted({node.upgrade_domain for node in self.fm.nodes.values()}))
+            self.cm.start_upgrade(body, sorted({node.upgrade_domain for node in self.fm.nodes.values()}),
+                                  manifest_upgrade_rolling=self._manifest_upgrade_rolling())  # fmt: skip
 
     def fabric_upgrade_progress(self) -> dict[str, Any]:
         with self.lock:
-            return self.cm.progress()
+            progress = self.cm.progress()
+            if self._manifest_upgrade_rolling():
+                progress.update(UpgradeState="RollingForwardInProgress", ConfigVersion=str(self.uos.manifest_version))
+            return progress
 
     def provisioned_code_versions(self, code_version: str) -> list[dict[str, str]]:
         with self.lock:

@@ -102,7 +102,7 @@ class ClusterManager:
             raise EmulatedFabricError(409, "FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS", f"Fabric version {version} already exists")
         self.provisioned.add(version)
 
-    def start_upgrade(self, body: Any, domains: list[str]) -> None:
+    def start_upgrade(self, body: Any, domains: list[str], *, manifest_upgrade_rolling: bool = False) -> None:
         if not isinstance(body, dict):
             raise _invalid("FabricUpgradeDescription required")  # CMH UpgradeFabric: deserialize fails
         target = str(body.get("CodeVersion") or "")
@@ -118,8 +118,15 @@ class ClusterManager:
         # (HU: 404).
         if target not in self.provisioned:
             raise EmulatedFabricError(404, "FABRIC_E_FABRIC_VERSION_NOT_FOUND", f"Fabric version {target} not found")
-        # CMR BeginAcceptUpgradeFabric: an upgrade under way (even to the same target: its
-        # timeout is updated and the caller gets FabricUpgradeInProgress) -> HU: 409.
+        # CMR BeginAcceptUpgradeFabric, with an upgrade pending: the same description again has its
+        # timeout updated and the caller gets FabricUpgradeInProgress (HU: 409); any other
+        # description interrupts the pending upgrade and replaces it (TryInterrupt), which the
+        # emulator does not model: a test that gets there fails rather than pass on an invented
+        # refusal. A configuration upgrade's manifest upgrade is a pending fabric upgrade too
+        # (cluster.py says why), so a code upgrade would interrupt it as well.
+        if manifest_upgrade_rolling or (self.upgrade is not None and body != self.upgrade.description):
+            raise AssertionError("CMR BeginAcceptUpgradeFabric would interrupt the pending upgrade with this one; "
+                                 "the emulator does not model that")
         if self.upgrade is not None:
             raise EmulatedFabricError(409, "FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS", "Fabric upgrade in progress")
         # CMR: the current version as target -> FabricAlreadyInTargetVersion (HU: 409).

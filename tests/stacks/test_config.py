@@ -461,5 +461,19 @@ def test_a_patch_run_that_could_pass_the_history_limit_is_refused(environments):
     assert "raise patching.poll_interval_seconds" in message
 
 
+@pytest.mark.parametrize(("section", "key", "value", "expected"), [
+    ("patching", "node_timeout_minutes", 40, "node_lifecycle.join_timeout_minutes: 45 min cannot wait out a patched node "
+     "holding the membership lock (patching.node_timeout_minutes, 40 min) and still do its own work (15 min); use at least 55"),
+    ("node_lifecycle", "drain_timeout_minutes", 44, "node_lifecycle.drain_timeout_minutes: 44 min cannot wait out"),
+])  # fmt: skip
+def test_a_join_or_drain_that_could_not_outwait_a_patched_node_is_refused(environments, section, key, value, expected):
+    """Executed, a join meeting a patch run waits for the lock inside its own deadline while a node
+    installs its updates (test_patch_executed.py); a deadline shorter than a node's patch fails
+    it whenever scaling meets a maintenance window."""
+    environments["dev"][section][key] = value
+    message = refused(environments, "dev")
+    assert expected in message and "\n" not in message
+
+
 def test_patching_is_off_in_dev_and_on_in_staging_and_prod(environments):
     assert [load_environment(environments, n).patching.enabled for n in ("dev", "staging", "prod")] == [False, True, True]

@@ -565,9 +565,37 @@ class LifecycleStateMachines:
         interpreter's threads reach them)."""
         return self._run_together([self._route(action) for action in actions], real_seconds)
 
-    def run_mixed(self, *runs: LifecycleAction | tuple[dict[str, Any], Any], real_seconds: float = 60.0) -> list[Execution]:
-        """Lifecycle actions (routed by their rules) and (state machine, input) pairs, at once."""
-        return self._run_together([self._route(r) if isinstance(r, LifecycleAction) else r for r in runs], real_seconds)
+    def run_mixed(self, *runs: LifecycleAction | tuple[dict[str, Any], Any], real_seconds: float = 60.0,
+                  then: tuple[str, LifecycleAction] | None = None) -> list[Execution]:  # fmt: skip
+        """Lifecycle actions (routed by their rules) and (state machine, input) pairs, at once.
+
+        `then` = (step, action): the action's execution starts when a step of that name first ends
+        without error, inside the other executions' run (its event arriving mid-way); it is waited
+        for after them and comes last in the list."""
+        later: list[tuple[dict[str, Any], str]] = []
+        if then:
+            step, action = then
+            machine, event = self._route(action)
+            self.after_step[step] = lambda: later.append((machine, self._start(machine, event)))
+        first_invocation, started = len(self.invocations), self.clock()
+        executions = self._run_together([self._route(r) if isinstance(r, LifecycleAction) else r for r in runs], real_seconds)
+        if then:
+            assert later, f"no step {then[0]!r} ended, so the later execution never started"
+            executions += self._wait(later, first_invocation=first_invocation, started=started, real_seconds=real_seconds)
+        return executions
+
+    def start_now(self, action: LifecycleAction, *, real_seconds: float = 60.0) -> Callable[[], Execution]:
+        """Starts the action's execution and returns at once (its event arriving while the test
+        does something else); call what it returns to wait for the execution's end."""
+        machine, event = self._route(action)
+        first_invocation, started = len(self.invocations), self.clock()
+        arn = self._start(machine, event)
+
+        def wait() -> Execution:
+            (execution,) = self._wait([(machine, arn)], first_invocation=first_invocation, started=started, real_seconds=real_seconds)
+            return execution
+
+        return wait
 
     def _route(self, action: LifecycleAction) -> tuple[dict[str, Any], dict[str, Any]]:
         event = action.event(DEFAULT_ACCOUNT_ID, self.region)
@@ -576,14 +604,16 @@ class LifecycleStateMachines:
         assert len(matching) == 1, f"{len(matching)} rules match {event['detail-type']}"
         return matching[0], event
 
+    def _start(self, machine: dict[str, Any], event: Any) -> str:
+        self._create(machine)
+        return self._sfn.start_execution(stateMachineArn=machine["arn"], name=str(uuid.uuid4()), input=json.dumps(event))["executionArn"]
+
     def _run_together(self, runs: list[tuple[dict[str, Any], Any]], real_seconds: float) -> list[Execution]:
         first_invocation = len(self.invocations)
         started = self.clock()
         started_runs = []
         for machine, event in runs:
-            self._create(machine)
-            arn = self._sfn.start_execution(stateMachineArn=machine["arn"], name=str(uuid.uuid4()), input=json.dumps(event))["executionArn"]
-            started_runs.append((machine, arn))
+            started_runs.append((machine, self._start(machine, event)))
         return self._wait(started_runs, first_invocation=first_invocation, started=started, real_seconds=real_seconds)
 
     def _wait(self, runs: list[tuple[dict[str, Any], str]], *, first_invocation: int, started: float, real_seconds: float) -> list[Execution]:

@@ -11,13 +11,18 @@ serve one action at all, are in lifecycle_actions.py and the README's "Operation
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
+from scripts.cluster_lock import HeldLock
+from scripts.telemetry import cli
+
 from tests.sf_emulator import EmulatedCluster, Pki, SfEmulator
 
-from tests.lambdas.node_lifecycle.executions import World, open_world
+from tests.lambdas.node_lifecycle.executions import LOCK_ITEM, World, open_world
 
 pytestmark = [pytest.mark.integration, pytest.mark.overlap]
 
@@ -168,3 +173,107 @@ def test_a_drain_failing_while_its_removal_upgrade_rolls_leaves_the_lock_to_expi
     (alarm,) = world.machines.alarms()
     assert "WaitTimedOut" in alarm.message and "left to expire (at " in alarm.message
     assert "removal upgrade this drain started may still roll" in alarm.message
+
+
+# -- telemetry cluster drain and the hook's drain of the same node -----------------------------
+
+
+@pytest.fixture
+def operator_drain(world: World, sf_pki: Pki, capsys) -> Callable[[str], tuple[int, str]]:
+    """`telemetry cluster drain --env dev --node NAME` as an operator types it, in this process:
+    its membership lock in the world's DynamoDB (moto), the emulator's gateway over mutual TLS.
+    Returns its exit code and what it wrote to stderr."""
+    gateway = ["--endpoint", world.emulator.endpoint, "--client-cert", sf_pki.client.cert_path,
+               "--client-key", sf_pki.client.key_path, "--ca-bundle", sf_pki.ca_path]  # fmt: skip
+
+    def run(name: str) -> tuple[int, str]:
+        code = cli.main(["cluster", "drain", "--env", ENVIRONMENT, "--node", name, *gateway, "--poll-interval", "0.02", "--timeout", "30"])
+        return code, capsys.readouterr().err
+
+    return run
+
+
+def deactivations(world: World, name: str) -> int:
+    return sum(1 for r in world.emulator.requests if r.method == "POST" and r.path.endswith(f"/Nodes/{name}/$/Deactivate"))
+
+
+def test_an_operator_drain_of_a_node_the_hook_is_draining_is_refused_and_changes_nothing(world: World, operator_drain):
+    """The terminate hook's drain holds the lock (intent drain) when an operator starts
+    `telemetry cluster drain` for the same node: the command is refused in one line naming the
+    execution, before any change; the hook's drain goes on alone and the node leaves once."""
+    refused: list[tuple[int, str]] = []
+    world.machines.after_step["deactivate_node"] = lambda: refused.append(operator_drain("scale-0"))
+    action = world.machines.begin("terminate", world.instance("scale-0"))
+
+    execution = world.machines.run(action)
+
+    (code, err), = refused
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"is held by scale-in:{action.instance_id}:" in err and "(intent drain" in err and "nothing was changed" in err
+    world.continued(execution, action)
+    assert world.removed("scale-0") and deactivations(world, "scale-0") == 1
+    assert [u.removing for u in world.cluster.upgrades if u.removing] == [("scale-0",)]
+
+
+def test_the_hook_drain_of_a_node_an_operator_is_draining_waits_and_then_finds_it_gone(world: World, operator_drain):
+    """An operator runs `telemetry cluster drain` for scale-0 and its instance is terminated
+    meanwhile (the terminate event arrives once the command holds the lock): the execution waits
+    for the lock, then finds the node removed and completes the action without touching it.
+    Virtual time runs at the wall clock's pace meanwhile, as the command's does."""
+    action = world.machines.begin("terminate", world.instance("scale-0"))
+    pending: list[Callable[[], Any]] = []
+    renew = HeldLock.renew
+
+    def renewing(self: HeldLock) -> None:  # the command holds the lock from here on
+        if not pending:
+            tried = len(world.machines.invocations)
+            pending.append(world.machines.start_now(action))
+            deadline = time.monotonic() + 20
+            while not any(i.step == "acquire_lock" for i in world.machines.invocations[tried:]):  # refused once
+                assert time.monotonic() < deadline, "the execution never asked for the lock"
+                time.sleep(0.01)
+        renew(self)
+
+    with pytest.MonkeyPatch.context() as meanwhile:
+        meanwhile.setattr(world.machines.clock, "sleep", lambda seconds: time.sleep(min(seconds, 0.02)), raising=False)
+        meanwhile.setattr(HeldLock, "renew", renewing)
+        code, err = operator_drain("scale-0")
+    execution = pending[0]()
+
+    assert (code, err) == (0, "")
+    world.continued(execution, action)
+    waited = [i for i in execution.invocations if i.step == "acquire_lock"]
+    assert len(waited) > 1, "the execution never waited for the lock"
+    assert world.removed("scale-0") and deactivations(world, "scale-0") == 1
+
+
+# -- a runtime upgrade and a removal upgrade still rolling -------------------------------------
+
+
+def test_a_runtime_upgrade_started_while_a_failed_drains_removal_upgrade_rolls_is_refused(world: World, sf_pki: Pki, capsys):
+    """A drain failed at its deadline while its removal upgrade still rolls; the lock is left to
+    expire. `telemetry cluster upgrade` is refused in one line with nothing started while the
+    lock is held, and after it expired too: the Cluster Manager's progress shows the removal's
+    manifest upgrade, and a code upgrade started over it would interrupt it (Service Fabric does
+    not refuse a second upgrade; it replaces the pending one)."""
+    world.cluster.uos.upgrade_ticks = 10**6  # the manifest upgrade that removes scale-0 never ends here
+    action = world.machines.begin("terminate", world.instance("scale-0"))
+    assert world.machines.run(action).error == "DrainFailed"
+    world.cluster.cm.put_in_image_store("MicrosoftServiceFabric.11.5.0.1.cab")
+    gateway = ["--endpoint", world.emulator.endpoint, "--client-cert", sf_pki.client.cert_path,
+               "--client-key", sf_pki.client.key_path, "--ca-bundle", sf_pki.ca_path]  # fmt: skip
+    capsys.readouterr()
+
+    answers = []
+    for lock in ("held", "expired"):
+        if lock == "expired":  # DynamoDB's TTL deleted the item the drain left
+            world.dynamodb.delete_item(TableName=world.lock_table, Key=LOCK_ITEM)
+        code = cli.main(["cluster", "upgrade", "--env", ENVIRONMENT, "--version", "11.5.0.1", *gateway, "--poll-interval", "0.001"])
+        answers.append((code, capsys.readouterr().err))
+
+    for code, err in answers:
+        assert code != 0 and err.count("\n") == 1, err
+        assert "is under way (RollingForwardInProgress); wait until it ends, then run again" in err
+    assert world.cluster.cm.upgrade is None and world.cluster.cm.provisioned_code_versions("11.5.0.1") == []
+    assert not [r for r in world.emulator.requests if r.method == "POST" and r.path in ("/$/Upgrade", "/$/Provision")]
+    assert world.cluster.uos.pending is not None and world.cluster.uos.pending.removing == ("scale-0",)  # rolls on

@@ -531,3 +531,51 @@ def test_a_patch_run_and_a_drain_at_once_never_take_two_nodes_out_of_service(pat
     assert world.removed("scale-0")
     assert most_out[0] == 1, f"{most_out[0]} nodes were out of service at once"
     assert patching.active_and_up(*SEEDS, "scale-1") and world.lock_holder() is None
+
+
+
+
+@pytest.mark.overlap
+@pytest.mark.parametrize("join_arrives", ["with the run", "while a node installs"])
+def test_a_patch_run_and_a_join_take_turns_and_the_joined_node_serves(patching: Patching, join_arrives: str):
+    """A maintenance window's run meets a scale-out: the launch event arriving with the run (the
+    join takes the lock first), or while the run's first node installs (the join waits for it).
+    No node joins while another is deactivated, and none is deactivated between a join's AddNode
+    and its registration upgrade's end. The joined node ends Up and active, every node is back in
+    service, and the lock is free."""
+    world, cluster = patching.world, patching.world.cluster
+    instance_id = world.instance()
+    joined = f"scale-{instance_id}"
+    patching.stand_in.machines[instance_id] = Machine(joined, missing=0)  # launched from the round's image
+    overlaps: list[str] = []
+    join_by_add_node, deactivate = cluster.join_by_add_node, cluster.deactivate
+
+    def joining(parameters: dict[str, str]):  # AddNode.ps1, run on the new machine
+        out = [n.name for n in cluster.nodes.values() if n.deactivation_intent != "Invalid" and n.status != "Removed"]
+        overlaps.extend(f"{joined} joined while {name} was out of service" for name in out)
+        return join_by_add_node(parameters)
+
+    def deactivating(name: str, intent: str) -> None:  # the gateway's Deactivate route
+        if cluster.node(joined) is not None and (joined not in cluster.uos_nodes or cluster.uos.pending is not None):
+            overlaps.append(f"{name} was deactivated while {joined} joined, its registration not done")
+        deactivate(name, intent)
+
+    cluster.join_by_add_node, cluster.deactivate = joining, deactivating
+    launch = world.machines.begin("launch", instance_id)
+    patch_run = (patching.machine, patching.machine["scheduled_input"])
+
+    if join_arrives == "with the run":
+        run, join = world.machines.run_mixed(patch_run, launch, real_seconds=120)
+    else:
+        # A long Windows Update (15 looks, a minute apart): the launch event arrives meanwhile, and
+        # the join waits for it inside its deadline (config.py: _joins_and_drains_outwait_a_patched_node).
+        patching.node("seed-0").install_hold = 15
+        run, join = world.machines.run_mixed(patch_run, real_seconds=120, then=("install", launch))
+
+    patching.rules.held()
+    assert run.status == "SUCCEEDED", [i for i in run.invocations if i.error]
+    assert join.status == "SUCCEEDED" and (launch.result, launch.ended_by) == ("CONTINUE", "completed")
+    assert overlaps == []
+    assert patching.active_and_up(*SEEDS, *SCALING, joined) and world.lock_holder() is None
+    assert world.machines.alarms() == []
+
