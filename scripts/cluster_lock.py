@@ -156,5 +156,12 @@ class HeldLock:
         elif released.holder:
             self.say(f"  note: the membership lock was no longer this command's: {released.holder} holds it")
 
+    def __enter__(self) -> HeldLock:
+        self.take()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
     def _acquire(self) -> LockGrant:
         return self.lock.acquire(self.owner, ttl_seconds=self.ttl_seconds, intent=self.intent, node=self.node)

@@ -453,11 +453,8 @@ def drain_holding_the_lock(client: ServiceFabricClient, args: argparse.Namespace
     lock = HeldLock(membership_lock(config, session_factory(config.region)), membership_lock_table_name(config),
                     operator_owner("drain", args.node), intent="drain", node=args.node,
                     ttl_seconds=lock_ttl_seconds(args.poll_interval), renew_every_seconds=LOCK_RENEW_SECONDS, say=say)
-    lock.take()
-    try:
+    with lock:
         return Drain(client, args, make_fabric_host(args, session_factory), renew_lock=lock.renew).run()
-    finally:
-        lock.release()
 
 
 def _fail(code: int, kind: str, message: object = None, *, json_output: bool = False) -> int:

@@ -35,9 +35,12 @@ and since when) or a patch run under way (its progress lease held: the patch-pro
 same table, as lambdas/node_lifecycle/patch_progress.py writes it); scripts/cluster_lock.py reads
 both, from DynamoDB even when the gateway and certificate are given as flags. The upgrade restarts
 nodes by upgrade domain while they would take one out of service; patching, for its part, refuses
-to take a node out of service during a code upgrade. It takes neither: the automation takes the lock
-node by node while the upgrade runs. Following an upgrade already under way starts nothing, so that
-is not refused.
+to take a node out of service during a code upgrade. It holds the lock only for the moment of its
+start (intent upgrade): it looks at the cluster's upgrade progress again and starts under it, because
+a start sent while another upgrade is pending, a drain's removal upgrade included, interrupts that
+upgrade and replaces it (ClusterManagerReplica::BeginAcceptUpgradeFabric); a drain then waits for the
+code upgrade before its removal. Following an upgrade already under way starts nothing, so that is
+not refused.
 
 Launches are suspended for the upgrade's window. A node that joins while the cluster's target code
 version is not the runtime it installed is refused, so target tracking would keep launching
@@ -68,10 +71,11 @@ import argparse
 import re
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from scripts import runtime_package
-from scripts.cluster_lock import refuse_while_held
+from scripts.cluster_lock import HeldLock, membership_lock, operator_owner, refuse_while_held
 from scripts.drain_node import add_gateway_arguments, check_gateway_arguments, connect
 from scripts.scale import resume_launch_command
 from scripts.telemetry import output
@@ -88,6 +92,9 @@ from stacks.naming import membership_lock_table_name, scaling_group_name
 
 ALREADY_PROVISIONED = "FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS"  # ClusterManagerReplica::BeginAcceptProvisionFabric
 UPGRADE_IN_PROGRESS = "FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS"  # ClusterManagerReplica::BeginAcceptUpgradeFabric
+# How long the start's hold on the membership lock outlives a command killed while it holds it: the
+# hold spans one look and one start (each a gateway call of at most a minute with its retries).
+START_LOCK_TTL_SECONDS = 300
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -228,7 +235,8 @@ def plan(args: argparse.Namespace, config: Any) -> int:
             + ("the package just uploaded)" if package else "it must be in the image store already: --package puts it there)"),
             f"suspend the Launch process of {scaling_group_name(config)} (SuspendProcesses) right before the start, "
             "unless it is suspended already: no node launches to join a cluster whose target version it does not run",
-            f"start the code upgrade to {args.version} (POST /$/Upgrade) and follow it (GET /$/GetUpgradeProgress) "
+            f"take the membership lock (intent upgrade) for the start alone, look at the upgrade progress again, "
+            f"start the code upgrade to {args.version} (POST /$/Upgrade), let the lock go, and follow it (GET /$/GetUpgradeProgress) "
             f"a line every {args.poll_interval:g} s until it completes or rolls back",
             f"resume the Launch process of {scaling_group_name(config)} (ResumeProcesses) when the upgrade rolls back "
             "or fails, or when the command fails after suspending it; after a completed upgrade, and when interrupted or "
@@ -252,7 +260,8 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     try:
         return upgrade(args, config, client, package=package,
                        refuse_if_held=lambda: refuse_while_held(config, session, "telemetry cluster upgrade"),
-                       launches=LaunchSuspension(session, scaling_group_name(config), config.region))
+                       launches=LaunchSuspension(session, scaling_group_name(config), config.region),
+                       hold_for_start=lambda: start_lock(config, session))
     finally:
         clean_up()
         client.close()
@@ -367,15 +376,25 @@ class LaunchSuspension:
                  f"or completed and the deploy carries its version, resume it: {self.resume_command()}")
 
 
+def start_lock(config: Any, session: Any) -> HeldLock:
+    """The membership lock for the moment of the start: no drain is between its own look at the
+    cluster and its removal upgrade's start while the upgrade looks and starts (either start would
+    interrupt the other's upgrade)."""
+    return HeldLock(membership_lock(config, session), membership_lock_table_name(config),
+                    operator_owner("upgrade", "cluster"), intent="upgrade", node="",
+                    ttl_seconds=START_LOCK_TTL_SECONDS, renew_every_seconds=START_LOCK_TTL_SECONDS, say=print)  # fmt: skip
+
+
 def upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runtime_package.RuntimePackage | None = None,
             refuse_if_held: Callable[[], None] = lambda: None, launches: LaunchSuspension | None = None,
-            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> int:
+            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+            hold_for_start: Callable[[], AbstractContextManager[Any]] = nullcontext) -> int:
     """Start (or follow) the upgrade and follow it to its end; with `launches`, the scaling group's
     Launch process suspended from right before the start until the upgrade ends."""
     window = launches if launches is not None else LaunchSuspension(None, "", "")
     try:
         return _upgrade(args, config, client, package=package, refuse_if_held=refuse_if_held, launches=window,
-                        clock=clock, sleep=sleep)
+                        clock=clock, sleep=sleep, hold_for_start=hold_for_start)
     except (KeyboardInterrupt, UpgradeGoesOn):
         window.leave_suspended()  # the upgrade runs on: a join now would be refused
         raise
@@ -385,7 +404,7 @@ def upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runt
 
 def _upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: runtime_package.RuntimePackage | None,
              refuse_if_held: Callable[[], None], launches: LaunchSuspension, clock: Callable[[], float],
-             sleep: Callable[[float], None]) -> int:
+             sleep: Callable[[float], None], hold_for_start: Callable[[], AbstractContextManager[Any]]) -> int:
     from sf_rest import FabricError
     from sf_rest.code_upgrade import FORWARD_COMPLETED
 
@@ -403,23 +422,24 @@ def _upgrade(args: argparse.Namespace, config: Any, client: Any, *, package: run
         refuse_if_held()
         uploaded = provision(args, client, package)
         launches.suspend()
-        # Looked at again just before the start: the upload and provisioning take minutes, and a
-        # start sent while another upgrade is pending (a drain's removal upgrade included) does not
-        # fail, it interrupts that upgrade and replaces it (ClusterManagerReplica::
-        # BeginAcceptUpgradeFabric, TryInterrupt).
-        if (running := client.get_cluster_upgrade_progress()).running:
-            raise UsageError(f"an upgrade to {running.code_version} began meanwhile ({running.state}); nothing was "
-                             "started: wait until it ends, then run again")
-        try:
-            client.start_cluster_upgrade(upgrade_description(args.version))
-            print(f"upgrade {previous} -> {args.version} started: Rolling, Monitored, FailureAction Rollback")
-        except FabricError as error:
-            if error.code != UPGRADE_IN_PROGRESS:
-                raise
-            running = client.get_cluster_upgrade_progress()
-            if running.code_version != args.version:
-                raise UsageError(f"an upgrade to {running.code_version} is under way ({running.state}); wait until it "
-                                 "ends, then run again") from None
+        # Looked at again just before the start, under the membership lock: the upload and
+        # provisioning take minutes, and a start sent while another upgrade is pending (a drain's
+        # removal upgrade included) does not fail, it interrupts that upgrade and replaces it
+        # (ClusterManagerReplica::BeginAcceptUpgradeFabric, TryInterrupt).
+        with hold_for_start():
+            if (running := client.get_cluster_upgrade_progress()).running:
+                raise UsageError(f"an upgrade to {running.code_version} began meanwhile ({running.state}); nothing "
+                                 "was started: wait until it ends, then run again")
+            try:
+                client.start_cluster_upgrade(upgrade_description(args.version))
+                print(f"upgrade {previous} -> {args.version} started: Rolling, Monitored, FailureAction Rollback")
+            except FabricError as error:
+                if error.code != UPGRADE_IN_PROGRESS:
+                    raise
+                running = client.get_cluster_upgrade_progress()
+                if running.code_version != args.version:
+                    raise UsageError(f"an upgrade to {running.code_version} is under way ({running.state}); wait until "
+                                     "it ends, then run again") from None
     else:
         previous = ""
         print(f"an upgrade to {args.version} is under way ({progress.state}); following it")

@@ -56,6 +56,8 @@ class InstanceInfo:
 WAITING_STATES = {"Pending:Wait": "launch", "Terminating:Wait": "terminate"}
 # An instance whose terminate action was ABANDONed, kept by the group's retention policy.
 RETAINED_STATE = "Terminating:Retained"
+# An instance serving in the group (LifecycleState, Auto Scaling API Reference, Instance).
+IN_SERVICE = "InService"
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,10 @@ class AutoScalingLifecycle(Protocol):
 
     def retained_instances(self, group_name: str) -> set[str]:
         """The group's instances in Terminating:Retained."""
+        ...
+
+    def instance_state(self, group_name: str, instance_id: str) -> str:
+        """The instance's LifecycleState in the group; '' when the group does not list it."""
         ...
 
 

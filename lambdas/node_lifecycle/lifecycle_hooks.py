@@ -66,6 +66,10 @@ class AutoScalingLifecycleHooks:
         Terminating:Retained, "Manage retained instances", Auto Scaling User Guide)."""
         return {instance_id for instance_id, state in self._states(group_name) if state == RETAINED_STATE}
 
+    def instance_state(self, group_name: str, instance_id: str) -> str:
+        """The instance's LifecycleState in the group; '' when the group does not list it (gone)."""
+        return dict(self._states(group_name)).get(instance_id, "")
+
     def _states(self, group_name: str) -> list[tuple[str, str]]:
         pages = self._client.get_paginator("describe_auto_scaling_groups").paginate(AutoScalingGroupNames=[group_name])
         return [(instance["InstanceId"], instance.get("LifecycleState", "")) for page in pages

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .errors import ActionNoLongerPending, LifecycleError, WaitTimedOut
-from .interfaces import LifecycleHook
+from .interfaces import IN_SERVICE, LifecycleHook
 from .lifecycle import ABANDON, CONTINUE, complete_lifecycle_action
 from .membership_config import (
     check_node_removed,
@@ -353,9 +353,27 @@ def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
     instance_id = hook.get("instance_id") or "(unknown instance)"
     node = (state.get("node") or {}).get("node_name") or "(unresolved)"
     node_left = (state.get("node") or {}).get("is_member") is False or (state.get("removal") or {}).get("removed") is True
-    ended = _end_terminate_action(runtime, found, CONTINUE if node_left else ABANDON)
+    never_held = bool(state.get("lock")) and not state["lock"].get("acquired")
+    if never_held and hook:
+        # Refused the lock until its deadline: a duplicate execution (EventBridge delivers at least
+        # once, the reaper can race it) may have waited while its twin drains the node, and an
+        # ABANDON here would retain the instance mid-drain. Left alone, the action ends by its twin,
+        # or by its default, ABANDON. (One that failed before asking for the lock ABANDONs: no
+        # execution is known to serve the action, and retention keeps the instance at once.)
+        holder = (state.get("lock") or {}).get("holder") or "nobody"
+        ended = (f"This execution never held the membership lock (last held by {holder}), so it changed nothing, and "
+                 "its terminate action was left alone: another execution may be serving it; if none is, it times "
+                 "out with the hook's default result, ABANDON, and Auto Scaling retains the instance.")
+    else:
+        ended = _end_terminate_action(runtime, found, CONTINUE if node_left else ABANDON)
     if not hook:
         then = "There is no lifecycle action to end: the event did not name one."
+    elif never_held:
+        then = (
+            f"{ended} If `aws autoscaling describe-auto-scaling-instances --instance-ids {instance_id}` shows it "
+            "Terminating:Retained, no execution drains it any more: drain its node with telemetry cluster drain, then "
+            "terminate the instance."
+        )
     elif node_left:
         then = f"The node had left the cluster already; {ended}"
     else:
@@ -465,11 +483,41 @@ def register_in_configuration(runtime: Runtime, state: State) -> dict[str, Any]:
 
 
 def finish_scale_out(runtime: Runtime, state: State) -> dict[str, Any]:
-    completion = complete_lifecycle_action(runtime.lifecycle, _hook(state), CONTINUE)
+    """Complete with CONTINUE, give the lock up, count the join. A join that finds the action ended
+    already looks where Auto Scaling has the instance: InService, this step's earlier try (or
+    another execution) completed it, and the join counts; anywhere else the action timed out to
+    ABANDON, or someone ended it, after the node joined, so the alarm says what becomes of the node
+    (`alarm`, published next)."""
+    hook = _hook(state)
+    completion = complete_lifecycle_action(runtime.lifecycle, hook, CONTINUE)
     release = runtime.lock.release(state["owner"])
-    runtime.record_metric("JoinsSucceeded", 1, "Count")
-    runtime.record_metric("JoinDurationSeconds", _elapsed(runtime, state), "Seconds")
-    return {**completion.to_dict(), "lock_released": release.released}
+    found = {**completion.to_dict(), "lock_released": release.released, "alarm": False}
+    where: str | None = IN_SERVICE
+    if completion.outcome == Outcome.ALREADY_DONE:
+        try:
+            where = runtime.lifecycle.instance_state(hook.group_name, hook.instance_id)
+        except Exception as err:  # noqa: BLE001 - the join is done; only the wording depends on it
+            print(json.dumps({"instance_state_unknown": f"{type(err).__name__}: {err}"}))
+            where = None
+    if where == IN_SERVICE:
+        runtime.record_metric("JoinsSucceeded", 1, "Count")
+        runtime.record_metric("JoinDurationSeconds", _elapsed(runtime, state), "Seconds")
+        return found
+    runtime.record_metric("JoinsStopped", 1, "Count")
+    name = (state.get("plan") or {}).get("node_name", "") or "(no node)"
+    seen = f"Auto Scaling shows the instance {where}" if where else (
+        "the group does not list the instance" if where == "" else "where Auto Scaling has the instance could not be read")
+    return {
+        **found,
+        "alarm": True,
+        "subject": f"Service Fabric join stopped: launch action of {hook.instance_id} ended"[:SUBJECT_LIMIT],
+        "message": (
+            f"Node {name} joined the cluster on instance {hook.instance_id}, but Auto Scaling had no pending launch "
+            f"action for it any more when the join completed (it timed out to ABANDON, or someone ended it), and {seen}. "
+            f"If the instance terminates, its terminate hook drains {name}; if it stays InService, nothing is lost. "
+            f"Check {name} with telemetry cluster status."
+        ),
+    }
 
 
 def clean_up_join(runtime: Runtime, state: State) -> dict[str, Any]:

@@ -415,7 +415,9 @@ class ScaleOutWorkflow(_Workflow):
     detail_type = "EC2 Instance-launch Lifecycle Action"
 
     def _after_lock(self, steps: _Steps, alarm_topic: sns.ITopic) -> sfn.IChainable:
-        finish = steps.task("Complete the lifecycle action", "finish", "finish").next(sfn.Succeed(self, "Joined"))
+        ended = steps.alarm_if("Action ended before the join completed?", "Alarm: joined, launch action ended", alarm_topic,
+                               "finish", sfn.Succeed(self, "Joined"))  # fmt: skip
+        finish = steps.task("Complete the lifecycle action", "finish", "finish").next(ended)
         configuration = self._configuration_change(
             steps, "Register the node with the configuration", "start_configuration_registration", finish
         )

@@ -356,6 +356,47 @@ def test_an_upgrade_begun_while_the_package_was_provisioned_is_not_interrupted(g
     assert suspended(moto_session) == [] and sf_cluster.cm.upgrade.target == "11.4.300.1"
 
 
+@pytest.mark.overlap
+def test_a_drain_that_took_the_lock_while_the_package_was_provisioned_stops_the_start(
+        gateway, lock_table, moto_session, sf_cluster, sf_emulator, monkeypatch, capsys):
+    """A drain took the lock after the first look: it may be between its own look at the cluster
+    and its removal upgrade's start, and either start would interrupt the other's upgrade. The
+    start is sent only under the lock, so it is refused, nothing started, Launch resumed."""
+    sf_cluster.cm.put_in_image_store(CAB)
+    provision = sf_cluster.cm.provision
+
+    def a_drain_meanwhile(body, *args, **kwargs):
+        provision(body, *args, **kwargs)
+        hold_the_membership_lock(moto_session, lock_table, expires_in=900)
+
+    monkeypatch.setattr(sf_cluster.cm, "provision", a_drain_meanwhile)
+
+    assert upgrade(gateway) == 1
+
+    assert "is held by operator-drain:scale-1:ana@laptop:4242 (intent drain, node scale-1)" in capsys.readouterr().err
+    assert not sf_emulator.requests_to("POST", r"/\$/Upgrade") and sf_cluster.cm.upgrade is None
+    assert suspended(moto_session) == []
+
+
+def test_the_start_is_sent_under_the_membership_lock_and_the_lock_let_go(gateway, lock_table, moto_session, sf_cluster,
+                                                                         monkeypatch):
+    sf_cluster.cm.put_in_image_store(CAB)
+    held_at_start = []
+    start = sf_cluster.cm.start_upgrade
+
+    def watched(*args, **kwargs):
+        item = moto_session.client("dynamodb").get_item(TableName=lock_table, Key={"LockName": {"S": "cluster-membership"}})
+        held_at_start.append(item.get("Item", {}).get("Intent", {}).get("S"))
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(sf_cluster.cm, "start_upgrade", watched)
+
+    assert upgrade(gateway) == 0
+
+    assert held_at_start == ["upgrade"]
+    assert "Item" not in moto_session.client("dynamodb").get_item(TableName=lock_table, Key={"LockName": {"S": "cluster-membership"}})
+
+
 def test_help_says_what_the_upgrade_reads_first(capsys):
     assert cli.main(["cluster", "upgrade", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())

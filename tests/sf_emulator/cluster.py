@@ -266,6 +266,10 @@ class EmulatedCluster:
         """Validate and start, then wait for the orchestration like the real call does, for at
         most `start_wait_ticks` ticks; past that, the gateway's timeout answer."""
         with self.lock:
+            # A configuration upgrade started over a code upgrade would interrupt it (FabricUOS
+            # UpgradeOrchestrator.DoUpgradeAsync: "Interrupting on-going upgrade with new version");
+            # not modelled, so a test that gets here fails rather than pass on invented behaviour.
+            assert self.cm.upgrade is None, "the UOS would interrupt the code upgrade under way; the emulator does not model that"
             run = self.uos.start(body)
             for _ in range(self.start_wait_ticks):
                 if self.uos.pending is not run:
@@ -311,8 +315,14 @@ class EmulatedCluster:
             }
 
     def upgrade_status(self) -> dict[str, Any]:
+        """The configuration upgrade status, whose UpgradeState is the Cluster Manager's fabric
+        upgrade's (UpgradeOrchestrationMessageProcessor.ProcessGetClusterConfigurationUpgradeProgressAsync): a code
+        upgrade under way shows there too."""
         with self.lock:
-            return self.uos.status()
+            status = self.uos.status()
+            if self.cm.upgrade is not None:
+                status["UpgradeState"] = self.cm.state
+            return status
 
     # -- fabric (runtime code) upgrade: the Cluster Manager (cluster_manager.py) --------------
 
@@ -322,15 +332,17 @@ class EmulatedCluster:
 
     # A configuration upgrade's manifest upgrade is the Cluster Manager's fabric upgrade: the UOS
     # reports its state from ClusterManager.GetFabricUpgradeProgressAsync (FabricUOS/exe/
-    # UpgradeOrchestrationMessageProcessor.cs, ProcessGetUpgradeProgressAsync: UpgradeState, and
+    # UpgradeOrchestrationMessageProcessor.cs, ProcessGetClusterConfigurationUpgradeProgressAsync: UpgradeState, and
     # ProgressStatus from its TargetConfigVersion). So while one rolls, GetUpgradeProgress shows
     # it (the code version unchanged, the target manifest version), and a code upgrade started
-    # meanwhile would interrupt it (cluster_manager.py, start_upgrade). The other way round (the
-    # configuration status during a code upgrade) is not modelled: a risk.
+    # meanwhile would interrupt it (cluster_manager.py, start_upgrade). The other way round, the
+    # configuration status shows a code upgrade (upgrade_status).
 
     def _manifest_upgrade_rolling(self) -> bool:
+        # Pending in any of its states: rolling forward, waiting for a manual domain, rolling back
+        # (UpgradeOrchestrator.cs waits through each).
         return self.cm.upgrade is None and self.uos.pending is not None and self.uos.pending.phase == "upgrade" \
-            and self.uos.fabric_upgrade_state == "RollingForwardInProgress"  # fmt: skip
+            and self.uos.fabric_upgrade_state not in ("RollingForwardCompleted", "RollingBackCompleted", "Failed")  # fmt: skip
 
     def start_fabric_upgrade(self, body: Any) -> None:
         with self.lock:

@@ -138,6 +138,7 @@ def test_every_lambda_task_rides_out_throttling_and_what_can_be_transient_is_ret
             own_catches |= reachable(states, "Alarm: drained, instance kept")  # the drain is done: on to its end
         if flow == "scale-out":
             own_catches |= reachable(states, GONE_PATH)
+            own_catches |= reachable(states, "Alarm: joined, launch action ended")  # the join is done: on to its end
         for label, state in states.items():
             if state["Type"] != "Task":
                 continue

@@ -218,17 +218,24 @@ class AwsWire:
     def _waiting_instances(self, url: str, form: dict[str, str]) -> AWSResponse:
         """DescribeAutoScalingGroups with each instance a lifecycle hook holds, in the
         LifecycleState the User Guide gives it ("Amazon EC2 Auto Scaling instance lifecycle":
-        Pending:Wait, Terminating:Wait). Only those instances: the group's others (InService)
-        are not modelled here, and the callers look only for these."""
+        Pending:Wait, Terminating:Wait), and those whose actions ended as below. Instances no
+        action here ever held are not modelled."""
         namespace = QUERY_NAMESPACES["auto-scaling"]
         names = [value for key, value in form.items() if key.startswith("AutoScalingGroupNames.member.")]
         states = {"launch": "Pending:Wait", "terminate": "Terminating:Wait"}
         groups = []
         for name in names:
-            # Retained instances too (Terminating:Retained, "Manage retained instances"). That
-            # DescribeAutoScalingGroups lists them among the group's Instances, no page says: a risk.
+            # Retained instances too (Terminating:Retained, "Manage retained instances"): the API
+            # model's LifecycleState of the Instance shape DescribeAutoScalingGroups answers lists
+            # it (botocore's autoscaling service-2.json). A launch completed with CONTINUE is
+            # InService; one ABANDONed (or timed out) is Terminating: "If you choose ABANDON for a
+            # launch hook, the instance is terminated" (User Guide, lifecycle hooks). Whether its
+            # terminate hook then holds it in Terminating:Wait, no page says: a risk.
             listed = [(a, states[a.transition]) for a in self.lifecycle.pending(name)]
             listed += [(a, "Terminating:Retained") for a in self.lifecycle.retained(name)]
+            held = {a.instance_id for a, _ in listed}  # an instance's later action says where it is now
+            listed += [(a, "InService" if a.result == "CONTINUE" else "Terminating") for a in self.lifecycle.ended(name)
+                       if a.transition == "launch" and a.instance_id not in held]  # fmt: skip
             members = "".join(
                 f"<member><InstanceId>{escape(a.instance_id)}</InstanceId><LifecycleState>{state}</LifecycleState>"
                 "<AvailabilityZone>eu-west-1a</AvailabilityZone><HealthStatus>Healthy</HealthStatus>"

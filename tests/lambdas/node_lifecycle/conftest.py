@@ -128,6 +128,9 @@ class RecordingLifecycle:
     def retained_instances(self, group_name: str) -> set[str]:
         return set()  # nor retain an instance; the executions test that
 
+    def instance_state(self, group_name: str, instance_id: str) -> str:
+        return "InService"  # a completed launch's instance; the executions test the others
+
     @property
     def heartbeats(self) -> int:
         return sum(1 for name, _ in self.calls if name == "heartbeat")

@@ -136,6 +136,12 @@ class LifecycleActions:
         with self._lock:
             return [a for a in self.actions if a.group == group and a.pending]
 
+    def ended(self, group: str) -> list[LifecycleAction]:
+        """The group's actions that have ended, completed or timed out."""
+        self.settle()
+        with self._lock:
+            return [a for a in self.actions if a.group == group and not a.pending]
+
     def retained(self, group: str) -> list[LifecycleAction]:
         """The group's instances kept in Terminating:Retained (none is ever terminated here)."""
         self.settle()

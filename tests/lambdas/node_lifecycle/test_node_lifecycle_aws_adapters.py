@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import boto3
 import pytest
@@ -321,6 +322,22 @@ def test_heartbeats_report_an_action_that_is_gone_and_raise_other_errors(autosca
     with pytest.raises(ClientError, match="AccessDenied"):
         record_heartbeat(lifecycle, HOOK)
     assert record_heartbeat(None, None) is None  # an operator's run has no hook
+
+
+def test_an_instances_lifecycle_state_is_read_from_its_group_and_empty_once_it_is_gone(autoscaling):
+    client, stubber = autoscaling
+    instance = {"InstanceId": "i-0123456789abcdef0", "AvailabilityZone": "eu-west-1a", "LifecycleState": "Terminating",
+                "HealthStatus": "Healthy", "ProtectedFromScaleIn": False}  # fmt: skip
+    group = {"AutoScalingGroupName": "sf-scaling", "MinSize": 0, "MaxSize": 3, "DesiredCapacity": 1,
+             "DefaultCooldown": 300, "AvailabilityZones": ["eu-west-1a"], "HealthCheckType": "EC2",
+             "CreatedTime": datetime(2026, 11, 1, tzinfo=timezone.utc)}  # fmt: skip
+    for listed in ([instance], []):
+        stubber.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [{**group, "Instances": listed}]},
+                             {"AutoScalingGroupNames": ["sf-scaling"]})  # fmt: skip
+    lifecycle = AutoScalingLifecycleHooks(client)
+
+    assert lifecycle.instance_state("sf-scaling", "i-0123456789abcdef0") == "Terminating"
+    assert lifecycle.instance_state("sf-scaling", "i-0123456789abcdef0") == ""
 
 
 def test_complete_refuses_a_result_auto_scaling_does_not_know():

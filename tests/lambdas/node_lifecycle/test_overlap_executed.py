@@ -43,6 +43,14 @@ def serving(world: World, name: str) -> None:
     assert world.emulator.requests_to("POST", DEACTIVATE) == []
 
 
+def twin_holds_the_lock(world: World, owner: str) -> str:
+    """The lock as the first of two executions for one action holds it, past the second's deadline."""
+    world.dynamodb.put_item(TableName=world.lock_table, Item={
+        "LockName": {"S": "cluster-membership"}, "Owner": {"S": owner},
+        "ExpiresAt": {"N": str(int(world.clock() + 4 * int(world.setting("WORKFLOW_TIMEOUT_SECONDS"))))}})  # fmt: skip
+    return owner
+
+
 # -- a join and a duplicate execution of its launch action ---------------------------------------
 
 
@@ -110,10 +118,7 @@ def test_a_duplicate_that_waited_out_its_deadline_for_the_lock_changes_nothing(w
     action = world.machines.begin("launch", world.instance())
     name = f"scale-{action.instance_id}"
     world.cluster.add_node(name, upgrade_domain="UD2")  # what the first execution's AddNode.ps1 did
-    owner = f"scale-out:{action.instance_id}:the-first-execution"
-    world.dynamodb.put_item(TableName=world.lock_table, Item={
-        "LockName": {"S": "cluster-membership"}, "Owner": {"S": owner},
-        "ExpiresAt": {"N": str(int(world.clock() + 4 * int(world.setting("WORKFLOW_TIMEOUT_SECONDS"))))}})  # fmt: skip
+    owner = twin_holds_the_lock(world, f"scale-out:{action.instance_id}:the-first-execution")
 
     execution = world.machines.run(action)
 
@@ -125,6 +130,57 @@ def test_a_duplicate_that_waited_out_its_deadline_for_the_lock_changes_nothing(w
     (alarm,) = world.machines.alarms()
     assert "never held the membership lock" in alarm.message and owner in alarm.message
     assert "was not completed either" in alarm.message
+
+
+def test_a_duplicate_drain_that_waited_out_its_deadline_for_the_lock_leaves_the_action_to_its_twin(world: World):
+    """Two executions for one terminate action; the first holds the lock and still drains scale-0
+    when the second's deadline passes. The second touches no node and does not ABANDON the action
+    (that would retain the instance mid-drain): the first ends it."""
+    action = world.machines.begin("terminate", world.instance("scale-0"))
+    owner = twin_holds_the_lock(world, f"scale-in:{action.instance_id}:the-first-execution")
+
+    execution = world.machines.run(action)
+
+    assert (execution.status, execution.error) == ("FAILED", "DrainFailed")
+    assert not execution.steps("resolve_node") and world.emulator.requests_to("POST", DEACTIVATE) == []
+    assert action.pending and world.lock_holder() == owner  # left to the execution that serves it
+    (alarm,) = world.machines.alarms()
+    assert "never held the membership lock" in alarm.message and owner in alarm.message
+    assert "its terminate action was left alone" in alarm.message and "telemetry cluster drain" in alarm.message
+
+
+@pytest.mark.parametrize("ended", ["timed out to ABANDON", "answer lost, finish resent"])
+def test_a_join_whose_action_ended_before_its_finish_says_what_becomes_of_the_node(world: World, ended: str):
+    """The node has joined and registered; the finish's CONTINUE finds the launch action ended.
+    Timed out (ABANDON: Auto Scaling terminates the instance), it alarms and counts no join: the
+    terminate hook will drain the node. Completed by the finish's own earlier try, whose answer
+    was lost (the instance InService), it is a join like any other."""
+    action = world.machines.begin("launch", world.instance())
+    lifecycle = world.machines.lifecycle
+    complete = lifecycle.complete
+
+    def completing(**request) -> None:
+        if request["result"] == "CONTINUE":
+            if ended == "timed out to ABANDON":
+                action.result, action.ended_at, action.ended_by = "ABANDON", world.clock(), "timed out"
+            else:
+                complete(**request)  # the first try landed; its answer did not
+        complete(**request)
+
+    lifecycle.complete = completing
+
+    execution = world.machines.run(action)
+
+    assert execution.status == "SUCCEEDED" and world.lock_holder() is None
+    assert world.cluster.node(f"scale-{action.instance_id}").status == "Up"
+    assert execution.output["finish"]["outcome"] == "already_done"
+    if ended == "timed out to ABANDON":
+        (alarm,) = world.machines.alarms()
+        assert alarm.subject == f"Service Fabric join stopped: launch action of {action.instance_id} ended"
+        assert "Auto Scaling shows the instance Terminating" in alarm.message and "terminate hook drains" in alarm.message
+        assert "JoinsStopped" in world.machines.metrics.names() and "JoinsSucceeded" not in world.machines.metrics.names()
+    else:
+        assert world.machines.alarms() == [] and "JoinsSucceeded" in world.machines.metrics.names()
 
 
 # -- joins and drains of different nodes -----------------------------------------------------------
@@ -277,3 +333,33 @@ def test_a_runtime_upgrade_started_while_a_failed_drains_removal_upgrade_rolls_i
     assert world.cluster.cm.upgrade is None and world.cluster.cm.provisioned_code_versions("11.5.0.1") == []
     assert not [r for r in world.emulator.requests if r.method == "POST" and r.path in ("/$/Upgrade", "/$/Provision")]
     assert world.cluster.uos.pending is not None and world.cluster.uos.pending.removing == ("scale-0",)  # rolls on
+
+
+def test_a_drain_during_a_runtime_upgrade_waits_for_it_before_its_removal_upgrade(world: World):
+    """A scale-in while `telemetry cluster upgrade` rolls the runtime (it suspends Launch, not
+    Terminate): the configuration status shows the code upgrade, so the drain starts no removal
+    upgrade over it (one would interrupt it) and waits inside its deadline; once the code upgrade
+    has rolled forward, the node leaves."""
+    cm = world.cluster.cm
+    cm.put_in_image_store("MicrosoftServiceFabric.11.5.0.1.cab")
+    cm.provision({"CodeFilePath": "MicrosoftServiceFabric.11.5.0.1.cab"})
+    cm.ticks_per_domain = 20  # a few dozen gateway requests for the whole walk
+    world.cluster.start_fabric_upgrade({"CodeVersion": "11.5.0.1", "RollingUpgradeMode": "Monitored"})
+    starts_during_code_upgrade = []
+    start = world.cluster.uos.start
+
+    def starting(body):  # the UOS receiving a configuration upgrade
+        if cm.upgrade is not None:
+            starts_during_code_upgrade.append(body)
+        return start(body)
+
+    world.cluster.uos.start = starting
+    action = world.machines.begin("terminate", world.instance("scale-0"))
+
+    execution = world.machines.run(action, real_seconds=120)
+
+    world.continued(execution, action)
+    assert world.removed("scale-0") and starts_during_code_upgrade == []
+    assert cm.upgrade is None and cm.code_version == "11.5.0.1"
+    waited = [i for i in execution.invocations if i.step == "start_configuration_removal"]
+    assert len(waited) > 1, "the drain never had to wait for the code upgrade"

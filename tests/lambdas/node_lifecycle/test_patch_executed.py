@@ -579,3 +579,19 @@ def test_a_patch_run_and_a_join_take_turns_and_the_joined_node_serves(patching: 
     assert patching.active_and_up(*SEEDS, *SCALING, joined) and world.lock_holder() is None
     assert world.machines.alarms() == []
 
+
+
+@pytest.mark.overlap
+def test_a_lock_that_lapsed_while_a_node_was_out_of_service_stops_the_run(patching: Patching):
+    """The run's renewals missed the lock's TTL while scale-1 installed, and another operation took
+    the lock and let it go meanwhile (the item is gone): the next renewal would take it afresh.
+    That is not a renewal, so the run stops and says so."""
+    world = patching.world
+    world.machines.after_step["install"] = lambda: world.dynamodb.delete_item(TableName=world.lock_table, Key=LOCK_ITEM)
+
+    execution = patching.run({"node": "scale-1"})
+
+    assert execution.status == "FAILED"
+    (alarm,) = world.machines.alarms()
+    assert "the membership lock lapsed while a node was out of service" in alarm.message
+    assert world.lock_holder() is None
