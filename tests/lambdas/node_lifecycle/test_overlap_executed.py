@@ -215,6 +215,24 @@ def test_a_join_and_a_drain_at_once_take_turns(world: World):
     assert [u.removing for u in world.cluster.upgrades if u.removing] == [("scale-0",)]
 
 
+def test_the_replacement_auto_scaling_launches_beside_a_retained_instance_joins_and_leaves_its_node_alone(world: World):
+    """A refresh's or health check's termination whose drain failed: the instance is retained with
+    scale-0 deactivated (RemoveNode), and Auto Scaling launches a replacement at once ("Manage
+    retained instances"; the stand-in does not launch by itself, so the test does). The replacement
+    joins; scale-0 stays as the failed drain left it, for the operator."""
+    world.cluster.nodes["scale-0"].machine_reachable = False  # the removal upgrade is refused for good
+    terminate = world.machines.begin("terminate", world.instance("scale-0"))
+    world.retained(world.machines.run(terminate), terminate)
+    launch = world.machines.begin("launch", world.instance())
+
+    joined = world.machines.run(launch)
+
+    world.continued(joined, launch)
+    assert world.cluster.node(f"scale-{launch.instance_id}").status == "Up"
+    assert world.cluster.node("scale-0").deactivation_intent == "RemoveNode" and terminate.retained
+    assert f"scale-{launch.instance_id}" in world.cluster.uos_nodes and "scale-0" in world.cluster.uos_nodes
+
+
 def test_a_drain_failing_while_its_removal_upgrade_rolls_leaves_the_lock_to_expire(world: World):
     """The removal upgrade outlives the drain's deadline: releasing the lock would let a join, a
     drain or a patched node overlap an upgrade still rolling. The lock stays the drain's until it
