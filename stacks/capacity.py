@@ -464,10 +464,15 @@ def msk_standard_constraints(
                                        replication_factor=replication_factor, broker_count=broker_count)  # fmt: skip
         held = math.inf if hourly <= 0 else (min(ebs_volume_gib, MAX_STORAGE_PER_BROKER.value)
                                              - (stall_gib - hourly * TIERED_STALL_HOURS.value)) / hourly  # fmt: skip
+        # Below zero the hours kept on the brokers and the open segments alone overfill the volume:
+        # no stall is survived at all, which the row says in words, not as negative hours.
+        full = held < 0
         rows.append(Constraint(
             f"msk: hours of stalled copying to the remote tier before a broker's volume fills (auto scaling not "
-            f"counted), at {workload.messages_per_second:,.0f} msg/s", TIERED_STALL_HOURS.value, held, "hours",
-            f"use {broker_count} x {min(MAX_STORAGE_PER_BROKER.value, math.ceil(stall_gib / 100) * 100):,.0f} GiB "
+            f"counted), at {workload.messages_per_second:,.0f} msg/s", TIERED_STALL_HOURS.value, max(held, 0.0), "hours",
+            (f"the {local_hours:g} h kept on the brokers and their open segments alone overfill the volume, before "
+             "any stall; " if full else "")
+            + f"use {broker_count} x {min(MAX_STORAGE_PER_BROKER.value, math.ceil(stall_gib / 100) * 100):,.0f} GiB "
             "(ebs_volume_gib)"))  # fmt: skip
         rows.append(Constraint("msk: tiered topic retention (MSK's minimum for remote storage)",
                                TIERED_MIN_RETENTION.value, retention_hours, "hours",

@@ -137,6 +137,9 @@ COMMANDS = (
             WORKSTATION, "scripts.run_simulation"),
     Command(("capacity",), "what the declared workload needs against what the environment provides", OFFLINE,
             "scripts.telemetry.capacity"),
+    Command(("compression",), "measure the compression ratio of your own device payloads as the producers compress them",
+            OFFLINE + " It runs librdkafka's in-process mock cluster; nothing leaves the machine.",
+            "scripts.telemetry.compression"),
     Command(("cost",), "what the environment costs per month, per message and per device", OFFLINE
             + " --live refreshes the prices from the AWS Price List API and needs credentials.",
             "scripts.telemetry.cost"),

@@ -2,7 +2,9 @@
 
 What the AWS IoT Developer Guide ("Apache Kafka" rule action) requires and this follows:
 - a VPC topic rule destination whose role may manage the elastic network interfaces the rules
-  engine puts in each subnet (the eight `ec2:` actions the guide lists);
+  engine puts in each subnet, with the policy the guide's VPC destination page gives: the interfaces
+  may be tagged `VPCDestinationENI=true` when they are created, and only interfaces with that tag
+  may be shared (`CreateNetworkInterfacePermission`);
 - SASL_SSL with SCRAM-SHA-512 (IAM is not supported), the credentials read at run time with the
   `get_secret()` substitution template under a role allowed `secretsmanager:GetSecretValue` and
   `secretsmanager:DescribeSecret` on the secret;
@@ -39,17 +41,53 @@ SASL_MECHANISM = "SCRAM-SHA-512"
 # a device message the leader acknowledged and lost before its followers copied it is gone (the
 # simulator's and other IAM clients' acks=all with min.insync.replicas=2 survive that).
 ACKS = "1"
-# The network-interface actions the AWS IoT Developer Guide lists for a VPC destination's role.
+# The VPC destination role's policy is the one the AWS IoT Developer Guide gives on its VPC
+# destination page, "Apache Kafka Virtual Private Cloud (VPC) destinations" (the same policy as its
+# "Virtual private cloud (VPC) destinations", vpc-rule-action.html). The "Apache Kafka" rule action
+# page lists the same actions and CreateNetworkInterfacePermission as one statement without conditions,
+# and no CreateTags; the destination page is the newer, specific one, and it is followed here: a rules
+# engine that tags the interfaces it creates cannot create them without CreateTags.
+VPC_DESTINATION_PAGE = "https://docs.aws.amazon.com/iot/latest/developerguide/kafka-vpc-destination.html"
 DESTINATION_EC2_ACTIONS = (
     "ec2:CreateNetworkInterface",
     "ec2:DescribeNetworkInterfaces",
-    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DescribeVpcs",
     "ec2:DeleteNetworkInterface",
     "ec2:DescribeSubnets",
-    "ec2:DescribeVpcs",
     "ec2:DescribeVpcAttribute",
     "ec2:DescribeSecurityGroups",
 )
+# The tag that marks an interface as the rules engine's (the same page's policy).
+DESTINATION_ENI_TAG_KEY = "VPCDestinationENI"
+DESTINATION_ENI_TAG_VALUE = "true"
+
+
+def vpc_destination_statements() -> list[iam.PolicyStatement]:
+    """The VPC destination page's policy, statement by statement (VPC_DESTINATION_PAGE)."""
+    return [
+        # VPC_DESTINATION_PAGE, statement 1: create, describe and delete interfaces.
+        iam.PolicyStatement(actions=list(DESTINATION_EC2_ACTIONS), resources=["*"]),
+        # VPC_DESTINATION_PAGE, statement 2: share only an interface tagged as the rules engine's.
+        iam.PolicyStatement(
+            actions=["ec2:CreateNetworkInterfacePermission"],
+            resources=["*"],
+            conditions={"StringEquals": {f"ec2:ResourceTag/{DESTINATION_ENI_TAG_KEY}": DESTINATION_ENI_TAG_VALUE}},
+        ),
+        # VPC_DESTINATION_PAGE, statement 3: tag an interface only while creating it, and only with
+        # that tag (EC2 authorizes tags given to CreateNetworkInterface as ec2:CreateTags with
+        # ec2:CreateAction set; Amazon EC2 User Guide, "Grant permission to tag Amazon EC2 resources
+        # during creation").
+        iam.PolicyStatement(
+            actions=["ec2:CreateTags"],
+            resources=["*"],
+            conditions={
+                "StringEquals": {
+                    "ec2:CreateAction": "CreateNetworkInterface",
+                    f"aws:RequestTag/{DESTINATION_ENI_TAG_KEY}": DESTINATION_ENI_TAG_VALUE,
+                }
+            },
+        ),
+    ]
 
 
 def get_secret(secret_arn: str, field: str, role_arn: str) -> str:
@@ -92,16 +130,16 @@ class KafkaTopicRule(Construct):
             assumed_by=iot_service_principal(stack.account),
             description="Lets the AWS IoT rules engine manage its network interfaces in the VPC",
             inline_policies={
-                "NetworkInterfaces": iam.PolicyDocument(
-                    statements=[iam.PolicyStatement(actions=list(DESTINATION_EC2_ACTIONS), resources=["*"])]
-                )
+                "NetworkInterfaces": iam.PolicyDocument(statements=vpc_destination_statements())
             },
         )
         acknowledge(
             self.destination_role,
             "AwsSolutions-IAM5",
-            "The AWS IoT Developer Guide's policy for a VPC destination role grants these network "
-            "interface actions on all resources; the interfaces do not exist before the rules engine creates them",
+            "The AWS IoT Developer Guide's VPC destination role policy names all resources: the interfaces "
+            "do not exist before the rules engine creates them and the Describe actions take no resource; "
+            "sharing and tagging are limited by condition to interfaces tagged VPCDestinationENI=true, "
+            "and tagging to the moment the rules engine creates one",
             finding=wildcard_resource_finding("*"),
         )
         self.destination = iot.CfnTopicRuleDestination(

@@ -79,10 +79,22 @@ def failed_checkpoints_rate(application_name: str) -> cloudwatch.MathExpression:
 def increase(application_name: str, counter: str, label: str) -> cloudwatch.MathExpression:
     """What one of the job's counters added over the window. The counter is cumulative since the
     job (re)started and lives in one task, so its Maximum is the job's total and the difference
-    between windows is what was added (a restart resets it, which reads as negative: no alarm)."""
+    between windows is what was added.
+
+    A restarted task registers a new counter that starts at 0 (CountedInOneTask.open; Flink keeps no
+    metric in a snapshot), so the window after a restart usually has a Maximum below the last one
+    before it and DIFF goes negative. That window counts from zero instead: its Maximum is what the
+    restarted job added. A restart whose new count already exceeds the old Maximum in that window
+    reads as a positive DIFF and undercounts by the old Maximum; nothing in the series tells the two
+    apart."""
     total = counter.lower()  # an id of its own, so both counts can share a graph
+    # CloudWatch User Guide, "Using metric math"
+    # (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html): DIFF
+    # "Returns the difference between each value in the time series and the preceding value";
+    # IF(TS Comparison Operator S, S | TS, S | TS), comparison operators == != <= >= < >, evaluated
+    # "separately for every timestamp".
     return cloudwatch.MathExpression(
-        expression=f"DIFF({total})",
+        expression=f"IF(DIFF({total}) < 0, {total}, DIFF({total}))",
         using_metrics={total: application_metric(application_name, counter, "Maximum", period=WINDOW)},
         label=label,
         period=WINDOW,

@@ -151,6 +151,16 @@ def test_tiered_storage_keeps_only_the_primary_hours_on_brokers():
     assert uploads > by_name(standard(POC), "msk: volume throughput").need  # segments read back for upload
 
 
+def test_a_volume_the_local_hours_alone_overfill_says_so_in_words_not_negative_hours():
+    # Uncompressed, prod's 12 local hours on 300 GiB: 12.6 GiB/h x 12 h and the open segments are
+    # past the volume before any stall (the issue's -7.31 h).
+    raw = Workload(73_800, 73_800, 512, 1.0, 2, 3_000)
+    row = by_name(standard(raw, ebs_volume_gib=300, primary_retention_hours=12), "msk: hours of stalled copying")
+    assert not row.ok and row.provided == 0.0
+    assert row.fix.startswith("the 12 h kept on the brokers and their open segments alone overfill the volume, before any stall; use")
+    assert "-" not in row.line().split("provided")[1].split("(")[0]
+
+
 def test_tiered_storage_refuses_a_topic_kept_less_than_three_days():
     row = by_name(standard(HIGH, retention_hours=24, primary_retention_hours=6), "msk: tiered topic retention")
     assert not row.ok and row.need == 72

@@ -12,16 +12,38 @@ from stacks.naming import device_credentials_path
 from tests.conftest import ENVIRONMENTS, cdk_context
 from tests.msk_authorization import resolve
 
-EC2_ACTIONS = {
-    "ec2:CreateNetworkInterface",
-    "ec2:DescribeNetworkInterfaces",
-    "ec2:CreateNetworkInterfacePermission",
-    "ec2:DeleteNetworkInterface",
-    "ec2:DescribeSubnets",
-    "ec2:DescribeVpcs",
-    "ec2:DescribeVpcAttribute",
-    "ec2:DescribeSecurityGroups",
-}
+# The VPC destination role's policy as the AWS IoT Developer Guide prints it, "Apache Kafka Virtual
+# Private Cloud (VPC) destinations" (https://docs.aws.amazon.com/iot/latest/developerguide/kafka-vpc-destination.html),
+# copied here rather than imported so that a change to the construct cannot move both sides.
+GUIDE_VPC_DESTINATION_STATEMENTS = [
+    {
+        "Effect": "Allow",
+        "Action": [
+            "ec2:CreateNetworkInterface",
+            "ec2:DescribeNetworkInterfaces",
+            "ec2:DescribeVpcs",
+            "ec2:DeleteNetworkInterface",
+            "ec2:DescribeSubnets",
+            "ec2:DescribeVpcAttribute",
+            "ec2:DescribeSecurityGroups",
+        ],
+        "Resource": "*",
+    },
+    {
+        "Effect": "Allow",
+        "Action": "ec2:CreateNetworkInterfacePermission",
+        "Resource": "*",
+        "Condition": {"StringEquals": {"ec2:ResourceTag/VPCDestinationENI": "true"}},
+    },
+    {
+        "Effect": "Allow",
+        "Action": ["ec2:CreateTags"],
+        "Resource": "*",
+        "Condition": {
+            "StringEquals": {"ec2:CreateAction": "CreateNetworkInterface", "aws:RequestTag/VPCDestinationENI": "true"}
+        },
+    },
+]
 
 
 def resources(synthesized, kind: str, env: str = "dev") -> dict[str, dict]:
@@ -43,8 +65,8 @@ def rule(synthesized, env: str = "dev") -> dict:
     return only(synthesized, "AWS::IoT::TopicRule", env)[1]["Properties"]
 
 
-def role_statements(synthesized, logical_prefix: str) -> list[dict]:
-    (role,) = [v for k, v in resources(synthesized, "AWS::IAM::Role").items() if k.startswith(logical_prefix)]
+def role_statements(synthesized, logical_prefix: str, env: str = "dev") -> list[dict]:
+    (role,) = [v for k, v in resources(synthesized, "AWS::IAM::Role", env).items() if k.startswith(logical_prefix)]
     return [s for p in role["Properties"]["Policies"] for s in p["PolicyDocument"]["Statement"]]
 
 
@@ -145,9 +167,73 @@ def test_vpc_destination_uses_private_subnets_the_scram_client_group_and_a_netwo
     (group,) = vpc["SecurityGroups"]
     assert "ScramClientSecurityGroup" in json.dumps(group)  # imported from the MSK stack
     assert vpc["RoleArn"]["Fn::GetAtt"][0].startswith("TelemetryRuleDestinationRole")
-    (statement,) = role_statements(synthesized, "TelemetryRuleDestinationRole")
-    assert actions_of(statement) == EC2_ACTIONS
-    assert statement["Resource"] == "*"
+
+
+def normalized(statement: dict) -> tuple:
+    """A statement as IAM reads it: the order of actions and of condition values does not matter."""
+    as_set = lambda v: frozenset([v] if isinstance(v, str) else v)  # noqa: E731
+    condition = statement.get("Condition", {})
+    return (
+        statement["Effect"],
+        as_set(statement["Action"]),
+        as_set(statement["Resource"]),
+        frozenset((op, key, as_set(values)) for op, pairs in condition.items() for key, values in pairs.items()),
+    )
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_vpc_destination_role_is_the_iot_guides_policy_statement_for_statement(synthesized, env):
+    statements = role_statements(synthesized, "TelemetryRuleDestinationRole", env)
+    assert sorted(map(normalized, statements), key=repr) == sorted(
+        map(normalized, GUIDE_VPC_DESTINATION_STATEMENTS), key=repr
+    )
+
+
+def allowed(statements: list[dict], action: str, context: dict[str, str]) -> bool:
+    """Whether an identity policy of Allow statements allows `action` on a request with `context`,
+    by the IAM User Guide's rules ("Policy evaluation logic"; "IAM JSON policy elements: Condition
+    operators"): some statement names the action (case-insensitively) and every condition holds;
+    within a condition every key must match one of its values; key names are case-insensitive,
+    StringEquals values case-sensitive; a key absent from the request matches nothing. Anything
+    else (Deny, NotAction, another operator, a narrower Resource) is refused, not approximated."""
+    request = {k.lower(): v for k, v in context.items()}
+    for statement in statements:
+        if statement["Effect"] != "Allow" or "NotAction" in statement or statement["Resource"] != "*":
+            raise NotImplementedError(f"not evaluated here: {statement}")
+        if action.lower() not in {a.lower() for a in actions_of(statement)}:
+            continue
+        conditions = statement.get("Condition", {})
+        if set(conditions) - {"StringEquals"}:
+            raise NotImplementedError(f"not evaluated here: {conditions}")
+        pairs = conditions.get("StringEquals", {})
+        if all(
+            request.get(key.lower()) in ([values] if isinstance(values, str) else values)
+            for key, values in pairs.items()
+        ):
+            return True
+    return False
+
+
+def test_vpc_destination_role_lets_the_rules_engine_tag_and_share_only_its_own_interfaces(synthesized):
+    """The requests EC2 authorizes when the rules engine creates a tagged interface and then shares
+    it, and the ones the role must still refuse. Tags given to CreateNetworkInterface are authorized
+    as ec2:CreateTags with ec2:CreateAction (Amazon EC2 User Guide, "Grant permission to tag Amazon
+    EC2 resources during creation"). The "Apache Kafka" rule action page's policy has no CreateTags:
+    under it a tagged create is refused, and any interface may be shared."""
+    statements = role_statements(synthesized, "TelemetryRuleDestinationRole")
+    assert allowed(statements, "ec2:CreateNetworkInterface", {})
+    created_with_tag = {"ec2:CreateAction": "CreateNetworkInterface", "aws:RequestTag/VPCDestinationENI": "true"}
+    assert allowed(statements, "ec2:CreateTags", created_with_tag)
+    # Tagging an interface that already exists, or with any other value, or at another create: refused.
+    assert not allowed(statements, "ec2:CreateTags", {"aws:RequestTag/VPCDestinationENI": "true"})
+    assert not allowed(statements, "ec2:CreateTags", {**created_with_tag, "aws:RequestTag/VPCDestinationENI": "false"})
+    assert not allowed(statements, "ec2:CreateTags", {**created_with_tag, "ec2:CreateAction": "RunInstances"})
+    assert not allowed(statements, "ec2:CreateTags", {"ec2:CreateAction": "CreateNetworkInterface"})
+    # Sharing only the rules engine's interfaces.
+    assert allowed(statements, "ec2:CreateNetworkInterfacePermission", {"ec2:ResourceTag/VPCDestinationENI": "true"})
+    assert not allowed(statements, "ec2:CreateNetworkInterfacePermission", {})
+    assert not allowed(statements, "ec2:CreateNetworkInterfacePermission", {"ec2:ResourceTag/VPCDestinationENI": "false"})
+    assert not allowed(statements, "ec2:DeleteTags", created_with_tag)
 
 
 def test_rule_role_reads_exactly_its_secret_and_writes_exactly_its_queue(synthesized):

@@ -194,7 +194,14 @@ def named_resources(synthesis, config) -> list[tuple[tuple[str, ...], str, dict]
     cluster = service_fabric_cluster_name(config)
     instance_tags = {"ssm:resourceTag/sf:cluster": cluster, "aws:ResourceTag/sf:cluster": cluster,
                      "ssm:resourceTag/sf:nodetype": "ScalingNodeType"}
-    found.append((("ssm:SendCommand", "ec2:TerminateInstances", "ec2:CreateTags"), arn("ec2", "instance/i-0ffffffffffffffff"), instance_tags))
+    found.append((("ssm:SendCommand", "ec2:TerminateInstances"), arn("ec2", "instance/i-0ffffffffffffffff"), instance_tags))
+    # CreateTags on an existing instance carries no ec2:CreateAction (set only when tags come with a
+    # create call; EC2 User Guide, "Grant permission to tag Amazon EC2 resources during creation"),
+    # and the caller picks the tags it asks for: here the VPC destination's. moto passes a condition
+    # whose key the context lacks, which IAM does not ("If the key ... is not present in the request
+    # context, the values do not match"), so the missing key is given a value no policy names.
+    found.append((("ec2:CreateTags",), arn("ec2", "instance/i-0ffffffffffffffff"),
+                  {**instance_tags, "ec2:CreateAction": "<not in the request>", "aws:RequestTag/VPCDestinationENI": "true"}))
     for template in synthesis.stacks.values():
         for logical_id, resource in template["Resources"].items():
             kind, properties = resource["Type"], resource.get("Properties", {})

@@ -300,12 +300,14 @@ def test_alarms_cover_job_health_checkpoints_lag_dead_letters_and_device_clocks(
     assert metric_names(found[f"{name}-DeadLetters"]) == {"DeadLetterRecords"}
     assert metric_names(found[f"{name}-DeviceClocksOutOfRange"]) == {"ClockOutOfRangeRecords"}
     # Each count is one counter in one task of the job (flink/, CountedInOneTask; the Java
-    # integration test checks there is one): its Maximum is the total, DIFF what was added.
+    # integration test checks there is one): its Maximum is the total, DIFF what was added, and a
+    # window after a restart (the counter starts again at 0) counts from zero.
     for counted in ("DeadLetters", "DeviceClocksOutOfRange"):
         (total,) = [m for m in found[f"{name}-{counted}"]["Metrics"] if "MetricStat" in m]
         (expression,) = [m for m in found[f"{name}-{counted}"]["Metrics"] if "Expression" in m]
         assert total["MetricStat"]["Stat"] == "Maximum"
-        assert expression["Expression"] == f"DIFF({total['Id']})"
+        x = total["Id"]
+        assert expression["Expression"] == f"IF(DIFF({x}) < 0, {x}, DIFF({x}))"
     assert found[f"{name}-ConsumerLag"]["Threshold"] == 300000
     assert found[f"{name}-DeadLetters"]["Threshold"] == 1
     for alarm in found.values():
@@ -315,6 +317,76 @@ def test_alarms_cover_job_health_checkpoints_lag_dead_letters_and_device_clocks(
         assert '"Name": "Application", "Value": "telemetry-prod-telemetry-sink"' in dimensions
         assert all(m.get("MetricStat", {}).get("Metric", {}).get("Namespace", "AWS/KinesisAnalytics")
                    == "AWS/KinesisAnalytics" for m in alarm.get("Metrics", []))
+
+
+def evaluate_metric_math(expression: str, series: dict[str, list[float]]) -> list[float | None]:
+    """Evaluates the metric math the counter alarms use, on datapoints one per window: metric ids,
+    numbers, DIFF (None where there is no preceding value), `<` of a series and a number, and IF
+    elementwise (a point dropped where the condition has none), as "Using metric math" describes them."""
+    tokens = re.findall(r"[A-Za-z_]\w*|\d+(?:\.\d+)?|[(),<]", expression)
+    assert "".join(tokens) == expression.replace(" ", ""), f"unsupported syntax in {expression}"
+    position = 0
+
+    def take(expected: str | None = None) -> str:
+        nonlocal position
+        token = tokens[position]
+        assert expected is None or token == expected, f"expected {expected}, found {token} in {expression}"
+        position += 1
+        return token
+
+    def term() -> list[float | None] | float:
+        token = take()
+        if token == "DIFF":
+            take("(")
+            values = comparison()
+            take(")")
+            return [None] + [None if a is None or b is None else b - a for a, b in zip(values, values[1:])]
+        if token == "IF":
+            take("(")
+            condition = comparison()
+            take(",")
+            when_true = comparison()
+            take(",")
+            when_false = comparison()
+            take(")")
+            branches = [b if isinstance(b, list) else [b] * len(condition) for b in (when_false, when_true)]
+            return [None if c is None else branches[bool(c)][i] for i, c in enumerate(condition)]
+        if token[0].isdigit():
+            return float(token)
+        return list(series[token])
+
+    def comparison() -> list[float | None] | float:
+        left = term()
+        if position < len(tokens) and tokens[position] == "<":
+            take("<")
+            right = term()
+            assert isinstance(left, list) and isinstance(right, float), "only TS < S is used"
+            return [None if v is None else float(v < right) for v in left]
+        return left
+
+    result = comparison()
+    assert position == len(tokens), f"trailing tokens in {expression}"
+    return result
+
+
+def test_the_window_after_a_sink_restart_counts_what_the_restarted_job_added(synthesized):
+    """A restart resets the job's counters to 0. DIFF of the windows' Maximum then goes negative;
+    the alarm's expression counts that window from zero, so records dead-lettered right after a
+    restart still reach the threshold."""
+    found = alarms(synthesized, "prod")
+    for counted in ("DeadLetters", "DeviceClocksOutOfRange"):
+        alarm = found[f"telemetry-prod-telemetry-sink-{counted}"]
+        (total,) = [m for m in alarm["Metrics"] if "MetricStat" in m]
+        (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
+        threshold = float(alarm["Threshold"])
+        # Maximum per 5-minute window: 500 more, then 2 more, then none before the restart; the
+        # threshold's worth in the window after it, then 4 more.
+        maxima = [500 + threshold, 502 + threshold, 502 + threshold, threshold, threshold + 4]
+
+        added = evaluate_metric_math(expression["Expression"], {total["Id"]: maxima})
+
+        assert added == [None, 2.0, 0.0, threshold, 4.0]
+        assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"  # so that window alarms
 
 
 def test_a_stopped_or_restarting_job_alarms_and_idle_rates_do_not(synthesized):

@@ -13,6 +13,12 @@ import java.time.ZoneOffset;
  * the time it reached Kafka in a partition queries reach only when that day comes. Such a reading
  * is filed by its ingest time instead and keeps its device time in {@code event_time}/{@code sent_ns};
  * the job counts it (ParseTelemetry.CLOCK_OUT_OF_RANGE_METRIC).
+ *
+ * <p>The ingest time is the Kafka timestamp, which on a CreateTime topic is the producer's clock: for
+ * a direct producer the same host clock as the device time, so both can run ahead together. A
+ * Kafka timestamp more than the allowed skew beyond the time the sink read the record (which can
+ * only come after the record was written) is not believed either: the read time replaces it, and
+ * the device time is judged against that.
  */
 public final class DeviceClock implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -23,7 +29,8 @@ public final class DeviceClock implements Serializable {
 
     /**
      * @param earliestDay the first day the table enumerates (UTC)
-     * @param maxAheadSeconds how far a device clock may run ahead of the ingest time
+     * @param maxAheadSeconds how far a device clock may run ahead of the ingest time, and a Kafka
+     *     timestamp ahead of the read time
      */
     public DeviceClock(LocalDate earliestDay, long maxAheadSeconds) {
         this.earliestMillis = earliestDay.atStartOfDay(ZoneOffset.UTC).toInstant().toEpochMilli();
@@ -37,11 +44,12 @@ public final class DeviceClock implements Serializable {
     }
 
     /**
-     * Sets the record's ingest time (its Kafka timestamp, or readMillis when it has none or one
-     * before the table's first day) and its partition time; returns whether the device time was kept.
+     * Sets the record's ingest time (its Kafka timestamp, or readMillis when it has none, one before
+     * the table's first day, or one more than the allowed skew ahead of readMillis) and its
+     * partition time; returns whether the device time was kept.
      */
     public boolean file(TelemetryRecord record, long readMillis) {
-        if (record.ingestTimeMillis < earliestMillis) {
+        if (record.ingestTimeMillis < earliestMillis || record.ingestTimeMillis > readMillis + maxAheadMillis) {
             record.ingestTimeMillis = readMillis;
         }
         boolean believable = believable(record);

@@ -2,6 +2,7 @@ package telemetry.sink.parse;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import java.time.Duration;
 import java.time.Instant;
 import java.time.LocalDate;
 import org.junit.jupiter.api.Test;
@@ -45,6 +46,40 @@ class DeviceClockTest {
 
         assertThat(CLOCK.file(record, READ)).isFalse();
         assertThat(record.partitionTimeMillis).isEqualTo(INGEST);
+    }
+
+    @Test
+    void aDirectProducerWhoseHostClockRunsAheadIsFiledByReadTime() {
+        // A direct producer stamps CreateTime and sent_ns from the same clock: both 400 days ahead.
+        long ahead = READ + Duration.ofDays(400).toMillis();
+        TelemetryRecord record = record(ahead - 1_000, ahead);
+
+        assertThat(CLOCK.file(record, READ)).isFalse();
+        assertThat(record.partitionTimeMillis).isEqualTo(READ);
+        assertThat(record.ingestTimeMillis).isEqualTo(READ);
+        assertThat(record.eventTimeMillis).isEqualTo(ahead - 1_000);
+    }
+
+    @Test
+    void aHostClockAMinuteAheadKeepsItsDeviceTime() {
+        long ahead = READ + 60_000;
+        TelemetryRecord record = record(ahead, ahead);
+
+        assertThat(CLOCK.file(record, READ)).isTrue();
+        assertThat(record.partitionTimeMillis).isEqualTo(ahead);
+        assertThat(record.ingestTimeMillis).isEqualTo(ahead);
+    }
+
+    @Test
+    void aKafkaTimestampIsBelievedUpToTheAllowedSkewAheadOfTheReadTimeInclusive() {
+        TelemetryRecord atTheBound = record(READ + 300_000, READ + 300_000);
+        TelemetryRecord pastTheBound = record(READ + 300_001, READ + 300_001);
+
+        assertThat(CLOCK.file(atTheBound, READ)).isTrue();
+        assertThat(atTheBound.ingestTimeMillis).isEqualTo(READ + 300_000);
+        assertThat(CLOCK.file(pastTheBound, READ)).isFalse();
+        assertThat(pastTheBound.ingestTimeMillis).isEqualTo(READ);
+        assertThat(pastTheBound.partitionTimeMillis).isEqualTo(READ);
     }
 
     @Test
