@@ -694,9 +694,12 @@ class WorkloadConfig(_Section):
     messages_per_second: float = Field(gt=0)  # the average over a day
     peak_messages_per_second: float = Field(gt=0)
     message_bytes: int = Field(ge=1, le=1_048_576)
-    # Payload bytes over the bytes the brokers store, as producers compress: measured on the
-    # simulator's payload with its default codec by devtools/measure_compression.py.
-    compression_ratio: float = Field(ge=1)
+    # Payload bytes over the bytes the brokers store, as producers compress them: measured with
+    # `telemetry compression` on a sample of the payloads (a ratio on the simulator's padding says
+    # nothing about real readings). Where it came from is stated beside it, so that a figure nobody
+    # measured is not mistaken for one; shipped: realistic readings (devtools/readings_sample.py).
+    compression_ratio: float = Field(gt=0)
+    compression_ratio_source: str = Field(min_length=1)
     consumer_groups: int = Field(ge=1)  # groups reading the whole topic (the Flink sink is one)
     devices: int = Field(ge=1)
     # The share of the messages devices send through AWS IoT Core (the rest produce to Kafka).

@@ -104,9 +104,14 @@ def retention_hours_held(config: EnvironmentConfig, *, rate: float | None = None
 # discard old log segments"; log.segment.bytes defaults to 1 GiB, which the brokers' configuration
 # keeps, msk_cluster.server_properties; a tiered topic declares its own, segment_bytes). Sized so
 # that every partition replica a broker holds, at the guard plus one segment, fits in GUARD_PERCENT
-# of the volume storage auto scaling may grow to: the disk alarm (85% of the current volume) pages
-# long before, and the guard only ever deletes data when auto scaling has reached its ceiling and
-# nobody acted.
+# of a volume:
+# - a tiered topic's local.retention.bytes: of the provisioned volume. What it deletes is in the
+#   remote tier already (only copied segments are deleted locally, KIP-405), so it may act early,
+#   and it must: storage auto scaling grows a volume at most every six hours ("Automatic scaling
+#   for Amazon MSK storage"), and a guard sized on its ceiling would let the disk fill first.
+# - an untiered topic's retention.bytes: of the volume storage auto scaling may grow to, since what
+#   it deletes is gone; the disk alarm (85% of the current volume) pages long before, and it only
+#   ever deletes data when auto scaling has reached its ceiling and nobody acted.
 GUARD_PERCENT = 95
 SEGMENT_BYTES = int(capacity.KAFKA_SEGMENT_BYTES.value) * capacity.MIB  # the model's open-segment row
 
@@ -117,11 +122,13 @@ def retention_bytes_guard(config: EnvironmentConfig, topic: TopicConfig | None =
     topic = topic or sink_topic(config)
     replicas = sum(t.partitions * t.replication_factor for t in msk.topics)
     per_broker = -(-replicas // msk.broker_count)  # the fullest broker, replicas spread evenly
-    usable = msk.storage_autoscaling_max_gib * 1024**3 * GUARD_PERCENT // 100
+    key, volume_gib = (("ebs_volume_gib", msk.ebs_volume_gib) if msk.tiered(topic)
+                       else ("storage_autoscaling_max_gib", msk.storage_autoscaling_max_gib))  # fmt: skip
+    usable = volume_gib * 1024**3 * GUARD_PERCENT // 100
     guard = usable // per_broker - segment_bytes(config, topic)
     if guard <= 0:
         raise ValueError(
-            f"msk.storage_autoscaling_max_gib {msk.storage_autoscaling_max_gib} leaves no room for a retention.bytes "
+            f"msk.{key} {volume_gib} leaves no room for a {'local.' if msk.tiered(topic) else ''}retention.bytes "
             f"guard over {per_broker} partition replicas per broker"
         )
     return guard

@@ -102,7 +102,7 @@ def test_a_ready_account_has_no_blocker(account, capsys):
         "on-demand standard vCPUs": "ok", "Elastic IPs (NAT)": "ok", "MSK brokers": "ok",
         "MSK broker storage": "ok", "management CIDRs": "ok", "topic administrator (MFA)": "warning",
     }
-    assert rows["MSK broker storage"][1] == "no cluster telemetry-dev yet: it starts with 150 GiB per broker"
+    assert rows["MSK broker storage"][1] == "no cluster telemetry-dev yet: it starts with 300 GiB per broker"
     assert rows["topic administrator (MFA)"][1] == (
         "not checked: pass --mfa-serial ARN and preflight assumes telemetry-dev-msk-topic-admin once with a code")
     assert err == ""
@@ -418,21 +418,21 @@ def deployed_msk(session, template_gib: int, current_gib: int) -> None:
 
 
 def test_a_grown_volume_the_template_does_not_change_is_left_alone(account, capsys):
-    deployed_msk(account, template_gib=150, current_gib=330)  # cdk.json's 150, grown by auto scaling
+    deployed_msk(account, template_gib=300, current_gib=330)  # cdk.json's 300, grown by auto scaling
     code, rows, err = run(account, capsys)
     assert code == 0, err
     assert rows["MSK broker storage"] == (
-        "ok", "330 GiB per broker; auto scaling grew it from the template's 150; the deployment leaves it alone")
+        "ok", "330 GiB per broker; auto scaling grew it from the template's 300; the deployment leaves it alone")
 
 
 def test_a_changed_volume_below_what_auto_scaling_reached_is_a_blocker(account, capsys):
-    """CloudFormation would send cdk.json's 150 GiB (the deployed template has 100); MSK holds 330
+    """CloudFormation would send cdk.json's 300 GiB (the deployed template has 100); MSK holds 330
     and refuses anything below 340 ("Scale up Amazon MSK Standard broker storage")."""
     deployed_msk(account, template_gib=100, current_gib=330)
     code, rows, err = run(account, capsys)
     assert code == 1
     assert rows["MSK broker storage"][0] == "BLOCKER"
-    assert ("blocker: MSK broker storage: msk.ebs_volume_gib 150 would be sent to MSK, whose brokers hold 330 GiB: "
+    assert ("blocker: MSK broker storage: msk.ebs_volume_gib 300 would be sent to MSK, whose brokers hold 330 GiB: "
             "MSK refuses less than 340; set at least that, or put back the deployed 100") in err
 
 

@@ -305,21 +305,21 @@ def test_bad_scenario_values_are_one_line_and_exit_2(argv, fragment, capsys):
 
 
 def test_storage_auto_scaling_is_priced_at_a_rate_the_volumes_cannot_hold():
-    """At 15,000 msg/s dev's 150 GiB volumes grow to what 24 h at that rate needs at the 70% auto
+    """At 7,000 msg/s dev's 300 GiB volumes grow to what 24 h at that rate needs at the 70% auto
     scaling target (stacks/sizing.autoscaled_volume_gib); the cost prices the growth as usage and
     says dev is outside what it was sized for."""
     from stacks.sizing import autoscaled_volume_gib
 
     stack = fake_stack({"Kafka": {"Type": "AWS::MSK::Cluster", "Properties": {
         "NumberOfBrokerNodes": 3, "BrokerNodeGroupInfo": {
-            "InstanceType": "kafka.m7g.large", "StorageInfo": {"EBSStorageInfo": {"VolumeSize": 150}}}}}})
+            "InstanceType": "kafka.m7g.large", "StorageInfo": {"EBSStorageInfo": {"VolumeSize": 300}}}}}})
     config = config_of("dev")
     result = estimate(config, [stack], flat_table(**{"transfer.inter_az": 0.01, "msk.storage": 0.1}),
-                      Scenario(15_000, 10, 512, "kafka"))
+                      Scenario(7_000, 10, 512, "kafka"))
     (grown,) = [line for line in result.lines if "auto scaling adds" in line.item]
-    expected = autoscaled_volume_gib(config, rate=15_000, provisioned=150)
-    assert 150 < expected < config.msk.storage_autoscaling_max_gib
-    assert grown.usage and grown.quantity == pytest.approx(3 * (expected - 150))
+    expected = autoscaled_volume_gib(config, rate=7_000, provisioned=300)
+    assert 300 < expected < config.msk.storage_autoscaling_max_gib
+    assert grown.usage and grown.quantity == pytest.approx(3 * (expected - 300))
     assert any("outside what it was sized for" in note for note in result.notes)
 
 
@@ -333,8 +333,9 @@ def test_the_remote_tier_is_priced_at_the_rate_for_the_whole_retention():
     table = flat_table(**{"msk.tiered.storage": 0.5})
     (tier,) = [line for line in estimate(config, [stack], table, Scenario(73_800, 10, 512, "kafka")).lines
                if line.unit_usd == 0.5]
-    # 73,800 msg/s of 512 B, compressed 10.02x, for 168 h, in GiB.
-    assert tier.usage and tier.quantity == pytest.approx(73_800 * 512 / 10.02 * 3600 * 168 / 2**30)
+    # 73,800 msg/s of 512 B, compressed as prod declares (no AWS IoT Core share), for 168 h, in GiB.
+    ratio = config.workload.compression_ratio
+    assert tier.usage and tier.quantity == pytest.approx(73_800 * 512 / ratio * 3600 * 168 / 2**30)
     assert not [line for line in estimate(config, [stack], table, IDLE).lines if line.unit_usd == 0.5]
 
 

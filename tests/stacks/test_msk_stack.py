@@ -30,7 +30,7 @@ def test_broker_count_type_and_storage_follow_config(synthesized, env):
     assert nodes["InstanceType"] == ("kafka.m7g.xlarge" if env == "prod" else "kafka.m7g.large")
     # Sized from the workload (test_sizing.py): staging and prod keep 12 h on the brokers and the
     # rest of the topic's retention in the remote tier; dev's 24 h is below MSK's 72 h minimum.
-    assert nodes["StorageInfo"]["EBSStorageInfo"]["VolumeSize"] == {"dev": 150, "staging": 500, "prod": 300}[env]
+    assert nodes["StorageInfo"]["EBSStorageInfo"]["VolumeSize"] == {"dev": 300, "staging": 1100, "prod": 1600}[env]
     assert props.get("StorageMode") == {"dev": None, "staging": "TIERED", "prod": "TIERED"}[env]
     # One client subnet per zone, in the isolated tier.
     assert len(nodes["ClientSubnets"]) == 3
