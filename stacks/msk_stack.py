@@ -9,6 +9,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from stacks import sizing
 from stacks.config import MIN_INSYNC_REPLICAS, EnvironmentConfig
 from stacks.constructs.bootstrap_brokers import BootstrapBrokers
 from stacks.constructs.msk_cluster import MskCluster
@@ -74,6 +75,10 @@ class MskStack(Stack):
             broker_count=settings.broker_count,
             cpu_alarm_percent=settings.cpu_alarm_percent,
             disk_alarm_percent=settings.disk_alarm_percent,
+            bytes_in_alarm_bytes_s=sizing.broker_bytes_in_alarm_bytes_s(config),
+            bytes_in_counts_replication=sizing.bytes_in_counts_replication(config),
+            compression_ratio=config.workload.compression_ratio,
+            environment=config.name,
             alarm_topic=alarm_topic,
             dashboard=dashboard,
         )

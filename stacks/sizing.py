@@ -158,3 +158,43 @@ def remote_tier_gib(config: EnvironmentConfig, *, rate: float | None = None) -> 
     if not config.msk.tiered(topic):
         return 0.0
     return capacity.remote_tier_gib(workload_of(config, rate=rate), topic.retention_hours)
+
+
+# The bytes-in alarm (msk_monitoring.MskMonitoring): a broker taking in more than sizing assumed
+# pages before its disk fills (a compression ratio declared too high, or more messages than the
+# workload declares). What a broker's volume fills with is what it takes in: its leaders' writes
+# from clients plus its followers' copies from the other leaders, RF copies of the topic spread over
+# the brokers; the fullest broker holds replicas_per_broker of them. The margin is the model's own:
+# it sizes each broker's throughput for the peak with one zone down, AVAILABILITY_ZONES/(zones - 1)
+# = 1.5x a broker's share with every zone up (capacity.msk_standard_constraints, "one zone down").
+# A zone down does not raise what a broker takes in (Kafka does not move the lost replicas: a
+# follower elected leader takes from clients what it copied before), so the alarm fires only when
+# the data is 1.5x what sizing assumed: at the declared peak, a ratio 1.5x too optimistic.
+BYTES_IN_ALARM_MARGIN = capacity.AVAILABILITY_ZONES / (capacity.AVAILABILITY_ZONES - 1)
+# ReplicationBytesInPerSec is published from PER_BROKER up (Amazon MSK Developer Guide, "Amazon MSK
+# metrics for monitoring Standard brokers with CloudWatch", PER_BROKER level: "The number of bytes
+# per second received from other brokers", dimensions Cluster Name, Broker ID); at DEFAULT only
+# BytesInPerSec is (DEFAULT level: "received from clients ... available per broker and also per
+# topic"). The DEFAULT row was read on the guide (its translated page); the PER_BROKER row as the
+# guide's table is copied in awslabs/mcp's MSK server (metric_config.py), the English page itself not
+# being readable here. At DEFAULT the alarm counts the fullest broker's leaders only.
+REPLICATION_METRIC_LEVELS = ("PER_BROKER", "PER_TOPIC_PER_BROKER", "PER_TOPIC_PER_PARTITION")
+
+
+def bytes_in_counts_replication(config: EnvironmentConfig) -> bool:
+    """Whether the environment's monitoring level publishes ReplicationBytesInPerSec per broker."""
+    return config.msk.enhanced_monitoring in REPLICATION_METRIC_LEVELS
+
+
+def broker_bytes_in_alarm_bytes_s(config: EnvironmentConfig) -> float:
+    """Bytes per second into one broker above which the bytes-in alarm fires: the fullest broker's
+    share of the sink topic at the declared peak rate, compressed at workload.compression_ratio
+    (capacity.Workload.peak_mib_s), times BYTES_IN_ALARM_MARGIN. Its share is its partition
+    replicas (leaders and followers, what BytesInPerSec plus ReplicationBytesInPerSec measure), or
+    its leaders alone where the monitoring level does not publish replication (DEFAULT)."""
+    topic = sink_topic(config)
+    msk = config.msk
+    copies = topic.replication_factor if bytes_in_counts_replication(config) else 1
+    held = capacity.replicas_per_broker(topic.partitions, copies, msk.broker_count)
+    per_partition = workload_of(config).peak_mib_s * capacity.MIB / topic.partitions
+    return per_partition * held * BYTES_IN_ALARM_MARGIN

@@ -16,6 +16,10 @@ from stacks.constructs.alarm_topic import notifying_alarm
 
 NAMESPACE = "AWS/Kafka"
 PERIOD = Duration.minutes(1)
+# The bytes-in alarm: 5-minute averages, three in a row (15 minutes), so a burst (producers' retries,
+# a partition reassignment) does not page; what sizing got wrong lasts.
+BYTES_IN_PERIOD = Duration.minutes(5)
+BYTES_IN_PERIODS = 3
 
 
 def cluster_metric(cluster_name: str, name: str, statistic: str) -> cloudwatch.Metric:
@@ -28,13 +32,14 @@ def cluster_metric(cluster_name: str, name: str, statistic: str) -> cloudwatch.M
     )
 
 
-def broker_metric(cluster_name: str, broker_id: int, name: str, statistic: str) -> cloudwatch.Metric:
+def broker_metric(cluster_name: str, broker_id: int, name: str, statistic: str,
+                  period: Duration = PERIOD) -> cloudwatch.Metric:  # fmt: skip
     return cloudwatch.Metric(
         namespace=NAMESPACE,
         metric_name=name,
         dimensions_map={"Cluster Name": cluster_name, "Broker ID": str(broker_id)},
         statistic=statistic,
-        period=PERIOD,
+        period=period,
         label=f"broker {broker_id}",
     )
 
@@ -52,6 +57,30 @@ def broker_cpu(cluster_name: str, broker_id: int) -> cloudwatch.MathExpression:
     )
 
 
+def broker_bytes_in(cluster_name: str, broker_id: int, *, replication: bool) -> cloudwatch.MathExpression:
+    """Bytes per second a broker writes to its volume: from clients (BytesInPerSec, its leaders)
+    plus, with `replication`, from the other brokers (ReplicationBytesInPerSec, its followers).
+    Amazon MSK Developer Guide, "Amazon MSK metrics for monitoring Standard brokers with
+    CloudWatch": BytesInPerSec at DEFAULT ("received from clients ... available per broker and also
+    per topic"), ReplicationBytesInPerSec from PER_BROKER ("received from other brokers"), both with
+    Cluster Name and Broker ID (stacks/sizing.py REPLICATION_METRIC_LEVELS)."""
+    clients = f"clients{broker_id}"
+    metrics = {clients: broker_metric(cluster_name, broker_id, "BytesInPerSec", "Average", BYTES_IN_PERIOD)}
+    expression = clients
+    if replication:
+        followers = f"replication{broker_id}"
+        metrics[followers] = broker_metric(cluster_name, broker_id, "ReplicationBytesInPerSec", "Average", BYTES_IN_PERIOD)
+        # A broker that leads nothing, or follows nothing, for a while publishes no point for that
+        # metric: it took in nothing of that kind, not an unknown amount.
+        expression = f"FILL({clients}, 0) + FILL({followers}, 0)"
+    return cloudwatch.MathExpression(
+        expression=expression,
+        using_metrics=metrics,
+        label=f"broker {broker_id}",
+        period=BYTES_IN_PERIOD,
+    )
+
+
 class MskMonitoring(Construct):
     def __init__(
         self,
@@ -62,6 +91,10 @@ class MskMonitoring(Construct):
         broker_count: int,
         cpu_alarm_percent: int,
         disk_alarm_percent: int,
+        bytes_in_alarm_bytes_s: float,
+        bytes_in_counts_replication: bool,
+        compression_ratio: float,
+        environment: str,
         alarm_topic: sns.ITopic,
         dashboard: cloudwatch.Dashboard,
     ) -> None:
@@ -86,6 +119,22 @@ class MskMonitoring(Construct):
                 threshold=disk_alarm_percent,
                 periods=5,
                 description=f"Data disk of broker {broker} above {disk_alarm_percent}% used",
+            )
+            # The threshold is the capacity model's (sizing.broker_bytes_in_alarm_bytes_s), so a
+            # compression ratio declared too high pages here, not when the disk is full.
+            self._alarm(
+                f"Broker{broker}BytesIn",
+                broker_bytes_in(cluster_name, broker, replication=bytes_in_counts_replication),
+                threshold=bytes_in_alarm_bytes_s,
+                periods=BYTES_IN_PERIODS,
+                description=f"Broker {broker} took in at least {bytes_in_alarm_bytes_s / 2**20:,.1f} MiB/s "
+                f"({'from clients and replication' if bytes_in_counts_replication else 'from clients'}) for "
+                f"{BYTES_IN_PERIODS * BYTES_IN_PERIOD.to_minutes()} minutes: the brokers take in more than "
+                f"sizing assumed at workload.compression_ratio {compression_ratio:g} (the fullest broker's "
+                "share at the declared peak, times the model's one-zone-down margin), so their disks fill "
+                "sooner than sized. Measure the ratio with `telemetry compression` and resize: "
+                f"`telemetry capacity --env {environment}`",
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             )
         under_replicated = cloudwatch.MathExpression(
             expression=f"SUM([{', '.join(f'b{b}' for b in brokers)}])",
@@ -165,6 +214,7 @@ class MskMonitoring(Construct):
         threshold: float,
         periods: int,
         description: str,
+        treat_missing_data: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.MISSING,
     ) -> None:
         alarm = notifying_alarm(
             self,
@@ -176,6 +226,6 @@ class MskMonitoring(Construct):
             threshold=threshold,
             evaluation_periods=periods,
             comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.MISSING,
+            treat_missing_data=treat_missing_data,
         )
         self.alarms.append(alarm)

@@ -7,10 +7,12 @@ import json
 import pytest
 from aws_cdk.assertions import Match
 
+from stacks import capacity, sizing
 from stacks.config import load_environment
 from stacks.naming import topic_admin_role_name
 from tests.conftest import ENVIRONMENTS, cdk_context
 from tests.msk_authorization import cluster_arn_attributes, resolve, role_policy_statements
+from tests.stacks.test_sizing import changed
 
 BROKERS = {"dev": 3, "staging": 3, "prod": 6}
 
@@ -136,10 +138,11 @@ def test_alarms_cover_cpu_disk_partitions_and_controller(synthesized, env):
     template = synthesized(env).template("msk")
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
     brokers = BROKERS[env]
-    assert len(alarms) == 2 * brokers + 3
+    assert len(alarms) == 3 * brokers + 3
     text = json.dumps(alarms)
     for metric in ("CpuUser", "CpuSystem", "KafkaDataLogsDiskUsed", "OfflinePartitionsCount",
-                   "UnderReplicatedPartitions", "ActiveControllerCount"):
+                   "UnderReplicatedPartitions", "ActiveControllerCount", "BytesInPerSec",
+                   "ReplicationBytesInPerSec"):
         assert f'"MetricName": "{metric}"' in text, metric
     for alarm in alarms.values():
         props = alarm["Properties"]
@@ -157,6 +160,94 @@ def test_cpu_alarm_threshold_from_config(synthesized):
     template.has_resource_properties(
         "AWS::CloudWatch::Alarm", {"AlarmName": "telemetry-dev-msk-Broker3Disk", "Threshold": 85}
     )
+
+
+def bytes_in_alarms(template) -> dict[int, dict]:
+    """Broker id -> the properties of its bytes-in alarm."""
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    found = {}
+    for alarm in alarms.values():
+        props = alarm["Properties"]
+        if props["AlarmName"].endswith("BytesIn"):
+            (broker,) = {d["Value"] for m in props["Metrics"] if "MetricStat" in m
+                         for d in m["MetricStat"]["Metric"]["Dimensions"] if d["Name"] == "Broker ID"}
+            found[int(broker)] = props
+    return found
+
+
+def test_prod_pages_per_broker_when_the_brokers_take_in_more_than_sizing_assumed(synthesized):
+    """Issue 45: a compression ratio declared too high is found by an alarm, not by a full disk."""
+    config = load_environment(cdk_context()["environments"], "prod")
+    alarms = bytes_in_alarms(synthesized("prod").template("msk"))
+    assert sorted(alarms) == list(range(1, BROKERS["prod"] + 1))
+    # The fullest broker's 24 replicas of 48 partitions at 73,800 msg/s of 512 bytes at 1.5x, times 1.5.
+    assert sizing.broker_bytes_in_alarm_bytes_s(config) == pytest.approx(73_800 * 512 / 1.5 / 48 * 24 * 1.5)
+    for broker, props in alarms.items():
+        assert props["Threshold"] == pytest.approx(sizing.broker_bytes_in_alarm_bytes_s(config))
+        assert props["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        assert props["EvaluationPeriods"] == 3 and props["TreatMissingData"] == "notBreaching"
+        (expression,) = [m for m in props["Metrics"] if "Expression" in m]
+        stats = [m["MetricStat"] for m in props["Metrics"] if "MetricStat" in m]
+        # What the volume fills with: client bytes into its leaders plus replication into its followers.
+        assert sorted(s["Metric"]["MetricName"] for s in stats) == ["BytesInPerSec", "ReplicationBytesInPerSec"]
+        assert all(s["Period"] == 300 and s["Stat"] == "Average" for s in stats)
+        assert all({d["Name"]: d["Value"] for d in s["Metric"]["Dimensions"]}
+                   == {"Cluster Name": "telemetry-prod", "Broker ID": str(broker)} for s in stats)
+        assert "+" in expression["Expression"]
+        description = props["AlarmDescription"]
+        assert "more than sizing assumed at workload.compression_ratio 1.5" in description
+        assert "`telemetry compression`" in description and "`telemetry capacity --env prod`" in description
+
+
+def test_the_bytes_in_threshold_follows_the_declared_ratio_and_a_ratio_too_high_by_the_margin_reaches_it():
+    config = load_environment(cdk_context()["environments"], "prod")
+    declared = config.workload.compression_ratio
+    threshold = sizing.broker_bytes_in_alarm_bytes_s(config)
+    assert sizing.broker_bytes_in_alarm_bytes_s(changed("prod", workload__compression_ratio=2 * declared)) == (
+        pytest.approx(threshold / 2))
+    topic = sizing.sink_topic(config)
+
+    def fullest_broker_bytes_s(ratio: float) -> float:
+        """What the fullest broker takes in at the declared peak if payloads compress `ratio`: the
+        model's storage path (GiB an hour the fullest broker keeps)."""
+        truth = changed("prod", workload__compression_ratio=ratio)
+        workload = sizing.workload_of(truth, rate=truth.workload.peak_messages_per_second)
+        return capacity.broker_gib_per_hour(workload, partitions=topic.partitions,
+                                            replication_factor=topic.replication_factor,
+                                            broker_count=config.msk.broker_count) * capacity.GIB / 3600  # fmt: skip
+
+    # As declared, the brokers stay below the alarm at the peak; a ratio 1.5x too optimistic pages.
+    assert fullest_broker_bytes_s(declared) < threshold
+    assert fullest_broker_bytes_s(declared / sizing.BYTES_IN_ALARM_MARGIN) == pytest.approx(threshold)
+    assert sizing.BYTES_IN_ALARM_MARGIN == 1.5
+
+
+def test_at_default_monitoring_the_bytes_in_alarm_counts_the_leaders_clients_write_only():
+    """DEFAULT publishes no ReplicationBytesInPerSec: the alarm takes the fullest broker's leaders."""
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_cloudwatch as cloudwatch
+    from aws_cdk import aws_sns as sns
+    from aws_cdk.assertions import Template
+
+    from stacks.constructs.msk_monitoring import MskMonitoring
+
+    config = changed("prod", msk__enhanced_monitoring="DEFAULT")
+    full = sizing.broker_bytes_in_alarm_bytes_s(load_environment(cdk_context()["environments"], "prod"))
+    # 8 leaders of the fullest broker's 24 replicas.
+    assert sizing.broker_bytes_in_alarm_bytes_s(config) == pytest.approx(full / 3)
+    stack = Stack(App(), "Monitoring")
+    MskMonitoring(stack, "Msk", cluster_name="c", broker_count=6, cpu_alarm_percent=60, disk_alarm_percent=85,
+                  bytes_in_alarm_bytes_s=sizing.broker_bytes_in_alarm_bytes_s(config),
+                  bytes_in_counts_replication=sizing.bytes_in_counts_replication(config), compression_ratio=1.5,
+                  environment="prod", alarm_topic=sns.Topic(stack, "Topic"),
+                  dashboard=cloudwatch.Dashboard(stack, "Dashboard"))  # fmt: skip
+    alarms = bytes_in_alarms(Template.from_stack(stack))
+    assert len(alarms) == 6
+    for props in alarms.values():
+        names = [m["MetricStat"]["Metric"]["MetricName"] for m in props["Metrics"] if "MetricStat" in m]
+        assert names == ["BytesInPerSec"]
+        assert props["Threshold"] == pytest.approx(full / 3)
+        assert "(from clients)" in props["AlarmDescription"]
 
 
 # What scripts/manage_topics.py's Kafka requests need (MSK Developer Guide, "Semantics of IAM
