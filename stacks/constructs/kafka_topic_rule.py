@@ -199,7 +199,9 @@ class KafkaTopicRule(Construct):
                         kafka=iot.CfnTopicRule.KafkaActionProperty(
                             destination_arn=self.destination.attr_arn,
                             topic=kafka_topic,
-                            # One device's messages stay in one partition, in order.
+                            # One device's messages stay in one partition, in the order the
+                            # rules engine writes them (a replay writes late: README, "Device
+                            # messages that failed").
                             key=f"${{topic({thing_level})}}",
                             headers=[
                                 # The device id the sink files the reading under: the thing name in
