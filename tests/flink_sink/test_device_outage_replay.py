@@ -98,6 +98,28 @@ def lake_rows(root: Path) -> list[tuple[str, int]]:
     return [(device, seq) for device, seq in duckdb.connect().execute(query, {"files": files}).fetchall()]
 
 
+class OneCallAtATime:
+    """A boto3 client whose calls are made one at a time. moto's SQS backend is not thread-safe:
+    receive_message deep-copies queue.pending_message_groups, built from a set another receiver
+    adds to (moto/sqs/models.py, receive_message), which raised "Set changed size during
+    iteration" under the replay's two workers. SQS itself serves concurrent receivers; this
+    serializes the calls into moto, not the replay's workers."""
+
+    def __init__(self, client: object) -> None:
+        self._client, self._lock = client, threading.Lock()
+
+    def __getattr__(self, name: str) -> object:
+        found = getattr(self._client, name)
+        if not callable(found):
+            return found
+
+        def call(*args: object, **kwargs: object) -> object:
+            with self._lock:
+                return found(*args, **kwargs)
+
+        return call
+
+
 def test_a_broker_lost_mid_run_and_a_replay_put_every_device_message_in_the_lake_once(
     mosquitto_broker, moto_session, synthesized, java_classpath, tmp_path
 ):
@@ -163,7 +185,7 @@ def test_a_broker_lost_mid_run_and_a_replay_put_every_device_message_in_the_lake
         journal = replay.Journal(tmp_path / "journal")
         try:
             tally = replay.Replay(
-                sqs, queue_url, MqttPublish(connection), journal, rule_name=rule.name, topic_filter=rule.topic_filter,
+                OneCallAtATime(sqs), queue_url, MqttPublish(connection), journal, rule_name=rule.name, topic_filter=rule.topic_filter,
                 since=started - timedelta(seconds=1), rate=1000, workers=2, wait_seconds=0,
             ).run()  # fmt: skip
         finally:
