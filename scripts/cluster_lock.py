@@ -100,14 +100,13 @@ class HeldLock:
         self.ttl_seconds, self.renew_every_seconds, self.say, self.clock = ttl_seconds, renew_every_seconds, say, clock
         self.held = False
         self.renewed_at = 0.0
-        self.since = 0.0  # when the lock was taken: a renewal keeps it, a fresh take does not
 
     def take(self) -> LockGrant:
         """ClusterBusy, with nothing changed, while another owner holds it."""
         grant = self._acquire()
         if not grant.acquired:
             raise ClusterBusy(f"{holder_line(grant, self.table)}; nothing was changed: {wait_advice(grant)}")
-        self.held, self.renewed_at, self.since = True, self.clock(), grant.since
+        self.held, self.renewed_at = True, self.clock()
         self.say(f"took the membership lock as {self.owner} (intent {self.intent}, node {self.node}); it expires at "
                  f"{utc(grant.expires_at)} unless renewed")
         return grant
@@ -130,7 +129,7 @@ class HeldLock:
             raise LockLost(f"the membership lock expired while this command held it and {grant.holder} took it "
                            f"(intent {grant.intent or 'not stated'}{', node ' + grant.node if grant.node else ''}); "
                            "stopped before changing more: run again once it is released")
-        if self.since and grant.since and grant.since != self.since:
+        if not grant.renewed:
             # Taken afresh, not renewed: ours lapsed (a laptop asleep past the TTL), someone else may
             # have held it and let it go meanwhile, and the acquire's fallback took it again.
             self.lock.release(self.owner)

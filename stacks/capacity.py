@@ -329,9 +329,17 @@ def replicas_per_broker(partitions: int, replication_factor: int, broker_count: 
     return math.ceil(partitions * replication_factor / broker_count)
 
 
+def fullest_broker_mib_s(workload: Workload, rate: float, *, partitions: int, replication_factor: int,
+                         broker_count: int) -> float:  # fmt: skip
+    """MiB/s the fullest broker takes in at `rate` messages/s: its replicas' share of the topic's
+    compressed bytes (its leaders' writes from clients and its followers' copies)."""
+    return workload.broker_mib_s(rate) / partitions * replicas_per_broker(partitions, replication_factor, broker_count)
+
+
 def broker_gib_per_hour(workload: Workload, *, partitions: int, replication_factor: int, broker_count: int) -> float:
-    """GiB an hour the fullest broker keeps: its replicas' share of the topic's compressed bytes."""
-    return workload.gib_per_hour() / partitions * replicas_per_broker(partitions, replication_factor, broker_count)
+    """GiB an hour the fullest broker keeps at the average rate."""
+    return fullest_broker_mib_s(workload, workload.messages_per_second, partitions=partitions,
+                                replication_factor=replication_factor, broker_count=broker_count) * 3600 / 1024  # fmt: skip
 
 
 def open_segments_gib(partitions: int, replication_factor: int, broker_count: int,

@@ -193,8 +193,8 @@ def broker_bytes_in_alarm_bytes_s(config: EnvironmentConfig) -> float:
     replicas (leaders and followers, what BytesInPerSec plus ReplicationBytesInPerSec measure), or
     its leaders alone where the monitoring level does not publish replication (DEFAULT)."""
     topic = sink_topic(config)
-    msk = config.msk
+    workload = workload_of(config)
     copies = topic.replication_factor if bytes_in_counts_replication(config) else 1
-    held = capacity.replicas_per_broker(topic.partitions, copies, msk.broker_count)
-    per_partition = workload_of(config).peak_mib_s * capacity.MIB / topic.partitions
-    return per_partition * held * BYTES_IN_ALARM_MARGIN
+    mib_s = capacity.fullest_broker_mib_s(workload, workload.peak_messages_per_second, partitions=topic.partitions,
+                                          replication_factor=copies, broker_count=config.msk.broker_count)  # fmt: skip
+    return mib_s * capacity.MIB * BYTES_IN_ALARM_MARGIN

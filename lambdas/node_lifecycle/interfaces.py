@@ -54,7 +54,8 @@ class InstanceInfo:
 # LifecycleState of an instance held by a lifecycle hook, and the transition it waits in
 # (Amazon EC2 Auto Scaling User Guide, "Amazon EC2 Auto Scaling instance lifecycle").
 WAITING_STATES = {"Pending:Wait": "launch", "Terminating:Wait": "terminate"}
-# An instance whose terminate action was ABANDONed, kept by the group's retention policy.
+# An instance whose terminate action was ABANDONed, kept by the group's retention policy
+# (LifecycleState Terminating:Retained, "Manage retained instances", Auto Scaling User Guide).
 RETAINED_STATE = "Terminating:Retained"
 # An instance serving in the group (LifecycleState, Auto Scaling API Reference, Instance).
 IN_SERVICE = "InService"
@@ -96,6 +97,9 @@ class LockGrant:
     intent: str = ""  # what the holder does while it holds it: drain, join, patch, reap, ...
     node: str = ""  # the node it takes out of service or changes membership for ('' for none)
     since: float = 0.0  # epoch seconds when the holder took it (renewals keep it); 0 when unknown
+    # Acquired as a renewal of our own item, not taken afresh: a caller that already held the lock
+    # and gets it taken afresh had lost it meanwhile (another operation may have held it since).
+    renewed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,10 +125,6 @@ class AutoScalingLifecycle(Protocol):
 
     def waiting_instances(self, group_name: str) -> list[WaitingInstance]:
         """The group's instances a lifecycle hook holds now."""
-        ...
-
-    def retained_instances(self, group_name: str) -> set[str]:
-        """The group's instances in Terminating:Retained."""
         ...
 
     def instance_state(self, group_name: str, instance_id: str) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .interfaces import RETAINED_STATE, WAITING_STATES, LifecycleHook, WaitingInstance
+from .interfaces import WAITING_STATES, LifecycleHook, WaitingInstance
 
 # What Auto Scaling answers once the action is completed, abandoned or timed out:
 # ValidationError "No active Lifecycle Action found with token ..." (or "with instance ID").
@@ -60,11 +60,6 @@ class AutoScalingLifecycleHooks:
         """The group's instances a lifecycle hook holds now (their LifecycleState)."""
         return [WaitingInstance(instance_id, WAITING_STATES[state]) for instance_id, state in self._states(group_name)
                 if state in WAITING_STATES]  # fmt: skip
-
-    def retained_instances(self, group_name: str) -> set[str]:
-        """The group's instances kept after their terminate action was ABANDONed (LifecycleState
-        Terminating:Retained, "Manage retained instances", Auto Scaling User Guide)."""
-        return {instance_id for instance_id, state in self._states(group_name) if state == RETAINED_STATE}
 
     def instance_state(self, group_name: str, instance_id: str) -> str:
         """The instance's LifecycleState in the group; '' when the group does not list it (gone)."""

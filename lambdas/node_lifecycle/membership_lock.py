@@ -68,7 +68,7 @@ class DynamoDbMembershipLock:
                 ExpressionAttributeValues=stated,
                 ReturnValues="ALL_NEW",
             )
-            return _grant(renewed["Attributes"], acquired=True)
+            return _grant(renewed["Attributes"], acquired=True, renewed=True)
         except ClientError as err:
             if not _condition_failed(err):
                 raise
@@ -123,7 +123,7 @@ class DynamoDbMembershipLock:
         return self._client.get_item(TableName=self._table, Key=self._key, ConsistentRead=True).get("Item")
 
 
-def _grant(item: dict[str, Any], *, acquired: bool) -> LockGrant:
+def _grant(item: dict[str, Any], *, acquired: bool, renewed: bool = False) -> LockGrant:
     """The LockGrant an item says (an item an older release wrote has no Intent, Node or Since)."""
     return LockGrant(
         acquired=acquired,
@@ -132,6 +132,7 @@ def _grant(item: dict[str, Any], *, acquired: bool) -> LockGrant:
         intent=item.get("Intent", {}).get("S", ""),
         node=item.get("Node", {}).get("S", ""),
         since=float(item.get("Since", {}).get("N", "0")),
+        renewed=renewed,
     )
 
 

@@ -558,8 +558,7 @@ def _renew_lock(runtime: Runtime, state: State) -> None:
                                  node=state["current"]["node_name"])  # fmt: skip
     if not grant.acquired:
         raise LifecycleError(f"the membership lock was taken by {grant.holder} while a node was out of service")
-    taken = float((state.get("lock") or {}).get("since") or 0)
-    if taken and grant.since and grant.since != taken:
+    if (state.get("lock") or {}).get("acquired") and not grant.renewed:
         # Taken afresh, not renewed: ours lapsed, and another operation may have held it and let it
         # go meanwhile, with this node out of service.
         raise LifecycleError("the membership lock lapsed while a node was out of service (it was taken afresh, not "

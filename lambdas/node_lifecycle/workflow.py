@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .errors import ActionNoLongerPending, LifecycleError, WaitTimedOut
-from .interfaces import IN_SERVICE, LifecycleHook
+from .interfaces import IN_SERVICE, RETAINED_STATE, LifecycleHook
 from .lifecycle import ABANDON, CONTINUE, complete_lifecycle_action
 from .membership_config import (
     check_node_removed,
@@ -317,11 +317,8 @@ def finish_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
     found = {**completion.to_dict(), "lock_released": release.released, "drained": drained, "alarm": False}
     if completion.outcome != Outcome.ALREADY_DONE:
         return found
-    try:
-        retained: bool | None = hook.instance_id in runtime.lifecycle.retained_instances(hook.group_name)
-    except Exception as err:  # noqa: BLE001 - the drain is done; only the wording depends on it
-        print(json.dumps({"retained_unknown": f"{type(err).__name__}: {err}"}))
-        retained = None
+    where = _instance_state(runtime, hook)
+    retained = None if where is None else where == RETAINED_STATE
     if retained is False:
         return found  # completed before (this step's earlier try, or another execution): the instance goes
     node = state.get("node", {}).get("node_name") or "(no node)"
@@ -337,6 +334,17 @@ def finish_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
             f"--instance-id {hook.instance_id} --no-should-decrement-desired-capacity --region {runtime.settings.region}"
         ),
     }
+
+
+def _instance_state(runtime: Runtime, hook: LifecycleHook) -> str | None:
+    """Where Auto Scaling has the instance whose action ended before this execution completed it
+    (its LifecycleState, '' when the group no longer lists it); None when that cannot be read: the
+    drain or join is done, and only the alarm's wording depends on it."""
+    try:
+        return runtime.lifecycle.instance_state(hook.group_name, hook.instance_id)
+    except Exception as err:  # noqa: BLE001 - see above
+        print(json.dumps({"instance_state_unknown": f"{type(err).__name__}: {err}"}))
+        return None
 
 
 def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
@@ -360,7 +368,7 @@ def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
         # ABANDON here would retain the instance mid-drain. Left alone, the action ends by its twin,
         # or by its default, ABANDON. (One that failed before asking for the lock ABANDONs: no
         # execution is known to serve the action, and retention keeps the instance at once.)
-        holder = (state.get("lock") or {}).get("holder") or "nobody"
+        holder = state["lock"].get("holder") or "nobody"
         ended = (f"This execution never held the membership lock (last held by {holder}), so it changed nothing, and "
                  "its terminate action was left alone: another execution may be serving it; if none is, it times "
                  "out with the hook's default result, ABANDON, and Auto Scaling retains the instance.")
@@ -492,13 +500,7 @@ def finish_scale_out(runtime: Runtime, state: State) -> dict[str, Any]:
     completion = complete_lifecycle_action(runtime.lifecycle, hook, CONTINUE)
     release = runtime.lock.release(state["owner"])
     found = {**completion.to_dict(), "lock_released": release.released, "alarm": False}
-    where: str | None = IN_SERVICE
-    if completion.outcome == Outcome.ALREADY_DONE:
-        try:
-            where = runtime.lifecycle.instance_state(hook.group_name, hook.instance_id)
-        except Exception as err:  # noqa: BLE001 - the join is done; only the wording depends on it
-            print(json.dumps({"instance_state_unknown": f"{type(err).__name__}: {err}"}))
-            where = None
+    where = IN_SERVICE if completion.outcome != Outcome.ALREADY_DONE else _instance_state(runtime, hook)
     if where == IN_SERVICE:
         runtime.record_metric("JoinsSucceeded", 1, "Count")
         runtime.record_metric("JoinDurationSeconds", _elapsed(runtime, state), "Seconds")

@@ -45,8 +45,7 @@ def suspended(moto_session) -> list[str]:
 
 @pytest.fixture
 def gateway(sf_emulator, sf_pki, lock_table, scaling_group) -> list[str]:
-    return ["--endpoint", sf_emulator.endpoint, "--client-cert", sf_pki.client.cert_path,
-            "--client-key", sf_pki.client.key_path, "--ca-bundle", sf_pki.ca_path]
+    return sf_pki.gateway_flags(sf_emulator.endpoint)
 
 
 def upgrade(gateway, *extra: str) -> int:

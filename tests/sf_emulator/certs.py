@@ -35,6 +35,12 @@ class Pki:
     server: Issued
     client: Issued
 
+    def gateway_flags(self, endpoint: str) -> list[str]:
+        """What an operator's `telemetry cluster ...` command is given to reach the gateway at
+        `endpoint` over mutual TLS with the admin client certificate."""
+        return ["--endpoint", endpoint, "--client-cert", self.client.cert_path, "--client-key", self.client.key_path,
+                "--ca-bundle", self.ca_path]  # fmt: skip
+
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> str:
     return key.private_bytes(

@@ -125,11 +125,8 @@ class RecordingLifecycle:
     def waiting_instances(self, group_name: str) -> list:
         return []  # the steps driven here never lose an event; the executions test that
 
-    def retained_instances(self, group_name: str) -> set[str]:
-        return set()  # nor retain an instance; the executions test that
-
     def instance_state(self, group_name: str, instance_id: str) -> str:
-        return "InService"  # a completed launch's instance; the executions test the others
+        return "InService"  # never retained, never ABANDONed; the executions test the others
 
     @property
     def heartbeats(self) -> int:

@@ -188,6 +188,7 @@ def test_a_renewal_keeps_since_and_a_take_over_starts_a_new_one(lock, clock):
     assert (renewed.acquired, renewed.since, renewed.expires_at) == (True, 1_000_000, 1_000_500)
     assert (taken.acquired, taken.holder, taken.since) == (True, "scale-in:i-0aaa:exec", 1_000_501)
     assert (taken.intent, taken.node) == ("drain", "scale-1")
+    assert (first.renewed, renewed.renewed, taken.renewed) == (False, True, False)  # what a holder checks
 
 
 def test_current_says_who_holds_the_lock_and_nobody_once_it_expired_or_went(lock, clock):

@@ -257,8 +257,7 @@ def operator_drain(world: World, sf_pki: Pki, capsys) -> Callable[[str], tuple[i
     """`telemetry cluster drain --env dev --node NAME` as an operator types it, in this process:
     its membership lock in the world's DynamoDB (moto), the emulator's gateway over mutual TLS.
     Returns its exit code and what it wrote to stderr."""
-    gateway = ["--endpoint", world.emulator.endpoint, "--client-cert", sf_pki.client.cert_path,
-               "--client-key", sf_pki.client.key_path, "--ca-bundle", sf_pki.ca_path]  # fmt: skip
+    gateway = sf_pki.gateway_flags(world.emulator.endpoint)
 
     def run(name: str) -> tuple[int, str]:
         code = cli.main(["cluster", "drain", "--env", ENVIRONMENT, "--node", name, *gateway, "--poll-interval", "0.02", "--timeout", "30"])
@@ -334,8 +333,7 @@ def test_a_runtime_upgrade_started_while_a_failed_drains_removal_upgrade_rolls_i
     action = world.machines.begin("terminate", world.instance("scale-0"))
     assert world.machines.run(action).error == "DrainFailed"
     world.cluster.cm.put_in_image_store("MicrosoftServiceFabric.11.5.0.1.cab")
-    gateway = ["--endpoint", world.emulator.endpoint, "--client-cert", sf_pki.client.cert_path,
-               "--client-key", sf_pki.client.key_path, "--ca-bundle", sf_pki.ca_path]  # fmt: skip
+    gateway = sf_pki.gateway_flags(world.emulator.endpoint)
     capsys.readouterr()
 
     answers = []
