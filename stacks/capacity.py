@@ -141,6 +141,17 @@ TIERED_MIN_KAFKA = _limit("Kafka version for tiered storage, minimum (3.6 as maj
 # throughput to plan for (its --utilization-standard default) and the headroom on broker storage
 # the skill's sizing page asks for ("Add 20% headroom").
 STANDARD_UTILIZATION = _limit("planned share of a Standard broker's throughput", 0.5, "fraction", MSK_SIZING)
+# What AWS's model reserves on each broker's volume and network beyond ingress and replication
+# (msk_sizing.py, STORAGE_IO_FACTOR_BASE and NETWORK_IO_BASE: "0.5 lagging + 3.0 rebalancing"), in
+# units of the broker's share of the peak with every broker up: lagging consumers read old segments
+# from the volume instead of the page cache, and a partition reassignment copies whole replicas
+# from volume to volume over the network. Both are added here to the replication this model counts
+# copy by copy, so it reserves at least what AWS's factors do at the replication factors the
+# configuration allows (3 and up).
+LAGGING_CONSUMER_RESERVE = _limit("reserve for lagging consumers, per MiB/s of a broker's share of the peak", 0.5,
+                                  "x", MSK_SIZING)  # fmt: skip
+REASSIGNMENT_RESERVE = _limit("reserve for partition reassignment, per MiB/s of a broker's share of the peak", 3.0,
+                              "x", MSK_SIZING)  # fmt: skip
 # Kafka's log.segment.bytes default (Kafka documentation, broker configs), which the brokers'
 # configuration keeps (msk_cluster.server_properties).
 KAFKA_SEGMENT_BYTES = _limit("segment.bytes default (Kafka), one open per partition replica", 1024, "MiB",
@@ -191,7 +202,8 @@ def limits() -> list[Limit]:
     return [
         *_broker_limits(), EXPRESS_EGRESS_PER_INGRESS, EXPRESS_REPLICATION, DEFAULT_VOLUME_THROUGHPUT,
         MAX_STORAGE_PER_BROKER, AUTOSCALING_TARGET_MAX, AUTOSCALING_STEP, AUTOSCALING_COOLDOWN, TIERED_MIN_RETENTION,
-        TIERED_MIN_SEGMENT, TIERED_MIN_KAFKA, STANDARD_UTILIZATION, KAFKA_SEGMENT_BYTES, TIERED_SEGMENT_BYTES_DEFAULT,
+        TIERED_MIN_SEGMENT, TIERED_MIN_KAFKA, STANDARD_UTILIZATION, LAGGING_CONSUMER_RESERVE, REASSIGNMENT_RESERVE,
+        KAFKA_SEGMENT_BYTES, TIERED_SEGMENT_BYTES_DEFAULT,
         NAT_BANDWIDTH, ENDPOINT_BANDWIDTH, KPU_VCPUS, SINK_CPU_CEILING, SINK_RECORDS_PER_SUBTASK, *_iot_limits(),
     ]  # fmt: skip
 
@@ -419,7 +431,8 @@ def msk_standard_constraints(
     - volume writes: client ingress and replication, RF copies spread over the live brokers; with
       tiered storage each leader also reads its closed segments back to upload them;
     - network out: replication to RF-1 followers, one copy per consumer group; with tiered storage
-      the upload to the remote tier too.
+      the upload to the remote tier too;
+    - on both, AWS's reserves for lagging consumers and partition reassignment.
     Storage is sized at the average rate for the hours kept on brokers, plus an open segment per
     replica, filled to fill_percent: the storage auto scaling target, where MSK holds a volume (it
     grows one whose use passes the target), below the disk alarm; the fullest broker decides.
@@ -434,8 +447,9 @@ def msk_standard_constraints(
     util = STANDARD_UTILIZATION.value
     volume_throughput = min(spec["ebs"] * MB, provisioned_throughput_mib_s or DEFAULT_VOLUME_THROUGHPUT.value)
     upload = peak / live if tiered else 0.0
-    writes = peak * replication_factor / live + upload
-    network_out = peak * (replication_factor - 1 + workload.consumer_groups) / live + upload
+    reserve = peak / broker_count * (LAGGING_CONSUMER_RESERVE.value + REASSIGNMENT_RESERVE.value)
+    writes = peak * replication_factor / live + upload + reserve
+    network_out = peak * (replication_factor - 1 + workload.consumer_groups) / live + upload + reserve
     bigger = _next_instance(broker_instance_type)
 
     def brokers_for(per_broker_need: float, capacity: float) -> int:

@@ -13,7 +13,8 @@ POC, 73,800 msg/s x 512 B, 168 h, 48 partitions:
   it holds (1,000 x 0.70 - 24) / 6.32 = 106.9 h; 6 x 1,600 GiB holds the 168 h.
   smallest Standard: 3 x kafka.m7g.large, every broker all 48 x 3 / 3 = 48 replicas:
   (12.64 x 168 + 48) / 0.70 = 3,102 GiB -> 3,200 GiB; volume writes with a zone down
-  3.596 x 3 / 2 live = 5.39 MiB/s against 78.75 MB/s = 75.1 MiB/s x 0.5 = 37.6.
+  3.596 x 3 / 2 live = 5.39 MiB/s, plus AWS's reserves for lagging consumers and reassignment
+  3.596 / 3 x (0.5 + 3.0) = 4.20: 9.59 MiB/s against 78.75 MB/s = 75.1 MiB/s x 0.5 = 37.6.
   tiered (6 h on brokers): (12.64 x 6 + 48 open segments x 128 MiB = 6 GiB) / 0.70 = 117 GiB -> 200 GiB.
   Express: 3 x express.m7g.large, ingress 3.596 / 2 live = 1.80 MiB/s against 15.625.
   sink: 73,800 / (84,000 x 0.75 = 63,000 per KPU) -> 2 KPU.
@@ -99,17 +100,42 @@ def test_volume_throughput_refuses_a_rate_three_large_brokers_cannot_write():
 
 
 def test_network_out_counts_replication_and_every_consumer_group():
-    # 20 MiB/s at peak, 10 groups, RF 3: (2 + 10) x 20 / 4 live = 60 MiB/s out per broker against
-    # 117 x 0.5 = 58.5; volume writes 3 x 20 / 4 = 15 against 39.4 stay fine.
+    # 20 MiB/s at peak, 10 groups, RF 3: (2 + 10) x 20 / 4 live = 60 MiB/s out per broker, plus the
+    # reserves 20 / 6 x 3.5 = 11.67: 71.67 against 117 MB/s x 0.5 = 55.8 MiB/s; volume writes
+    # 3 x 20 / 4 + 11.67 = 26.67 against 37.6 stay fine. With 7 groups: 45 + 11.67 = 56.67, refused;
+    # with 6: 51.67, held.
     fan_out = Workload(20 * 2**20 / 512, 20 * 2**20 / 512, 512, 1.0, 10, 1)
     rows = standard(fan_out, broker_instance_type="kafka.m7g.large", broker_count=6, ebs_volume_gib=16_384,
                     retention_hours=1)  # fmt: skip
     assert by_name(rows, "msk: volume throughput").ok
     network = by_name(rows, "msk: network out")
-    assert network.need == pytest.approx(60) and not network.ok
-    fewer = Workload(fan_out.messages_per_second, fan_out.messages_per_second, 512, 1.0, 9, 1)
+    assert network.need == pytest.approx(60 + 20 / 6 * 3.5) and not network.ok
+    seven = Workload(fan_out.messages_per_second, fan_out.messages_per_second, 512, 1.0, 7, 1)
+    assert not by_name(standard(seven, broker_instance_type="kafka.m7g.large", broker_count=6, ebs_volume_gib=16_384,
+                                retention_hours=1), "msk: network out").ok  # fmt: skip
+    fewer = Workload(fan_out.messages_per_second, fan_out.messages_per_second, 512, 1.0, 6, 1)
     assert by_name(standard(fewer, broker_instance_type="kafka.m7g.large", broker_count=6, ebs_volume_gib=16_384,
                             retention_hours=1), "msk: network out").ok  # fmt: skip
+
+
+# AWS's factors (msk_sizing.py d6ad2e44): volume I/O per MiB/s of a broker's share of the peak,
+# STORAGE_IO_FACTOR_BASE 6.5 (+ STORAGE_IO_FACTOR_TS_ADD 1.5 when tiered); network out
+# NETWORK_IO_BASE 5.7 (+ NETWORK_IO_TS_ADD 1.5) + 1.5 per consumer group (fan-out x AZ_SCALE_FACTOR).
+@pytest.mark.parametrize("groups", [1, 2, 5])
+@pytest.mark.parametrize("tiered", [False, True])
+@pytest.mark.parametrize("replication", [3, 4])
+def test_throughput_reserves_at_least_what_aws_sizing_reserves(groups, tiered, replication):
+    share = 10.0  # MiB/s of the peak per broker with all six up
+    load = Workload(share * 6 * 2**20 / 512, share * 6 * 2**20 / 512, 512, 1.0, groups, 1)
+    rows = standard(load, replication_factor=replication, retention_hours=168,
+                    primary_retention_hours=12 if tiered else None)  # fmt: skip
+    aws_volume = 6.5 + (1.5 if tiered else 0.0)
+    aws_network = 5.7 + (1.5 if tiered else 0.0) + 1.5 * groups
+    volume, network = by_name(rows, "msk: volume throughput").need, by_name(rows, "msk: network out").need
+    assert volume / share >= aws_volume and network / share >= aws_network
+    # at replication 3 with one group and no tiering: 4.5 + 3.5 = 8.0 and 4.5 + 3.5 = 8.0
+    if (replication, groups, tiered) == (3, 1, False):
+        assert (volume / share, network / share) == (pytest.approx(8.0), pytest.approx(8.0))
 
 
 def test_partition_replicas_per_broker_against_the_recommended_maximum():
