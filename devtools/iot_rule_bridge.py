@@ -6,6 +6,12 @@ UndocumentedRuleBehaviour, so a test fails instead of passing on behaviour we im
 
 What it does, and where each step comes from (AWS IoT Developer Guide):
 - Reads the rule's topic filter as the broker's `reader` identity, QoS 1.
+- A payload that is not JSON: `SELECT *` alone passes it as raw binary data ("Working with binary
+  payloads": "To handle your message payload as raw binary data (rather than a JSON object), you
+  can use the * operator"; `SELECT * FROM 'topic/subtopic'` is its first example), so the bridge
+  writes the bytes as sent. Any other SELECT item, or a `${field}` template, over such a payload is
+  refused: the page does not say what they give. A payload that is JSON but not an object (an
+  array, a number) is refused too: no page says whether IoT treats it as JSON or as binary.
 - Value: the SELECT clause over the JSON payload. `*` is the whole payload; `topic(n) AS alias`
   adds alias = the topic's n-th level, counted from 1 ("SELECT clause": "SELECT *, 15 as speed"
   gives the payload plus `speed`; "SQL functions", topic(Decimal)). An alias that is already a key
@@ -114,12 +120,24 @@ class KafkaRule:
         return self.topic_filter.split("/").index("+") + 1
 
     @staticmethod
-    def message(payload: bytes) -> dict:
-        """The JSON object a message carries, as the SELECT clause and the templates read it."""
-        document = json.loads(payload)
+    def message(payload: bytes) -> dict | None:
+        """The JSON object a message carries, as the SELECT clause and the templates read it;
+        None for a payload that is not JSON (binary, to the rules engine)."""
+        try:
+            document = json.loads(payload)
+        except ValueError:  # not UTF-8, or not JSON
+            return None
         if not isinstance(document, dict):
-            raise UndocumentedRuleBehaviour("the bridge selects from JSON object payloads only")
+            raise UndocumentedRuleBehaviour("a JSON payload that is not an object: no page says how the rule reads it")
         return document
+
+    def value(self, topic: str, payload: bytes, document: dict | None) -> bytes:
+        """What the Kafka action writes: the SELECT output as JSON, or a binary payload as sent."""
+        if document is not None:
+            return json.dumps(self.select(topic, document), sort_keys=True).encode()
+        if self.select_items != ("*",):
+            raise UndocumentedRuleBehaviour(f"SELECT {', '.join(self.select_items)} over a payload that is not JSON")
+        return bytes(payload)
 
     def select(self, topic: str, document: dict) -> dict:
         """The SELECT clause's output for one message (its JSON object, from message())."""
@@ -141,8 +159,9 @@ class KafkaRule:
             output[alias] = value
         return output
 
-    def substitute(self, template: str, topic: str, document: dict) -> str:
-        """A substitution template, evaluated against the original message (its JSON object)."""
+    def substitute(self, template: str, topic: str, document: dict | None) -> str:
+        """A substitution template, evaluated against the original message (its JSON object, or
+        None for a payload that is not JSON)."""
 
         def value(match: re.Match) -> str:
             expression = match["expression"].strip()
@@ -151,6 +170,8 @@ class KafkaRule:
                 return level
             if not _PAYLOAD_PATH.match(expression):
                 raise UndocumentedRuleBehaviour(f"the bridge evaluates ${{topic(n)}} and ${{field}} only, not {expression!r}")
+            if document is None:
+                raise UndocumentedRuleBehaviour(f"${{{expression}}} over a payload that is not JSON")
             found = document
             for part in expression.split("."):
                 if not isinstance(found, dict) or part not in found:
@@ -212,7 +233,7 @@ class IotRuleBridge:
         """On an awscrt thread; confluent-kafka's produce() is thread-safe."""
         try:
             document = self.rule.message(payload)
-            value = json.dumps(self.rule.select(topic, document), sort_keys=True).encode()
+            value = self.rule.value(topic, payload, document)
             key = self.rule.substitute(self.rule.key, topic, document).encode()
             headers = [(k, self.rule.substitute(v, topic, document).encode()) for k, v in self.rule.headers]
         except Exception as error:  # noqa: BLE001 - the test reads these

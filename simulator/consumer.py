@@ -4,14 +4,13 @@ end-to-end latency and sequence numbers.
 
 Messages the simulator produced itself are read by slicing their fixed-width fields. Messages of
 an MQTT run reach Kafka through the AWS IoT rule (stacks/constructs/kafka_topic_rule.py): key =
-thing name, header `device_sent_ns` = the payload's sent_ns as a decimal string, value = the
-rule's `SELECT *`, JSON that IoT may have serialized again (key order and spacing are its own), so
+thing name (also in the header `iot_thing_name`), value = the rule's `SELECT *`, JSON that IoT
+may have serialized again (key order and spacing are its own), so
 those are parsed as JSON and the device is found by its thing name.
 """
 
 from __future__ import annotations
 
-import decimal
 import json
 import time
 
@@ -23,7 +22,7 @@ from simulator.authorization import is_authorization_error, missing_permission
 from simulator.config import RunConfig
 from simulator.errors import SimulatorError
 from simulator.histograms import LatencyRecorder
-from simulator.payload import RULE_SENT_NS_HEADER, MessageLayout
+from simulator.payload import MessageLayout
 
 BATCH = 10_000
 MAX_WAIT_S = 0.1
@@ -132,7 +131,7 @@ class HostConsumer:
 
     def _record_rule_output(self, batch: list, now: int) -> None:
         """Messages of an MQTT run as the IoT rule wrote them: own ones by thing name (key),
-        run id and producer id; the send time from the rule's header, else from the JSON."""
+        run id and producer id; the send time from the JSON, which the rule passes unchanged."""
         things, record, latency = self.things, self.ledger.record, self.e2e.pending.append
         run_id, own = self.config.run_id, f"{self.config.producer_id}/p"  # HOST/pNN
         for message in batch:
@@ -146,10 +145,8 @@ class HostConsumer:
                 if value["run_id"] != run_id or not value["producer_id"].startswith(own):
                     raise ValueError("another run or host")
                 seq = int(value["seq"])
-                header = dict(message.headers() or ()).get(RULE_SENT_NS_HEADER)
-                # A decimal string; Decimal also takes an exponent form, should IoT write one.
-                sent_ns = int(decimal.Decimal(header.decode())) if header else int(value["sent_ns"])
-            except (ValueError, TypeError, KeyError, AttributeError, decimal.InvalidOperation):
+                sent_ns = int(value["sent_ns"])
+            except (ValueError, TypeError, KeyError):
                 self.foreign += 1
                 continue
             if record(device, seq) and sent_ns >= self.measure_start_ns:

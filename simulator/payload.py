@@ -17,11 +17,8 @@ import dataclasses
 import random
 import re
 
-# The header the AWS IoT rule's Kafka action adds to an MQTT run's messages
-# (stacks/constructs/kafka_topic_rule.py, which takes the name from here): the payload's sent_ns
-# as a decimal string.
-RULE_SENT_NS_HEADER = "device_sent_ns"
-# The header it puts the thing name in (the topic's second level), which the sink takes as the
+# The header the AWS IoT rule's Kafka action puts the thing name in (the topic's third level;
+# stacks/constructs/kafka_topic_rule.py takes the name from here), which the sink takes as the
 # device id (flink/, KafkaMessage.THING_NAME_HEADER).
 RULE_THING_NAME_HEADER = "iot_thing_name"
 SEQ_WIDTH = 10

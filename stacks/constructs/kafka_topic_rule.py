@@ -14,6 +14,15 @@ The rule selects the payload as the device sent it (`SELECT *`) and adds nothing
 name goes into the Kafka key and the header `iot_thing_name`, never into the JSON, because the SQL
 reference does not say what `SELECT *, topic(3) AS device_id` writes when the payload already has
 a `device_id` (devices send one), and the sink rejects a duplicate key.
+The action's key and headers read the topic only, never a payload field: every message the rule
+matches has the topic's levels, while a payload that is not JSON, or lacks the field, has no
+documented value for `${field}` ("Substitution templates" does not say). `SELECT *` takes any
+payload, JSON or not ("Working with binary payloads"), so a malformed device message reaches the
+topic as it was sent and ends in the sink's dead letters, counted, instead of failing the action
+and coming back with every replay.
+The producer's `key.serializer` and `value.serializer` (the action page lists them among its
+client properties) are left to the action: the key is the thing name as text, and the value the
+payload's bytes, which is what the sink reads whatever the serializer's name.
 A failed delivery goes to the rule's error action, which writes the error action message with the
 original payload (`base64OriginalPayload`) into a queue (AWS IoT Developer Guide, "Error handling";
 the queue and why: failed_deliveries.py), from which `telemetry devices replay` publishes it again.
@@ -30,7 +39,7 @@ from aws_cdk import aws_iot as iot
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from simulator.payload import RULE_SENT_NS_HEADER, RULE_THING_NAME_HEADER
+from simulator.payload import RULE_THING_NAME_HEADER
 from stacks.compliance import acknowledge, wildcard_resource_finding
 from stacks.constructs.scram_user import ScramUser
 
@@ -208,7 +217,6 @@ class KafkaTopicRule(Construct):
                                 # the topic, which the device policy ties to the certificate the
                                 # device connected with, whatever the payload claims.
                                 iot.CfnTopicRule.KafkaActionHeaderProperty(key=RULE_THING_NAME_HEADER, value=f"${{topic({thing_level})}}"),
-                                iot.CfnTopicRule.KafkaActionHeaderProperty(key=RULE_SENT_NS_HEADER, value="${sent_ns}"),
                             ],
                             client_properties={
                                 "bootstrap.servers": bootstrap_brokers,

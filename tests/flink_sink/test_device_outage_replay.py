@@ -1,5 +1,7 @@
 """A Kafka broker lost in the middle of a device run, then `telemetry devices replay`: every device
-message ends in the lake exactly once.
+message ends in the lake exactly once, and every malformed one (not JSON, or JSON without the
+fields of a reading) in the lake's dead letters once, whether the broker was up when it was sent or
+it went through the failed-deliveries queue and the replay.
 
 The parts, each the one that ships or a stand-in that cites its source:
 - devices: the simulator over MQTT/TLS into mosquitto, which enforces the device policy
@@ -23,6 +25,7 @@ happens outside that moment.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -39,6 +42,7 @@ from devtools import local_kafka
 from scripts import replay_device_messages as replay
 from tests.conftest import REPO
 from devtools.iot_rule_bridge import IotRuleBridge, KafkaRule
+from simulator.device_certificates import telemetry_topic
 from tests.mqtt_fixtures import THINGS
 
 pytestmark = pytest.mark.integration
@@ -47,6 +51,11 @@ DEVICES = 8
 RATE = 100  # messages a second over all devices
 DURATION = 9  # seconds; the broker is down from about the 2nd to the 6th
 PARTITIONS = 3
+# A device of its own (the run takes the first DEVICES names in sorted order) sends these once
+# while the broker is up and once while it is down: bytes that are not UTF-8, and a JSON object
+# without sent_ns and the readings.
+MALFORMED_THING = THINGS[-1]
+MALFORMED = (b"\xff\xfe a reading in a binary format", b'{"device_id":"dev-059","seq":1}')
 
 
 class MqttPublish:
@@ -96,6 +105,20 @@ def lake_rows(root: Path) -> list[tuple[str, int]]:
     assert files, f"the sink committed no Parquet under {root}"
     query = "SELECT device_id, seq FROM read_parquet($files, hive_partitioning = true)"
     return [(device, seq) for device, seq in duckdb.connect().execute(query, {"files": files}).fetchall()]
+
+
+def dead_letters(root: Path) -> list[tuple[bytes, str]]:
+    """(value, reason) of every committed dead letter (flink/, DeadLetter.toJsonLine: the value as
+    UTF-8 text, or base64 when it is not UTF-8)."""
+    letters = []
+    for file in sorted(root.rglob("*")):
+        if file.is_file() and not file.name.startswith("."):
+            for line in file.read_text().splitlines():
+                letter = json.loads(line)
+                value = letter["value"]
+                raw = base64.b64decode(value) if letter["value_encoding"] == "base64" else value.encode()
+                letters.append((raw, letter["reason"]))
+    return letters
 
 
 class OneCallAtATime:
@@ -159,26 +182,44 @@ def test_a_broker_lost_mid_run_and_a_replay_put_every_device_message_in_the_lake
             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        device = mosquitto_broker.device_connection(MALFORMED_THING)
+
+        def send_malformed() -> None:
+            from awscrt import mqtt
+
+            for payload in MALFORMED:
+                device.publish(telemetry_topic(ENV, MALFORMED_THING), payload, mqtt.QoS.AT_LEAST_ONCE)[0].result(10)
+
+        def failed_malformed() -> int:
+            with lock:
+                return sum(base64.b64decode(m["base64OriginalPayload"]) in MALFORMED for m in failed)
+
         try:
             wait_until(lambda: bridge.delivered >= RATE, 30, "the first second of messages in Kafka")
+            send_malformed()
             with bridge.held():
                 local_kafka.kill_broker(state)
+            send_malformed()
+            wait_until(lambda: failed_malformed() == len(MALFORMED), 30, "the malformed messages failing over to the queue")
             wait_until(lambda: len(failed) >= RATE, 30, "a second of messages failing over to the queue")
             time.sleep(1)
             with bridge.held():  # every message handed over while it was down has failed by now
                 local_kafka.restart_broker(state)
             stdout, stderr = run.communicate(timeout=120)
         finally:
+            device.disconnect().result(5)
             if run.poll() is None:
                 run.kill()
         report = json.loads(report_path.read_text())
         assert report["acked"] == report["sent"] > 0, stderr
-        wait_until(lambda: bridge.forwarded == report["sent"], 30, "the bridge to read every device message")
+        sent = report["sent"] + 2 * len(MALFORMED)
+        wait_until(lambda: bridge.forwarded == sent, 30, "the bridge to read every device message")
         with bridge.held():
             pass
         outage = len(failed)
         assert bridge.delivered > RATE and outage >= RATE
-        assert bridge.delivered + outage == bridge.forwarded == report["sent"]
+        assert bridge.delivered + outage == bridge.forwarded == sent
+        assert not bridge.errors  # the rule took every payload, malformed or not
 
         # The replay, as `telemetry devices replay --since <start of the run>` does it.
         connection = mosquitto_broker.replayer_connection(f"replay-{time.monotonic_ns()}")
@@ -192,10 +233,10 @@ def test_a_broker_lost_mid_run_and_a_replay_put_every_device_message_in_the_lake
             journal.close()
             connection.disconnect().result(5)
         assert (tally.replayed, tally.stopped, tally.left_failed_again, tally.unreadable) == (outage, "", 0, 0)
-        wait_until(lambda: bridge.forwarded == report["sent"] + outage, 30, "the replayed messages at the rule")
+        wait_until(lambda: bridge.forwarded == sent + outage, 30, "the replayed messages at the rule")
         with bridge.held():
             pass
-        assert bridge.delivered == report["sent"] and len(failed) == outage  # none failed again
+        assert bridge.delivered == sent and len(failed) == outage  # none failed again, malformed or not
         assert int(sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])
                    ["Attributes"]["ApproximateNumberOfMessages"]) == 0
 
@@ -206,11 +247,13 @@ def test_a_broker_lost_mid_run_and_a_replay_put_every_device_message_in_the_lake
             ["java", "-Xmx1g", "--add-opens=java.base/java.util=ALL-UNNAMED", "--add-opens=java.base/java.lang=ALL-UNNAMED",
              f"-Dlog4j2.configurationFile={REPO / 'flink/src/test/resources/log4j2-test.properties'}",
              "-cp", java_classpath, "telemetry.sink.testing.SinkJobRun",
-             "--properties", str(properties), "--rows", str(report["sent"]), "--timeout-s", "120"],
+             "--properties", str(properties), "--rows", str(report["sent"]),
+             "--dead-letters", str(2 * len(MALFORMED)), "--timeout-s", "120"],
             capture_output=True, text=True, timeout=240, check=False,
         )  # fmt: skip
         assert sink.returncode == 0, sink.stderr[-3000:]
         rows = lake_rows(tmp_path / "lake" / "telemetry")
+        letters = dead_letters(tmp_path / "lake" / "dead-letter")
     finally:
         if bridge is not None:
             bridge.close()
@@ -225,3 +268,13 @@ def test_a_broker_lost_mid_run_and_a_replay_put_every_device_message_in_the_lake
         # Each device's sequence numbers, without a gap or a repeat: nothing skipped, nothing twice.
         assert sorted(found) == list(range(min(found), min(found) + len(found))), device
     assert len(rows) == report["sent"]
+    # Each malformed message once for each time it was sent, with the sink's reason: none lost, none
+    # looping between the queue and the replay.
+    def as_sent(payload: bytes) -> str:  # JSON compared as values: the rule may serialize it again
+        try:
+            return json.dumps(json.loads(payload), sort_keys=True)
+        except ValueError:
+            return repr(payload)
+
+    assert sorted(as_sent(payload) for payload, _ in letters) == sorted(as_sent(p) for p in MALFORMED * 2)
+    assert all(reason for _, reason in letters), letters

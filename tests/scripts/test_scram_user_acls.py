@@ -24,7 +24,7 @@ from scripts.manage_topics import (
     everything_of,
     reconcile_acls,
 )
-from simulator.payload import RULE_SENT_NS_HEADER as SENT_NS_HEADER
+from simulator.payload import RULE_THING_NAME_HEADER as THING_HEADER
 from stacks.config import load_environment
 from stacks.constructs.kafka_topic_rule import ACKS
 from tests.conftest import cdk_context
@@ -78,7 +78,7 @@ def produce_as_the_rule(secured_kafka, user: str, password: str, topic: str, cou
             topic,
             value=b'{"device_id":"thing-1","seq":%d}' % index,
             key=b"thing-1",
-            headers=[(SENT_NS_HEADER, b"1763862000123456789")],
+            headers=[(THING_HEADER, b"thing-1")],
             on_delivery=lambda error, _message: errors.append(error),
         )
     producer.flush(30)
@@ -161,7 +161,7 @@ def test_the_rule_producer_can_do_nothing_but_write_its_topic(secured_kafka, scr
         received.append(message)
     reader.close()
     assert {m.key() for m in received} == {b"thing-1"}
-    assert {tuple(m.headers()) for m in received} == {((SENT_NS_HEADER, b"1763862000123456789"),)}
+    assert {tuple(m.headers()) for m in received} == {((THING_HEADER, b"thing-1"),)}
 
     # Nothing else: another topic, reading its own topic, creating or altering topics, ACLs.
     assert [e.code() for e in produce_as_the_rule(secured_kafka, user, password, other_topic, 1)] == [

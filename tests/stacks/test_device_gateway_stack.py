@@ -84,16 +84,16 @@ def test_rule_reads_its_environments_device_topics_and_takes_the_device_id_from_
     assert payload["RuleDisabled"] is False
 
 
-def test_kafka_action_keys_by_device_carries_the_send_time_and_acks_1(synthesized):
+def test_kafka_action_keys_by_device_reads_only_the_topic_and_acks_1(synthesized):
     (action,) = rule(synthesized)["TopicRulePayload"]["Actions"]
     kafka = action["Kafka"]
     assert kafka["Topic"] == "telemetry"
     assert kafka["Key"] == "${topic(3)}"  # telemetry/dev/<thing>/data
-    # The thing name (the sink's device id) and simulator/payload.py's `sent_ns` field.
-    assert kafka["Headers"] == [
-        {"Key": "iot_thing_name", "Value": "${topic(3)}"},
-        {"Key": "device_sent_ns", "Value": "${sent_ns}"},
-    ]
+    # The thing name, the sink's device id. Nothing from the payload: a template over a field a
+    # malformed payload lacks has no documented value ("Substitution templates").
+    assert kafka["Headers"] == [{"Key": "iot_thing_name", "Value": "${topic(3)}"}]
+    templates = re.findall(r"\$\{([^}]*)\}", json.dumps({k: v for k, v in kafka.items() if k != "ClientProperties"}))
+    assert templates and all(re.fullmatch(r"topic\(\d+\)", t) for t in templates), templates
     assert "TelemetryRuleDestination" in kafka["DestinationArn"]["Fn::GetAtt"][0]
     props = kafka["ClientProperties"]
     assert props["acks"] == "1"  # the Kafka action accepts only 0 or 1
@@ -526,10 +526,32 @@ def test_a_payload_that_carries_device_id_passes_the_rule_unchanged_with_the_thi
 
     assert rule_.select(topic, document) == json.loads(payload)
     assert rule_.substitute(rule_.key, topic, document) == "thing-0"
-    assert {k: rule_.substitute(v, topic, document) for k, v in rule_.headers} == {
-        "iot_thing_name": "thing-0",
-        "device_sent_ns": "1764000000000000000",
-    }
+    assert {k: rule_.substitute(v, topic, document) for k, v in rule_.headers} == {"iot_thing_name": "thing-0"}
+
+
+def test_the_rule_takes_a_malformed_payload_as_sent_keyed_by_the_topic(synthesized):
+    """A payload that is not JSON goes through `SELECT *` as binary ("Working with binary payloads"),
+    and one without the reading's fields as it is: the action reads only the topic, so neither
+    fails it. A `${field}` template over either would have no documented value: refused."""
+    import dataclasses
+
+    from devtools.iot_rule_bridge import KafkaRule, UndocumentedRuleBehaviour
+
+    shipped = KafkaRule.from_template(synthesized("dev").stacks["device_gateway"])
+    topic = "telemetry/dev/thing-0/data"
+    for payload in (b"\xff\xfe binary", b"not json", b'{"seq": 1}'):
+        document = KafkaRule.message(payload)
+        written = shipped.value(topic, payload, document)
+        assert (json.loads(written) == document) if document is not None else (written == payload)
+        assert shipped.substitute(shipped.key, topic, document) == "thing-0"
+        assert [shipped.substitute(v, topic, document) for _, v in shipped.headers] == ["thing-0"]
+    with_field = dataclasses.replace(shipped, headers=(("device_sent_ns", "${sent_ns}"),))
+    with pytest.raises(UndocumentedRuleBehaviour, match="not JSON"):
+        with_field.substitute(with_field.headers[0][1], topic, KafkaRule.message(b"not json"))
+    with pytest.raises(UndocumentedRuleBehaviour, match="not in the payload"):
+        with_field.substitute(with_field.headers[0][1], topic, KafkaRule.message(b'{"seq": 1}'))
+    with pytest.raises(UndocumentedRuleBehaviour, match="not an object"):
+        KafkaRule.message(b"[1, 2]")
 
 
 def test_the_rule_stand_in_refuses_an_alias_that_repeats_a_payload_key(synthesized):

@@ -39,7 +39,8 @@ import telemetry.sink.config.SinkJobConfig;
  * commit the broker refused is only logged by the Kafka source). Which IAM action that error means
  * is the caller's business: the job knows nothing of IAM names.
  *
- * <p>Usage: {@code SinkJobRun --properties FILE --rows N [--timeout-s S]}
+ * <p>Usage: {@code SinkJobRun --properties FILE --rows N [--dead-letters D] [--timeout-s S]}: with
+ * {@code --dead-letters}, it also waits until D dead letters are committed.
  */
 public final class SinkJobRun {
     private SinkJobRun() {}
@@ -47,6 +48,7 @@ public final class SinkJobRun {
     public static void main(String[] args) throws Exception {
         Path propertiesFile = Path.of(argument(args, "--properties", null));
         long rows = Long.parseLong(argument(args, "--rows", null));
+        long deadLetters = Long.parseLong(argument(args, "--dead-letters", "0"));
         Duration timeout = Duration.ofSeconds(Long.parseLong(argument(args, "--timeout-s", "120")));
         SinkJobConfig config = SinkJobConfig.from(ApplicationProperties.fromFile(propertiesFile));
         AtomicReference<String> loggedKafkaError = watchLogsForKafkaErrors();
@@ -60,7 +62,7 @@ public final class SinkJobRun {
         CompletableFuture<JobExecutionResult> result = job.getJobExecutionResult();
         String failure;
         try {
-            failure = await(result, config, rows, timeout, loggedKafkaError);
+            failure = await(result, config, rows, deadLetters, timeout, loggedKafkaError);
         } catch (Exception e) {
             failure = "checking the job's progress failed: " + causes(e);
         }
@@ -70,14 +72,16 @@ public final class SinkJobRun {
             System.exit(2);
         }
         TestJobs.cancel(job);
-        System.out.println("sink run committed " + rows + " rows and the group's offsets");
+        System.out.println("sink run committed " + rows + " rows, " + deadLetters + " dead letters and the group's offsets");
         System.exit(0);
     }
 
     /** null when done; otherwise what went wrong, on one line. */
     private static String await(CompletableFuture<JobExecutionResult> result, SinkJobConfig config, long rows,
-                                Duration timeout, AtomicReference<String> loggedKafkaError) throws Exception {
+                                long deadLetters, Duration timeout, AtomicReference<String> loggedKafkaError)
+            throws Exception {
         Path output = Path.of(java.net.URI.create(config.outputPath));
+        Path deadLetterOutput = Path.of(java.net.URI.create(config.deadLetterPath));
         long deadline = System.nanoTime() + timeout.toNanos();
         try (Admin admin = Admin.create(adminProperties(config))) {
             while (System.nanoTime() < deadline) {
@@ -92,14 +96,17 @@ public final class SinkJobRun {
                 if (loggedKafkaError.get() != null) {
                     return "the job logged " + loggedKafkaError.get();
                 }
-                if (SinkOutput.committedRowCount(output) >= rows && groupCaughtUp(admin, config)) {
+                if (SinkOutput.committedRowCount(output) >= rows
+                        && (deadLetters == 0 || SinkOutput.readDeadLetters(deadLetterOutput).size() >= deadLetters)
+                        && groupCaughtUp(admin, config)) {
                     return null;
                 }
                 Thread.sleep(200);
             }
         }
         return "timed out after " + timeout.toSeconds() + " s: committed rows " + SinkOutput.committedRowCount(output)
-                + " of " + rows;
+                + " of " + rows + ", dead letters " + SinkOutput.readDeadLetters(deadLetterOutput).size() + " of "
+                + deadLetters;
     }
 
     /** The group's committed offsets equal the topic's end offsets (read as the job's own user). */
@@ -175,7 +182,7 @@ public final class SinkJobRun {
             }
         }
         if (fallback == null) {
-            throw new IllegalArgumentException("usage: SinkJobRun --properties FILE --rows N [--timeout-s S]; "
+            throw new IllegalArgumentException("usage: SinkJobRun --properties FILE --rows N [--dead-letters D] [--timeout-s S]; "
                     + name + " is missing");
         }
         return fallback;
