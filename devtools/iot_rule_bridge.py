@@ -12,6 +12,8 @@ What it does, and where each step comes from (AWS IoT Developer Guide):
   writes the bytes as sent. Any other SELECT item, or a `${field}` template, over such a payload is
   refused: the page does not say what they give. A payload that is JSON but not an object (an
   array, a number) is refused too: no page says whether IoT treats it as JSON or as binary.
+  A risk: that the Kafka action writes a binary payload is assumed, not stated; the page names
+  only the Lambda action among those that take no binary payload ("such as a Lambda action").
 - Value: the SELECT clause over the JSON payload. `*` is the whole payload; `topic(n) AS alias`
   adds alias = the topic's n-th level, counted from 1 ("SELECT clause": "SELECT *, 15 as speed"
   gives the payload plus `speed`; "SQL functions", topic(Decimal)). An alias that is already a key
@@ -101,6 +103,11 @@ class KafkaRule:
         (action,) = payload["Actions"]
         kafka = action["Kafka"]
         sql = payload["Sql"]
+        # The bridge writes the key as UTF-8 text and the value as bytes: the page's one valid value
+        # for each serializer ("Apache Kafka" rule action, clientProperties).
+        for name, value in (("key.serializer", "StringSerializer"), ("value.serializer", "ByteBufferSerializer")):
+            if kafka["ClientProperties"].get(name, value) != value:
+                raise UndocumentedRuleBehaviour(f"{name} {kafka['ClientProperties'][name]!r}: the page gives only {value}")
         match = _SQL.match(sql)
         if not match:
             raise UndocumentedRuleBehaviour(f"the bridge evaluates SELECT ... FROM '<filter>' only, not {sql!r}")

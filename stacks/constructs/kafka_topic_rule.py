@@ -15,14 +15,16 @@ name goes into the Kafka key and the header `iot_thing_name`, never into the JSO
 reference does not say what `SELECT *, topic(3) AS device_id` writes when the payload already has
 a `device_id` (devices send one), and the sink rejects a duplicate key.
 The action's key and headers read the topic only, never a payload field: every message the rule
-matches has the topic's levels, while a payload that is not JSON, or lacks the field, has no
-documented value for `${field}` ("Substitution templates" does not say). `SELECT *` takes any
-payload, JSON or not ("Working with binary payloads"), so a malformed device message reaches the
-topic as it was sent and ends in the sink's dead letters, counted, instead of failing the action
-and coming back with every replay.
-The producer's `key.serializer` and `value.serializer` (the action page lists them among its
-client properties) are left to the action: the key is the thing name as text, and the value the
-payload's bytes, which is what the sink reads whatever the serializer's name.
+matches has the topic's levels, while for a payload without the field the SQL reference says only
+that a missing key is Undefined, "converted to an empty string when serialized by itself" ("Data
+types"), not what a header template writes, and nothing for a payload that is not JSON.
+`SELECT *` takes any payload, JSON or not ("Working with binary payloads"), so a malformed device
+message reaches the topic as it was sent and ends in the sink's dead letters, counted, instead of
+failing the action and coming back with every replay. That the Kafka action takes a binary
+payload is not stated: the page names only the Lambda action among those that do not ("such as").
+The producer's `key.serializer` and `value.serializer` are set to the one value the action page
+gives for each (StringSerializer, ByteBufferSerializer), as its client properties list them without
+"(optional)", unlike `acks` and `compression.type`.
 A failed delivery goes to the rule's error action, which writes the error action message with the
 original payload (`base64OriginalPayload`) into a queue (AWS IoT Developer Guide, "Error handling";
 the queue and why: failed_deliveries.py), from which `telemetry devices replay` publishes it again.
@@ -50,6 +52,9 @@ SASL_MECHANISM = "SCRAM-SHA-512"
 # a device message the leader acknowledged and lost before its followers copied it is gone (the
 # simulator's and other IAM clients' acks=all with min.insync.replicas=2 survive that).
 ACKS = "1"
+# The Kafka action page's one valid value for each ("Apache Kafka" rule action, clientProperties).
+KEY_SERIALIZER = "StringSerializer"
+VALUE_SERIALIZER = "ByteBufferSerializer"
 # The VPC destination role's policy is the one the AWS IoT Developer Guide gives on its VPC
 # destination page, "Apache Kafka Virtual Private Cloud (VPC) destinations" (the same policy as its
 # "Virtual private cloud (VPC) destinations", vpc-rule-action.html). The "Apache Kafka" rule action
@@ -225,6 +230,8 @@ class KafkaTopicRule(Construct):
                                 "sasl.scram.username": get_secret(secret_arn, "username", role_arn),
                                 "sasl.scram.password": get_secret(secret_arn, "password", role_arn),
                                 "acks": ACKS,
+                                "key.serializer": KEY_SERIALIZER,
+                                "value.serializer": VALUE_SERIALIZER,
                             },
                         )
                     )

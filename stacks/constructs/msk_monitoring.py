@@ -16,8 +16,10 @@ from stacks.constructs.alarm_topic import notifying_alarm
 
 NAMESPACE = "AWS/Kafka"
 PERIOD = Duration.minutes(1)
-# The bytes-in alarm: 5-minute averages, three in a row (15 minutes), so a burst (producers' retries,
-# a partition reassignment) does not page; what sizing got wrong lasts.
+# The bytes-in alarm: 5-minute averages, three in a row (15 minutes), so a burst (producers'
+# retries, a restarted broker catching up) does not page; what sizing got wrong lasts. Copying that
+# lasts longer does page where replication is counted: a partition reassignment or a replaced
+# broker rebuilding its replicas ("received from other brokers"), which the description names.
 BYTES_IN_PERIOD = Duration.minutes(5)
 BYTES_IN_PERIODS = 3
 
@@ -133,7 +135,10 @@ class MskMonitoring(Construct):
                 f"sizing assumed at workload.compression_ratio {compression_ratio:g} (the fullest broker's "
                 "share at the declared peak, times the model's one-zone-down margin), so their disks fill "
                 "sooner than sized. Measure the ratio with `telemetry compression` and resize: "
-                f"`telemetry capacity --env {environment}`",
+                f"`telemetry capacity --env {environment}`"
+                + (". A partition reassignment, or a replaced broker rebuilding its replicas, raises "
+                   "ReplicationBytesInPerSec too: if one is running, this clears when it ends"
+                   if bytes_in_counts_replication else ""),
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             )
         under_replicated = cloudwatch.MathExpression(

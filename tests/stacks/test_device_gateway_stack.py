@@ -97,6 +97,8 @@ def test_kafka_action_keys_by_device_reads_only_the_topic_and_acks_1(synthesized
     assert "TelemetryRuleDestination" in kafka["DestinationArn"]["Fn::GetAtt"][0]
     props = kafka["ClientProperties"]
     assert props["acks"] == "1"  # the Kafka action accepts only 0 or 1
+    # The one value the action page gives for each: the key as text, the value as the payload's bytes.
+    assert (props["key.serializer"], props["value.serializer"]) == ("StringSerializer", "ByteBufferSerializer")
     assert props["security.protocol"] == "SASL_SSL"
     assert props["sasl.mechanism"] == "SCRAM-SHA-512"
     assert props["bootstrap.servers"]["Fn::GetAtt"][1] == "BootstrapBrokerStringSaslScram"

@@ -197,6 +197,9 @@ def test_prod_pages_per_broker_when_the_brokers_take_in_more_than_sizing_assumed
         description = props["AlarmDescription"]
         assert "more than sizing assumed at workload.compression_ratio 1.5" in description
         assert "`telemetry compression`" in description and "`telemetry capacity --env prod`" in description
+        # Replication is counted, so long copying pages too, and the text says so.
+        assert "A partition reassignment, or a replaced broker rebuilding its replicas" in description
+        assert len(description) <= 1024  # AlarmDescription's maximum (CloudWatch PutMetricAlarm)
 
 
 def test_the_bytes_in_threshold_follows_the_declared_ratio_and_a_ratio_too_high_by_the_margin_reaches_it():
