@@ -27,6 +27,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
@@ -55,12 +56,30 @@ WAITING = ("wait_for_upgrade", "wait_for_instance")
 
 def traced_state_machine(scope: Construct, name: str, definition: sfn.IChainable, timeout: cdk.Duration,
                          log_retention_days: int, removal_policy: cdk.RemovalPolicy) -> sfn.StateMachine:
-    """A state machine traced with X-Ray and logging every event, with its data, to its own log group."""
+    """A state machine traced with X-Ray and logging every event, with its data, to its own log group.
+
+    Its role trusts Step Functions acting for this one state machine: the name is fixed, so the
+    trust names its exact ARN (aws:SourceArn) and the account (aws:SourceAccount), where the CDK's
+    own role would trust every state machine of the account (`stateMachine:*`) because it cannot
+    refer to the machine it belongs to (IAM User Guide, "The confused deputy problem")."""
     logs = log_group(scope, "ExecutionLogs", retention_days=log_retention_days, removal_policy=removal_policy)
+    stack = cdk.Stack.of(scope)
+    arn = stack.format_arn(service="states", resource="stateMachine", resource_name=name,
+                           arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)  # fmt: skip
+    role = iam.Role(
+        scope,
+        "StateMachineRole",
+        assumed_by=iam.ServicePrincipal(
+            "states.amazonaws.com",
+            conditions={"StringEquals": {"aws:SourceAccount": stack.account}, "ArnEquals": {"aws:SourceArn": arn}},
+        ),
+        description=f"Step Functions state machine {name}",
+    )
     return sfn.StateMachine(
         scope,
         "StateMachine",
         state_machine_name=name,
+        role=role,
         definition_body=sfn.DefinitionBody.from_chainable(definition),
         timeout=timeout,
         tracing_enabled=True,

@@ -71,9 +71,25 @@ class PlatformNetwork(Construct):
         flow_logs = log_group(
             self, "FlowLogs", retention_days=flow_log_retention_days, removal_policy=removal_policy
         )
+        # The flow logs service may use the role only for this account's flow logs (Amazon VPC User
+        # Guide, "IAM role for publishing flow logs to CloudWatch Logs": aws:SourceAccount, and
+        # aws:SourceArn with the flow log's id as a wildcard when it is not known yet).
+        stack = Stack.of(self)
+        flow_log_role = iam.Role(
+            self,
+            "FlowLogRole",
+            assumed_by=iam.ServicePrincipal(
+                "vpc-flow-logs.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {"aws:SourceArn": stack.format_arn(service="ec2", resource="vpc-flow-log", resource_name="*")},
+                },
+            ),
+            description="VPC flow logs: writes this VPC's flow log records to their log group",
+        )
         self.vpc.add_flow_log(
             "FlowLog",
-            destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs),
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs, flow_log_role),
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
 

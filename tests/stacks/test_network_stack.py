@@ -45,6 +45,25 @@ def test_flow_logs_capture_all_traffic_with_configured_retention(synthesized):
     template.has_resource("AWS::Logs::LogGroup", {"DeletionPolicy": "RetainExceptOnCreate", "UpdateReplacePolicy": "Retain"})
 
 
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_the_flow_log_role_serves_this_accounts_flow_logs_only_and_writes_its_group(synthesized, env):
+    """Amazon VPC User Guide, "IAM role for publishing flow logs to CloudWatch Logs": the trust with
+    aws:SourceAccount and aws:SourceArn (the flow log's id a wildcard until it exists)."""
+    template = synthesized(env).template("network")
+    (flow_log,) = template.find_resources("AWS::EC2::FlowLog").values()
+    role_id = flow_log["Properties"]["DeliverLogsPermissionArn"]["Fn::GetAtt"][0]
+    role = template.find_resources("AWS::IAM::Role")[role_id]
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    account = statement["Condition"]["StringEquals"]["aws:SourceAccount"]
+    assert statement["Principal"] == {"Service": "vpc-flow-logs.amazonaws.com"} and account.isdigit()
+    assert statement["Condition"]["ArnLike"] == {"aws:SourceArn": f"arn:aws:ec2:eu-west-1:{account}:vpc-flow-log/*"}
+    group_id = flow_log["Properties"]["LogGroupName"]["Ref"]
+    policies = [p for p in template.find_resources("AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]]
+    written = {a for p in policies for st in p["Properties"]["PolicyDocument"]["Statement"]
+               if json.dumps(st["Resource"]).count(group_id) for a in st["Action"]}  # fmt: skip
+    assert {"logs:CreateLogStream", "logs:PutLogEvents"} <= written, written
+
+
 def test_endpoints_keep_aws_traffic_inside_the_vpc(synthesized):
     template = synthesized("dev").template("network")
     template.has_resource_properties(

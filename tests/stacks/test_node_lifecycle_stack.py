@@ -304,6 +304,27 @@ def test_state_machines_log_everything_and_are_traced(dev):
         assert props["LoggingConfiguration"]["IncludeExecutionData"] is True
 
 
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_each_state_machine_role_trusts_step_functions_for_that_machine_alone(env, synthesized):
+    """No role trusts `stateMachine:*`: Step Functions may assume a machine's role only as that
+    machine (aws:SourceArn, its exact ARN; the name is fixed) in this account (aws:SourceAccount)."""
+    config = load_environment(cdk_context()["environments"], env)
+    template = synthesized(env).template("node_lifecycle")
+    roles = resources(template, "AWS::IAM::Role")
+    machines_ = resources(template, "AWS::StepFunctions::StateMachine").values()
+    assert len(machines_) == 3
+    for machine in machines_:
+        name = machine["Properties"]["StateMachineName"]
+        (statement,) = roles[machine["Properties"]["RoleArn"]["Fn::GetAtt"][0]]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert statement["Principal"] == {"Service": "states.amazonaws.com"}
+        assert statement["Condition"] == {
+            "StringEquals": {"aws:SourceAccount": config.account},
+            "ArnEquals": {"aws:SourceArn": f"arn:aws:states:{config.region}:{config.account}:stateMachine:{name}"},
+        }
+    trusts = json.dumps([r["Properties"]["AssumeRolePolicyDocument"] for r in roles.values()])
+    assert "stateMachine:*" not in trusts
+
+
 def test_the_lock_table_keys_on_the_lock_name_and_expires_holders(dev):
     dev.has_resource_properties(
         "AWS::DynamoDB::GlobalTable",
