@@ -26,7 +26,7 @@ help:
 	@echo "make synth   [ENV=dev]   synthesize every stack of ENV into cdk.out/ENV (offline); installs .venv/bin/telemetry"
 	@echo "make test                whole test suite (pytest)"
 	@echo "make test-fast           tests without the slow integration ones"
-	@echo "make lint    [ENV=dev]   cfn-lint over the templates in cdk.out/ENV"
+	@echo "make lint    [ENV=dev]   cfn-lint over the templates in cdk.out/ENV, checkov over every environment's"
 	@echo "make bootstrap [ENV=dev] cdk bootstrap of ENV's account and region (once each; telemetry preflight says when)"
 	@echo "make diff    [ENV=dev]   cdk diff against the account of ENV"
 	@echo "make deploy  [ENV=dev]   cdk deploy --all for ENV"
@@ -59,13 +59,26 @@ synth: $(STAMP)
 	@mv cdk.out/.$(ENV).inputs-sha256 $(CDK_OUT)/.inputs-sha256  # the telemetry commands reuse this synthesis
 	@for t in $(CDK_OUT)/Telemetry-$(ENV)-*.template.json; do echo "wrote $$t"; done
 
-lint: synth
+# checkov, in a virtual environment of its own (its pins are not the CDK venv's).
+SCAN_VENV := .venv-scan
+SCAN_STAMP := $(SCAN_VENV)/.installed
+
+$(SCAN_STAMP): requirements-scan.txt
+	$(PYTHON) -m venv $(SCAN_VENV)
+	$(SCAN_VENV)/bin/python -m pip install --quiet -r requirements-scan.txt
+	touch $@
+
+# cfn-lint over ENV's synthesis, then checkov as a gate over every environment's templates (the
+# test suite's syntheses in cdk.out/.tests, which make test reuses): no check failed, every skip
+# written on its resource with a reason (devtools/checkov_gate.py).
+lint: synth $(SCAN_STAMP)
 	$(BIN)/cfn-lint $(CDK_OUT)/Telemetry-$(ENV)-*.template.json
+	$(BIN)/python -m pytest -q -p no:randomly tests/stacks/test_checkov_gate.py
 
 # Two workers, each taking whole files (module fixtures, brokers and syntheses stay per file/worker).
 TEST_WORKERS ?= 2
 
-test: $(STAMP) flink-test mosquitto
+test: $(STAMP) $(SCAN_STAMP) flink-test mosquitto
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The MQTT tests and benchmark run a real mosquitto broker (Debian's package). Installed here when

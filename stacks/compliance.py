@@ -1,4 +1,4 @@
-"""Acknowledging a cdk-nag finding on the one construct it concerns, with its reason.
+"""Acknowledging a cdk-nag or checkov finding on the one construct it concerns, with its reason.
 
 Rules that report findings per item (IAM4 per managed policy, IAM5 per wildcard) are acknowledged
 per item, so a new managed policy or wildcard on the same construct is still a finding.
@@ -6,7 +6,7 @@ per item, so a new managed policy or wildcard on the same construct is still a f
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Stack, Token, Validations
+from aws_cdk import Acknowledgment, CfnResource, Stack, Token, Validations
 from constructs import IConstruct
 
 # How cdk-nag writes the partition when it is a reference. With @aws-cdk/core:enablePartitionLiterals
@@ -24,6 +24,22 @@ def acknowledge(construct: IConstruct, rule: str, reason: str, *, finding: str |
         finding = finding.replace(PARTITION, partition)
     rule_id = f"{rule}[{finding}]" if finding else rule
     Validations.of(construct).acknowledge(Acknowledgment(id=rule_id, reason=reason))
+
+
+def skip_check(construct: IConstruct, check_id: str, reason: str) -> None:
+    """A checkov finding acknowledged on the one resource it concerns: checkov's skip in that
+    resource's template metadata (`Metadata.checkov.skip`, [{id, comment}], checkov's
+    "Suppressing/Skipping" for CloudFormation), never for a check id as a whole. `construct` is the
+    resource or an L2 construct whose default child it is."""
+    if len(reason.split()) < 6:
+        raise ValueError(f"skipping {check_id} needs a reason a security reviewer can check")
+    resource = construct if isinstance(construct, CfnResource) else construct.node.default_child
+    if not isinstance(resource, CfnResource):
+        raise TypeError(f"{construct.node.path} is not a CloudFormation resource")
+    metadata = resource.get_metadata("checkov") or {"skip": []}
+    if check_id not in {skip["id"] for skip in metadata["skip"]}:
+        metadata["skip"].append({"id": check_id, "comment": reason})
+    resource.add_metadata("checkov", metadata)
 
 
 def managed_policy_finding(policy_name: str) -> str:

@@ -137,7 +137,15 @@ class NodeLifecycleStack(cdk.Stack):
         }
         code = function_code()
 
-        def function(construct_id: str, handler: str, description: str, timeout_minutes: int) -> LifecycleFunction:
+        # What becomes of a failed invocation, where a dead-letter queue would (checkov CKV_AWS_116).
+        by_step_functions = ("Step Functions invokes it synchronously and handles a failure itself (retries, then the "
+                             "failure path that alarms); its one asynchronous invocation is the daily keep-warm no-op, "
+                             "which the next day repeats")
+        by_schedule = ("EventBridge invokes it on a schedule; Lambda retries a failed run twice and the next scheduled "
+                       "run repeats it (every part is safe to repeat); a queue would only keep the schedule's empty event")
+
+        def function(construct_id: str, handler: str, description: str, timeout_minutes: int,
+                     why_no_dead_letter_queue: str = by_step_functions) -> LifecycleFunction:  # fmt: skip
             made = LifecycleFunction(
                 self,
                 construct_id,
@@ -152,6 +160,7 @@ class NodeLifecycleStack(cdk.Stack):
                 security_groups=[egress, gateway_client_security_group],
                 log_retention_days=lifecycle.log_retention_days,
                 removal_policy=removal,
+                why_no_dead_letter_queue=why_no_dead_letter_queue,
             )
             self._grant_common(made, config)
             return made
@@ -161,7 +170,7 @@ class NodeLifecycleStack(cdk.Stack):
         scale_out = function("ScaleOutFunction", "scale_out", f"Joins launching instances to {cluster_name}",
                              lifecycle.join_timeout_minutes)
         reaper = function("ReaperFunction", "reaper", f"Restarts lost lifecycle actions, counts zombie and Down seed nodes of {cluster_name}",
-                          lifecycle.drain_timeout_minutes)
+                          lifecycle.drain_timeout_minutes, by_schedule)
 
         patching = config.patching
         patch = function("PatchFunction", "patch", f"Patches Windows on the {cluster_name} nodes in place, one at a time",

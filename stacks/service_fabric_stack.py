@@ -8,9 +8,10 @@ joins and drains scaling nodes through the lifecycle hooks of `scaling_group`.
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from constructs import Construct
@@ -88,10 +89,21 @@ class ServiceFabricStack(Stack):
         # The seeds' deployment-account password (cluster creation administers every seed as that
         # account): generated here, never typed or stored by an operator, readable by the seed role
         # alone (granted below). Scaling nodes have no stored password (add_node.yaml).
+        # Its own key (CKV_AWS_149): decrypting the password takes this key's grant too, which only
+        # the seed role gets (grant_read below), and every use of it is in CloudTrail.
+        deployment_key = kms.Key(
+            self,
+            "SeedDeploymentPasswordKey",
+            description=f"Encrypts the password of the seeds' deployment account of {cluster_name}",
+            enable_key_rotation=True,
+            pending_window=Duration.days(30),
+            removal_policy=retain,
+        )
         self.deployment_secret = secretsmanager.Secret(
             self,
             "SeedDeploymentPassword",
             secret_name=deployment_secret_name(config),
+            encryption_key=deployment_key,
             description=f"Password of the seeds' local deployment account ({DEPLOYMENT_ACCOUNT}) of {cluster_name}",
             generate_secret_string=secretsmanager.SecretStringGenerator(
                 # A Windows password (complexity: every character class) read into a SecureString.

@@ -10,7 +10,7 @@ from aws_cdk import aws_ssm as ssm
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from stacks.constructs.sdk_call_role import sdk_call_role
+from stacks.constructs.sdk_call_role import sdk_call_role, skip_sdk_call_checks
 
 
 class BootstrapBrokers(Construct):
@@ -52,6 +52,7 @@ class BootstrapBrokers(Construct):
             ),
             install_latest_aws_sdk=False,
         )
+        skip_sdk_call_checks(self, "MSK GetBootstrapBrokers")
         self.brokers = self.lookup.get_response_field(output)
         self.parameter = ssm.StringParameter(
             self,

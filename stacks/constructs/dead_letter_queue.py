@@ -8,7 +8,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from stacks.compliance import acknowledge
+from stacks.compliance import acknowledge, skip_check
 from stacks.naming import SQS_MAX_RETENTION_DAYS
 
 RETENTION = cdk.Duration.days(SQS_MAX_RETENTION_DAYS)
@@ -28,4 +28,6 @@ def dead_letter_queue(
         removal_policy=removal_policy,
     )
     acknowledge(queue, "AwsSolutions-SQS3", why_no_further_queue)
+    skip_check(queue, "CKV_AWS_27", "Encrypted at rest with SQS-managed keys (SqsManagedSseEnabled), which this "
+               "check does not recognise: it looks for a KMS key only")
     return queue

@@ -17,7 +17,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from stacks.compliance import acknowledge, wildcard_resource_finding
+from stacks.compliance import acknowledge, skip_check, wildcard_resource_finding
 from stacks.constructs.log_group import grant_find_log_group, log_group
 
 LOG_STREAM = "application"
@@ -108,6 +108,12 @@ class FlinkApplication(Construct):
             "creates, so AWS documents these eight actions on all resources",
             finding=wildcard_resource_finding("*"),
         )
+        vpc_reason = ("Managed Flink's VPC actions, which AWS documents on all resources (Managed Service for Apache "
+                      "Flink Developer Guide, VPC permissions): it creates the application's network interfaces "
+                      "before their ids exist, and shares them with CreateNetworkInterfacePermission")
+        policy = self.role.node.find_child("DefaultPolicy")
+        skip_check(policy, "CKV_AWS_111", vpc_reason)
+        skip_check(policy, "CKV_AWS_109", vpc_reason)
 
         # Egress to AWS APIs (S3 through the gateway endpoint, KMS and CloudWatch): the MSK client
         # group given by the caller opens only the brokers' port.

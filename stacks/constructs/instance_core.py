@@ -25,7 +25,7 @@ from __future__ import annotations
 from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 
-from stacks.compliance import acknowledge, wildcard_resource_finding
+from stacks.compliance import acknowledge, skip_check, wildcard_resource_finding
 
 MANAGED_POLICY = "AmazonSSMManagedInstanceCore"
 PARAMETER_READS_OF_THE_MANAGED_POLICY = ("ssm:GetParameter", "ssm:GetParameters")
@@ -78,6 +78,7 @@ def grant_instance_core(role: iam.Role, *, parameter_prefix: str | None = None) 
         "snapshots), which AWS grants on all resources because they take no resource-level permission or act on "
         "the calling instance itself; its GetParameter and GetParameters on all resources are left out"
     )
+    skip_check(role.node.find_child("DefaultPolicy"), "CKV_AWS_111", reason)
     if parameter_prefix:
         stack = Stack.of(role)
         parameters = stack.format_arn(service="ssm", resource="parameter", resource_name=f"{parameter_prefix.strip('/')}/*")

@@ -22,7 +22,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from stacks.compliance import acknowledge, wildcard_resource_finding
+from stacks.compliance import acknowledge, skip_check, wildcard_resource_finding
 from stacks.constructs.log_group import function_role, log_group
 from stacks.lifecycle_timing import FUNCTION_TIMEOUT_SECONDS
 
@@ -96,8 +96,11 @@ class LifecycleFunction(Construct):
         security_groups: Sequence[ec2.ISecurityGroup],
         log_retention_days: int,
         removal_policy: cdk.RemovalPolicy,
+        why_no_dead_letter_queue: str,
         timeout: cdk.Duration = cdk.Duration.seconds(FUNCTION_TIMEOUT_SECONDS),
     ) -> None:
+        """`why_no_dead_letter_queue` says what becomes of a failed invocation instead (checkov's
+        CKV_AWS_116, skipped on this function with it)."""
         super().__init__(scope, construct_id)
         logs = log_group(
             self, "Logs", retention_days=log_retention_days, removal_policy=removal_policy
@@ -132,3 +135,11 @@ class LifecycleFunction(Construct):
             log_group=logs,
             tracing=lambda_.Tracing.ACTIVE,
         )
+        skip_check(self.function, "CKV_AWS_116", why_no_dead_letter_queue)
+        skip_check(self.function, "CKV_AWS_115", "No reserved concurrency: its invocations are bounded by the lifecycle "
+                   "actions and schedules that start them, and a reservation would only throttle a scale event")
+        skip_check(self.function, "CKV_AWS_173", "Its environment holds names, ARNs and timings, no secret; Lambda "
+                   "encrypts it at rest with its own key")
+        skip_check(role.node.find_child("DefaultPolicy"), "CKV_AWS_111", "The unconstrained writes are the network "
+                   "interface actions Lambda needs in a VPC (created before their ids exist) and X-Ray's "
+                   "PutTraceSegments and PutTelemetryRecords, which take no resource")

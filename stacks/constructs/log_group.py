@@ -2,12 +2,45 @@
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks.compliance import PARTITION, acknowledge, attribute_ref, wildcard_resource_finding
+
+
+LOGS_KEY_ID = "LogsKey"
+# What CloudWatch Logs does with a log group's key (Amazon CloudWatch Logs User Guide, "Encrypt log
+# data in CloudWatch Logs using AWS Key Management Service": the key policy statement for
+# logs.<region>.amazonaws.com, scoped by the kms:EncryptionContext:aws:logs:arn of the groups).
+LOGS_KEY_ACTIONS = ("kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*")
+_KEEPS = (RemovalPolicy.RETAIN, RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE, RemovalPolicy.SNAPSHOT)
+
+
+def logs_key(scope: Construct, removal_policy: RemovalPolicy) -> kms.Key:
+    """The stack's one key for its log groups (a customer managed key: who may use it is this key
+    policy, and its use is in CloudTrail). CloudWatch Logs encrypts and decrypts with it for the
+    groups of this account and region only; writers and readers need no KMS permission of their own.
+    Kept as long as the longest-kept group it encrypts: a retained group outlives its stack."""
+    stack = Stack.of(scope)
+    key = stack.node.try_find_child(LOGS_KEY_ID)
+    if key is None:
+        key = kms.Key(stack, LOGS_KEY_ID, description=f"CloudWatch Logs log groups of {stack.stack_name}",
+                      enable_key_rotation=True, pending_window=Duration.days(30), removal_policy=removal_policy)  # fmt: skip
+        key.add_to_resource_policy(iam.PolicyStatement(
+            sid="CloudWatchLogsForThisAccountsGroups",
+            principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
+            actions=list(LOGS_KEY_ACTIONS),
+            resources=["*"],  # in a key policy, "*" is this key
+            conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn": stack.format_arn(
+                service="logs", resource="log-group", resource_name="*", arn_format=ArnFormat.COLON_RESOURCE_NAME)}},
+        ))  # fmt: skip
+    assert isinstance(key, kms.Key)
+    if removal_policy in _KEEPS:
+        key.apply_removal_policy(removal_policy)
+    return key
 
 
 def log_group(
@@ -18,8 +51,10 @@ def log_group(
     removal_policy: RemovalPolicy,
     log_group_name: str | None = None,
 ) -> logs.LogGroup:
+    """A log group encrypted with its stack's logs key (logs_key)."""
     group = logs.LogGroup(
-        scope, construct_id, log_group_name=log_group_name, removal_policy=removal_policy
+        scope, construct_id, log_group_name=log_group_name, removal_policy=removal_policy,
+        encryption_key=logs_key(scope, removal_policy),
     )
     # Config validates the value against the retentions CloudWatch accepts; the enum form of
     # RetentionDays has no lookup by number, so set the property directly.

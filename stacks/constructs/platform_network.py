@@ -12,6 +12,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from stacks.constructs.log_group import log_group
+from stacks.constructs.sdk_call_role import skip_deploy_time_function_checks
 from stacks.constructs.seed_block_reservations import SeedBlockReservations
 
 # Reached from private subnets without NAT: SSM Run Command and Session Manager (simulator fleet,
@@ -92,6 +93,12 @@ class PlatformNetwork(Construct):
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs, flow_log_role),
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
+
+        # The CDK's handler that empties the default security group's rules
+        # (@aws-cdk/aws-ec2:restrictDefaultSecurityGroup), a custom resource provider of the stack.
+        restrict_provider = Stack.of(self).node.find_child("Custom::VpcRestrictDefaultSGCustomResourceProvider")
+        skip_deploy_time_function_checks(restrict_provider.node.find_child("Handler"),
+                                         "EC2 RevokeSecurityGroupIngress and RevokeSecurityGroupEgress")  # fmt: skip
 
         seed_blocks = SeedBlockReservations(self, "SeedBlocks", subnets=self.vpc.private_subnets)
 

@@ -17,7 +17,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from stacks.compliance import PARTITION, acknowledge, wildcard_resource_finding
-from stacks.constructs.sdk_call_role import sdk_call_role
+from stacks.constructs.sdk_call_role import sdk_call_role, skip_sdk_call_checks
 from stacks.seed_addresses import seed_block
 
 
@@ -119,3 +119,4 @@ class SeedBlockReservations(Construct):
                     install_latest_aws_sdk=False,
                 )
             )
+            skip_sdk_call_checks(self, "EC2 CreateSubnetCidrReservation and DeleteSubnetCidrReservation")

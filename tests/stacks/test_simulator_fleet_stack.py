@@ -366,7 +366,7 @@ def fleet_kms_policy(synthesized, env: str, key_arn: str) -> tuple[dict, object,
 
     config = load_environment(read_environments(), env)
     template = synthesized(env).stacks["simulator_fleet"]
-    (key,) = [lid for lid, r in template["Resources"].items() if r["Type"] == "AWS::KMS::Key"]
+    (key,) = [lid for lid, r in template["Resources"].items() if r["Type"] == "AWS::KMS::Key" and lid.startswith("FleetTopicsTokenKey")]
     (role,) = [lid for lid, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role"
                and "ec2.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
     pseudo = {"AWS::Partition": "aws", "AWS::Region": config.region, "AWS::AccountId": config.account,
@@ -387,7 +387,7 @@ def test_only_the_environments_fleet_may_decrypt_the_topics_token(synthesized):
 
     dev_key = "arn:aws:kms:eu-west-1:111111111111:key/0a1b2c3d-0000-4000-8000-000000000001"
     template, dev, statements = fleet_kms_policy(synthesized, "dev", dev_key)
-    (key,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::KMS::Key"]
+    (key,) = [r for lid, r in template["Resources"].items() if r["Type"] == "AWS::KMS::Key" and lid.startswith("FleetTopicsTokenKey")]
     assert key["Properties"]["EnableKeyRotation"] is True
     (alias,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::KMS::Alias"]
     assert alias["Properties"]["AliasName"] == "alias/telemetry-dev-topics-token"  # what the workstation names

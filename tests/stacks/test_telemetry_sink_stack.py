@@ -130,7 +130,8 @@ def test_bucket_is_kms_encrypted_tls_only_versioned_private_logged_and_retained_
     assert encryption["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
     assert encryption["ServerSideEncryptionByDefault"]["KMSMasterKeyID"]["Fn::GetAtt"][0].startswith("TelemetryKey")
     assert encryption["BucketKeyEnabled"] is True
-    assert only(t, "AWS::KMS::Key")["Properties"]["EnableKeyRotation"] is True
+    key_id = encryption["ServerSideEncryptionByDefault"]["KMSMasterKeyID"]["Fn::GetAtt"][0]
+    assert t.find_resources("AWS::KMS::Key")[key_id]["Properties"]["EnableKeyRotation"] is True
     assert props["VersioningConfiguration"] == {"Status": "Enabled"}
     assert all(props["PublicAccessBlockConfiguration"].values())
     assert props["LoggingConfiguration"]["LogFilePrefix"] == "s3-access/"
