@@ -95,6 +95,17 @@ def start_target(state_machine: sfn.IStateMachine, pacing: Pacing, undelivered_e
                                    max_event_age=pacing.event_age, dead_letter_queue=undelivered_events)  # fmt: skip
 
 
+# The role's statements on "*", as the CDK writes them for a logged and traced state machine.
+MACHINE_POLICY_WILDCARDS_REASON = (
+    "Logging to CloudWatch Logs: Step Functions sets up the execution log delivery with the role's "
+    "logs:CreateLogDelivery, GetLogDelivery, UpdateLogDelivery, DeleteLogDelivery, ListLogDeliveries, "
+    "PutResourcePolicy, DescribeResourcePolicies and DescribeLogGroups, on '*' (Step Functions Developer Guide, "
+    "\"IAM policies for logging to CloudWatch Logs\"): log deliveries and the account's log resource policy have "
+    "no ARN to name. PutResourcePolicy could rewrite that account-wide policy, so the role trusts Step Functions "
+    "acting for this one state machine only. Tracing: X-Ray's trace and sampling actions take no resource"
+)
+
+
 def acknowledge_machine_policy(state_machine: sfn.StateMachine, function: lambda_.IFunction, which: str) -> None:
     """The two wildcards of a state machine's role that invokes one function and traces, each
     acknowledged on that role's policy alone."""
@@ -107,13 +118,7 @@ def acknowledge_machine_policy(state_machine: sfn.StateMachine, function: lambda
         "(':*'), as the CDK's LambdaInvoke grant writes it; no other function is reachable.",
         finding=wildcard_resource_finding(f"{attribute_ref(function, 'Arn')}:*"),
     )
-    acknowledge(
-        policy,
-        "AwsSolutions-IAM5",
-        "X-Ray trace segments and sampling rules have no resource-level permissions, so AWS "
-        "requires Resource '*' for tracing a state machine.",
-        finding=wildcard_resource_finding("*"),
-    )
+    acknowledge(policy, "AwsSolutions-IAM5", MACHINE_POLICY_WILDCARDS_REASON, finding=wildcard_resource_finding("*"))
 
 
 def _retry(task: sfn.TaskStateBase, retrier: Retrier) -> None:

@@ -325,6 +325,25 @@ def test_each_state_machine_role_trusts_step_functions_for_that_machine_alone(en
     assert "stateMachine:*" not in trusts
 
 
+def test_the_state_machine_roles_wildcards_are_the_documented_logging_and_tracing_actions(dev):
+    """What the acknowledgment says is what the roles hold on "*": the log delivery actions (with
+    logs:PutResourcePolicy named as the reason the trust is narrow) and X-Ray's, nothing else."""
+    from stacks.constructs.lifecycle_workflows import MACHINE_POLICY_WILDCARDS_REASON
+
+    roles = {lid for lid, r in resources(dev, "AWS::IAM::Role").items()
+             if r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "states.amazonaws.com"}}  # fmt: skip
+    assert len(roles) == 3
+    for policy in resources(dev, "AWS::IAM::Policy").values():
+        if not {ref["Ref"] for ref in policy["Properties"]["Roles"]} & roles:
+            continue
+        on_all = {a for st in policy["Properties"]["PolicyDocument"]["Statement"] if st["Resource"] == "*"
+                  for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}  # fmt: skip
+        logs_actions = {a for a in on_all if a.startswith("logs:")}
+        assert on_all - logs_actions == {"xray:GetSamplingRules", "xray:GetSamplingTargets", "xray:PutTelemetryRecords",
+                                         "xray:PutTraceSegments"}  # fmt: skip
+        assert logs_actions and all(a.split(":")[1] in MACHINE_POLICY_WILDCARDS_REASON for a in logs_actions), logs_actions
+
+
 def test_the_lock_table_keys_on_the_lock_name_and_expires_holders(dev):
     dev.has_resource_properties(
         "AWS::DynamoDB::GlobalTable",
