@@ -82,6 +82,11 @@ def gateway_thumbprint_parameter_name(config: EnvironmentConfig) -> str:
     return f"/{config.resource_prefix}/service-fabric/gateway-thumbprint"
 
 
+def node_application_parameters(config: EnvironmentConfig) -> str:
+    """Where the Service Fabric applications' own settings are kept, readable on every node."""
+    return f"/{config.resource_prefix}/applications/*"
+
+
 def cluster_created_parameter_name(config: EnvironmentConfig) -> str:
     """Written by `telemetry cluster bootstrap` once the create-cluster command has succeeded, with
     the ServiceFabric stack's id; `telemetry deploy` reads it to know its bootstrap step is done."""

@@ -45,10 +45,13 @@ from stacks.naming import (
     SERVICE_FABRIC_METRICS_NAMESPACE,
     TERMINATE_HOOK_NAME,
     application_load_balancer_name,
+    bootstrap_parameter_name,
     cluster_nodes_document_name,
     create_cluster_document_name,
     deployment_secret_name,
+    gateway_thumbprint_parameter_name,
     management_load_balancer_name,
+    node_application_parameters,
     node_log_group_name,
     runtime_package_path,
     scaling_group_name,
@@ -89,8 +92,11 @@ class ServiceFabricStack(Stack):
         # The seeds' deployment-account password (cluster creation administers every seed as that
         # account): generated here, never typed or stored by an operator, readable by the seed role
         # alone (granted below). Scaling nodes have no stored password (add_node.yaml).
-        # Its own key (CKV_AWS_149): decrypting the password takes this key's grant too, which only
-        # the seed role gets (grant_read below), and every use of it is in CloudTrail.
+        # Its own key (CKV_AWS_149): decrypting the password takes this key too; its policy names the
+        # seed role (grant_read below), beside the account's own delegation to IAM, and every use is in
+        # CloudTrail. On an environment deployed before, Secrets Manager re-encrypts the current
+        # versions with the new key and keeps older ones under the previous key ("Change the
+        # encryption key for an AWS Secrets Manager secret").
         deployment_key = kms.Key(
             self,
             "SeedDeploymentPasswordKey",
@@ -145,7 +151,11 @@ class ServiceFabricStack(Stack):
                 certificate_secret_name=settings.cluster_certificate_secret,
                 log_group=node_logs,
                 metrics_namespace=SERVICE_FABRIC_METRICS_NAMESPACE,
-                parameter_prefix=f"/{config.resource_prefix}",
+                # What a node's applications read: the brokers, the gateway's thumbprint, and their
+                # own settings under /<prefix>/applications/; a parameter added anywhere else later
+                # (a secret among them) is not readable on every node.
+                readable_parameters=[bootstrap_parameter_name(config), gateway_thumbprint_parameter_name(config),
+                                     node_application_parameters(config)],
             )
 
         # The seeds' fixed addresses (the same plan SeedNodes places them by): their firewall admits

@@ -18,7 +18,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from stacks.compliance import acknowledge, skip_check, wildcard_resource_finding
-from stacks.constructs.log_group import grant_find_log_group, log_group
+from stacks.constructs.log_group import grant_find_log_group, grant_key_through_logs, log_group
 
 LOG_STREAM = "application"
 # What the service needs to place the application's network interfaces in the VPC (Managed
@@ -98,6 +98,7 @@ class FlinkApplication(Construct):
         # The service checks the log group and stream exist before it delivers to the stream.
         grant_find_log_group(self.log_group, self.role, "Managed Flink calls it to find its own log group before delivering")
         self.role.add_to_policy(iam.PolicyStatement(actions=["logs:PutLogEvents"], resources=[log_stream_arn]))
+        grant_key_through_logs(self.log_group, self.role)
 
         self.role.add_to_policy(iam.PolicyStatement(actions=list(VPC_ACTIONS), resources=["*"]))
         acknowledge(

@@ -22,6 +22,8 @@ agent feature without its permission.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 
@@ -66,11 +68,12 @@ AGENT_ACTIONS = (
 )
 
 
-def grant_instance_core(role: iam.Role, *, parameter_prefix: str | None = None) -> str:
-    """The SSM agent's permissions on role, and, when parameter_prefix is given ("/telemetry-dev"),
-    GetParameter(s) on the parameters under it (in the role's own region and account). Returns the
-    reason for its statements on "*", which the caller acknowledges with its own (cdk-nag reports
-    one finding per construct for every statement on "*")."""
+def grant_instance_core(role: iam.Role, *, readable_parameters: Sequence[str] = ()) -> str:
+    """The SSM agent's permissions on role, and GetParameter(s) on readable_parameters alone
+    (names such as "/telemetry-dev/msk/bootstrap-brokers-iam", or "/telemetry-dev/applications/*"
+    for a subtree; in the role's own region and account), so a parameter added later elsewhere is
+    not readable by every instance. Returns the reason for its statements on "*", which the caller
+    acknowledges with its own (cdk-nag reports one finding per construct for every statement on "*")."""
     for actions in AGENT_ACTIONS:
         role.add_to_policy(iam.PolicyStatement(actions=list(actions), resources=["*"]))
     reason = (
@@ -79,15 +82,18 @@ def grant_instance_core(role: iam.Role, *, parameter_prefix: str | None = None) 
         "the calling instance itself; its GetParameter and GetParameters on all resources are left out"
     )
     skip_check(role.node.find_child("DefaultPolicy"), "CKV_AWS_111", reason)
-    if parameter_prefix:
+    if readable_parameters:
         stack = Stack.of(role)
-        parameters = stack.format_arn(service="ssm", resource="parameter", resource_name=f"{parameter_prefix.strip('/')}/*")
-        role.add_to_policy(iam.PolicyStatement(actions=list(PARAMETER_READS_OF_THE_MANAGED_POLICY), resources=[parameters]))
-        acknowledge(
-            role,
-            "AwsSolutions-IAM5",
-            f"Reads of the parameters of its own environment (under {parameter_prefix}/), the part of "
-            f"{MANAGED_POLICY}'s parameter reads this role keeps; other environments' are not named",
-            finding=wildcard_resource_finding(parameters),
-        )
+        arns = [stack.format_arn(service="ssm", resource="parameter", resource_name=name.lstrip("/"))
+                for name in readable_parameters]  # fmt: skip
+        role.add_to_policy(iam.PolicyStatement(actions=list(PARAMETER_READS_OF_THE_MANAGED_POLICY), resources=arns))
+        for name, arn in zip(readable_parameters, arns, strict=True):
+            if name.endswith("/*"):
+                acknowledge(
+                    role,
+                    "AwsSolutions-IAM5",
+                    f"Reads of the parameters under {name[:-2]}/, the part of {MANAGED_POLICY}'s parameter reads "
+                    "this role keeps: the place its applications' settings are kept; nothing else is named",
+                    finding=wildcard_resource_finding(arn),
+                )
     return reason

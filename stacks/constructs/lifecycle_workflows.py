@@ -60,31 +60,33 @@ def traced_state_machine(scope: Construct, name: str, definition: sfn.IChainable
 
     Its role trusts Step Functions acting for this one state machine: the name is fixed, so the
     trust names its exact ARN (aws:SourceArn) and the account (aws:SourceAccount), where the CDK's
-    own role would trust every state machine of the account (`stateMachine:*`) because it cannot
-    refer to the machine it belongs to (IAM User Guide, "The confused deputy problem")."""
-    logs = log_group(scope, "ExecutionLogs", retention_days=log_retention_days, removal_policy=removal_policy)
+    role trusts every state machine of the account (`stateMachine:*`) because it cannot refer to
+    the machine it belongs to (IAM User Guide, "The confused deputy problem"). The CDK's role is
+    kept and its trust narrowed in place: a new role would be a replacement, and running
+    executions keep the role they started with ("Running executions will continue to use the
+    previous definition and roleArn", UpdateStateMachine), which the replacement would delete."""
+    logs = log_group(scope, "ExecutionLogs", retention_days=log_retention_days, removal_policy=removal_policy,
+                     customer_managed_key=False)  # fmt: skip
     stack = cdk.Stack.of(scope)
     arn = stack.format_arn(service="states", resource="stateMachine", resource_name=name,
                            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)  # fmt: skip
-    role = iam.Role(
-        scope,
-        "StateMachineRole",
-        assumed_by=iam.ServicePrincipal(
-            "states.amazonaws.com",
-            conditions={"StringEquals": {"aws:SourceAccount": stack.account}, "ArnEquals": {"aws:SourceArn": arn}},
-        ),
-        description=f"Step Functions state machine {name}",
-    )
-    return sfn.StateMachine(
+    machine = sfn.StateMachine(
         scope,
         "StateMachine",
         state_machine_name=name,
-        role=role,
         definition_body=sfn.DefinitionBody.from_chainable(definition),
         timeout=timeout,
         tracing_enabled=True,
         logs=sfn.LogOptions(destination=logs, level=sfn.LogLevel.ALL, include_execution_data=True),
     )
+    role = machine.role.node.default_child
+    assert isinstance(role, iam.CfnRole)
+    # Overrides merge into the CDK's condition: ArnEquals comes, its ArnLike on stateMachine:* goes
+    # (the deletion after the override, which would otherwise replace the deletion's marker).
+    role.add_property_override("AssumeRolePolicyDocument.Statement.0.Condition", {
+        "StringEquals": {"aws:SourceAccount": stack.account}, "ArnEquals": {"aws:SourceArn": arn}})  # fmt: skip
+    role.add_property_deletion_override("AssumeRolePolicyDocument.Statement.0.Condition.ArnLike")
+    return machine
 
 
 def start_target(state_machine: sfn.IStateMachine, pacing: Pacing, undelivered_events: sqs.IQueue,

@@ -8,7 +8,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.compliance import PARTITION, acknowledge, attribute_ref, wildcard_resource_finding
+from stacks.compliance import PARTITION, acknowledge, attribute_ref, skip_check, wildcard_resource_finding
 
 
 LOGS_KEY_ID = "LogsKey"
@@ -50,18 +50,49 @@ def log_group(
     retention_days: int,
     removal_policy: RemovalPolicy,
     log_group_name: str | None = None,
+    customer_managed_key: bool = True,
 ) -> logs.LogGroup:
-    """A log group encrypted with its stack's logs key (logs_key)."""
+    """A log group encrypted with its stack's logs key (logs_key), or, with customer_managed_key
+    False, with CloudWatch Logs' own: for a group an AWS service delivers to through CloudWatch
+    Logs' log delivery (Step Functions execution logs, MSK broker logs), which no page says works
+    with a customer managed key (Cognito's log delivery says it does not)."""
     group = logs.LogGroup(
         scope, construct_id, log_group_name=log_group_name, removal_policy=removal_policy,
-        encryption_key=logs_key(scope, removal_policy),
+        encryption_key=logs_key(scope, removal_policy) if customer_managed_key else None,
     )
+    if not customer_managed_key:
+        skip_check(group, "CKV_AWS_158", "An AWS service writes this group through CloudWatch Logs' log delivery, "
+                   "whose support for a customer managed key no page states; CloudWatch Logs encrypts it at rest "
+                   "with its own key")
     # Config validates the value against the retentions CloudWatch accepts; the enum form of
     # RetentionDays has no lookup by number, so set the property directly.
     resource = group.node.default_child
     assert isinstance(resource, logs.CfnLogGroup)
     resource.retention_in_days = retention_days
     return group
+
+
+def grant_write(group: logs.LogGroup, grantee: iam.IGrantable) -> None:
+    """CreateLogStream and PutLogEvents on `group`, and, when the group has a customer managed key,
+    that key's use through CloudWatch Logs alone: CloudWatch Logs makes its KMS calls on behalf of
+    the caller ("You should add this to your roles which call CloudWatch Logs in either your Key
+    Policy or in IAM", CloudWatch Logs User Guide, "Encrypt log data in CloudWatch Logs using AWS Key
+    Management Service"; kms:ViaService logs.<region>.amazonaws.com)."""
+    group.grant_write(grantee)
+    grant_key_through_logs(group, grantee)
+
+
+def grant_key_through_logs(group: logs.LogGroup, grantee: iam.IGrantable) -> None:
+    """The group's key (if it has one of ours) for calls CloudWatch Logs makes on the grantee's behalf."""
+    key = group.node.default_child.kms_key_id if isinstance(group.node.default_child, logs.CfnLogGroup) else None
+    if key is None:
+        return
+    stack = Stack.of(group)
+    grantee.grant_principal.add_to_principal_policy(iam.PolicyStatement(
+        actions=["kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey"],
+        resources=[key],
+        conditions={"StringEquals": {"kms:ViaService": f"logs.{stack.region}.amazonaws.com"}},
+    ))  # fmt: skip
 
 
 def function_role(scope: Construct, construct_id: str, *, group: logs.LogGroup, description: str) -> iam.Role:
@@ -74,7 +105,7 @@ def function_role(scope: Construct, construct_id: str, *, group: logs.LogGroup, 
     needs only CreateLogStream and PutLogEvents on that group's streams ("Sending Lambda function
     logs to CloudWatch Logs": the permissions Lambda's logging needs)."""
     role = iam.Role(scope, construct_id, assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"), description=description)
-    group.grant_write(role)
+    grant_write(group, role)
     acknowledge(
         role,
         "AwsSolutions-IAM5",
@@ -111,6 +142,6 @@ def grant_run_command_output(group: logs.LogGroup, role: iam.IRole) -> None:
     (StreamData), DescribeLogStreams for a sequence token (GetSequenceTokenForStream). The lookup,
     not the creation: an instance that may create the group could make it again, without its
     retention, after the stack deleted it."""
-    group.grant_write(role)
+    grant_write(group, role)
     grant_find_log_group(group, role, "the SSM agent calls it to find the Run Command output's log group before "
                          "writing to it")

@@ -124,7 +124,8 @@ class MskCluster(Construct):
         )
 
         broker_logs = log_group(
-            self, "BrokerLogs", retention_days=broker_log_retention_days, removal_policy=removal_policy
+            self, "BrokerLogs", retention_days=broker_log_retention_days, removal_policy=removal_policy,
+            customer_managed_key=False,
         )
 
         self.cluster = msk.CfnCluster(

@@ -38,7 +38,7 @@ class NodeRole(Construct):
         certificate_secret_name: str,
         log_group: logs.LogGroup,
         metrics_namespace: str,
-        parameter_prefix: str,
+        readable_parameters: Sequence[str],
     ) -> None:
         super().__init__(scope, construct_id)
         self.role = iam.Role(
@@ -47,9 +47,9 @@ class NodeRole(Construct):
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             description=description,
         )
-        # The agent's actions, and parameter reads under this environment's prefix only, where the
+        # The agent's actions, and reads of the parameters a node's applications use only, where the
         # managed policy reads every parameter of the account (instance_core.py).
-        self._resource_star_reasons = [grant_instance_core(self.role, parameter_prefix=parameter_prefix)]
+        self._resource_star_reasons = [grant_instance_core(self.role, readable_parameters=readable_parameters)]
 
         # By name from config: the secret is created out of band, before the first deployment.
         secret = secretsmanager.Secret.from_secret_name_v2(self, "ClusterCertificate", certificate_secret_name)

@@ -11,7 +11,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from stacks.constructs.log_group import log_group
+from stacks.constructs.log_group import grant_key_through_logs, log_group
 from stacks.constructs.sdk_call_role import skip_deploy_time_function_checks
 from stacks.constructs.seed_block_reservations import SeedBlockReservations
 
@@ -72,27 +72,25 @@ class PlatformNetwork(Construct):
         flow_logs = log_group(
             self, "FlowLogs", retention_days=flow_log_retention_days, removal_policy=removal_policy
         )
-        # The flow logs service may use the role only for this account's flow logs (Amazon VPC User
-        # Guide, "IAM role for publishing flow logs to CloudWatch Logs": aws:SourceAccount, and
-        # aws:SourceArn with the flow log's id as a wildcard when it is not known yet).
-        stack = Stack.of(self)
-        flow_log_role = iam.Role(
-            self,
-            "FlowLogRole",
-            assumed_by=iam.ServicePrincipal(
-                "vpc-flow-logs.amazonaws.com",
-                conditions={
-                    "StringEquals": {"aws:SourceAccount": stack.account},
-                    "ArnLike": {"aws:SourceArn": stack.format_arn(service="ec2", resource="vpc-flow-log", resource_name="*")},
-                },
-            ),
-            description="VPC flow logs: writes this VPC's flow log records to their log group",
-        )
-        self.vpc.add_flow_log(
+        flow_log = self.vpc.add_flow_log(
             "FlowLog",
-            destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs, flow_log_role),
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs),
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
+        # The flow logs service may use the CDK's role only for this account's flow logs (Amazon VPC
+        # User Guide, "IAM role for publishing flow logs to CloudWatch Logs": aws:SourceAccount, and
+        # aws:SourceArn with the flow log's id a wildcard while it is not known). Narrowed in place:
+        # a new role would replace the flow log itself (its DeliverLogsPermissionArn cannot change).
+        stack = Stack.of(self)
+        flow_log_role = flow_log.node.find_child("IAMRole")
+        assert isinstance(flow_log_role, iam.Role)
+        trust = flow_log_role.node.default_child
+        assert isinstance(trust, iam.CfnRole)
+        trust.add_property_override("AssumeRolePolicyDocument.Statement.0.Condition", {
+            "StringEquals": {"aws:SourceAccount": stack.account},
+            "ArnLike": {"aws:SourceArn": stack.format_arn(service="ec2", resource="vpc-flow-log", resource_name="*")},
+        })  # fmt: skip
+        grant_key_through_logs(flow_logs, flow_log_role)
 
         # The CDK's handler that empties the default security group's rules
         # (@aws-cdk/aws-ec2:restrictDefaultSecurityGroup), a custom resource provider of the stack.

@@ -12,7 +12,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks.compliance import skip_check
-from stacks.constructs.log_group import log_group
+from stacks.constructs.log_group import grant_write, log_group
 
 # The construct id of the stack's one function behind every AwsCustomResource (the CDK's
 # SingletonFunction: "AWS" and the provider's uuid without its dashes, custom-resources/aws-custom-resource).
@@ -22,7 +22,7 @@ SDK_CALL_FUNCTION_ID = "AWS679f53fac002430cb0da5b7982bd2287"
 def sdk_call_role(scope: Construct, *, description: str) -> tuple[iam.Role, logs.LogGroup]:
     group = log_group(scope, "Logs", retention_days=30, removal_policy=RemovalPolicy.DESTROY)
     role = iam.Role(scope, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"), description=description)
-    group.grant_write(role)
+    grant_write(group, role)
     return role, group
 
 

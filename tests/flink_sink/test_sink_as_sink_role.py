@@ -167,7 +167,7 @@ def test_the_sink_commits_the_topic_to_parquet_with_exactly_the_roles_permission
     assert result.returncode == 0, last_line(result.stderr)
     # Its line, wherever the JVM's shutdown logging (Pekko's CoordinatedShutdown WARN, on stdout)
     # lands beside it.
-    assert f"sink run committed {MESSAGES} rows and the group's offsets" in result.stdout.splitlines()
+    assert f"sink run committed {MESSAGES} rows, 0 dead letters and the group's offsets" in result.stdout.splitlines()
     assert list((tmp_path / "telemetry").rglob("part-*.parquet"))
 
 

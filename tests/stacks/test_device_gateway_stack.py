@@ -591,12 +591,20 @@ def test_the_destination_is_checked_hourly_by_a_function_that_may_touch_only_it(
     ]  # fmt: skip
     (role_id,) = [k for k in resources(synthesized, "AWS::IAM::Role") if k.startswith("TelemetryRuleDestinationRole")]
     (logs_id,) = [k for k in resources(synthesized, "AWS::Logs::LogGroup") if k.startswith("DestinationKeeperLogs")]
+    (key_id,) = [k for k in resources(synthesized, "AWS::KMS::Key") if k.startswith("LogsKey")]
     assert statements == [
         {
             # Its own log group only (no AWSLambdaBasicExecutionRole: every log group of the account).
             "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
             "Effect": "Allow",
             "Resource": {"Fn::GetAtt": [logs_id, "Arn"]},
+        },
+        {
+            # That group's key, through CloudWatch Logs only.
+            "Action": ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey"],
+            "Condition": {"StringEquals": {"kms:ViaService": "logs.eu-west-1.amazonaws.com"}},
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [key_id, "Arn"]},
         },
         {
             "Action": ["iot:GetTopicRuleDestination", "iot:UpdateTopicRuleDestination"],

@@ -330,7 +330,11 @@ def test_node_roles_hold_only_what_a_node_needs(synthesized):
         # The SSM agent (AmazonSSMManagedInstanceCore's actions), and its parameter reads narrowed
         # to the environment's own parameters (instance_core.py).
         *(action for group in AGENT_ACTIONS for action in group), "ssm:GetParameter", "ssm:GetParameters",
+        # The node log group's key, through CloudWatch Logs only (log_group.grant_key_through_logs).
+        "kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey",
     }
+    key = next(s for s in scaling if "kms:Encrypt" in actions([s]))
+    assert key["Condition"] == {"StringEquals": {"kms:ViaService": "logs.eu-west-1.amazonaws.com"}}
     streams = next(s for s in scaling if "logs:DescribeLogStreams" in actions([s]))
     assert "NodeLogs" in json.dumps(streams["Resource"])
     secret = next(s for s in scaling if "secretsmanager:GetSecretValue" in actions([s]))
@@ -338,7 +342,9 @@ def test_node_roles_hold_only_what_a_node_needs(synthesized):
     metrics = next(s for s in scaling if "cloudwatch:PutMetricData" in actions([s]))
     assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "Telemetry/ServiceFabricNodes"}}
     parameters = next(s for s in scaling if "ssm:GetParameter" in actions([s]))
-    assert parameters["Resource"] == "arn:aws:ssm:eu-west-1:333333333333:parameter/telemetry-prod/*"
+    arn = "arn:aws:ssm:eu-west-1:333333333333:parameter/telemetry-prod"
+    assert sorted(parameters["Resource"]) == [f"{arn}/applications/*", f"{arn}/msk/bootstrap-brokers-iam",
+                                              f"{arn}/service-fabric/gateway-thumbprint"]  # fmt: skip
     seed = [s for s in role_statements(synthesized, "prod", "SeedNodeRole") if s["Effect"] == "Allow"]
     assert actions(seed) == actions(scaling)  # a seed's address needs no EC2 permission at all
     roles = resources(synthesized, "prod", "AWS::IAM::Role")
@@ -370,7 +376,10 @@ def test_a_node_reads_its_environments_parameters_and_not_the_platforms_secret_o
     for name in ("/telemetry-prod/msk/topics-token/0f1e2d3c4b5a69788796a5b4c3d2e1f0", "/telemetry-dev/msk/topics-token/x",
                  "/telemetry-prod/devices/telemetry-prod-device-000001", "/telemetry-staging/devices/telemetry-staging-device-000007",
                  # another environment's, another application's
-                 "/telemetry-staging/msk/bootstrap-brokers-iam", "/payroll/database-password"):
+                 "/telemetry-staging/msk/bootstrap-brokers-iam", "/payroll/database-password",
+                 # its own environment's, but not one its applications read (added later: a secret)
+                 "/telemetry-prod/msk/topics-reconciled", "/telemetry-prod/service-fabric/cluster-created",
+                 "/telemetry-prod/some-later-secret"):
         for action in ("ssm:GetParameter", "ssm:GetParameters"):
             assert policy.is_action_permitted(action, f"{arn}{name}") != PermissionResult.PERMITTED, (action, name)
     # Another region's, and any path read at all (a path read returns what lies under it, denies on
@@ -380,8 +389,9 @@ def test_a_node_reads_its_environments_parameters_and_not_the_platforms_secret_o
     ) != PermissionResult.PERMITTED
     for path in ("/telemetry-prod", "/telemetry-prod/msk", "/"):
         assert policy.is_action_permitted("ssm:GetParametersByPath", f"{arn}{path}") != PermissionResult.PERMITTED, path
-    # What a node's applications read stays readable: the gateway thumbprint, the brokers.
-    for name in ("/telemetry-prod/service-fabric/gateway-thumbprint", "/telemetry-prod/msk/bootstrap-brokers-iam"):
+    # What a node's applications read stays readable: the gateway thumbprint, the brokers, their settings.
+    for name in ("/telemetry-prod/service-fabric/gateway-thumbprint", "/telemetry-prod/msk/bootstrap-brokers-iam",
+                 "/telemetry-prod/applications/ingest/max-batch"):
         assert policy.is_action_permitted("ssm:GetParameter", f"{arn}{name}") == PermissionResult.PERMITTED, name
 
 

@@ -373,7 +373,9 @@ def fleet_kms_policy(synthesized, env: str, key_arn: str) -> tuple[dict, object,
               "AWS::URLSuffix": "amazonaws.com"}
     statements = [resolve(s, pseudo=pseudo, imports=Elsewhere(), attributes=_Known({f"{key}.Arn": key_arn}))
                   for s in role_policy_statements(template, role)
-                  if any(a.startswith("kms:") for a in as_list(s.get("Action", [])))]
+                  if any(a.startswith("kms:") for a in as_list(s.get("Action", [])))
+                  # not its log groups' key, which it may use through CloudWatch Logs only
+                  and "logs.eu-west-1.amazonaws.com" not in json.dumps(s.get("Condition", {}))]
     return template, IAMPolicy(json.dumps({"Version": "2012-10-17", "Statement": statements})), statements
 
 
@@ -382,7 +384,8 @@ def test_only_the_environments_fleet_may_decrypt_the_topics_token(synthesized):
     aws/ssm, whose policy admits every principal in the account. The key's policy leaves it to IAM
     (CDK's default: the account root), so who may decrypt is who IAM allows: evaluated with moto's
     IAM evaluator for this fleet's role and another environment's; Service Fabric node roles hold no
-    KMS action at all (test_service_fabric_stack.test_node_roles_hold_only_what_a_node_needs)."""
+    KMS action but their log group key's through CloudWatch Logs
+    (test_service_fabric_stack.test_node_roles_hold_only_what_a_node_needs)."""
     from moto.iam.access_control import PermissionResult
 
     dev_key = "arn:aws:kms:eu-west-1:111111111111:key/0a1b2c3d-0000-4000-8000-000000000001"
