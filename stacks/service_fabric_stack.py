@@ -46,6 +46,7 @@ from stacks.naming import (
     TERMINATE_HOOK_NAME,
     application_load_balancer_name,
     bootstrap_parameter_name,
+    cluster_created_parameter_name,
     cluster_nodes_document_name,
     create_cluster_document_name,
     deployment_secret_name,
@@ -155,7 +156,9 @@ class ServiceFabricStack(Stack):
                 # own settings under /<prefix>/applications/; a parameter added anywhere else later
                 # (a secret among them) is not readable on every node.
                 readable_parameters=[bootstrap_parameter_name(config), gateway_thumbprint_parameter_name(config),
-                                     node_application_parameters(config)],
+                                     node_application_parameters(config),
+                                     # a seed looks for it before it makes a deployment account (prepare_node.ps1)
+                                     *([cluster_created_parameter_name(config)] if node_type == SEED_NODE_TYPE else [])],
             )
 
         # The seeds' fixed addresses (the same plan SeedNodes places them by): their firewall admits
@@ -196,6 +199,8 @@ class ServiceFabricStack(Stack):
                     "status_file": NODE_PREPARATION_STATUS_FILE,
                     "deployment_account": DEPLOYMENT_ACCOUNT,
                     "deployment_secret": deployment_secret_name(config) if seed else "",
+                    # A seed prepared once this exists (a rebuilt seed) makes no deployment account.
+                    "cluster_created_parameter": cluster_created_parameter_name(config),
                 },
             )
             data = ec2.UserData.for_windows()

@@ -34,6 +34,8 @@ $MetricsNamespace = '{{ metrics_namespace }}'
 $StatusFile = '{{ status_file }}'
 $DeploymentAccount = '{{ deployment_account }}'
 $DeploymentSecret = '{{ deployment_secret }}'
+$ClusterCreatedParameter = '{{ cluster_created_parameter }}'
+$TokenPolicy = 'HKLM:\SOFTWARE\Microsoft\Windows\CurrentVersion\Policies\System'
 
 $Root = 'C:\ServiceFabric'
 $LogFile = Join-Path $Root 'Logs\prepare-node.log'
@@ -237,7 +239,27 @@ try {
     # stack's generated secret, which only seeds may read. Scaling nodes get none here: AddNode.ps1
     # administers only its own machine, and the add-node document makes a one-time password for it.
     # create_cluster.yaml disables the account and resets the policy on every seed once it is done.
+    # A seed built after that (a rebuilt seed) gets no account at all: cluster creation, its one
+    # user, is over once `telemetry cluster bootstrap` has written the cluster-created parameter
+    # (scripts/bootstrap_cluster.py). Any answer but "no such parameter" stops the preparation,
+    # rather than guess either way.
+    $clusterCreated = $false
     if ($DeploymentSecret) {
+        Invoke-Step 'look for a created cluster' {
+            try {
+                Get-SSMParameter -Name $ClusterCreatedParameter -Region $Region | Out-Null
+                $script:clusterCreated = $true
+            } catch [Amazon.SimpleSystemsManagement.Model.ParameterNotFoundException] { }
+            Write-Log "cluster created: $clusterCreated"
+        }
+    }
+    if ($DeploymentSecret -and $clusterCreated) {
+        Invoke-Step 'retire deployment account' {
+            Disable-LocalUser -Name $DeploymentAccount -ErrorAction SilentlyContinue
+            Set-ItemProperty -Path $TokenPolicy -Name LocalAccountTokenFilterPolicy -Value 0 -Type DWord
+        }
+    }
+    if ($DeploymentSecret -and -not $clusterCreated) {
         Invoke-Step 'create deployment account' {
             $secret = (Get-SECSecretValue -SecretId $DeploymentSecret -Region $Region).SecretString
             $password = ConvertTo-SecureString -String $secret -AsPlainText -Force
@@ -248,8 +270,7 @@ try {
                 Add-LocalGroupMember -Group 'Administrators' -Member $DeploymentAccount
             }
             # Lets that local account administer this machine remotely (UAC filters it otherwise).
-            $policy = 'HKLM:\SOFTWARE\Microsoft\Windows\CurrentVersion\Policies\System'
-            Set-ItemProperty -Path $policy -Name LocalAccountTokenFilterPolicy -Value 1 -Type DWord
+            Set-ItemProperty -Path $TokenPolicy -Name LocalAccountTokenFilterPolicy -Value 1 -Type DWord
         }
     }
 

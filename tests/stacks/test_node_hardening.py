@@ -66,6 +66,34 @@ def test_only_seeds_create_the_deployment_account_and_from_the_stacks_own_secret
     assert "Get-ClusterSecret" not in body  # the certificate secret holds no password
 
 
+def test_a_seed_built_after_the_cluster_was_created_makes_no_deployment_account(synthesized):
+    """A rebuilt seed: prepare_node.ps1 looks for the cluster-created parameter (which `telemetry
+    cluster bootstrap` writes once creation succeeded) and, when it exists, disables any deployment
+    account and leaves remote administration by local accounts off; only "no such parameter"
+    (ParameterNotFoundException, SSM GetParameter's error for a missing name) lets it make one. The
+    behaviour of Get-SSMParameter and the exception type are AWS Tools for PowerShell's; it cannot
+    run here, so the rendered text is checked, parsed."""
+    seed = scripts_by_type(synthesized)["seed"]
+    assert syntax_errors(seed) == []
+    assert "$ClusterCreatedParameter = '/telemetry-prod/service-fabric/cluster-created'" in seed
+    look = step_body(seed, "look for a created cluster")
+    assert "Get-SSMParameter -Name $ClusterCreatedParameter" in look
+    assert "catch [Amazon.SimpleSystemsManagement.Model.ParameterNotFoundException]" in look
+    retire = step_body(seed, "retire deployment account")
+    assert "Disable-LocalUser -Name $DeploymentAccount" in retire and "LocalAccountTokenFilterPolicy -Value 0" in retire
+    # The account is made only on the branch where no created cluster was found.
+    made = seed.index("Invoke-Step 'create deployment account'")
+    guard = seed.rindex("if (", 0, made)
+    assert seed[guard:made].startswith("if ($DeploymentSecret -and -not $clusterCreated)")
+    assert seed.index("Invoke-Step 'look for a created cluster'") < guard
+    # And the seed role may read that one parameter (the scaling role need not).
+    template = synthesized("prod").stacks["service_fabric"]
+    readers = json.dumps({k: r for k, r in resources(template, "AWS::IAM::Policy").items() if "SeedNodeRole" in k})
+    assert "parameter/telemetry-prod/service-fabric/cluster-created" in readers
+    others = json.dumps({k: r for k, r in resources(template, "AWS::IAM::Policy").items() if "ScalingNodeRole" in k})
+    assert "cluster-created" not in others
+
+
 def test_the_deployment_password_is_generated_and_only_the_seed_role_reads_it(synthesized):
     template = synthesized("prod").stacks["service_fabric"]
     (secret_id, secret), = resources(template, "AWS::SecretsManager::Secret").items()

@@ -378,8 +378,7 @@ def test_a_node_reads_its_environments_parameters_and_not_the_platforms_secret_o
                  # another environment's, another application's
                  "/telemetry-staging/msk/bootstrap-brokers-iam", "/payroll/database-password",
                  # its own environment's, but not one its applications read (added later: a secret)
-                 "/telemetry-prod/msk/topics-reconciled", "/telemetry-prod/service-fabric/cluster-created",
-                 "/telemetry-prod/some-later-secret"):
+                 "/telemetry-prod/msk/topics-reconciled", "/telemetry-prod/some-later-secret"):
         for action in ("ssm:GetParameter", "ssm:GetParameters"):
             assert policy.is_action_permitted(action, f"{arn}{name}") != PermissionResult.PERMITTED, (action, name)
     # Another region's, and any path read at all (a path read returns what lies under it, denies on
@@ -389,6 +388,9 @@ def test_a_node_reads_its_environments_parameters_and_not_the_platforms_secret_o
     ) != PermissionResult.PERMITTED
     for path in ("/telemetry-prod", "/telemetry-prod/msk", "/"):
         assert policy.is_action_permitted("ssm:GetParametersByPath", f"{arn}{path}") != PermissionResult.PERMITTED, path
+    # A seed reads whether the cluster was created (prepare_node.ps1, before a deployment account); no other node does.
+    created = policy.is_action_permitted("ssm:GetParameter", f"{arn}/telemetry-prod/service-fabric/cluster-created")
+    assert (created == PermissionResult.PERMITTED) is (role == "SeedNodeRole")
     # What a node's applications read stays readable: the gateway thumbprint, the brokers, their settings.
     for name in ("/telemetry-prod/service-fabric/gateway-thumbprint", "/telemetry-prod/msk/bootstrap-brokers-iam",
                  "/telemetry-prod/applications/ingest/max-batch"):
