@@ -51,6 +51,19 @@ def test_the_schema_refuses_what_azure_pipelines_would(validator):
     assert best_match(validator.iter_errors(unknown_input)) is not None
 
 
+def test_the_deploy_stage_runs_on_a_self_hosted_pool_that_reaches_an_internal_endpoint():
+    """Microsoft-hosted agents cannot reach an internal load balancer, and every shipped environment's
+    management endpoint is internal: the Deploy stage names a pool (a parameter, by default
+    telemetry-<environment>-deploy), never a Microsoft-hosted image."""
+    document = pipeline()
+    (stage,) = [s for s in document["stages"] if s["stage"] == "Deploy"]
+    (job,) = stage["jobs"]
+    assert job["pool"] == {"name": "${{ coalesce(parameters.deployPool, format('telemetry-{0}-deploy', parameters.environment)) }}"}
+    (pool,) = [p for p in document["parameters"] if p["name"] == "deployPool"]
+    assert pool["default"] == ""
+    assert all(not e["service_fabric"]["management_internet_facing"] for e in cdk_context()["environments"].values())
+
+
 def test_the_deploy_step_uses_the_service_connection_of_the_chosen_environment():
     document = pipeline()
     (deploy,) = [s for s in deploy_steps(document) if s["task"].startswith("ServiceFabricDeploy@")]
