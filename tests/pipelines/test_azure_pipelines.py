@@ -51,6 +51,17 @@ def test_the_schema_refuses_what_azure_pipelines_would(validator):
     assert best_match(validator.iter_errors(unknown_input)) is not None
 
 
+def test_the_build_refuses_a_package_whose_code_could_read_the_cluster_key():
+    document = pipeline()
+    (build,) = [s for s in document["stages"] if s["stage"] == "Build"]
+    steps = build["jobs"][0]["steps"]
+    scripts = [i for i, s in enumerate(steps) if "check_application_manifest.py" in s.get("script", "")]
+    package = [i for i, s in enumerate(steps) if "/t:Package" in s.get("inputs", {}).get("msbuildArgs", "")]
+    publish = [i for i, s in enumerate(steps) if "publish" in s]
+    assert len(scripts) == 1 and package[0] < scripts[0] < publish[0]
+    assert "applicationpackage\\ApplicationManifest.xml" in steps[scripts[0]]["script"]
+
+
 def test_the_deploy_stage_runs_on_a_self_hosted_pool_that_reaches_an_internal_endpoint():
     """Microsoft-hosted agents cannot reach an internal load balancer, and every shipped environment's
     management endpoint is internal: the Deploy stage names a pool (a parameter, by default
