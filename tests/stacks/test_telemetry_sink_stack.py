@@ -246,6 +246,15 @@ def test_role_is_least_privilege(synthesized):
     assert by_action["s3:PutObject"]["Resource"] == by_action["s3:DeleteObject"]["Resource"]
     prefixes = sorted(r["Fn::Join"][1][-1] for r in by_action["s3:PutObject"]["Resource"])
     assert prefixes == ["/dead-letter/*", "/smoke/*", "/telemetry/*"]
+    # The sink deletes (its S3 writer's temporary part objects), but on a versioned bucket a delete
+    # only adds a marker: it may not remove a version, nor change versioning, the lifecycle or a lock,
+    # so what it wrote stays recoverable for the noncurrent retention (README, "The lake").
+    assert not actions & {"s3:DeleteObjectVersion", "s3:PutBucketVersioning", "s3:PutLifecycleConfiguration",
+                          "s3:PutBucketObjectLockConfiguration", "s3:PutBucketPolicy", "s3:BypassGovernanceRetention"}
+    bucket = telemetry_bucket(template(synthesized, "prod"))["Properties"]
+    assert bucket["VersioningConfiguration"] == {"Status": "Enabled"}
+    (whole,) = [r for r in bucket["LifecycleConfiguration"]["Rules"] if "Prefix" not in r]  # smoke/ keeps a day
+    assert whole["NoncurrentVersionExpiration"]["NoncurrentDays"] >= 30
     listing = by_action["s3:ListBucket"]
     assert listing["Condition"]["StringLike"]["s3:prefix"] == [
         "telemetry", "telemetry/*", "dead-letter", "dead-letter/*", "smoke", "smoke/*"]
