@@ -60,7 +60,7 @@ synth: $(STAMP)
 	@for t in $(CDK_OUT)/Telemetry-$(ENV)-*.template.json; do echo "wrote $$t"; done
 
 # checkov, in a virtual environment of its own (its pins are not the CDK venv's).
-SCAN_VENV := .venv-scan
+SCAN_VENV := .venv/checkov
 SCAN_STAMP := $(SCAN_VENV)/.installed
 
 $(SCAN_STAMP): requirements-scan.txt

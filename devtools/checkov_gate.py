@@ -1,7 +1,7 @@
 """checkov as a gate over one environment's synthesized templates: `make lint` runs it for every
 environment after cfn-lint.
 
-    .venv-scan/bin/python -m devtools.checkov_gate cdk.out/prod [--max-skips 50]
+    .venv/checkov/bin/python -m devtools.checkov_gate cdk.out/prod [--max-skips 50]
 
 Exit 0 when no check fails; otherwise one line per failed check (its id, the template and the
 resource) and exit 1. Skips are only those written on a resource by its construct

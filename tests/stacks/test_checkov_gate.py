@@ -1,7 +1,7 @@
 """checkov as a gate over every environment's synthesized templates (issue 46): no check fails, and
 every skip is one a construct wrote on its own resource with a reason (stacks/compliance.skip_check;
 devtools/checkov_gate.py refuses any other). checkov runs from its own virtual environment,
-.venv-scan (requirements-scan.txt, pinned), which `make lint` and `make test` install."""
+.venv/checkov (requirements-scan.txt, pinned), which `make lint` and `make test` install."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import pytest
 from tests.conftest import ENVIRONMENTS, REPO
 
 pytestmark = pytest.mark.integration
-SCAN_PYTHON = REPO / ".venv-scan" / "bin" / "python"
+SCAN_PYTHON = REPO / ".venv" / "checkov" / "bin" / "python"
 MAX_SKIPS = {"prod": 50}  # issue 46: prod's skips stay at 50 or fewer
 
 
 @pytest.mark.parametrize("env", ENVIRONMENTS)
 def test_checkov_finds_nothing_failed_and_every_skip_is_reasoned_on_its_resource(env, synthesized):
-    assert SCAN_PYTHON.exists(), "checkov's virtual environment is missing: `make lint` or `make test` installs .venv-scan"
+    assert SCAN_PYTHON.exists(), "checkov's virtual environment is missing: `make lint` or `make test` installs .venv/checkov"
     limit = ["--max-skips", str(MAX_SKIPS[env])] if env in MAX_SKIPS else []
     gate = subprocess.run([str(SCAN_PYTHON), "-m", "devtools.checkov_gate", str(synthesized(env).outdir), *limit],
                           cwd=REPO, capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
