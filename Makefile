@@ -68,12 +68,13 @@ $(SCAN_STAMP): requirements-scan.txt
 	$(SCAN_VENV)/bin/python -m pip install --quiet -r requirements-scan.txt
 	touch $@
 
-# cfn-lint over ENV's synthesis, then checkov as a gate over every environment's templates (the
-# test suite's syntheses in cdk.out/.tests, which make test reuses): no check failed, every skip
-# written on its resource with a reason (devtools/checkov_gate.py).
+# cfn-lint over ENV's synthesis, then checkov and IAM's action catalogue as gates over every
+# environment's templates (the test suite's syntheses in cdk.out/.tests, which make test reuses):
+# no check failed, every skip written on its resource with a reason (devtools/checkov_gate.py); no
+# unknown action, none on a resource type it does not take (devtools/iam_catalogue_gate.py).
 lint: synth $(SCAN_STAMP)
 	$(BIN)/cfn-lint $(CDK_OUT)/Telemetry-$(ENV)-*.template.json
-	$(BIN)/python -m pytest -q -p no:randomly tests/stacks/test_checkov_gate.py
+	$(BIN)/python -m pytest -q -p no:randomly tests/stacks/test_checkov_gate.py tests/stacks/test_iam_catalogue_gate.py
 
 # Two workers, each taking whole files (module fixtures, brokers and syntheses stay per file/worker).
 TEST_WORKERS ?= 2

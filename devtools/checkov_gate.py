@@ -34,18 +34,33 @@ def scan(folder: Path) -> list[dict]:
     return report if isinstance(report, list) else [report]
 
 
+def require_templates(folder: Path, gate: str) -> bool:
+    """The synthesis the gates read exists; else one line says how to make it."""
+    if sorted(folder.glob("*.template.json")):
+        return True
+    print(f"{gate}: no templates in {folder}; run make synth first", file=sys.stderr)
+    return False
+
+
+def report(gate: str, problems: list[str], summary: str) -> int:
+    """One line per problem on stderr, the summary on stdout; exit status 1 when any."""
+    for line in problems:
+        print(f"{gate}: {line}", file=sys.stderr)
+    print(summary)
+    return 1 if problems else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="checkov over one environment's templates, as a gate")
     parser.add_argument("folder", type=Path, help="the synthesis, e.g. cdk.out/prod")
     parser.add_argument("--max-skips", type=int, default=None, help="fail when more checks than this are skipped")
     args = parser.parse_args(argv)
-    if not sorted(args.folder.glob("*.template.json")):
-        print(f"checkov gate: no templates in {args.folder}; run make synth first", file=sys.stderr)
+    if not require_templates(args.folder, "checkov gate"):
         return 2
     failed, skipped, passed = [], [], 0
-    for report in scan(args.folder):
-        results = report.get("results", {})
-        passed += report.get("summary", {}).get("passed", 0)
+    for scanned in scan(args.folder):
+        results = scanned.get("results", {})
+        passed += scanned.get("summary", {}).get("passed", 0)
         failed += results.get("failed_checks", [])
         skipped += results.get("skipped_checks", [])
     problems = [f"{f['check_id']} {Path(f['file_path']).name} {f['resource']}: {f['check_name']}" for f in failed]
@@ -53,10 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                  for s in skipped if len(str(s.get("check_result", {}).get("suppress_comment", "")).split()) < 6]  # fmt: skip
     if args.max_skips is not None and len(skipped) > args.max_skips:
         problems.append(f"{len(skipped)} checks skipped, more than the {args.max_skips} allowed")
-    for line in problems:
-        print(f"checkov gate: {line}", file=sys.stderr)
-    print(f"checkov {args.folder}: {passed} passed, {len(failed)} failed, {len(skipped)} skipped (each on its resource)")
-    return 1 if problems else 0
+    return report("checkov gate", problems,
+                  f"checkov {args.folder}: {passed} passed, {len(failed)} failed, {len(skipped)} skipped (each on its resource)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -176,8 +176,12 @@ class NodeLifecycleStack(cdk.Stack):
         patch = function("PatchFunction", "patch", f"Patches Windows on the {cluster_name} nodes in place, one at a time",
                          patching.node_timeout_minutes)  # fmt: skip
 
-        for made in (scale_in, scale_out, patch):
-            self.lock.table.grant_read_write_data(made.function)  # the reaper never locks
+        # The lock's four item calls (lambdas/node_lifecycle/membership_lock.py, patch_progress.py),
+        # not the CDK's read-write grant: its stream reads (GetRecords, GetShardIterator) take a
+        # stream, not a table, and its scans and batches are never made.
+        for made in (scale_in, scale_out, patch):  # the reaper never locks
+            iam.Grant.add_to_principal(grantee=made.function, resource_arns=[self.lock.table.table_arn], actions=[
+                "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"])  # fmt: skip
         for made in (scale_in, scale_out):  # patching serves no lifecycle action
             self._grant_lifecycle_actions(made, config, group_name)
         self._grant_run_command(scale_in, config, stop_host.ref, "stop the Fabric host service")

@@ -62,6 +62,13 @@ def render_run_document(defaults: dict[str, str]) -> dict:
     return render_document(RUN_DOCUMENT, defaults)
 
 
+
+def grant_parameter_read(parameter: ssm.IStringParameter, role: iam.IRole) -> None:
+    """GetParameter(s) on the one parameter: the CDK's grant_read adds DescribeParameters, which takes no
+    resource ("*" only, Service Authorization Reference), so on a parameter's ARN it grants nothing."""
+    role.add_to_principal_policy(iam.PolicyStatement(actions=["ssm:GetParameter", "ssm:GetParameters"],
+                                                     resources=[parameter.parameter_arn]))  # fmt: skip
+
 class SimulatorFleet(Construct):
     def __init__(
         self,
@@ -189,7 +196,7 @@ class SimulatorFleet(Construct):
         thing_prefix: str,
         environment: str,
     ) -> ssm.CfnDocument:
-        bootstrap_parameter.grant_read(self.role)
+        grant_parameter_read(bootstrap_parameter, self.role)
         return command_document(
             self,
             "RunDocument",
@@ -227,7 +234,7 @@ class SimulatorFleet(Construct):
         encryption context is PARAMETER_ARN, "How AWS Systems Manager Parameter Store uses AWS
         KMS"). A Service Fabric node, or another environment's host, reads the parameter and
         cannot decrypt it."""
-        bootstrap_parameter.grant_read(self.role)
+        grant_parameter_read(bootstrap_parameter, self.role)
         stack = Stack.of(self)
         tokens = stack.format_arn(service="ssm", resource="parameter", resource_name=f"{token_parameter_name.lstrip('/')}/*")
         self.role.add_to_policy(iam.PolicyStatement(actions=["ssm:GetParameter"], resources=[tokens]))
