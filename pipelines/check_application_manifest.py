@@ -8,8 +8,9 @@ key is readable by NETWORK SERVICE on every node (userdata/prepare_node.ps1 gran
 runs as NETWORK SERVICE), and a code package without a RunAs policy runs as the account Fabric runs
 as ("Configure security policies for your application": by default, applications run under the
 account the Fabric.exe process runs under). So every code package must run as a principal that is
-neither NETWORK SERVICE nor LocalSystem, nor a member of Administrators: a LocalUser of the
-manifest's Principals (the default AccountType) or LocalService.
+neither NETWORK SERVICE nor LocalSystem, nor a member of Administrators (directly or through a
+group of the manifest): a LocalUser of the manifest's Principals (the default AccountType) or
+LocalService.
 
     python pipelines/check_application_manifest.py PATH/ApplicationManifest.xml
 
@@ -29,10 +30,17 @@ NS = {"sf": "http://schemas.microsoft.com/2011/01/fabric"}
 # AccountType values of a Principals/Users/User (ServiceFabricServiceModel.xsd, AccountType: LocalUser
 # when absent); the two that can read the key.
 REFUSED_ACCOUNT_TYPES = {"NetworkService", "LocalSystem"}
+# What a node's own account store can vouch for; a domain user or a managed service account is
+# another directory's, which no one here has reviewed.
+ALLOWED_ACCOUNT_TYPES = {"LocalUser", "LocalService", *REFUSED_ACCOUNT_TYPES}
 
 
 def problems(manifest: ET.Element) -> list[str]:
     users = {u.get("Name"): u for u in manifest.findall("sf:Principals/sf:Users/sf:User", NS)}
+    # A user's groups of the manifest (MemberOf/Group NameRef) and the system groups they belong to
+    # (Principals/Groups/Group/Membership/SystemGroup): an administrator through a group is one too.
+    group_systems = {g.get("Name"): {s.get("Name") for s in g.findall("sf:Membership/sf:SystemGroup", NS)}
+                     for g in manifest.findall("sf:Principals/sf:Groups/sf:Group", NS)}  # fmt: skip
     default = manifest.find("sf:Policies/sf:DefaultRunAsPolicy", NS)
     found = []
 
@@ -43,7 +51,11 @@ def problems(manifest: ET.Element) -> list[str]:
             return
         account_type = user.get("AccountType", "LocalUser")
         groups = {g.get("Name") for g in user.findall("sf:MemberOf/sf:SystemGroup", NS)}
-        if account_type in REFUSED_ACCOUNT_TYPES:
+        for group in user.findall("sf:MemberOf/sf:Group", NS):
+            groups |= group_systems.get(group.get("NameRef"), set())
+        if account_type not in ALLOWED_ACCOUNT_TYPES:
+            found.append(f"{where}: runs as a {account_type} account; use a LocalUser (or LocalService)")
+        elif account_type in REFUSED_ACCOUNT_TYPES:
             found.append(f"{where}: runs as {account_type}, which can read the cluster certificate's key; use a LocalUser")
         elif "Administrators" in groups:
             found.append(f"{where}: runs as '{user_ref}', a member of Administrators; use a LocalUser outside it")

@@ -52,7 +52,14 @@ def test_a_low_privilege_default_and_policies_pass(tmp_path):
      '<Policies><RunAsPolicy CodePackageRef="Code" UserRef="Sys" /></Policies>', "IngestPkg/Code: runs as LocalSystem"),
     ('<User Name="Admin"><MemberOf><SystemGroup Name="Administrators" /></MemberOf></User>',
      '<DefaultRunAsPolicy UserRef="Admin" />', "", "a member of Administrators"),
-], ids=["no default", "network service", "unknown user", "local system", "administrators"])
+    # Microsoft's own RunAs example: an administrators group of the manifest, the user in it.
+    ('</Users><Groups><Group Name="LocalAdminGroup"><Membership><SystemGroup Name="Administrators" />'
+     '</Membership></Group></Groups><Users><User Name="App"><MemberOf><Group NameRef="LocalAdminGroup" />'
+     '</MemberOf></User>', '<DefaultRunAsPolicy UserRef="App" />', "", "a member of Administrators"),
+    ('<User Name="Svc" AccountType="DomainUser" AccountName="corp\\svc" />', '<DefaultRunAsPolicy UserRef="Svc" />', "",
+     "runs as a DomainUser account"),
+], ids=["no default", "network service", "unknown user", "local system", "administrators", "administrators by group",
+        "domain user"])
 def test_an_account_that_can_read_the_key_is_refused_in_one_line(tmp_path, users, policies, imports, says):
     done = run(tmp_path, manifest(users, policies, imports))
     assert done.returncode == 1 and says in done.stderr, done.stderr
