@@ -7,11 +7,10 @@ the SCRAM listener and the security group that reaches it.
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
@@ -39,6 +38,7 @@ from stacks.naming import (
     scram_bootstrap_parameter_name,
 )
 from stacks.removal import removal_policy
+from stacks.constructs.keys import rotating_key
 
 
 class DeviceGatewayStack(Stack):
@@ -137,12 +137,10 @@ class DeviceGatewayStack(Stack):
         """The key scripts/provision_devices.py encrypts each simulator device's certificate and
         private key with (SSM SecureString parameters under one path), and the fleet hosts' right
         to read them back: that path only, decrypted only through SSM."""
-        key = kms.Key(
+        key = rotating_key(
             self,
             "DeviceCredentialsKey",
             description=f"Encrypts the simulator devices' credentials under {device_credentials_path(config)}",
-            enable_key_rotation=True,
-            pending_window=Duration.days(30),
             removal_policy=removal_policy(config),
         )
         path = device_credentials_path(config)  # "/<prefix>/devices"

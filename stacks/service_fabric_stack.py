@@ -8,10 +8,9 @@ joins and drains scaling nodes through the lifecycle hooks of `scaling_group`.
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from constructs import Construct
@@ -60,6 +59,7 @@ from stacks.naming import (
 )
 from stacks.removal import removal_policy
 from stacks.seed_addresses import plan_seeds, seed_nodes_output
+from stacks.constructs.keys import rotating_key
 
 
 class ServiceFabricStack(Stack):
@@ -98,12 +98,10 @@ class ServiceFabricStack(Stack):
         # CloudTrail. On an environment deployed before, Secrets Manager re-encrypts the current
         # versions with the new key and keeps older ones under the previous key ("Change the
         # encryption key for an AWS Secrets Manager secret").
-        deployment_key = kms.Key(
+        deployment_key = rotating_key(
             self,
             "SeedDeploymentPasswordKey",
             description=f"Encrypts the password of the seeds' deployment account of {cluster_name}",
-            enable_key_rotation=True,
-            pending_window=Duration.days(30),
             removal_policy=retain,
         )
         self.deployment_secret = secretsmanager.Secret(

@@ -6,7 +6,6 @@ from __future__ import annotations
 from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_ssm as ssm
@@ -35,6 +34,7 @@ from stacks.naming import (
     telemetry_sink_log_group_name,
 )
 from stacks.removal import removal_policy
+from stacks.constructs.keys import rotating_key
 
 
 class TelemetrySinkStack(Stack):
@@ -56,12 +56,10 @@ class TelemetrySinkStack(Stack):
         application_name = telemetry_sink_application_name(config)
         consumer_group = telemetry_sink_consumer_group(config)
 
-        key = kms.Key(
+        key = rotating_key(
             self,
             "TelemetryKey",
             description=f"Encrypts the telemetry bucket and Athena results of {config.resource_prefix}",
-            enable_key_rotation=True,
-            pending_window=Duration.days(30),
             removal_policy=retain,
         )
         # Glacier Instant Retrieval: Athena reads it like any other class (Flexible Retrieval and

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
+from stacks.constructs.keys import rotating_key
 
 
 # What a publishing identity needs on the topic's key, exactly as the page's IAM example lists it
@@ -42,13 +42,12 @@ class AlarmTopic(Construct):
 
         # A customer-managed key, because CloudWatch cannot publish to a topic encrypted with
         # the AWS-managed SNS key: its key policy cannot be changed to let CloudWatch use it.
-        self.key = kms.Key(
+        self.key = rotating_key(
             self,
             "Key",
             description=f"Encrypts the {topic_name} SNS topic",
-            enable_key_rotation=True,
-            pending_window=Duration.days(7),
             removal_policy=removal_policy,
+            pending_days=7,
         )
         # Only for this account's alarms (confused deputy: another account's alarm naming this topic
         # must not use the key; IAM User Guide, "The confused deputy problem": aws:SourceAccount and

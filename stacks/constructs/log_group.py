@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks.compliance import PARTITION, acknowledge, attribute_ref, skip_check, wildcard_resource_finding
+from stacks.constructs.keys import rotating_key
 
 
 LOGS_KEY_ID = "LogsKey"
@@ -22,13 +23,14 @@ _KEEPS = (RemovalPolicy.RETAIN, RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE, Remova
 def logs_key(scope: Construct, removal_policy: RemovalPolicy) -> kms.Key:
     """The stack's one key for its log groups (a customer managed key: who may use it is this key
     policy, and its use is in CloudTrail). CloudWatch Logs encrypts and decrypts with it for the
-    groups of this account and region only; writers and readers need no KMS permission of their own.
+    groups of this account and region only; a writer may use it through CloudWatch Logs alone
+    (grant_key_through_logs).
     Kept as long as the longest-kept group it encrypts: a retained group outlives its stack."""
     stack = Stack.of(scope)
     key = stack.node.try_find_child(LOGS_KEY_ID)
     if key is None:
-        key = kms.Key(stack, LOGS_KEY_ID, description=f"CloudWatch Logs log groups of {stack.stack_name}",
-                      enable_key_rotation=True, pending_window=Duration.days(30), removal_policy=removal_policy)  # fmt: skip
+        key = rotating_key(stack, LOGS_KEY_ID, description=f"CloudWatch Logs log groups of {stack.stack_name}",
+                           removal_policy=removal_policy)  # fmt: skip
         key.add_to_resource_policy(iam.PolicyStatement(
             sid="CloudWatchLogsForThisAccountsGroups",
             principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from aws_cdk import Duration, Fn, RemovalPolicy, Stack
+from aws_cdk import Fn, RemovalPolicy, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_msk as msk
 from constructs import Construct
 
 from stacks.constructs.log_group import log_group
+from stacks.constructs.keys import rotating_key
 
 IAM_PORT = 9098
 # SASL/SCRAM over TLS from within AWS (MSK Developer Guide, "Port information").
@@ -70,12 +70,10 @@ class MskCluster(Construct):
         self.cluster_name = cluster_name
         self.broker_count = broker_count
 
-        self.key = kms.Key(
+        self.key = rotating_key(
             self,
             "DataKey",
             description=f"Encrypts the data volumes of MSK cluster {cluster_name}",
-            enable_key_rotation=True,
-            pending_window=Duration.days(30),
             removal_policy=removal_policy,
         )
 

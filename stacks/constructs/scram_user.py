@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_msk as msk
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from stacks.compliance import acknowledge
+from stacks.constructs.keys import rotating_key
 
 # MSK reads associated secrets through its service-linked role.
 MSK_SERVICE_LINKED_ROLE = "aws-service-role/kafka.amazonaws.com/AWSServiceRoleForKafka"
@@ -41,12 +41,10 @@ class ScramUser(Construct):
         stack = Stack.of(self)
         self.username = username
 
-        self.key = kms.Key(
+        self.key = rotating_key(
             self,
             "SecretKey",
             description=f"Encrypts the MSK SCRAM secret {secret_name}",
-            enable_key_rotation=True,
-            pending_window=Duration.days(30),
             removal_policy=removal_policy,
         )
         # MSK decrypts the secret with its service-linked role, and only through Secrets Manager.
