@@ -11,6 +11,7 @@ from __future__ import annotations
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from constructs import Construct
@@ -207,6 +208,19 @@ class ServiceFabricStack(Stack):
 
         seed_role = node_role("SeedNodeRole", SEED_NODE_TYPE)
         self.deployment_secret.grant_read(seed_role.role)
+        # No one else reads it, whatever their own policies allow (an administrator's secretsmanager:*
+        # and kms:* among them): an explicit deny in the secret's resource policy wins over any allow
+        # (IAM User Guide, "Policy evaluation logic"). aws:PrincipalArn of a role session is the role's
+        # ARN ("AWS global condition context keys"). Break-glass is to change this policy, which
+        # CloudTrail records; nothing of the stack reads the value (CloudFormation only creates it).
+        self.deployment_secret.add_to_resource_policy(iam.PolicyStatement(
+            sid="OnlyTheSeedsReadThePassword",
+            effect=iam.Effect.DENY,
+            principals=[iam.AnyPrincipal()],
+            actions=["secretsmanager:GetSecretValue"],
+            resources=["*"],
+            conditions={"StringNotEquals": {"aws:PrincipalArn": seed_role.role.role_arn}},
+        ))  # fmt: skip
         self.seeds = SeedNodes(
             self,
             "SeedNodes",

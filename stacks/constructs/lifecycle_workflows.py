@@ -93,8 +93,27 @@ def start_target(state_machine: sfn.IStateMachine, pacing: Pacing, undelivered_e
                  input: events.RuleTargetInput | None = None) -> targets.SfnStateMachine:  # fmt: skip
     """An EventBridge rule's StartExecution, retried for as long as the event is worth starting,
     then left in the undelivered-events queue (which alarms)."""
-    return targets.SfnStateMachine(state_machine, input=input, retry_attempts=EVENT_RETRIES_MAX,
-                                   max_event_age=pacing.event_age, dead_letter_queue=undelivered_events)  # fmt: skip
+    target = targets.SfnStateMachine(state_machine, input=input, retry_attempts=EVENT_RETRIES_MAX,
+                                     max_event_age=pacing.event_age, dead_letter_queue=undelivered_events)  # fmt: skip
+    _narrow_events_role_trust(state_machine)
+    return target
+
+
+def _narrow_events_role_trust(state_machine: sfn.IStateMachine) -> None:
+    """The role EventBridge starts the machine with (the CDK's one per machine) trusts EventBridge
+    rules of this account and Region only: aws:SourceAccount is "the account where the rule specified
+    by aws:SourceArn exists" and aws:SourceArn "the ARN of the rule sending the event" (EventBridge
+    User Guide, "Using IAM policy conditions in Amazon EventBridge"). The rule's own ARN cannot be
+    named: the rule's target names the role, so the role naming the rule is a circular dependency,
+    and a fixed rule name would replace every rule. Narrowed in place, as the machine's own role."""
+    role = state_machine.node.try_find_child("EventsRole")
+    assert isinstance(role, iam.Role), "the CDK's SfnStateMachine target makes its role as EventsRole"
+    stack = cdk.Stack.of(state_machine)
+    cfn_role = role.node.default_child
+    assert isinstance(cfn_role, iam.CfnRole)
+    cfn_role.add_property_override("AssumeRolePolicyDocument.Statement.0.Condition", {
+        "StringEquals": {"aws:SourceAccount": stack.account},
+        "ArnLike": {"aws:SourceArn": stack.format_arn(service="events", resource="rule", resource_name="*")}})  # fmt: skip
 
 
 # The role's statements on "*", as the CDK writes them for a logged and traced state machine.

@@ -174,6 +174,10 @@ class SeedNodes(Construct):
         self._snapshot_data_volumes(cluster_name, snapshot_interval_hours, snapshot_retain_count)
 
     def _snapshot_data_volumes(self, cluster_name: str, interval_hours: int, retain_count: int) -> None:
+        # The trust has no aws:SourceAccount/aws:SourceArn: neither the EBS guide's "IAM service roles
+        # for Amazon Data Lifecycle Manager" nor DLM's condition keys say DLM sets them when it assumes
+        # the role, and a condition on a key that is absent fails, which would stop the snapshots
+        # silently. Only a principal allowed iam:PassRole on this role can hand it to a policy.
         role = iam.Role(
             self,
             "SnapshotRole",

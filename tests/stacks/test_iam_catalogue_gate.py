@@ -38,3 +38,20 @@ def test_the_gate_refuses_an_unknown_action_and_a_resource_the_action_does_not_t
                           cwd=REPO, capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
     assert gate.returncode == 1
     assert "UNKNOWN_ACTION" in gate.stderr and "dynamodb:GetRecords" in gate.stderr
+
+
+def test_a_listed_gap_is_accepted_only_on_the_resources_it_was_listed_for(tmp_path):
+    """ssm:SendCommand's listed gap covers documents and instances; the same action granted on an
+    S3 bucket is judged again and refused."""
+    def gate_on(resource: str) -> subprocess.CompletedProcess:
+        template = {"Resources": {"Policy": {"Type": "AWS::IAM::Policy", "Properties": {"PolicyDocument": {
+            "Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Action": "ssm:SendCommand", "Resource": resource}]}}}}}
+        (tmp_path / "Stack.template.json").write_text(json.dumps(template))
+        return subprocess.run([str(SCAN_PYTHON), "-m", "devtools.iam_catalogue_gate", str(tmp_path)],
+                              cwd=REPO, capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+
+    listed = gate_on("arn:aws:ec2:eu-west-1:123456789012:instance/*")
+    assert listed.returncode == 0 and "1 known catalogue gaps" in listed.stdout, listed.stdout + listed.stderr
+    elsewhere = gate_on("arn:aws:s3:::bucket")
+    assert elsewhere.returncode == 1 and "ssm:SendCommand" in elsewhere.stderr

@@ -107,6 +107,21 @@ def test_the_deployment_password_is_generated_and_only_the_seed_role_reads_it(sy
     assert len(readers) == 1 and "SeedNodeRole" in readers[0]
 
 
+def test_the_passwords_own_policy_refuses_every_reader_but_the_seed_role(synthesized):
+    """An administrator's allow is not enough: the secret's resource policy denies GetSecretValue to
+    every principal whose aws:PrincipalArn (a role session's is its role's ARN) is not the seed role,
+    and an explicit deny wins over any allow (IAM User Guide, "Policy evaluation logic")."""
+    template = synthesized("prod").stacks["service_fabric"]
+    (secret_id,) = resources(template, "AWS::SecretsManager::Secret")
+    (policy,) = resources(template, "AWS::SecretsManager::ResourcePolicy").values()
+    assert policy["Properties"]["SecretId"] == {"Ref": secret_id}
+    (deny,) = policy["Properties"]["ResourcePolicy"]["Statement"]
+    assert deny["Effect"] == "Deny" and deny["Principal"] == {"AWS": "*"} and deny["Resource"] == "*"
+    assert deny["Action"] == "secretsmanager:GetSecretValue"
+    (seed_role,) = [k for k in resources(template, "AWS::IAM::Role") if k.startswith("SeedNodeRole")]
+    assert deny["Condition"] == {"StringNotEquals": {"aws:PrincipalArn": {"Fn::GetAtt": [seed_role, "Arn"]}}}
+
+
 def test_cluster_creation_disables_the_account_on_every_seed_once_created():
     config = base64.b64encode(json.dumps({"name": "telemetry-dev-sf", "nodes": []}).encode()).decode()
     script = create_cluster_script({"clusterConfig": config})

@@ -325,6 +325,31 @@ def test_each_state_machine_role_trusts_step_functions_for_that_machine_alone(en
     assert "stateMachine:*" not in trusts
 
 
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_each_rule_starts_its_machine_with_a_role_only_this_accounts_rules_may_assume(env, synthesized):
+    """The role an EventBridge rule starts a state machine with trusts EventBridge acting for a rule
+    of this account and Region (aws:SourceAccount, aws:SourceArn: EventBridge User Guide, "Using IAM
+    policy conditions in Amazon EventBridge"); it had no condition at all."""
+    from fnmatch import fnmatchcase
+
+    config = load_environment(cdk_context()["environments"], env)
+    template = synthesized(env).template("node_lifecycle")
+    roles = resources(template, "AWS::IAM::Role")
+    starters = [t for rule in resources(template, "AWS::Events::Rule").values() for t in rule["Properties"]["Targets"]
+                if "RoleArn" in t]  # fmt: skip
+    assert len(starters) == 3
+    for target in starters:
+        (statement,) = roles[target["RoleArn"]["Fn::GetAtt"][0]]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert statement["Principal"] == {"Service": "events.amazonaws.com"}
+        assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": config.account}
+        pattern = statement["Condition"]["ArnLike"]["aws:SourceArn"]
+        # A rule's ARN as EventBridge gives it (the CloudFormation-made name is not ours to fix).
+        ours = f"arn:aws:events:{config.region}:{config.account}:rule/Telemetry-{env}-NodeLifecycle-ScaleIn-1A2B3C"
+        assert fnmatchcase(ours, pattern)
+        assert not fnmatchcase(ours.replace(config.account, "111122223333"), pattern)
+        assert not fnmatchcase(ours.replace(":events:", ":scheduler:"), pattern)
+
+
 def test_the_state_machine_roles_wildcards_are_the_documented_logging_and_tracing_actions(dev):
     """What the acknowledgment says is what the roles hold on "*": the log delivery actions (with
     logs:PutResourcePolicy named as the reason the trust is narrow) and X-Ray's, nothing else."""
