@@ -86,6 +86,7 @@ NO_CHARGE = {
     "AWS::SNS::TopicPolicy": "topic policies have no charge",
     "AWS::SQS::Queue": "billed per request only; the lifecycle events' dead-letter queue is written only when an event is lost and read by hand",
     "AWS::SQS::QueuePolicy": "queue policies have no charge",
+    "AWS::SecretsManager::ResourcePolicy": "a secret's resource policy has no charge (the secret itself is priced)",
     "AWS::SNS::Subscription": "subscriptions have no charge; the emails are priced on the topic",
     "AWS::SSM::Document": "Run Command documents and their commands have no charge",
     "AWS::SSM::Parameter": "standard-tier parameters have no charge",
