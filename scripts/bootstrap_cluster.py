@@ -533,9 +533,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "a synthesis made now) with placeholder thumbprints, write it only to --output, and say what a run would read and "
         "change; send nothing",
     )
-    from scripts.telemetry.cloud_assembly import CDK_OUT_HELP
+    from scripts.telemetry.cloud_assembly import add_cdk_out_argument
 
-    parser.add_argument("--cdk-out", type=Path, help=f"for --dry-run, {CDK_OUT_HELP}")
+    add_cdk_out_argument(parser, when="for --dry-run, ")
 
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], object]) -> int:

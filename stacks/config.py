@@ -944,6 +944,14 @@ def load_environment(environments: Mapping[str, Any] | None, name: str) -> Envir
         raise ConfigError(f"environment '{name}': {_describe(error)}") from None
 
 
-def read_environments(cdk_json: Path = CDK_JSON) -> dict[str, Any]:
+def read_environments(cdk_json: Path | None = None) -> dict[str, Any]:
     """The `environments` mapping of cdk.json, for operator scripts that run outside the CDK CLI."""
-    return json.loads(cdk_json.read_text())["context"]["environments"]
+    cdk_json = cdk_json or CDK_JSON
+    try:
+        document = json.loads(cdk_json.read_text())
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{cdk_json}: not valid JSON at line {error.lineno}, column {error.colno}: {error.msg}") from None
+    environments = document.get("context", {}).get("environments") if isinstance(document, dict) else None
+    if not isinstance(environments, dict):
+        raise ConfigError(f"{cdk_json}: no context.environments object (each environment's settings live there)")
+    return environments

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import itertools
 import os
 import sys
 import traceback
@@ -157,9 +158,32 @@ class OneLineParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **{**kwargs, "allow_abbrev": False})
+        self._typed: list[str] = []
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        self._typed = list(sys.argv[1:] if args is None else args)
+        parsed, unknown = super().parse_known_args(args, namespace)
+        self._refuse_misspelt_options(unknown)
+        return parsed, unknown
 
     def error(self, message: str) -> NoReturn:
+        # A misspelt option explains the error it causes (`--evn dev`: "--env is required").
+        self._refuse_misspelt_options(self._typed)
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+    def _refuse_misspelt_options(self, typed: Sequence[str]) -> None:
+        """An option this command does not take but nearly does is refused with the one it nearly is.
+        A group's parser judges only what comes before its command: the rest is its commands'."""
+        if self._subparsers is not None:
+            typed = list(itertools.takewhile(lambda token: token.startswith("-"), typed))
+        known = [option for option in self._option_string_actions if option.startswith("--")]
+        for token in typed:
+            if token == "--" or not token.startswith("--"):
+                continue
+            option = token.split("=", 1)[0]
+            near = difflib.get_close_matches(option, known, n=1, cutoff=0.75)
+            if option not in self._option_string_actions and near:
+                raise UsageError(f"unrecognized option {option}: did you mean {near[0]}? (see {self.prog} --help)")
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         if action.choices is not None and value not in action.choices:

@@ -4,6 +4,7 @@ and the deploy journey; it imports none of them."""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -48,8 +49,22 @@ class Stack:
                 and SSM_NO_INVALIDATE not in str(parameter.get("Description", ""))]
 
 
-CDK_OUT_HELP = ("synthesized templates to read (default: this environment's own in cdk.out/ENV, synthesized again "
-                "when the code or cdk.json changed)")
+CDK_OUT_HELP = ("synthesized templates to read, an existing folder (default: this environment's own in cdk.out/ENV, "
+                "synthesized again when the code or cdk.json changed)")
+
+
+def add_cdk_out_argument(parser: argparse.ArgumentParser, *, when: str = "") -> None:
+    """--cdk-out, as every command that reads a synthesis takes it: a folder that exists (a
+    misspelt one would otherwise be synthesized into, silently)."""
+    parser.add_argument("--cdk-out", type=existing_folder, metavar="DIR", help=f"{when}{CDK_OUT_HELP}")
+
+
+def existing_folder(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is not a folder (name a synthesis such as cdk.out/dev, or leave "
+                                         "--cdk-out out for the environment's own)")
+    return path
 
 
 # What a synthesis reads: when none of it changed, the environment's last synthesis is reused.

@@ -57,9 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --live: write the refreshed prices into the region's price table "
                         "(scripts/telemetry/prices/REGION.json), marked checked, for the next offline run")
     parser.add_argument("--plot", type=Path, metavar="PATH.png", help="also draw the fixed and usage split per stack")
-    from scripts.telemetry.cloud_assembly import CDK_OUT_HELP
+    from scripts.telemetry.cloud_assembly import add_cdk_out_argument
 
-    parser.add_argument("--cdk-out", type=Path, help=CDK_OUT_HELP)
+    add_cdk_out_argument(parser)
 
 
 def check_arguments(args: argparse.Namespace) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 # The synthesized app's readers live below the commands; their names stay importable from here.
 from scripts.telemetry.cloud_assembly import (  # noqa: F401
-    CDK_OUT_HELP,
+    add_cdk_out_argument,
     DIGEST_FILE,
     REPO,
     SYNTHESIS_INPUTS,
@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "requires MFA (the code is read from the terminal)")
     parser.add_argument("--yes", action="store_true",
                         help="apply a change to a production stack without showing it and asking first")
-    parser.add_argument("--cdk-out", type=Path, help=CDK_OUT_HELP)
+    add_cdk_out_argument(parser)
 
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:

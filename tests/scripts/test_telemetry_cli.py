@@ -34,7 +34,12 @@ BAD_INPUT = [
     (["simulte", "--env", "dev"], 2, "invalid choice: 'simulte' (did you mean 'simulate'? choose from"),
     (["clustr", "status"], 2, "did you mean 'cluster'?"),
     (["cluster", "stats", "--env", "dev"], 2, "did you mean 'status'?"),
-    (["cost", "--env", "dev", "--rat", "5000"], 2, "unrecognized arguments: --rat 5000 (see telemetry cost --help)"),
+    (["cost", "--env", "dev", "--rat", "5000"], 2, "unrecognized option --rat: did you mean --rate? (see telemetry cost --help)"),
+    # a misspelt option is named with the one it nearly is, not with the error it causes
+    (["cost", "--evn", "dev"], 2, "unrecognized option --evn: did you mean --env? (see telemetry cost --help)"),
+    (["cluster", "drain", "--env", "dev", "--node=scale-0", "--timout", "5"], 2, "did you mean --timeout?"),
+    (["--verison"], 2, "unrecognized option --verison: did you mean --version?"),
+    (["cost", "--env", "dev", "--frobnicate"], 2, "unrecognized arguments: --frobnicate (see telemetry cost --help)"),
     (["cluster"], 2, "required: COMMAND"),
     (["preflight"], 2, "required: --env"),
     (["preflight", "--env", "qa"], 2, "unknown environment 'qa'; known environments: dev, prod, staging"),
@@ -267,6 +272,28 @@ def test_debug_adds_the_traceback(no_aws, capsys):
     assert cli.main(["preflight", "--env", "dev", "--debug"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" in err and err.strip().splitlines()[-1].startswith("telemetry: error:")
+
+
+@pytest.mark.parametrize(("text", "where"), [('{"context": {"environments": {,}}}', "line 1, column 31"),
+                                             ('{\n  "context": {\n    "environments": {}\n  }\n', "line 5, column 1")])
+def test_a_malformed_cdk_json_is_one_line_naming_the_file_line_and_column(text, where, tmp_path, monkeypatch, capsys):
+    import stacks.config
+
+    broken = tmp_path / "cdk.json"
+    broken.write_text(text)
+    monkeypatch.setattr(stacks.config, "CDK_JSON", broken)
+    assert cli.main(["cost", "--env", "dev"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith(f"telemetry: error: {broken}: not valid JSON at {where}: "), err
+
+
+def test_cdk_out_naming_a_missing_folder_is_refused(no_aws, tmp_path, capsys):
+    for argv in (["cost", "--env", "dev"], ["deploy", "--env", "dev", "--dry-run"],
+                 ["cluster", "bootstrap", "--env", "dev", "--dry-run"]):
+        assert cli.main([*argv, "--cdk-out", str(tmp_path / "missing")]) == 2
+        err = capsys.readouterr().err
+        assert f"argument --cdk-out: {tmp_path / 'missing'} is not a folder" in err, err
 
 
 # -- the installed command ------------------------------------------------------------------
