@@ -73,6 +73,7 @@ from scripts.telemetry import output
 from scripts.telemetry.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError, one_line, worded
 
 PROG = "telemetry"
+HELP_WIDTH = 100
 DISTRIBUTION = "telemetry-platform-blueprint"  # pyproject.toml's project name
 REPO = Path(__file__).resolve().parents[2]
 
@@ -145,6 +146,50 @@ COMMANDS = (
             + " --live refreshes the prices from the AWS Price List API and needs credentials.",
             "scripts.telemetry.cost"),
 )
+MFA = "arn:aws:iam::111122223333:mfa/you"
+# The end of each subcommand's help: (what it does, the command as typed). Tests parse every one.
+EXAMPLES: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {
+    ("preflight",): (("check dev's account before its first deployment", "telemetry preflight --env dev"),
+                     ("also assume the topic administrator role once, as the topics step will",
+                      f"telemetry preflight --env prod --mfa-serial {MFA}")),
+    ("deploy",): (("the whole first deployment, step by step, offline", "telemetry deploy --env dev --dry-run"),
+                  ("run it; run it again to resume where it stopped", f"telemetry deploy --env prod --mfa-serial {MFA}")),
+    ("topics",): (("what would change, offline", "telemetry topics --env prod --dry-run"),
+                  ("reconcile on a fleet host as the topic administrator", f"telemetry topics --env prod --mfa-serial {MFA}")),
+    ("cluster", "bootstrap"): (("the cluster configuration it would send, offline", "telemetry cluster bootstrap --env dev --dry-run"),
+                               ("create the cluster on the seeds", "telemetry cluster bootstrap --env prod")),
+    ("cluster", "status"): (("the nodes and their instances", "telemetry cluster status --env prod"),
+                            ("the same as JSON", "telemetry cluster status --env prod --format json")),
+    ("cluster", "scale"): (("check the size against the group's limits, offline", "telemetry cluster scale --env prod --desired 5 --dry-run"),
+                           ("resize and wait until the group is steady", "telemetry cluster scale --env prod --desired 5")),
+    ("cluster", "drain"): (("what the drain would do, offline", "telemetry cluster drain --env prod --node scale-i-0abc --dry-run"),
+                           ("drain the node and remove it", "telemetry cluster drain --env prod --node scale-i-0abc")),
+    ("cluster", "patch"): (("the order the nodes would be patched in, offline", "telemetry cluster patch --env prod --dry-run"),
+                           ("patch one node", "telemetry cluster patch --env prod --node seed-2")),
+    ("cluster", "refresh"): (("the refresh it would start, offline", "telemetry cluster refresh --env prod --dry-run"),
+                             ("replace the scaling nodes, keeping 90 % in service",
+                              "telemetry cluster refresh --env prod --min-healthy-percent 90")),
+    ("cluster", "upgrade"): (("the upgrade it would start, offline", "telemetry cluster upgrade --env prod --version 11.5.0.1 --dry-run"),
+                             ("upload the runtime package and upgrade", "telemetry cluster upgrade --env prod --version 11.5.0.1 "
+                              "--package ~/Downloads/MicrosoftServiceFabric.11.5.0.1.cab")),
+    ("devices", "provision"): (("what it would create, offline", "telemetry devices provision --env dev --count 100 --dry-run"),
+                               ("a thousand simulated devices", "telemetry devices provision --env prod --count 1000")),
+    ("devices", "delete"): (("what it would delete, offline", "telemetry devices delete --env dev --dry-run"),
+                            ("delete them", "telemetry devices delete --env dev")),
+    ("devices", "export"): (("the first ten devices' certificates and keys", "telemetry devices export --env dev --dir ./devices --count 10"),),
+    ("devices", "replay"): (("what waits in the queue since six hours ago, offline", "telemetry devices replay --env prod --since 6h --dry-run"),
+                            ("replay from a time, 500 messages a second",
+                             "telemetry devices replay --env prod --since 2026-11-26T02:00Z --rate 500")),
+    ("simulate",): (("the fleet plan and its quota checks, offline", "telemetry simulate --env dev --rate 1000 --duration 60 --plan"),
+                    ("five minutes at prod's declared peak", "telemetry simulate --env prod --rate 73800 --duration 300 --report report.json")),
+    ("capacity",): (("the declared workload against prod", "telemetry capacity --env prod"),
+                    ("another rate, with every limit used and its page", "telemetry capacity --env prod --rate 100000 --limits")),
+    ("compression",): (("the ratio on your payloads (readings.jsonl: one payload per line)",
+                        "telemetry compression --env prod --sample readings.jsonl"),
+                       ("with as many producers as the fleet has hosts", "telemetry compression --env prod --sample readings.jsonl --producers 4")),
+    ("cost",): (("dev's month, offline", "telemetry cost --env dev"),
+                ("prod at another rate over MQTT, as JSON", "telemetry cost --env prod --rate 50000 --transport mqtt --format json")),
+}
 GROUPS = {
     "cluster": "the Service Fabric cluster: bootstrap, status, scale, drain, patch, refresh, upgrade",
     "devices": "AWS IoT devices: provision, delete and export the simulator's; replay failed deliveries",
@@ -214,6 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
                          epilog="Exit codes: 0 done; 1 the check or operation failed; 2 bad usage or configuration.",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     root.add_argument("--version", action="version", version=f"{PROG} {version()}")
+    import shtab
+
+    shtab.add_argument_to(root, "--print-completion", help="print the shell's completion script and exit "
+                          "(README: \"Shell completion\")")  # fmt: skip
     groups = root.add_subparsers(title="commands", metavar="COMMAND", parser_class=OneLineParser, required=True)
     commons = {json_mode: global_options(json_mode=json_mode) for json_mode in (ALWAYS, DRY_RUN_ONLY)}
     made: dict[str, Any] = {}
@@ -241,9 +290,27 @@ def add_command_arguments(parser: argparse.ArgumentParser, command: Command) -> 
         module.add_arguments(parser, mode=command.mode)
     else:
         module.add_arguments(parser)
+    needs = command.needs
     if any("--dry-run" in a.option_strings for a in parser._actions):
-        parser.epilog = f"{parser.epilog} {DRY_RUN_NEEDS}"
+        needs = f"{needs} {DRY_RUN_NEEDS}"
+    # Raw, for the examples' lines; so the prose is wrapped here.
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = wrapped(parser.description or "")
+    parser.epilog = command_epilog(command.path, needs)
     parser.set_defaults(command=command, module=module, mode=command.mode)
+
+
+def command_epilog(path: tuple[str, ...], needs: str) -> str:
+    """What a subcommand needs, wrapped, then its examples: what each does, and the command."""
+    examples = "\n".join(f"  # {what}\n  {typed}" for what, typed in EXAMPLES[path])
+    return f"{wrapped(needs)}\n\nExamples:\n{examples}"
+
+
+def wrapped(prose: str) -> str:
+    """Paragraphs (blank-line separated) filled to the help's width."""
+    import textwrap
+
+    return "\n\n".join(textwrap.fill(" ".join(p.split()), width=HELP_WIDTH) for p in prose.split("\n\n"))
 
 
 def command_arguments(path: Sequence[str], argv: Sequence[str]) -> argparse.Namespace:

@@ -101,6 +101,23 @@ def test_each_readme_command_runs_as_typed_or_names_what_it_needs_in_one_line(ar
         assert not made, made  # nothing made before the run knew it could not go on
 
 
+def test_the_readme_completion_set_up_runs_as_typed_and_bash_completes_from_it(tmp_path):
+    """The README's shell completion lines, run as typed in a home of their own, leave a bash
+    script that completes the command's groups (and the zsh one in its folder)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("**Shell completion**"):]
+    (block,) = re.findall(r"^```[a-z]*\n(.*?)^```", section, re.M | re.S)[:1]
+    home = tmp_path / "home"
+    for line in block.splitlines():
+        result = as_typed(line, home)
+        assert result.returncode == 0 and not result.stderr, (line, result.stderr)
+    script = home / ".local/share/bash-completion/completions/telemetry"
+    assert (home / ".zfunc/_telemetry").read_text().startswith("#compdef telemetry")
+    probe = as_typed(f"source {script}; COMP_WORDS=(telemetry devices ''); COMP_CWORD=2; _shtab_telemetry; "
+                     'echo "${COMPREPLY[@]}"', home)
+    assert probe.stdout.split() == ["provision", "delete", "export", "replay"], probe.stderr
+
+
 MAKE_INLINE = re.compile(r"`make ([a-z][a-z-]*(?: [A-Z]+=[a-z]+)?)")
 MAKE_LINE = re.compile(r"^make ([a-z][a-z-]*(?: [A-Z]+=[a-z]+)?)", re.M)  # a code block's line
 

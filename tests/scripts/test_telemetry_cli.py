@@ -296,6 +296,25 @@ def test_cdk_out_naming_a_missing_folder_is_refused(no_aws, tmp_path, capsys):
         assert f"argument --cdk-out: {tmp_path / 'missing'} is not a folder" in err, err
 
 
+def test_every_subcommand_help_ends_with_examples_that_parse_as_typed(capsys):
+    """Each example is what a user would type: the command it belongs to, options that command takes
+    with values it accepts (parsed by the real parser; nothing is run)."""
+    import shlex
+
+    for command in cli.COMMANDS:
+        assert cli.main([*command.path, "--help"]) == 0
+        help_text = capsys.readouterr().out
+        examples = help_text[help_text.index("\nExamples:\n"):].splitlines()[2:]
+        typed_lines = [line.strip() for line in examples if not line.strip().startswith("#")]
+        assert typed_lines == [typed for _, typed in cli.EXAMPLES[command.path]], command.path
+        assert all(len(line) <= 120 for line in help_text.splitlines()), command.path
+        for typed in typed_lines:
+            argv = shlex.split(typed)
+            assert argv[0] == "telemetry" and tuple(argv[1:1 + len(command.path)]) == command.path, typed
+            args = cli.build_parser().parse_args(argv[1:])
+            assert args.command is command, typed
+
+
 # -- the installed command ------------------------------------------------------------------
 
 
@@ -339,6 +358,36 @@ def test_the_installed_command_prints_its_version():
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert (result.returncode, result.stdout.strip()) == (0, f"telemetry {version}")
     assert f"## {version}" in (REPO / "CHANGELOG.md").read_text()  # every version has its entry
+
+
+@pytest.mark.integration
+def test_bash_completes_commands_options_and_choices_from_the_installed_command(tmp_path):
+    """The script `telemetry --print-completion bash` prints, sourced by bash and asked as bash's
+    programmable completion asks (COMP_WORDS, COMP_CWORD, then the function `complete -F` names)."""
+    import shutil
+
+    bash = shutil.which("bash")
+    assert bash
+    result = typed("--print-completion", "bash")
+    assert result.returncode == 0, result.stderr
+    script = tmp_path / "telemetry.bash"
+    script.write_text(result.stdout)
+
+    def completions(*words: str) -> list[str]:
+        function = next(line.split()[-2] for line in result.stdout.splitlines() if line.startswith("complete "))
+        words_ = " ".join(f"'{w}'" for w in words)
+        probe = f"source {script}; COMP_WORDS=(telemetry {words_}); COMP_CWORD={len(words)}; {function}; " \
+                'printf "%s\\n" "${COMPREPLY[@]}"'
+        run = subprocess.run([bash, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+        assert run.returncode == 0, run.stderr
+        return run.stdout.split()
+
+    assert completions("clu") == ["cluster"]
+    assert completions("cluster", "dr") == ["drain"]
+    assert completions("cost", "--tr") == ["--transport"]
+    assert completions("cost", "--transport", "") == ["kafka", "mqtt", "basic-ingest"]
+    zsh = typed("--print-completion", "zsh")
+    assert zsh.returncode == 0 and "#compdef telemetry" in zsh.stdout and "cluster" in zsh.stdout
 
 
 @pytest.mark.integration
