@@ -50,7 +50,7 @@ def report(config: Any, rate: float | None) -> dict:
         "constraints": [
             {"name": c.name, "need": round(c.need, 3), "provided": _number_or_none(round(c.provided, 3)),
              "unit": c.unit, "headroom": _number_or_none(round(c.headroom, 2)),
-             "ok": c.ok, "binding": c.binding, "fix": None if c.ok else c.fix}
+             "ok": c.ok, "binding": c.binding, "rule": c.rule, "fix": None if c.ok else c.fix}
             for c in assessment.constraints
         ],
         "binding": next((c.name for c in assessment.constraints if c.binding), None),
@@ -60,7 +60,12 @@ def report(config: Any, rate: float | None) -> dict:
     }
 
 
+TEXT_WIDTH = 120  # the widest line the text prints
+
+
 def _text(found: dict, limits: bool) -> str:
+    import textwrap
+
     workload = found["workload"]
     topic = found["topic"]
     lines = [
@@ -76,27 +81,44 @@ def _text(found: dict, limits: bool) -> str:
         + "; the brokers hold "
         + ("every hour" if found["retention_hours_held"] is None else f"{found['retention_hours_held']:,.1f} h")
         + " at this rate below the disk alarm",
-        "",
     ]
+    lines = [wrapped for line in lines for wrapped in textwrap.wrap(line, TEXT_WIDTH, subsequent_indent="  ")] + [""]
     rows = [("constraint", "need", "provided", "unit", "headroom", "")]
     for c in found["constraints"]:
-        provided = "unlimited" if c["provided"] is None else f"{c['provided']:,.2f}"
-        headroom = "-" if c["headroom"] is None else f"{c['headroom']:,.2f}x"
         mark = "BINDING" if c["binding"] else "" if c["ok"] else "FAILS"
         if c["binding"] and not c["ok"]:
             mark = "FAILS, BINDING"
-        rows.append((c["name"], f"{c['need']:,.2f}", provided, c["unit"], headroom, mark))
+        if c["rule"]:  # a minimum the service sets: met or not, no headroom to speak of
+            headroom = "met" if c["ok"] else "not met"
+        else:
+            headroom = "-" if c["headroom"] is None else f"{c['headroom']:,.2f}x"
+        rows.append((c["name"], _figure(c["need"], c["unit"]), _figure(c["provided"], c["unit"]), c["unit"], headroom,
+                     mark))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    widths[0] = min(widths[0], TEXT_WIDTH - sum(widths[1:]) - 2 * (len(widths) - 1))
     for row in rows:
+        name, *rest = textwrap.wrap(row[0], widths[0], subsequent_indent="  ")
         lines.append("  ".join(cell.ljust(widths[i]) if i in (0, 3, 5) else cell.rjust(widths[i])
-                               for i, cell in enumerate(row)).rstrip())
+                               for i, cell in enumerate((name, *row[1:]))).rstrip())
+        lines += rest
     lines.append("")
-    lines.append(f"binding: {found['binding']}" if found["ok"] else f"does not hold the load: {found['refusal']}")
+    binding = f"binding: {found['binding']}" if found["ok"] else f"does not hold the load: {found['refusal']}"
+    lines += textwrap.wrap(binding, TEXT_WIDTH, subsequent_indent="  ")
     if limits:
         lines += ["", "limits (value, unit, page, read on):"]
         lines += [f"  {limit['name']}: {limit['value']:g} {limit['unit']} ({limit['page']}, {limit['url']}, "
                   f"{limit['read_on']})" for limit in found["limits"]]
     return "\n".join(lines)
+
+
+def _figure(value: float | None, unit: str) -> str:
+    """A figure as a person writes it: a version as 3.6, a whole number without decimals."""
+    if value is None:
+        return "unlimited"
+    if unit == "version":  # stacks/capacity.py: major + minor / 100
+        major = int(value)
+        return f"{major}.{round((value - major) * 100)}"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
 
 
 def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:

@@ -158,8 +158,21 @@ def test_telemetry_capacity_shows_every_constraint_and_names_the_binding_one(cap
     # At twice the rate: exit 1, and the same line synthesis would print.
     assert cli.main(["capacity", "--env", "prod", "--rate", "147600"]) == 1
     out = capsys.readouterr().out
-    assert "does not hold the load: msk: hours of stalled copying to the remote tier" in out
-    assert out.splitlines()[0].endswith("(--rate; the declared workload differs)")
+    prose = " ".join(out.split())  # lines wrap at 120 columns
+    assert "does not hold the load: msk: hours of stalled copying to the remote tier" in prose
+    assert "through AWS IoT Core (--rate; the declared workload differs) topic telemetry:" in prose
+
+
+def test_telemetry_capacity_text_fits_120_columns_and_writes_figures_as_people_do(capsys):
+    from scripts.telemetry import cli
+
+    assert cli.main(["capacity", "--env", "prod"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 120
+    (version,) = [line for line in out.splitlines() if line.startswith("msk: Kafka version for tiered storage")]
+    assert version.split()[-4:] == ["3.6", "3.9", "version", "met"]  # not "3.06 3.09 ... 1.01x"
+    (replicas,) = [line for line in out.splitlines() if line.startswith("msk: partition replicas per broker")]
+    assert replicas.split()[-4:-1] == ["24", "1,000", "replicas"]  # counts without decimals
 
 
 def test_a_tiered_topics_guard_fits_the_provisioned_volume_whatever_the_ceiling():
