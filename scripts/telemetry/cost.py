@@ -107,6 +107,29 @@ def run(args: argparse.Namespace, session_factory: Callable[[str], Any]) -> int:
     return 0
 
 
+def priced(quantity: float, unit: str, unit_usd: float) -> str:
+    """A line's quantity at its price, as a person writes it: "100,000 requests x $0.03 per 10,000",
+    "730 x $0.005 per hour" (a price table's unit may be a count of things: "10,000 requests",
+    "million messages (5 KB each)")."""
+    count, _, noun = unit.partition(" ")
+    per = 1_000_000 if count == "million" else int(count.replace(",", "")) if count.replace(",", "").isdigit() else 0
+    if per and noun:
+        return f"{_amount(quantity * per)} {noun} x {_price(unit_usd)} per {count}"
+    return f"{_amount(quantity)} x {_price(unit_usd)} per {unit}"
+
+
+def _price(usd: float) -> str:
+    """A unit price: cents always ($0.30, $3.00), and what a price table has past them ($0.2285)."""
+    digits = f"{usd:,.6f}".rstrip("0")
+    whole, _, cents = digits.partition(".")
+    return f"${whole}.{cents.ljust(2, '0')}"
+
+
+def _amount(value: float) -> str:
+    """Whole numbers with thousands separators, fractions to three places at most."""
+    return f"{value:,.0f}" if abs(value - round(value)) < 1e-9 else f"{value:,.3f}".rstrip("0").rstrip(".")
+
+
 def _usd(value: float) -> str:
     return f"${value:,.2f}"
 
@@ -140,8 +163,7 @@ def describe(result: Any, paths: dict[str, float], table: Any, warning: str | No
                 resource = (line.logical_id, line.type)
                 out.append(f"  {line.logical_id} ({line.type})")
             mark = "*" if line.usage else " "
-            out.append(f"   {mark} {line.item}: {line.quantity:,.3f} {line.unit} x ${line.unit_usd:,.6g} = "
-                       f"{_usd(line.monthly_usd)}")
+            out.append(f"   {mark} {line.item}: {priced(line.quantity, line.unit, line.unit_usd)} = {_usd(line.monthly_usd)}")
         if free.get(stack):
             counted = ", ".join(f"{kind} {count}" for kind, count in sorted(free[stack].items()))
             out.append(f"  no charge: {sum(free[stack].values())} resources ({counted})")
@@ -167,7 +189,20 @@ def describe(result: Any, paths: dict[str, float], table: Any, warning: str | No
     if designs:
         out += ["", *designs_table(designs, result.environment)]
     out += ["", f"monthly total: {_usd(result.monthly_usd)}"]
-    return "\n".join(out)
+    return "\n".join(_fit(line) for line in out)
+
+
+TEXT_WIDTH = 120  # the widest line the text prints
+
+
+def _fit(line: str) -> str:
+    """A line longer than the text's width, wrapped under its own indentation and then some."""
+    if len(line) <= TEXT_WIDTH:
+        return line
+    import textwrap
+
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    return "\n".join(textwrap.wrap(line, TEXT_WIDTH, subsequent_indent=indent, break_on_hyphens=False))
 
 
 def _table(rows: list[tuple[str, ...]], right: set[int]) -> list[str]:

@@ -524,7 +524,7 @@ class Pricer:
         self.line(stack, logical_id, resource["Type"], f"alarm on {len(metrics)} metric(s)", len(metrics), key)
 
     def dashboard(self, stack: Any, logical_id: str, resource: dict) -> None:
-        self.line(stack, logical_id, resource["Type"], "dashboard (an account's first three are free)", 1,
+        self.line(stack, logical_id, resource["Type"], "dashboard (priced in full: an account's first three are free, if not used elsewhere)", 1,
                   "cloudwatch.dashboard")
 
     def log_group(self, stack: Any, logical_id: str, resource: dict) -> None:

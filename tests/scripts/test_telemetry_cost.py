@@ -365,3 +365,27 @@ def test_the_report_opens_with_a_summary_in_aligned_columns_and_ends_with_the_to
     total = table[-1].split()[-1]
     assert out[-1] == f"monthly total: {total}"
     assert start < next(i for i, line in enumerate(out) if line.startswith("Telemetry-dev-"))
+
+
+def test_the_text_fits_120_columns_and_reads_its_quantities_as_a_person_would(capsys):
+    """Not "10.000 10,000 requests x $0.03": a price per a count of things is the things counted."""
+    assert cli.main(["cost", "--env", "prod", "--rate", "5000", "--transport", "mqtt"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 120
+    assert "requests (assumed 100,000): 100,000 requests x $0.03 per 10,000 = $0.30" in out
+    assert "customer managed key: 1 x $1.00 per key-month = $1.00" in out
+    assert "dashboard (priced in full: an account's first three are free, if not used elsewhere)" in out
+    assert " 10.000 " not in out and "x $0.3 " not in out
+
+
+@pytest.mark.parametrize(("quantity", "unit", "usd", "text"), [
+    (10.0, "10,000 requests", 0.03, "100,000 requests x $0.03 per 10,000"),
+    (2.5, "million messages (5 KB each)", 1.0, "2,500,000 messages (5 KB each) x $1.00 per million"),
+    (730.0, "hour", 0.2285, "730 x $0.2285 per hour"),
+    (4.9344, "GB-month", 0.03, "4.934 x $0.03 per GB-month"),
+    (0.0, "GB", 0.01, "0 x $0.01 per GB"),
+])
+def test_a_quantity_at_its_price(quantity, unit, usd, text):
+    from scripts.telemetry.cost import priced
+
+    assert priced(quantity, unit, usd) == text
