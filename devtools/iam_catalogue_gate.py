@@ -76,6 +76,10 @@ KNOWN_GAPS: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {
     ("RESOURCE_MISMATCH", "states:DescribeExecution"): (
         ("arn:aws:states:*:*:execution:*:*",),
         "the catalogue's execution and express are alternatives; parliament 1.6.4 requires the first it lists"),
+    ("RESOURCE_MISMATCH", "ssm:DescribeInstancePatchStates"): (
+        ("arn:aws:ec2:*:*:instance/*",),
+        "the catalogue's instance (an EC2 instance's ARN) and managed-instance are alternatives; parliament 1.6.4 "
+        "requires managed-instance, which only hybrid machines have"),
     ("RESOURCE_MISMATCH", "ssm:SendCommand"): (
         ("arn:aws:ssm:*:*:document/*", "arn:aws:ec2:*:*:instance/*"),
         "parliament judges each statement alone: the document is granted in its own statement, the instances "

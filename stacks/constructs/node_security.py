@@ -72,14 +72,22 @@ class NodeSecurity(Construct):
             "NodeSecurityGroup",
             vpc=vpc,
             description=f"Service Fabric nodes of {cluster_name}: cluster ports between nodes only",
-            # Nodes fetch the runtime package, certificates' CRLs and Windows updates from the
-            # internet and call AWS APIs; inbound is what this group restricts.
-            allow_all_outbound=True,
+            # Outbound is named too: the nodes hold the cluster certificate (an admin client
+            # certificate) and an application on them must not reach anywhere on any port.
+            allow_all_outbound=False,
         )
         for protocol, first, last in self.node_ports:
-            self.nodes.add_ingress_rule(
-                self.nodes, port_range(protocol, first, last), f"Service Fabric cluster traffic {protocol} {first}-{last}"
-            )
+            port = port_range(protocol, first, last)
+            self.nodes.add_ingress_rule(self.nodes, port, f"Service Fabric cluster traffic {protocol} {first}-{last}")
+            self.nodes.add_egress_rule(self.nodes, port, f"Service Fabric cluster traffic {protocol} {first}-{last}")
+        # HTTPS: AWS APIs (through the VPC's interface endpoints, or the NAT gateway), the runtime
+        # package, the CloudWatch agent and Windows Update. HTTP: Windows Update and the CRLs and
+        # OCSP responders a signature or TLS chain check fetches. DNS, NTP (Amazon Time Sync),
+        # Windows licence activation and instance metadata are not filtered by security groups
+        # (Amazon VPC User Guide, "Security group rules": traffic they do not filter).
+        for port, purpose in ((443, "HTTPS: AWS APIs, downloads, Windows Update"),
+                              (80, "HTTP: Windows Update, certificate revocation lists and OCSP")):  # fmt: skip
+            self.nodes.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(port), purpose)
         # Set-up's remote administration, per node type (SEED_SETUP_PORTS, SCALING_SETUP_PORTS).
         # Outbound is the node group's; these groups only admit.
         self.seeds = ec2.SecurityGroup(
@@ -88,12 +96,14 @@ class NodeSecurity(Construct):
         )  # fmt: skip
         for protocol, first, last in SEED_SETUP_PORTS:
             self.seeds.add_ingress_rule(self.seeds, port_range(protocol, first, last), f"Cluster creation {protocol} {first}")
+            self.nodes.add_egress_rule(self.seeds, port_range(protocol, first, last), f"Cluster creation {protocol} {first}")
         self.scaling = ec2.SecurityGroup(
             self, "ScalingSetupSecurityGroup", vpc=vpc, allow_all_outbound=False,
             description=f"Scaling nodes of {cluster_name}: SMB from nodes, checked before a removal",
         )  # fmt: skip
         for protocol, first, last in SCALING_SETUP_PORTS:
             self.scaling.add_ingress_rule(self.nodes, port_range(protocol, first, last), f"Node removal check {protocol} {first}")
+            self.nodes.add_egress_rule(self.scaling, port_range(protocol, first, last), f"Node removal check {protocol} {first}")
         # Members may call the HTTP gateway (19080) of every node: the node lifecycle functions
         # and operator hosts attach it, so the node group never has to reference theirs.
         self.gateway_clients = ec2.SecurityGroup(

@@ -60,6 +60,7 @@ class SharedStorage(Construct):
         for low, high in NFS_PORTS:
             for port in (ec2.Port.tcp_range(low, high), ec2.Port.udp_range(low, high)):
                 self.security_group.add_ingress_rule(nodes, port, "NFS from the Service Fabric nodes")
+                nodes.add_egress_rule(self.security_group, port, "NFS to the shared storage")
         self.key = kms.Key(
             self,
             "Key",

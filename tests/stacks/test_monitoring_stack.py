@@ -35,6 +35,28 @@ def test_alarm_topic_is_encrypted_and_tls_only(synthesized):
     )
 
 
+def test_this_accounts_alarms_may_publish_to_the_topic_whose_policy_replaces_the_default(synthesized):
+    """A topic policy replaces SNS's default one, which let the account's services publish; the TLS
+    statement alone would leave CloudWatch's service principal without an allow, and every alarm's
+    notification refused. Every alarm action of the environment names this topic."""
+    env = synthesized("prod")
+    monitoring = env.stacks["monitoring"]["Resources"]
+    (topic_id,) = [k for k, r in monitoring.items() if r["Type"] == "AWS::SNS::Topic"]
+    (policy,) = [r["Properties"] for r in monitoring.values() if r["Type"] == "AWS::SNS::TopicPolicy"]
+    assert policy["Topics"] == [{"Ref": topic_id}]
+    allows = [s for s in policy["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"]
+    (alarms,) = allows
+    assert alarms["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    assert alarms["Action"] == "sns:Publish" and alarms["Resource"] == {"Ref": topic_id}
+    assert alarms["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": "333333333333"},
+        "ArnLike": {"aws:SourceArn": "arn:aws:cloudwatch:eu-west-1:333333333333:alarm:*"},
+    }
+    actions = [a for stack in env.stacks.values() for r in stack["Resources"].values()
+               if r["Type"] == "AWS::CloudWatch::Alarm" for a in r["Properties"].get("AlarmActions", [])]  # fmt: skip
+    assert actions and all("AlarmsTopic" in json.dumps(a) or "arn:aws:sns" not in json.dumps(a) for a in actions)
+
+
 def test_email_subscriptions_come_from_config(synthesized):
     synthesized("prod").template("monitoring").has_resource_properties(
         "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "platform-oncall@example.com"}

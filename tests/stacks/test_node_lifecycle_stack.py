@@ -643,3 +643,8 @@ def test_the_patch_function_runs_only_aws_run_patch_baseline_and_only_on_this_cl
     granted = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert not {"autoscaling:CompleteLifecycleAction", "ec2:CreateTags", "states:StartExecution"} & granted
     assert {"ssm:DescribeInstancePatchStates", "ssm:GetCommandInvocation"} <= granted
+    # The patches a node reported, on this cluster's instances only (IAM's catalogue: instance*).
+    (states,) = [s for s in statements if "ssm:DescribeInstancePatchStates" in json.dumps(s["Action"])]
+    assert set(states["Action"]) <= {"ssm:DescribeInstancePatchStates", "ssm:SendCommand"}  # the CDK merges them
+    assert literal(states["Resource"]) == "arn:aws:ec2:eu-west-1:111111111111:instance/*"
+    assert states["Condition"] == {"StringEquals": {"ssm:resourceTag/sf:cluster": "telemetry-dev-sf"}}

@@ -189,6 +189,38 @@ def node_security_group_id(synthesized, env):
     return node
 
 
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_nodes_reach_out_only_on_the_ports_they_use(synthesized, env):
+    """The nodes hold the cluster (admin) certificate: their group names its outbound rules
+    (HTTPS and HTTP anywhere; cluster ports, set-up ports and NFS to the groups that admit them)
+    instead of allowing everything."""
+    node = node_security_group_id(synthesized, env)
+    groups_ = resources(synthesized, env, "AWS::EC2::SecurityGroup")
+    inline = groups_[node]["Properties"].get("SecurityGroupEgress", [])
+    assert all(rule.get("IpProtocol") != "-1" for rule in inline), inline  # not "allow all outbound"
+    egress = [r["Properties"] for r in resources(synthesized, env, "AWS::EC2::SecurityGroupEgress").values()
+              if r["Properties"]["GroupId"] == {"Fn::GetAtt": [node, "GroupId"]}]  # fmt: skip
+    anywhere = {(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in inline + egress if r.get("CidrIp") == "0.0.0.0/0"}
+    assert anywhere == {("tcp", 443, 443), ("tcp", 80, 80)}
+    to_group = {}
+    for rule in egress:
+        if "DestinationSecurityGroupId" in rule:
+            target = rule["DestinationSecurityGroupId"]["Fn::GetAtt"][0]
+            to_group.setdefault(target, set()).add((rule["IpProtocol"], rule["FromPort"], rule["ToPort"]))
+    ingress_from_nodes = {(r["IpProtocol"], r["FromPort"], r["ToPort"])
+                          for r in resources(synthesized, env, "AWS::EC2::SecurityGroupIngress").values()
+                          if r["Properties"]["GroupId"] == {"Fn::GetAtt": [node, "GroupId"]}
+                          and r["Properties"].get("SourceSecurityGroupId") == {"Fn::GetAtt": [node, "GroupId"]}
+                          for r in [r["Properties"]]}  # fmt: skip
+    assert to_group[node] == ingress_from_nodes  # node to node: what the nodes admit
+    (seeds,) = [k for k in groups_ if k.startswith("NodeSecuritySeedSetupSecurityGroup")]
+    (scaling,) = [k for k in groups_ if k.startswith("NodeSecurityScalingSetupSecurityGroup")]
+    (storage,) = [k for k in groups_ if k.startswith("SharedStorageSecurityGroup")]
+    assert to_group[seeds] == {("tcp", 135, 135), ("tcp", 445, 445)}
+    assert to_group[scaling] == {("tcp", 445, 445)}
+    assert to_group[storage] == {(p, a, b) for p in ("tcp", "udp") for a, b in ((111, 111), (2049, 2049), (20001, 20003))}
+
+
 def test_cluster_ports_are_open_between_nodes_only(synthesized):
     node = node_security_group_id(synthesized, "prod")
     ingress = [r["Properties"] for r in resources(synthesized, "prod", "AWS::EC2::SecurityGroupIngress").values()
