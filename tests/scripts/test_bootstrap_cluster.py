@@ -211,13 +211,14 @@ def test_dry_run_without_a_synthesized_template_synthesizes_as_deploy_does_and_w
         shutil.copytree(synthesized("prod").outdir, outdir, dirs_exist_ok=True)
 
     monkeypatch.setattr(cloud_assembly, "synthesize", synthesize)
+    (tmp_path / "cdk.out").mkdir()  # a folder without prod's synthesis (a missing one is refused)
     argv = ["--env", "prod", "--dry-run", "--cdk-out", str(tmp_path / "cdk.out"), "--format", "json"]
     assert cli.main(["cluster", "bootstrap", *argv], session_factory=lambda region: None) == 0
     plan = json.loads(capsys.readouterr().out)
     assert made == ["prod"] and plan["source"] == "a synthesis of prod made now" and plan["written"] is None
     assert [node["nodeName"] for node in plan["cluster_config"]["nodes"]] == [s["name"] for s in template_seeds(synthesized)]
     assert plan["would_change"][0] == f"write ClusterConfig.json to {bootstrap_cluster.REPO / 'cluster-config' / 'prod.json'}"
-    assert list(tmp_path.iterdir()) == []
+    assert list((tmp_path / "cdk.out").iterdir()) == []
 
 
 def test_creates_the_cluster_on_seed_0_from_the_stack_outputs(aws, pki, tmp_path, capsys):
