@@ -24,7 +24,7 @@ from stacks.compliance import acknowledge, wildcard_resource_finding
 from stacks.config import EnvironmentConfig
 from stacks.constructs.alarm_topic import AlarmTopic
 from stacks.constructs.command_document import command_document
-from stacks.constructs.lifecycle_functions import LifecycleFunction, function_code
+from stacks.constructs.lifecycle_functions import VPC_INTERFACE_ACTIONS, LifecycleFunction, function_code
 from stacks.constructs.lifecycle_monitoring import LifecycleMonitoring
 from stacks.constructs.lifecycle_workflows import Pacing, ScaleInWorkflow, ScaleOutWorkflow
 from stacks.constructs.undelivered_events import UndeliveredEventsQueue
@@ -56,6 +56,17 @@ from stacks.removal import removal_policy
 PATCH_DOCUMENT = "AWS-RunPatchBaseline"  # lambdas/node_lifecycle/patch_baseline.py sends it
 
 
+
+
+# What each read a lifecycle function holds on "*" is for (_acknowledge_reads_on_everything).
+READS_ON_EVERYTHING = {
+    "ec2:DescribeInstances": "which instance runs which node, and whether it still exists",
+    "autoscaling:DescribeAutoScalingGroups": "whether a drained instance was retained (its lifecycle action ended first) "
+                                             "and which instances the group holds",
+    "ssm:GetCommandInvocation": "how a Run Command sent to a node went",
+    "ssm:ListCommandInvocations": "whether a patch command still runs on a node",
+}
+TRACING_ACTIONS = ("xray:PutTraceSegments", "xray:PutTelemetryRecords")  # the CDK's, for an X-Ray traced function
 
 class NodeLifecycleStack(cdk.Stack):
     def __init__(
@@ -189,6 +200,8 @@ class NodeLifecycleStack(cdk.Stack):
         self._grant_node_tagging(scale_out, config)
         self._grant_patch_baseline(patch, config)
         self._grant_orphan_restarts(reaper, config, group_name, list(machine_arns.values()))
+        for made, which in ((scale_in, "scale-in"), (scale_out, "scale-out"), (reaper, "reaper"), (patch, "patch")):
+            self._acknowledge_reads_on_everything(made, which)
 
         timing = config.lifecycle_timing
         pacing = Pacing(
@@ -316,15 +329,23 @@ class NodeLifecycleStack(cdk.Stack):
             )
         )
         fn.add_to_role_policy(iam.PolicyStatement(actions=["ec2:DescribeInstances"], resources=["*"]))
-        acknowledge(
-            self._policy(made),
-            "AwsSolutions-IAM5",
-            "ec2:DescribeInstances, ssm:GetCommandInvocation and ssm:ListCommandInvocations (the patch function's) "
-            "support no resource-level permissions; they read which instance runs "
-            "which node, whether it still exists, how a Run Command sent to a node went, what patches it "
-            "reported and whether a patch command still runs on it.",
-            finding=wildcard_resource_finding("*"),
-        )
+
+    def _acknowledge_reads_on_everything(self, made: LifecycleFunction, which: str) -> None:
+        """One reason per function, naming the reads it holds on "*" (none of which takes a
+        resource) and what each is for; a new action on "*" without its purpose here stops synthesis."""
+        policy = self._policy(made)
+        assert isinstance(policy, iam.Policy)
+        on_everything = sorted({action for statement in policy.document.to_json()["Statement"]
+                                if statement["Resource"] == "*"
+                                for action in ([statement["Action"]] if isinstance(statement["Action"], str)
+                                               else statement["Action"])} - set(VPC_INTERFACE_ACTIONS) - set(TRACING_ACTIONS))  # fmt: skip
+        unexplained = [action for action in on_everything if action not in READS_ON_EVERYTHING]
+        assert not unexplained, f"{which}: say what {unexplained} on '*' are for (READS_ON_EVERYTHING)"
+        acknowledge(policy, "AwsSolutions-IAM5",
+                    f"The {which} function's reads on '*', which take no resource in IAM's catalogue: "
+                    + "; ".join(f"{action}, {READS_ON_EVERYTHING[action]}" for action in on_everything)
+                    + ". The network interface and X-Ray actions are acknowledged with the function's role.",
+                    finding=wildcard_resource_finding("*"))  # fmt: skip
 
     def _grant_lifecycle_actions(self, made: LifecycleFunction, config: EnvironmentConfig, group_name: str) -> None:
         group_arn = self._group_arn(group_name)

@@ -119,8 +119,10 @@ class ServiceFabricStack(Stack):
         acknowledge(
             self.deployment_secret,
             "AwsSolutions-SMG4",
-            "The seeds' deployment account is used only while the cluster is created and is disabled on every "
-            "seed afterwards (create_cluster.yaml); a rotation function would have to reach each seed's SAM",
+            "The seeds' deployment account is used only while the cluster is created; the create-cluster command "
+            "then disables it on every seed it reaches and names any it could not in create-cluster.unretired with a "
+            "warning to disable it by hand (create_cluster.yaml), and a rebuilt seed never gets it back "
+            "(prepare_node.ps1); a rotation function would have to reach each seed's SAM",
         )
         self.storage = SharedStorage(
             self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -434,6 +435,26 @@ def test_run_command_reaches_only_this_clusters_nodes_and_only_the_needed_docume
     # Of SSM, the reaper only reads the gateway thumbprint; no Run Command, no lock.
     assert not any(a.startswith("dynamodb:") for a in reaper_actions)
     assert {a for a in reaper_actions if a.startswith("ssm:")} == {"ssm:GetParameter"}
+
+
+def test_each_functions_reads_on_everything_are_acknowledged_by_name_on_its_own_policy(synthesized):
+    """One reason per function naming exactly the reads it holds on "*" (not one sentence shared by
+    four functions naming actions some lack): cdk-nag's acknowledgement in the synthesis metadata."""
+    from stacks.constructs.lifecycle_functions import VPC_INTERFACE_ACTIONS
+    from stacks.node_lifecycle_stack import TRACING_ACTIONS
+
+    env = synthesized("dev")
+    template = env.template("node_lifecycle")
+    metadata = json.loads((Path(env.outdir) / "Telemetry-dev-NodeLifecycle.metadata.json").read_text())
+    for handler, construct in (("scale_in", "ScaleInFunction"), ("scale_out", "ScaleOutFunction"),
+                               ("reaper", "ReaperFunction"), ("patch", "PatchFunction")):  # fmt: skip
+        on_everything = {a for s in statements_of(template, handler) if s["Resource"] == "*" for a in actions(s)}
+        reads = on_everything - set(VPC_INTERFACE_ACTIONS) - set(TRACING_ACTIONS)
+        entries = metadata[f"/Telemetry-dev-NodeLifecycle/{construct}/Role/DefaultPolicy"]
+        (reason,) = [e["data"]["Annotation::AwsSolutions-IAM5[Resource::*]"] for e in entries
+                     if e["type"] == "aws:cdk:acknowledged-rules" and "Annotation::AwsSolutions-IAM5[Resource::*]" in e["data"]]  # fmt: skip
+        named = set(re.findall(r"\b(?:ec2|ssm|autoscaling):[A-Za-z]+", reason))
+        assert named == reads, (construct, named, reads)
 
 
 def literal(value: Any) -> Any:
