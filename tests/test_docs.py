@@ -1,11 +1,15 @@
 """The README and the manual (docs/*.md) as a reader meets them: every figure a command prints is
 what that command prints now, every link between pages lands on a page and a section that exist,
-each page says what it is for and lists its sections and prose fits the width it is written to
-(issue 47)."""
+each page says what it is for and lists its sections, prose fits the width it is written to, and
+the certificate snippet of docs/deploy.md keeps the keys until their secret holds them (issue 47)."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -113,3 +117,58 @@ def test_prose_lines_fit_110_columns(page):
               and not re.fullmatch(r"- \[.+\]\(#[^)]+\)", line)):
             long.append(f"{number}: {line[:60]}...")
     assert not long, long
+
+
+# -- the certificate snippet, as typed ------------------------------------------------------------
+
+FAKE_AWS = """#!/bin/sh
+# Stands in for the AWS CLI v2: records each call, fails when told to.
+echo "$@" >> "$AWS_CALLS"
+[ -z "$AWS_FAILS_ON" ] || case "$*" in
+  *"$AWS_FAILS_ON"*) echo "An error occurred (ResourceExistsException)" >&2; exit 254;;
+esac
+"""
+
+
+def certificate_snippet() -> str:
+    page = (REPO / "docs" / "deploy.md").read_text()
+    section = page[page.index("## Certificates and secrets"):]
+    return re.search(r"^```bash\n(.*?)^```", section, re.M | re.S).group(1)
+
+
+def run_snippet(tmp_path: Path, fails_on: str = "") -> subprocess.CompletedProcess:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    aws = bin_dir / "aws"
+    aws.write_text(FAKE_AWS)
+    aws.chmod(aws.stat().st_mode | stat.S_IEXEC)
+    env = {"PATH": f"{bin_dir}{os.pathsep}/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path),
+           "AWS_CALLS": str(tmp_path / "calls"), "AWS_FAILS_ON": fails_on}
+    work = tmp_path / "work"
+    work.mkdir()
+    # Typed into an interactive bash: each line as it comes, the subshell keeping `set -e` to itself.
+    return subprocess.run(["bash", "-i"], input=certificate_snippet() + "echo shell-still-open\n", cwd=work, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.skipif(not (shutil.which("openssl") and shutil.which("shred")), reason="needs openssl and shred")
+def test_the_certificate_snippet_uploads_both_secrets_then_shreds_their_keys(tmp_path):
+    result = run_snippet(tmp_path)
+    assert "shell-still-open" in result.stdout, result.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [call.split(" --secret-string")[0] for call in calls] == [
+        "secretsmanager create-secret --name telemetry-prod/service-fabric/cluster-certificate",
+        "secretsmanager create-secret --name telemetry-prod/service-fabric/admin-certificate"]
+    left = sorted(path.name for path in (tmp_path / "work").iterdir())
+    assert left == ["admin.crt", "cluster.crt"]  # no key, PFX or secret file
+    assert re.search(r"^[0-9A-F]{40}$", result.stdout, re.M), result.stdout  # the cluster thumbprint
+
+
+@pytest.mark.skipif(not (shutil.which("openssl") and shutil.which("shred")), reason="needs openssl and shred")
+def test_the_certificate_snippet_stops_at_a_failed_upload_and_keeps_that_key(tmp_path):
+    result = run_snippet(tmp_path, fails_on="cluster-certificate")
+    assert "shell-still-open" in result.stdout and "ResourceExistsException" in result.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert len(calls) == 1  # the admin certificate was never made nor sent
+    left = sorted(path.name for path in (tmp_path / "work").iterdir())
+    assert left == ["cluster-secret.json", "cluster.crt", "cluster.key", "cluster.pfx"]
