@@ -15,8 +15,8 @@ What stands in for what, and where each behaviour comes from:
   SCRAM authentication (tests/flink_sink/test_sink_as_sink_role.py and tests/test_msk_authorization.py
   run those). The topic is created with `message.timestamp.type=LogAppendTime` (Kafka topic
   configuration reference), so each record's timestamp is the broker's append time: the stamp the
-  first leg ends on. The platform's topics keep the default CreateTime (README, "Telemetry in S3"),
-  where that timestamp is the writing client's clock instead.
+  first leg ends on. The platform's topics keep the default CreateTime (docs/lake.md, "Device
+  clocks"), where that timestamp is the writing client's clock instead.
 - Managed Flink: the jar's own entry point in a local MiniCluster with the application's
   parallelism and checkpoint configuration (ManagedFlinkStandIn, flink/src/test/...), checkpoints
   into a local folder.

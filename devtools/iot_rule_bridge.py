@@ -264,8 +264,8 @@ class IotRuleBridge:
         starts, every message handed to Kafka so far has its answer: delivered, or failed and
         given to the error action. A test changes the broker inside it, so no write is in flight
         at that moment. A real outage promises no such moment: a write the broker made and never
-        acknowledged goes to the error action too, and its replay is a duplicate (README, "Device
-        messages that failed")."""
+        acknowledged goes to the error action too, and its replay is a duplicate
+        (docs/devices-and-gateway.md, "Device messages that failed")."""
         with self._lock:
             if self.producer.flush(timeout) != 0:
                 raise TimeoutError(f"messages still in flight after {timeout} s")

@@ -71,15 +71,16 @@ def test_cdk_cli_reports_an_unknown_environment(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_the_readme_configuration_table_names_every_section():
-    """Each top-level key of an environment in cdk.json has its row in the README's table."""
+def test_the_configuration_table_names_every_section():
+    """Each top-level key of an environment in cdk.json has its row in the manual's table
+    (docs/deploy.md, "Environments")."""
     from stacks.config import EnvironmentConfig
 
-    readme = (REPO / "README.md").read_text()
-    table = readme[readme.index("| key | what it sets |"):].split("\n\n", 1)[0]
+    page = (REPO / "docs" / "deploy.md").read_text()
+    table = page[page.index("| key | what it sets |"):].split("\n\n", 1)[0]
     named = {key.split(".")[0] for row in table.splitlines()[2:] for key in re.findall(r"`([a-z_.]+)`", row.split("|")[1])}
     sections = set(EnvironmentConfig.model_fields) - {"name"}
-    assert sections <= named, f"missing from the README's configuration table: {sorted(sections - named)}"
+    assert sections <= named, f"missing from docs/deploy.md's configuration table: {sorted(sections - named)}"
 
 
 @pytest.mark.integration

@@ -19,8 +19,8 @@ The parts, each the one that ships or a stand-in that cites its source:
 
 What the test cannot show: a write the broker made but never acknowledged (the rule reports it
 failed, and its replay is a duplicate). The broker is killed and restarted inside
-IotRuleBridge.held(), when nothing is in flight; README, "Device messages that failed", says what
-happens outside that moment.
+IotRuleBridge.held(), when nothing is in flight; docs/devices-and-gateway.md, "Device messages that
+failed", says what happens outside that moment.
 """
 
 from __future__ import annotations

@@ -53,12 +53,12 @@ def exactly_what_it_needs(config, session) -> dict[str, dict[str, float]]:
 
 class Account:
     """The stand-in account for one environment, with its certificate secrets and the CDK
-    bootstrap a user makes before the first deployment (the README's checklist)."""
+    bootstrap a user makes before the first deployment (docs/deploy.md's checklist)."""
 
     def __init__(self, env: str, moto_session, synthesized, tmp_path, monkeypatch, *, exact_quotas: bool = False) -> None:
         self.config = load_environment(read_environments(), env)
-        # The operator has pinned the standalone package's digest, as the README's "Pinned
-        # downloads" says to before a production deployment (cdk.json ships it unpinned).
+        # The operator has pinned the standalone package's digest, as docs/service-fabric.md's
+        # "Pinned downloads" says to before a production deployment (cdk.json ships it unpinned).
         monkeypatch.setattr(type(self.config), "unpinned_downloads", lambda config: [])
         monkeypatch.setenv("MOTO_ACCOUNT_ID", self.config.account)
         monkeypatch.setattr(journey, "SMOKE_POLL_S", 0.0)

@@ -46,7 +46,7 @@ class StubbedStackSession:
 
 
 def certificate_secret(issued) -> str:
-    """A certificate secret as the README says to create it (the nodes read the PFX keys)."""
+    """A certificate secret as docs/deploy.md says to create it (the nodes read the PFX keys)."""
     return json.dumps({"certificate": issued.cert_pem, "private_key": issued.key_pem, "pfx": "cGZ4", "pfx_password": "pw"})
 
 

@@ -169,7 +169,7 @@ def check_cluster_config(config, seeds, *, cluster_thumbprint, admin_thumbprint)
     assert config["properties"]["fabricClusterAutoupgradeEnabled"] is False
     setup, hosting = config["properties"]["fabricSettings"]
     assert {p["name"]: p["value"] for p in setup["parameters"]} == {"FabricDataRoot": "D:\\SF", "FabricLogRoot": "D:\\SF\\Log"}
-    # Applications' RunAs policies are honoured (README: run them as a low-privilege account; #33).
+    # Applications' RunAs policies are honoured (docs/service-fabric.md: run them as a low-privilege account; #33).
     assert hosting == {"name": "Hosting", "parameters": [{"name": "RunAsPolicyEnabled", "value": "true"}]}
 
 

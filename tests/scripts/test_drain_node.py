@@ -1,7 +1,7 @@
 """`telemetry cluster drain` (scripts/drain_node.py) end to end: run as an operator would, against
 the HTTPS emulator.
 
-The drain's order (README, "Node lifecycle"): deactivate -> wait Disabled -> the removal
+The drain's order (docs/service-fabric.md, "Node lifecycle"): deactivate -> wait Disabled -> the removal
 upgrade while the node's machine still runs (waiting out others) -> wait until done -> node
 gone; a clean-up (stop the host, RemoveNodeState) only when the upgrade leaves the node listed.
 

@@ -1,8 +1,9 @@
-"""Every `telemetry` command the README shows in full (an environment named, no placeholder to fill
-in), run as typed by someone with this checkout and no AWS credentials: each ends as the README
-says, done (an offline command or a dry run, exit 0), or with one line naming what it needs
-(credentials, exit 2), never a traceback (issue 34). Each is the installed command (.venv/bin/telemetry,
-as make synth leaves it) run by a shell, as typed; so are the make targets that end here."""
+"""Every `telemetry` command the README and the manual (docs/*.md) show in full (an environment
+named, no placeholder to fill in), run as typed by someone with this checkout and no AWS
+credentials: each ends as the page says, done (an offline command or a dry run, exit 0), or with
+one line naming what it needs (credentials, exit 2), never a traceback (issues 34 and 47). Each is
+the installed command (.venv/bin/telemetry, as make synth leaves it) run by a shell, as typed; so
+are the make targets that end here."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tests.conftest import REPO
 from tests.scripts.runtime_cabs import write_cab
 
 # `telemetry ...` or `.venv/bin/telemetry ...`: inline code (which may wrap onto the next line), or
-# a code block's line (up to a comment).
+# a code block's line (up to a comment), the block's fence indented too (a list item's block).
 INLINE = re.compile(r"`\s*(?:\.venv/bin/)?telemetry ([a-z][^`|]*)`")
 BLOCK_LINE = re.compile(r"^\s*(?:\.venv/bin/)?telemetry ([a-z][^#\n]*)", re.M)
 INDENTED = re.compile(r"^\s+\.venv/bin/telemetry ([a-z][^#\n]*)", re.M)  # a list item's indented command
@@ -29,11 +30,18 @@ PLACEHOLDER = re.compile(r"[A-Z]{1,}(?![a-z])|<|\[|\\\|")  # ENV, ARN, N, <when>
 INPUTS = {"--package": write_cab}
 
 
+CODE_BLOCK = re.compile(r"^[ \t]*```[a-z]*\n(.*?)^[ \t]*```", re.M | re.S)
+
+
+def pages() -> list[Path]:
+    """Where commands are shown: the README and every page of the manual."""
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
 def readme_commands() -> list[list[str]]:
-    readme = (REPO / "README.md").read_text()
-    block = re.compile(r"^```[a-z]*\n(.*?)^```", re.M | re.S)
-    blocks = "\n".join(block.findall(readme))
-    prose = block.sub("", readme)
+    text = "\n".join(page.read_text() for page in pages())
+    blocks = "\n".join(CODE_BLOCK.findall(text))
+    prose = CODE_BLOCK.sub("", text)
     found = []
     spans = [*INLINE.finditer(prose), *INDENTED.finditer(prose), *BLOCK_LINE.finditer(blocks)]
     for text in [span.group(1) for span in spans]:
@@ -119,14 +127,14 @@ def test_the_readme_completion_set_up_runs_as_typed_and_bash_completes_from_it(t
 
 
 MAKE_INLINE = re.compile(r"`make ([a-z][a-z-]*(?: [A-Z]+=[a-z]+)?)")
-MAKE_LINE = re.compile(r"^make ([a-z][a-z-]*(?: [A-Z]+=[a-z]+)?)", re.M)  # a code block's line
+MAKE_LINE = re.compile(r"^[ \t]*make ([a-z][a-z-]*(?: [A-Z]+=[a-z]+)?)", re.M)  # a code block's line
 
 
 def readme_make_targets() -> list[list[str]]:
-    readme = (REPO / "README.md").read_text()
-    blocks = "\n".join(re.findall(r"^```[a-z]*\n(.*?)^```", readme, re.M | re.S))
+    text = "\n".join(page.read_text() for page in pages())
+    blocks = "\n".join(CODE_BLOCK.findall(text))
     found = []
-    for match in [*MAKE_INLINE.finditer(readme), *MAKE_LINE.finditer(blocks)]:
+    for match in [*MAKE_INLINE.finditer(text), *MAKE_LINE.finditer(blocks)]:
         argv = match.group(1).split()
         if argv not in found:
             found.append(argv)
@@ -134,7 +142,7 @@ def readme_make_targets() -> list[list[str]]:
 
 
 def test_every_make_target_the_readme_shows_is_one_the_makefile_has_and_expands_as_typed():
-    """Each `make ...` of the README, expanded by make itself (-n: what it would run, nothing run):
+    """Each `make ...` of the README and the manual, expanded by make itself (-n: what it would run, nothing run):
     the target exists with the variables shown; what the whole ones do is run by CI (synth, test)
     or by their own tests (demo, lint through test_compliance, cost through test_telemetry_cost)."""
     import subprocess
@@ -172,7 +180,7 @@ def test_the_make_targets_that_end_here_end_as_the_readme_says(tmp_path):
 
 
 def test_make_synth_of_prod_stops_on_the_download_the_readme_says_to_pin_first(tmp_path):
-    """The README: `make synth ENV=prod` synthesizes prod "once its downloads are pinned"; until then
+    """The README's set-up: `make synth ENV=prod` synthesizes prod "once its downloads are pinned"; until then
     one line names the key and how to pin it, before anything is synthesized."""
     assert ["synth", "ENV=prod"] in readme_make_targets()
     result = as_typed("make synth ENV=prod", tmp_path / "home")

@@ -336,7 +336,7 @@ def test_bad_minimum_is_one_line(capsys):
 
 
 def test_the_readme_command_plans_offline(capsys):
-    """README's `telemetry cluster refresh --env prod`, as its dry run: the preferences, no AWS."""
+    """docs/day-2.md's `telemetry cluster refresh --env prod`, as its dry run: the preferences, no AWS."""
     assert cli.main(["cluster", "refresh", "--env", "prod", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "telemetry-prod-sf-scaling: instance refresh, minimum healthy 100%, maximum 110%, warm-up 900 s" in out

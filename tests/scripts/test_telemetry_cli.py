@@ -408,7 +408,7 @@ def test_the_patch_plan_is_printed_offline_seeds_first(no_aws, capsys):
     assert "cluster health" in plan["would_read"] and plan["dry_run"] is True
     assert plan["state_machine"].endswith(":stateMachine:telemetry-prod-sf-patch")
 
-    assert cli.main(["cluster", "patch", "--env", "prod", "--dry-run"]) == 0  # as the README's day-2 table types it
+    assert cli.main(["cluster", "patch", "--env", "prod", "--dry-run"]) == 0  # as docs/day-2.md's table types it
     text = capsys.readouterr().out
     assert "nodes, one at a time: seed-0, seed-1, seed-2, seed-3, seed-4, then the scaling nodes" in text
     assert "maintenance window: cron(0 3 ? * THU *) UTC, enabled" in text

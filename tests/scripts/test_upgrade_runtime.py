@@ -153,7 +153,7 @@ def test_a_package_missing_from_the_image_store_says_how_to_put_it_there(gateway
 
 
 def test_the_readme_command_plans_offline(capsys):
-    """README's `telemetry cluster upgrade --env prod --version 11.5.0.1 --dry-run`."""
+    """docs/day-2.md's `telemetry cluster upgrade --env prod --version 11.5.0.1 --dry-run`."""
     assert cli.main(["cluster", "upgrade", "--env", "prod", "--version", "11.5.0.1", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Service Fabric runtime 11.4.268.1 (cdk.json) -> 11.5.0.1\n")

@@ -2,7 +2,8 @@
 
 Each behaviour names its source in the open-source runtime (microsoft/service-fabric, read at
 its newest snapshot) or Microsoft's REST reference; where no source says, the comment says so
-and the behaviour is a risk (listed in the README's "What the emulator is based on").
+and the behaviour is a risk (listed in docs/testing.md, "What the Service Fabric emulator is
+based on").
 
 Time is counted in ticks (one per gateway request, see cluster.py), so tests are deterministic.
 """

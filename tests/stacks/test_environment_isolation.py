@@ -1,4 +1,4 @@
-"""Two environments in one account, as the README offers: nothing of one reaches the other.
+"""Two environments in one account, as docs/deploy.md offers: nothing of one reaches the other.
 
 dev as shipped, and staging synthesized through the real app into dev's account (its cdk.json entry
 with dev's account id; both are in eu-west-1): two whole environments as they would stand side by

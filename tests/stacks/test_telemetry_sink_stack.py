@@ -170,7 +170,7 @@ def test_lifecycle_moves_data_to_infrequent_access_then_glacier_ir(synthesized, 
 @pytest.mark.parametrize("env", ["dev", "staging", "prod"])
 def test_unfinished_uploads_outlive_every_restorable_snapshot(synthesized, env):
     """The file sink's part files are multipart uploads that a restore from a snapshot resumes:
-    S3 may abort them only after the newest snapshot the README promises to restore is older."""
+    S3 may abort them only after the newest snapshot docs/lake.md promises to restore is older."""
     retention = load_environment(cdk_context()["environments"], env).telemetry_sink.snapshot_retention_days
     rules = telemetry_bucket(template(synthesized, env))["Properties"]["LifecycleConfiguration"]["Rules"]
     windows = [r["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] for r in rules
@@ -248,7 +248,7 @@ def test_role_is_least_privilege(synthesized):
     assert prefixes == ["/dead-letter/*", "/smoke/*", "/telemetry/*"]
     # The sink deletes (its S3 writer's temporary part objects), but on a versioned bucket a delete
     # only adds a marker: it may not remove a version, nor change versioning, the lifecycle or a lock,
-    # so what it wrote stays recoverable for the noncurrent retention (README, "The lake").
+    # so what it wrote stays recoverable for the noncurrent retention (docs/lake.md, "Commits, storage classes and deletes").
     assert not actions & {"s3:DeleteObjectVersion", "s3:PutBucketVersioning", "s3:PutLifecycleConfiguration",
                           "s3:PutBucketObjectLockConfiguration", "s3:PutBucketPolicy", "s3:BypassGovernanceRetention"}
     bucket = telemetry_bucket(template(synthesized, "prod"))["Properties"]

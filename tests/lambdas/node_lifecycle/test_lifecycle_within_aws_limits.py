@@ -247,7 +247,7 @@ def test_an_event_eventbridge_could_not_deliver_is_kept_for_an_operator(world: W
     assert letter["attributes"]["EXHAUSTED_RETRY_CONDITION"] == "MaximumEventAgeInSeconds"
     assert letter["attributes"]["ERROR_CODE"] == "THROTTLING"
     assert letter["body"]["detail"]["EC2InstanceId"] == action.instance_id
-    # The queue's depth alarm fires with the action still pending; the README's row: start the
+    # The queue's depth alarm fires with the action still pending; docs/day-2.md's row: start the
     # state machine with the message's body as its input while the instance waits.
     assert action.pending
     world.wire.faults.clear()

@@ -6,7 +6,8 @@ The rule each pair checks is the issue's: one owner for a node at a time. An exe
 node only while it holds the membership lock for it, and an execution whose lifecycle action Auto
 Scaling no longer has stops without touching the node (the execution or operator that ended the
 action owns what follows). How Auto Scaling answers for an ended action, and why two executions
-serve one action at all, are in lifecycle_actions.py and the README's "Operations that overlap".
+serve one action at all, are in lifecycle_actions.py and docs/day-2.md, "Node lifecycle operations that
+overlap".
 """
 
 from __future__ import annotations
