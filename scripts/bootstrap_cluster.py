@@ -312,7 +312,7 @@ MIN_WAIT_MIN = 5  # the shortest "run again in": a Windows first boot moves in s
 
 def preparation_budget_s() -> int:
     """How long a node's preparation may take after its launch: what the add-node document waits
-    for it (stacks/documents/add_node.yaml, preparationTimeoutSeconds; the README says it takes
+    for it (stacks/documents/add_node.yaml, preparationTimeoutSeconds; docs/service-fabric.md says it takes
     about 10-20 minutes)."""
     import yaml
 

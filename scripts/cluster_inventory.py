@@ -145,7 +145,7 @@ def read_certificate_secret(secrets, name: str) -> dict:
         text = secrets.get_secret_value(SecretId=name)["SecretString"]
         value = json.loads(text)
     except secrets.exceptions.ResourceNotFoundException:
-        raise ToolError(f"secret {name} does not exist; create it as the README describes") from None
+        raise ToolError(f"secret {name} does not exist; create it as docs/deploy.md describes") from None
     except (KeyError, ValueError):
         raise ToolError(f"secret {name} is not a JSON object with {', '.join(CERTIFICATE_KEYS)}") from None
     missing = [key for key in CERTIFICATE_KEYS if not value.get(key)]

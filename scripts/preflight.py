@@ -82,7 +82,7 @@ def check_secret(secrets, name: str, keys: Sequence[str]) -> Check:
     try:
         text = secrets.get_secret_value(SecretId=name)["SecretString"]
     except secrets.exceptions.ResourceNotFoundException:
-        return Check(label, BLOCKER, "does not exist; create it as the README describes")
+        return Check(label, BLOCKER, "does not exist; create it as docs/deploy.md describes")
     try:
         value = json.loads(text)
     except ValueError:

@@ -191,7 +191,7 @@ def refuse_alarming(session: Any, names: list[str]) -> None:
     if alarming:
         reason = found[alarming[0]].get("StateReason", "")
         raise ToolError(f"{alarming[0]} is in ALARM{f' ({reason})' if reason else ''}: the refresh would stop on it; "
-                        "resolve what it reports (README, the node lifecycle alarms), then run again")
+                        "resolve what it reports (docs/day-2.md, \"Failure modes and what an operator does\"), then run again")
 
 
 def other_preferences(refresh: dict[str, Any], request: dict[str, Any]) -> list[str]:

@@ -167,7 +167,7 @@ TIERED_SEGMENT_BYTES_DEFAULT = _limit("segment.bytes default on tiered clusters"
 # choice, a day for the copy to resume or for whoever the disk alarm pages to act.
 TIERED_STALL_HOURS = _limit("hours of stalled copying to the remote tier a broker's volume holds (auto scaling not "
                             "counted)", 24, "hours",
-                            ("This blueprint's choice, README \"Sized from the workload\"; Kafka UnifiedLog.deletableSegments",
+                            ("This blueprint's choice, docs/capacity-and-cost.md \"Sized from the workload\"; Kafka UnifiedLog.deletableSegments",
                              "https://github.com/apache/kafka/blob/3.9/storage/src/main/java/org/apache/kafka/storage/"
                              "internals/log/UnifiedLog.java"))  # fmt: skip
 NAT_BANDWIDTH = _limit("NAT gateway bandwidth (scales automatically to 100 Gbps)", 5, "Gbps", NAT)

@@ -528,7 +528,7 @@ class NodeLifecycleConfig(_Section):
         if isinstance(data, dict) and "operator_hold_minutes" in data:
             raise ValueError(
                 "operator_hold_minutes is no longer read: a failed drain's or a refused seed node's instance is "
-                "retained by Auto Scaling, running, until an operator terminates it (README: when a step fails); "
+                "retained by Auto Scaling, running, until an operator terminates it (docs/service-fabric.md: when a step fails); "
                 "remove the key"
             )
         return data

@@ -72,7 +72,7 @@ def start_configuration_removal(
         raise NodeInWrongState(
             f"not removing {node_name}: it is Down. The UOS deactivates each node it removes and "
             "waits for Disabled, which a Down node never reaches; start FabricHostSvc on its "
-            "machine again, or see the README's runbook for a lost machine"
+            "machine again, or see docs/day-2.md, 'Lost machines'"
         )
     if not node.is_deactivated:
         raise NodeInWrongState(

@@ -390,7 +390,7 @@ def fail_scale_in(runtime: Runtime, state: State) -> dict[str, Any]:
             f"telemetry cluster drain --env <environment> --node {node}; then let the instance go: aws autoscaling "
             f"terminate-instance-in-auto-scaling-group --instance-id {instance_id} --no-should-decrement-desired-capacity "
             f"--region {runtime.settings.region}. A node whose machine is gone can no longer be removed by upgrade "
-            "(README: lost machines)."
+            "(docs/day-2.md: lost machines)."
         )
     return {
         "lock_released": not lock_note,
@@ -679,7 +679,7 @@ def reap_zombies(runtime: Runtime, now: datetime | None = None) -> dict[str, Any
     refuses that for a machine that does not answer on 445 (StandaloneSettingsValidator,
     CheckRequiredPorts); RemoveNodeState alone would leave the UOS listing a node the FM has
     dropped, and every later upgrade, joins included, would fail validation. So a zombie stays
-    Down in the cluster (later upgrades keep it in `nodes` and pass) and the README's runbook
+    Down in the cluster (later upgrades keep it in `nodes` and pass) and docs/day-2.md's runbook
     says what an operator can do."""
     nodes = runtime.client.get_node_info_list(status_filter="all")
     states = instance_states_by_node(nodes, runtime.instances.list_node_instances())

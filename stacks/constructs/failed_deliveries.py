@@ -67,7 +67,7 @@ class FailedDeliveries(Construct):
             alarm_name=f"{alarm_name_prefix}-FailedDeliveriesWaiting",
             description=(
                 f"Device messages the IoT rule could not deliver to Kafka wait in {queue_name}: once the "
-                "Kafka action succeeds again, run `telemetry devices replay` (README: failure modes)"
+                "Kafka action succeeds again, run `telemetry devices replay` (docs/day-2.md: failure modes)"
             ),
             # AWS/SQS ApproximateNumberOfMessagesVisible and ...NotVisible by QueueName (SQS
             # Developer Guide, "Available CloudWatch metrics for Amazon SQS"), summed: a message a

@@ -416,7 +416,7 @@ class ScaleInWorkflow(_Workflow):
                 sfn.JsonPath.format(
                     "Instance {} runs seed node {}, which automation never removes. Its terminate action was "
                     "ABANDONed: Auto Scaling retains the instance (Terminating:Retained), running, for an operator; "
-                    "keep it (README: failure modes, Terminating:Retained).",
+                    "keep it (docs/day-2.md: failure modes, Terminating:Retained).",
                     sfn.JsonPath.string_at("$.hook.instance_id"),
                     sfn.JsonPath.string_at("$.node.node_name"),
                 )

@@ -186,7 +186,7 @@ class MskCluster(Construct):
         keep up or the volume reached its ceiling (max_gib, within the 16,384 GiB per broker MSK
         allows). CloudFormation sends the template's VolumeSize whenever anything under
         EBSStorageInfo changes (cloudformation-coverage-roadmap issue 1129), which MSK refuses
-        below the grown size plus 10 GiB: the README says how to change the storage afterwards."""
+        below the grown size plus 10 GiB: docs/capacity-and-cost.md says how to change the storage afterwards."""
         target = appscaling.CfnScalableTarget(
             self,
             "StorageScaling",

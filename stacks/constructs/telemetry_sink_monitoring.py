@@ -185,7 +185,7 @@ class TelemetrySinkMonitoring(Construct):
             periods=1,
             comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             description=f"At least {clock_alarm_records} readings in 5 minutes carried a device time before the "
-            "table's first day or too far ahead of their ingest time; they are filed by ingest time (README, "
+            "table's first day or too far ahead of their ingest time; they are filed by ingest time (docs/lake.md, "
             "Device clocks): find the devices with SELECT device_id ... WHERE event_time < ... OR event_time > ingest_time",
         )
 

@@ -6,7 +6,7 @@ target has a dead-letter queue; errors that cannot pass (no permission, no such 
 queue at once, without retries (EventBridge User Guide, "Event retry policy and using dead-letter
 queues"). Each message is the event, with the attributes RULE_ARN, TARGET_ARN, ERROR_CODE,
 ERROR_MESSAGE, EXHAUSTED_RETRY_CONDITION and RETRY_ATTEMPTS (same page). A terminate event that
-lands here means a node whose drain never started: the README's operator table says what to do.
+lands here means a node whose drain never started: docs/day-2.md's failure modes say what to do.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class UndeliveredEventsQueue(Construct):
             action=self._action,
             description=(
                 f"A scaling-group lifecycle event could not start its state machine and is in {queue_name}: "
-                "its node was never joined or drained (README: failure modes)"
+                "its node was never joined or drained (docs/day-2.md: failure modes)"
             ),
             metric=self.queue.metric_approximate_number_of_messages_visible(
                 period=cdk.Duration.minutes(1), statistic="Maximum"

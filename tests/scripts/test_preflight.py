@@ -275,7 +275,7 @@ def test_each_missing_piece_is_one_blocker_line(account, capsys):
         "blocker: cdk bootstrap: not bootstrapped (/cdk-bootstrap/hnb659fds/version missing); "
         "run: make bootstrap ENV=dev",
         "blocker: secret telemetry-dev/service-fabric/cluster-certificate: lacks pfx_password",
-        "blocker: secret telemetry-dev/service-fabric/admin-certificate: does not exist; create it as the README describes",
+        "blocker: secret telemetry-dev/service-fabric/admin-certificate: does not exist; create it as docs/deploy.md describes",
         f"blocker: Elastic IPs (NAT): {rows['Elastic IPs (NAT)'][1]}",
     ]
     assert "request an increase" in rows["Elastic IPs (NAT)"][1]

@@ -265,8 +265,8 @@ def test_a_stop_alarm_in_alarm_or_missing_is_refused_before_the_refresh_starts(a
                         "NodeLifecycle stack (make deploy), then run again")
     else:
         assert line.startswith(f"telemetry: error: {ALARMS[1]} is in ALARM (Threshold Crossed: "), line
-        assert line.endswith("the refresh would stop on it; resolve what it reports (README, the node lifecycle "
-                             "alarms), then run again"), line
+        assert line.endswith("the refresh would stop on it; resolve what it reports (docs/day-2.md, \"Failure modes "
+                             "and what an operator does\"), then run again"), line
 
 
 def test_a_refresh_stopped_by_an_alarm_fails_with_its_reason(aws, capsys):
