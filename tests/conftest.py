@@ -24,6 +24,51 @@ if (_venv_bin / "node").exists():
     os.environ["PATH"] = f"{_venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
+def _one_model_cache_for_every_botocore_session() -> None:
+    """botocore parses a service's model (gzipped JSON, megabytes for EC2) once per Loader, and each
+    boto3 session has its own Loader: the tools make a session per call, so a journey parsed the
+    same models about 80 times (3.5 s of 24). Every default Loader of the test process shares one
+    cache instead; botocore's own per-session cache is that dict (loaders.instance_cache), and
+    what it holds depends only on the search paths, which a default Loader does not vary."""
+    import botocore.loaders
+
+    shared: dict = {}
+    original = botocore.loaders.Loader.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if not args and not kwargs:  # create_loader() without AWS_DATA_PATH
+            self._cache = shared
+
+    botocore.loaders.Loader.__init__ = __init__
+
+
+_one_model_cache_for_every_botocore_session()
+
+
+def _one_unused_rsa_key_for_every_symmetric_moto_key() -> None:
+    """moto makes a 2048-bit RSA key for every KMS key, a symmetric one too, where it is never used
+    (moto/kms/utils.py generate_private_key: any other key spec falls to RSA 2048; Encrypt and
+    Decrypt use the key's own random material): 15 keys, 1.8 s of a 16 s journey. A symmetric key
+    gets one made once; an asymmetric key still gets its own."""
+    import moto.kms.models
+
+    original = moto.kms.models.generate_private_key
+    made: dict = {}
+
+    def generate_private_key(key_spec: str):
+        if key_spec != "SYMMETRIC_DEFAULT":
+            return original(key_spec)
+        if key_spec not in made:
+            made[key_spec] = original(key_spec)
+        return made[key_spec]
+
+    moto.kms.models.generate_private_key = generate_private_key
+
+
+_one_unused_rsa_key_for_every_symmetric_moto_key()
+
+
 # The long files first. xdist's loadfile hands out whole files in collection order, and by default
 # reorders them by test count, which put the one-test files last: one worker ran them alone while
 # the other idled. pytest.ini turns that reordering off (--no-loadscope-reorder); the sort below is
