@@ -617,7 +617,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--plan",
         action="store_true",
         help="offline: the fleet --fleet-devices devices at --rate need (hosts, devices per host, the "
-        "connect phase) and every AWS quota the run touches; exit 2 when one would be broken",
+        "connect phase) and every AWS quota the run touches; exit 1 when one would be broken (the plan is "
+        "shown: a failed check, not bad usage)",
     )
     parser.add_argument(
         "--fleet-devices", type=_at_least(1), metavar="N",

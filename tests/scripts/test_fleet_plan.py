@@ -57,6 +57,9 @@ def test_the_kafka_transport_checks_msk_connection_limits():
 def test_the_command_prints_the_plan_and_refuses_in_one_line(capsys):
     argv = ["simulate", "--env", "prod", "--plan", "--transport", "mqtt", "--fleet-devices", "1000000", "--rate", "66667"]
     assert cli.main(argv) == 1  # the plan was shown; a check it fails is a failed check, not bad usage
+    assert cli.main(["simulate", "--help"]) == 0
+    assert "exit 1 when one would be broken" in " ".join(capsys.readouterr().out.split())  # as its help says
+    assert cli.main(argv) == 1
     out, err = capsys.readouterr()
     assert "connect phase: 4,975 s at 201 CONNECTs/s, 3 per host (a fleet run takes 50% of the account's 500" in out
     assert "OVER AWS IoT Core" in out
