@@ -22,6 +22,7 @@ from stacks.constructs.device_gateway_monitoring import DeviceGatewayMonitoring
 from stacks.constructs.device_policy import DevicePolicy
 from stacks.constructs.failed_deliveries import FailedDeliveries
 from stacks.constructs.kafka_topic_rule import KafkaTopicRule
+from stacks.constructs.keys import rotating_key
 from stacks.constructs.msk_cluster import MskCluster
 from stacks.constructs.scram_user import ScramUser
 from stacks.naming import (
@@ -38,7 +39,6 @@ from stacks.naming import (
     scram_bootstrap_parameter_name,
 )
 from stacks.removal import removal_policy
-from stacks.constructs.keys import rotating_key
 
 
 class DeviceGatewayStack(Stack):

@@ -54,10 +54,6 @@ from stacks.naming import (
 from stacks.removal import removal_policy
 
 PATCH_DOCUMENT = "AWS-RunPatchBaseline"  # lambdas/node_lifecycle/patch_baseline.py sends it
-
-
-
-
 # What each read a lifecycle function holds on "*" is for (_acknowledge_reads_on_everything).
 READS_ON_EVERYTHING = {
     "ec2:DescribeInstances": "which instance runs which node, and whether it still exists",
@@ -67,6 +63,7 @@ READS_ON_EVERYTHING = {
     "ssm:ListCommandInvocations": "whether a patch command still runs on a node",
 }
 TRACING_ACTIONS = ("xray:PutTraceSegments", "xray:PutTelemetryRecords")  # the CDK's, for an X-Ray traced function
+
 
 class NodeLifecycleStack(cdk.Stack):
     def __init__(

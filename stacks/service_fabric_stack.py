@@ -20,6 +20,7 @@ from stacks.compliance import acknowledge
 from stacks.config import CLOUDWATCH_AGENT_SIGNER, MICROSOFT_CODE_SIGNING_ROOTS, EnvironmentConfig
 from stacks.constructs.cluster_monitoring import ClusterMonitoring
 from stacks.constructs.command_document import command_document
+from stacks.constructs.keys import rotating_key
 from stacks.constructs.load_balancers import NodeLoadBalancer
 from stacks.constructs.log_group import log_group
 from stacks.constructs.msk_cluster import MskCluster
@@ -60,7 +61,6 @@ from stacks.naming import (
 )
 from stacks.removal import removal_policy
 from stacks.seed_addresses import plan_seeds, seed_nodes_output
-from stacks.constructs.keys import rotating_key
 
 
 class ServiceFabricStack(Stack):

@@ -15,6 +15,7 @@ from stacks.compliance import PARTITION, acknowledge, attribute_ref, wildcard_re
 from stacks.config import EnvironmentConfig
 from stacks.constructs.flink_application import FlinkApplication
 from stacks.constructs.flink_jar import flink_jar_asset
+from stacks.constructs.keys import rotating_key
 from stacks.constructs.msk_cluster import MskCluster
 from stacks.constructs.secure_bucket import SecureBucket
 from stacks.constructs.telemetry_catalog import TelemetryCatalog
@@ -34,7 +35,6 @@ from stacks.naming import (
     telemetry_sink_log_group_name,
 )
 from stacks.removal import removal_policy
-from stacks.constructs.keys import rotating_key
 
 
 class TelemetrySinkStack(Stack):

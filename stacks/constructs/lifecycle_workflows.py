@@ -27,7 +27,6 @@ import aws_cdk as cdk
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
@@ -37,6 +36,7 @@ from constructs import Construct
 
 from stacks.compliance import acknowledge, attribute_ref, wildcard_resource_finding
 from stacks.constructs.log_group import log_group
+from stacks.constructs.service_trust import narrow_service_trust
 
 from stacks.lifecycle_timing import (
     ALARM_PUBLISH_TIMEOUT_SECONDS,
@@ -79,12 +79,9 @@ def traced_state_machine(scope: Construct, name: str, definition: sfn.IChainable
         tracing_enabled=True,
         logs=sfn.LogOptions(destination=logs, level=sfn.LogLevel.ALL, include_execution_data=True),
     )
-    role = machine.role.node.default_child
-    assert isinstance(role, iam.CfnRole)
     # Overrides merge into the CDK's condition: ArnEquals comes, its ArnLike on stateMachine:* goes
     # (the deletion after the override, which would otherwise replace the deletion's marker).
-    role.add_property_override("AssumeRolePolicyDocument.Statement.0.Condition", {
-        "StringEquals": {"aws:SourceAccount": stack.account}, "ArnEquals": {"aws:SourceArn": arn}})  # fmt: skip
+    role = narrow_service_trust(machine.role, arn, exact=True)
     role.add_property_deletion_override("AssumeRolePolicyDocument.Statement.0.Condition.ArnLike")
     return machine
 
@@ -106,14 +103,8 @@ def _narrow_events_role_trust(state_machine: sfn.IStateMachine) -> None:
     User Guide, "Using IAM policy conditions in Amazon EventBridge"). The rule's own ARN cannot be
     named: the rule's target names the role, so the role naming the rule is a circular dependency,
     and a fixed rule name would replace every rule. Narrowed in place, as the machine's own role."""
-    role = state_machine.node.try_find_child("EventsRole")
-    assert isinstance(role, iam.Role), "the CDK's SfnStateMachine target makes its role as EventsRole"
-    stack = cdk.Stack.of(state_machine)
-    cfn_role = role.node.default_child
-    assert isinstance(cfn_role, iam.CfnRole)
-    cfn_role.add_property_override("AssumeRolePolicyDocument.Statement.0.Condition", {
-        "StringEquals": {"aws:SourceAccount": stack.account},
-        "ArnLike": {"aws:SourceArn": stack.format_arn(service="events", resource="rule", resource_name="*")}})  # fmt: skip
+    role = state_machine.node.find_child("EventsRole")  # the CDK's SfnStateMachine target makes it
+    narrow_service_trust(role, cdk.Stack.of(state_machine).format_arn(service="events", resource="rule", resource_name="*"))
 
 
 # The role's statements on "*", as the CDK writes them for a logged and traced state machine.

@@ -12,8 +12,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_msk as msk
 from constructs import Construct
 
-from stacks.constructs.log_group import log_group
 from stacks.constructs.keys import rotating_key
+from stacks.constructs.log_group import log_group
 
 IAM_PORT = 9098
 # SASL/SCRAM over TLS from within AWS (MSK Developer Guide, "Port information").

@@ -77,9 +77,9 @@ class NodeSecurity(Construct):
             allow_all_outbound=False,
         )
         for protocol, first, last in self.node_ports:
-            port = port_range(protocol, first, last)
-            self.nodes.add_ingress_rule(self.nodes, port, f"Service Fabric cluster traffic {protocol} {first}-{last}")
-            self.nodes.add_egress_rule(self.nodes, port, f"Service Fabric cluster traffic {protocol} {first}-{last}")
+            port, purpose = port_range(protocol, first, last), f"Service Fabric cluster traffic {protocol} {first}-{last}"
+            self.nodes.add_ingress_rule(self.nodes, port, purpose)
+            self.nodes.add_egress_rule(self.nodes, port, purpose)
         # HTTPS: AWS APIs (through the VPC's interface endpoints, or the NAT gateway), the runtime
         # package, the CloudWatch agent and Windows Update. HTTP: Windows Update and the CRLs and
         # OCSP responders a signature or TLS chain check fetches. DNS, NTP (Amazon Time Sync),
@@ -95,15 +95,17 @@ class NodeSecurity(Construct):
             description=f"Seed nodes of {cluster_name}: SMB and RPC from the other seeds, for cluster creation",
         )  # fmt: skip
         for protocol, first, last in SEED_SETUP_PORTS:
-            self.seeds.add_ingress_rule(self.seeds, port_range(protocol, first, last), f"Cluster creation {protocol} {first}")
-            self.nodes.add_egress_rule(self.seeds, port_range(protocol, first, last), f"Cluster creation {protocol} {first}")
+            port, purpose = port_range(protocol, first, last), f"Cluster creation {protocol} {first}"
+            self.seeds.add_ingress_rule(self.seeds, port, purpose)
+            self.nodes.add_egress_rule(self.seeds, port, purpose)
         self.scaling = ec2.SecurityGroup(
             self, "ScalingSetupSecurityGroup", vpc=vpc, allow_all_outbound=False,
             description=f"Scaling nodes of {cluster_name}: SMB from nodes, checked before a removal",
         )  # fmt: skip
         for protocol, first, last in SCALING_SETUP_PORTS:
-            self.scaling.add_ingress_rule(self.nodes, port_range(protocol, first, last), f"Node removal check {protocol} {first}")
-            self.nodes.add_egress_rule(self.scaling, port_range(protocol, first, last), f"Node removal check {protocol} {first}")
+            port, purpose = port_range(protocol, first, last), f"Node removal check {protocol} {first}"
+            self.scaling.add_ingress_rule(self.nodes, port, purpose)
+            self.nodes.add_egress_rule(self.scaling, port, purpose)
         # Members may call the HTTP gateway (19080) of every node: the node lifecycle functions
         # and operator hosts attach it, so the node group never has to reference theirs.
         self.gateway_clients = ec2.SecurityGroup(

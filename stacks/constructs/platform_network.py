@@ -14,6 +14,7 @@ from constructs import Construct
 from stacks.constructs.log_group import grant_key_through_logs, log_group
 from stacks.constructs.sdk_call_role import skip_deploy_time_function_checks
 from stacks.constructs.seed_block_reservations import SeedBlockReservations
+from stacks.constructs.service_trust import narrow_service_trust
 
 # Reached from private subnets without NAT: SSM Run Command and Session Manager (simulator fleet,
 # Service Fabric nodes), Secrets Manager (cluster certificates), CloudWatch Logs, STS (MSK IAM
@@ -81,15 +82,9 @@ class PlatformNetwork(Construct):
         # User Guide, "IAM role for publishing flow logs to CloudWatch Logs": aws:SourceAccount, and
         # aws:SourceArn with the flow log's id a wildcard while it is not known). Narrowed in place:
         # a new role would replace the flow log itself (its DeliverLogsPermissionArn cannot change).
-        stack = Stack.of(self)
         flow_log_role = flow_log.node.find_child("IAMRole")
         assert isinstance(flow_log_role, iam.Role)
-        trust = flow_log_role.node.default_child
-        assert isinstance(trust, iam.CfnRole)
-        trust.add_property_override("AssumeRolePolicyDocument.Statement.0.Condition", {
-            "StringEquals": {"aws:SourceAccount": stack.account},
-            "ArnLike": {"aws:SourceArn": stack.format_arn(service="ec2", resource="vpc-flow-log", resource_name="*")},
-        })  # fmt: skip
+        narrow_service_trust(flow_log_role, Stack.of(self).format_arn(service="ec2", resource="vpc-flow-log", resource_name="*"))
         grant_key_through_logs(flow_logs, flow_log_role)
 
         # The CDK's handler that empties the default security group's rules
