@@ -27,7 +27,6 @@ import contextlib
 import importlib
 import io
 import json
-import os
 import re
 import shlex
 import sys
@@ -200,7 +199,10 @@ def blocks(path: Path) -> list[Block]:
 
 def stale_blocks(paths: list[Path] | None = None) -> list[tuple[Block, str]]:
     """Each block whose body differs from what its command prints now, with the body it should have."""
-    _node_on_path()
+    # The commands synthesize in-process when cdk.out/ENV is stale.
+    from scripts.telemetry.cloud_assembly import node_beside_python_on_path
+
+    node_beside_python_on_path()
     cache: dict[str, str] = {}
     stale = []
     for path in paths or documents():
@@ -224,14 +226,6 @@ def rewrite(stale: list[tuple[Block, str]]) -> None:
             start, end = block.span
             text = text[:start] + wanted + text[end:]
         path.write_text(text)
-
-
-def _node_on_path() -> None:
-    """The commands synthesize in-process when cdk.out/ENV is stale, and jsii runs the node found
-    on PATH: the Node 24 beside this interpreter first (make synth puts it there)."""
-    venv_bin = Path(sys.executable).parent
-    if (venv_bin / "node").exists() and not os.environ.get("PATH", "").startswith(str(venv_bin)):
-        os.environ["PATH"] = f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def main(argv: list[str] | None = None) -> int:

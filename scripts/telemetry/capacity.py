@@ -19,6 +19,7 @@ from dataclasses import asdict
 from typing import Any
 
 from scripts.telemetry.cost import _number
+from scripts.telemetry.output import TEXT_WIDTH
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,9 +59,6 @@ def report(config: Any, rate: float | None) -> dict:
         "refusal": assessment.refusal(),
         "limits": [asdict(limit) for limit in capacity.limits()],
     }
-
-
-TEXT_WIDTH = 120  # the widest line the text prints
 
 
 def _text(found: dict, limits: bool) -> str:

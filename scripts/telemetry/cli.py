@@ -226,8 +226,10 @@ class OneLineParser(argparse.ArgumentParser):
             if token == "--" or not token.startswith("--"):
                 continue
             option = token.split("=", 1)[0]
+            if option in self._option_string_actions:
+                continue
             near = difflib.get_close_matches(option, known, n=1, cutoff=0.75)
-            if option not in self._option_string_actions and near:
+            if near:
                 raise UsageError(f"unrecognized option {option}: did you mean {near[0]}? (see {self.prog} --help)")
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:

