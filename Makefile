@@ -48,7 +48,7 @@ venv: $(STAMP)
 $(STAMP): $(REQUIREMENTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt -c constraints.txt
-	# The operator command: .venv/bin/telemetry runs this checkout's scripts/telemetry.
+	# The operator command: .venv/bin/telemetry runs this checkout's telemetry/.
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --editable .
 	$(BIN)/npm install --silent --no-save --no-fund --no-audit --prefix $(VENV)/cdk-cli aws-cdk@$(CDK_CLI_VERSION)
 	ln -sf ../cdk-cli/node_modules/.bin/cdk $(BIN)/cdk

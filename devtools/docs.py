@@ -9,7 +9,7 @@ its output the block holds:
     <!-- end generated -->
 
 Each command runs in-process, from this checkout, with its stdout captured: `telemetry ...` is
-`scripts.telemetry.cli.main`, `python -m devtools.NAME ...` that module's `main`. The part names
+`telemetry.cli.main`, `python -m devtools.NAME ...` that module's `main`. The part names
 what to keep of the output (PARTS); without one the block holds all of it. Text goes in a code
 block; an output that is a Markdown table goes in as it is.
 
@@ -143,7 +143,7 @@ class Block:
 
 def _entry_point(argv: list[str]) -> tuple[Callable[[list[str]], int | None], list[str]]:
     if argv[0] == "telemetry":
-        from scripts.telemetry.cli import main
+        from telemetry.cli import main
 
         return main, argv[1:]
     if argv[:2] == ["python", "-m"] and len(argv) > 2 and argv[2].startswith("devtools."):
@@ -200,7 +200,7 @@ def blocks(path: Path) -> list[Block]:
 def stale_blocks(paths: list[Path] | None = None) -> list[tuple[Block, str]]:
     """Each block whose body differs from what its command prints now, with the body it should have."""
     # The commands synthesize in-process when cdk.out/ENV is stale.
-    from scripts.telemetry.cloud_assembly import node_beside_python_on_path
+    from telemetry.shared.cloud_assembly import node_beside_python_on_path
 
     node_beside_python_on_path()
     cache: dict[str, str] = {}

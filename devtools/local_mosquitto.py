@@ -11,7 +11,7 @@ extra identity, `reader`, may read `telemetry/#` (the tests' subscriber; AWS IoT
 reads without any client connection). Another, `replayer`, may write every device's topic of the
 environment: it stands in for AWS IoT's data plane Publish, which `telemetry devices replay` calls
 with an IAM identity allowed iot:Publish on `topic/telemetry/<environment>/*`
-(scripts/replay_device_messages.py).
+(telemetry/commands/devices/replay.py).
 
 Needs the Debian package: `apt-get install mosquitto` (mosquitto 2.0). Every mosquitto setting
 below names the mosquitto.conf(5) entry it relies on.

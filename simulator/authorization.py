@@ -1,7 +1,7 @@
 """Which MSK IAM action a Kafka authorization error points at.
 
 MSK answers a request its IAM policy does not allow with Kafka's own authorization errors, which
-name a Kafka resource type, not the permission. The simulator and scripts/manage_topics.py know
+name a Kafka resource type, not the permission. The simulator and telemetry/commands/topics.py know
 what they were doing, so their one-line failure can name the kafka-cluster action the identity
 lacks (MSK Developer Guide, "Semantics of IAM authorization policy actions and resources"). The
 same errors come from a local broker enforcing Kafka ACLs, which is how the tests check the fleet
@@ -21,7 +21,7 @@ _ACTIONS = {
     (KafkaError.TOPIC_AUTHORIZATION_FAILED, "describe"): "kafka-cluster:DescribeTopic on topic {topic}",
     (KafkaError.GROUP_AUTHORIZATION_FAILED, "consume"): "kafka-cluster:AlterGroup on group {group}",
     (KafkaError.CLUSTER_AUTHORIZATION_FAILED, "describe"): "kafka-cluster:DescribeCluster on the cluster",
-    # scripts/manage_topics.py: DescribeConfigs, CreateTopics, CreatePartitions and
+    # telemetry/commands/topics.py: DescribeConfigs, CreateTopics, CreatePartitions and
     # IncrementalAlterConfigs on a topic (DESCRIBE_CONFIGS, CREATE, ALTER, ALTER_CONFIGS).
     (KafkaError.TOPIC_AUTHORIZATION_FAILED, "describe-configs"):
         "kafka-cluster:DescribeTopicDynamicConfiguration on topic {topic}",

@@ -1,6 +1,6 @@
 """Fetch a fleet host's device certificates for `--transport mqtt`.
 
-scripts/provision_devices.py keeps each simulator device's certificate and private key in one SSM
+telemetry/commands/devices/provision.py keeps each simulator device's certificate and private key in one SSM
 SecureString parameter, `<path>/<thing name>`, whose value is JSON with `thing_name`,
 `certificate_arn`, `certificate_pem` and `private_key`. A fleet host takes its own block of
 things (run_simulation.py gives each host a different first device) and writes them where the
@@ -38,7 +38,7 @@ class CredentialsError(Exception):
 
 @dataclasses.dataclass
 class Credentials:
-    """The value of a device's parameter, as scripts/provision_devices.py stores it."""
+    """The value of a device's parameter, as telemetry/commands/devices/provision.py stores it."""
 
     thing_name: str
     certificate_arn: str

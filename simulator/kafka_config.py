@@ -32,7 +32,7 @@ def connection_settings(
     connect_timeout_s: float = 10.0,
     sasl_username: str | None = None,
 ) -> dict:
-    """How any librdkafka client of this project reaches Kafka (also used by scripts/).
+    """How any librdkafka client of this project reaches Kafka (also used by the telemetry command).
     SASL_PLAINTEXT is for local brokers only: user sasl_username, password from
     $SIMULATOR_SASL_PASSWORD."""
     settings = {

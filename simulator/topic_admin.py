@@ -1,7 +1,7 @@
 """The Kafka side of topic administration: compare the declared topics and SCRAM users' ACLs with
 the cluster and change the cluster to match. It ships with the simulator because it runs where the
 brokers are reachable: on a simulator fleet host, started by the Run Command document
-`<prefix>-manage-topics` that `telemetry topics` sends, or in-process by scripts/manage_topics.py
+`<prefix>-manage-topics` that `telemetry topics` sends, or in-process by telemetry/commands/topics.py
 on a host inside the VPC.
 
 On a fleet host (`python -m simulator.topic_admin`) it is given everything it needs:
@@ -604,7 +604,7 @@ def reconcile_declaration(settings: dict, declaration: Declaration, *, timeout_s
     return status
 
 
-# Exit codes the workstation reads (scripts/manage_topics.py): 0 done, 1 a difference Kafka cannot
+# Exit codes the workstation reads (telemetry/commands/topics.py): 0 done, 1 a difference Kafka cannot
 # make, 2 refused, 4 a crash (3 is the fleet document's failed install).
 EXIT_INTERNAL_ERROR = 4
 

@@ -134,7 +134,7 @@ class DeviceGatewayStack(Stack):
         CfnOutput(self, "DevicePolicyName", value=device_policy_name(config))
 
     def _device_credentials(self, config: EnvironmentConfig, fleet_role: iam.IRole) -> None:
-        """The key scripts/provision_devices.py encrypts each simulator device's certificate and
+        """The key telemetry/commands/devices/provision.py encrypts each simulator device's certificate and
         private key with (SSM SecureString parameters under one path), and the fleet hosts' right
         to read them back: that path only, decrypted only through SSM."""
         key = rotating_key(
@@ -165,7 +165,7 @@ class DeviceGatewayStack(Stack):
             policy,
             "AwsSolutions-IAM5",
             "Fleet hosts read the credentials of the devices they simulate: one parameter per device "
-            "under this environment's device path, named by scripts/provision_devices.py",
+            "under this environment's device path, named by telemetry/commands/devices/provision.py",
             finding=wildcard_resource_finding(f"{parameters}/*"),
         )
         CfnOutput(self, "DeviceCredentialsKeyArn", value=key.key_arn)

@@ -37,7 +37,7 @@ def manage_topics_document_name(config: EnvironmentConfig) -> str:
 
 
 def topic_admin_role_name(config: EnvironmentConfig) -> str:
-    """The role operators assume to run scripts/manage_topics.py (its ARN is also an MSK stack
+    """The role operators assume to run telemetry/commands/topics.py (its ARN is also an MSK stack
     output); named so the script can find it from --env alone."""
     return f"{config.resource_prefix}-msk-topic-admin"
 
@@ -56,7 +56,7 @@ def simulator_runs_log_group_name(config: EnvironmentConfig) -> str:
 
 def simulator_fleet_commands_log_group_name(config: EnvironmentConfig) -> str:
     """Where the fleet hosts' SSM agent writes the whole output of the Run Command documents the
-    operator command sends them (scripts/run_command_output.py)."""
+    operator command sends them (telemetry/shared/run_command_output.py)."""
     return f"/{config.resource_prefix}/simulator-fleet/commands"
 
 
@@ -78,7 +78,7 @@ NODE_PREPARATION_STATUS_FILE = r"C:\ServiceFabric\prepare-node.status.json"
 
 
 def gateway_thumbprint_parameter_name(config: EnvironmentConfig) -> str:
-    """Written by scripts/bootstrap_cluster.py; the node lifecycle functions pin the gateway by it."""
+    """Written by telemetry/commands/cluster/bootstrap.py; the node lifecycle functions pin the gateway by it."""
     return f"/{config.resource_prefix}/service-fabric/gateway-thumbprint"
 
 
@@ -174,7 +174,7 @@ def stop_host_document_name(config: EnvironmentConfig) -> str:
 
 
 def cluster_nodes_document_name(config: EnvironmentConfig) -> str:
-    """The read-only document that lists the cluster's nodes as a seed sees them (scripts/cluster_nodes.py)."""
+    """The read-only document that lists the cluster's nodes as a seed sees them (telemetry/shared/cluster_nodes.py)."""
     return f"{config.resource_prefix}-sf-cluster-nodes"
 
 
@@ -285,7 +285,7 @@ def device_thing_prefix(config: EnvironmentConfig) -> str:
 
 
 def device_thing_name(config: EnvironmentConfig, index: int) -> str:
-    """The simulator fleet's IoT things, made by scripts/provision_devices.py; the number has
+    """The simulator fleet's IoT things, made by telemetry/commands/devices/provision.py; the number has
     simulator.device_credentials.DEVICE_DIGITS digits."""
     return f"{device_thing_prefix(config)}{index:06d}"
 

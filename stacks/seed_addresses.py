@@ -62,7 +62,7 @@ def plan_seeds(count: int, zones: Sequence[tuple[str, str]], region: str) -> lis
 
 
 def seed_nodes_output(placements: Sequence[SeedPlacement]) -> str:
-    """The stack output operator tools read the seed topology from (scripts/cluster_inventory.py)."""
+    """The stack output operator tools read the seed topology from (telemetry/shared/cluster_inventory.py)."""
     return json.dumps([asdict(p) for p in placements], separators=(",", ":"))
 
 

@@ -2,7 +2,7 @@
 application load balancers, the create-cluster document, alarms and dashboard widgets.
 
 The machines come up prepared (userdata/prepare_node.ps1) but not yet a cluster:
-scripts/bootstrap_cluster.py creates the cluster on the seeds, and the node lifecycle automation
+telemetry/commands/cluster/bootstrap.py creates the cluster on the seeds, and the node lifecycle automation
 joins and drains scaling nodes through the lifecycle hooks of `scaling_group`.
 """
 
@@ -316,7 +316,7 @@ class ServiceFabricStack(Stack):
             ),
         )
 
-        # Read only: the cluster's nodes as a seed sees them (scripts/cluster_nodes.py).
+        # Read only: the cluster's nodes as a seed sees them (telemetry/shared/cluster_nodes.py).
         command_document(
             self,
             "ClusterNodesDocument",
@@ -357,7 +357,7 @@ class ServiceFabricStack(Stack):
         CfnOutput(self, "ApplicationEndpoint", value=self.applications.dns_name,
                   description=f"Application load balancer, TCP {', '.join(map(str, settings.application_ports))}")
         CfnOutput(self, "ScalingGroupName", value=self.scaling.group.auto_scaling_group_name)
-        # What scripts/cluster_inventory.py reads (ClusterOutputs): operator tools find the cluster
+        # What telemetry/shared/cluster_inventory.py reads (ClusterOutputs): operator tools find the cluster
         # from --env alone. All but the endpoints are literal, so a dry run reads them from cdk.out.
         CfnOutput(self, "HttpGatewayEndpoint", value=f"https://{self.management.dns_name}:{HTTP_GATEWAY_PORT}",
                   description="Service Fabric HTTP gateway for operator tools (admin client certificate)")

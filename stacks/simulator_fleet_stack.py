@@ -95,7 +95,7 @@ class SimulatorFleetStack(Stack):
             region=config.region,
         )
 
-        # scripts/run_simulation.py writes each merged fleet report here in embedded metric
+        # telemetry/commands/simulate.py writes each merged fleet report here in embedded metric
         # format; CloudWatch turns it into the metrics graphed below.
         self.runs_log_group = log_group(
             self,
@@ -106,7 +106,7 @@ class SimulatorFleetStack(Stack):
         )
 
         # The whole output of the documents sent to the hosts (telemetry simulate, topics and the
-        # deploy's smoke runs: SendCommand's CloudWatchOutputConfig, scripts/run_command_output.py).
+        # deploy's smoke runs: SendCommand's CloudWatchOutputConfig, telemetry/shared/run_command_output.py).
         # The hosts' SSM agent creates a stream per command, instance and step, and writes it.
         commands = log_group(
             self,

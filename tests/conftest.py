@@ -84,8 +84,8 @@ LONGEST_FIRST = (
     "tests/flink_sink/test_sink_as_sink_role.py",  # 43 s
     "tests/test_demo.py",  # 26 s
     "tests/lambdas/node_lifecycle/test_lifecycle_within_aws_limits.py",  # 112 s, over about 95 tests
-    "tests/scripts/test_telemetry_deploy.py",  # 45 s
-    "tests/scripts/test_run_simulation.py",  # 36 s
+    "tests/telemetry/deploy/test_deploy.py",  # 45 s
+    "tests/telemetry/commands/test_simulate.py",  # 36 s
     "tests/stacks/test_compliance.py",  # 17 s
     "tests/simulator/test_simulator_mqtt.py",  # 16 s
 )
@@ -103,7 +103,7 @@ def cdk_context() -> dict:
 @pytest.fixture(autouse=True)
 def placeholders_edited(monkeypatch):
     """The tools run on the shipped cdk.json as if its placeholders had been edited (the example
-    accounts are moto's accounts here); tests/scripts/test_placeholders.py restores and checks the
+    accounts are moto's accounts here); tests/stacks/test_placeholders.py restores and checks the
     refusal itself."""
     from stacks import placeholders
 
@@ -255,13 +255,13 @@ PARTS_FILE = "parts.json"  # part -> the stack's artifact id, written with each 
 
 def shared_synthesis(name: str) -> Synthesis:
     """Environment `name` of cdk.json synthesized once for every xdist worker and kept while its
-    inputs are unchanged (the digest telemetry's commands use, scripts/telemetry/cloud_assembly.py), so a
+    inputs are unchanged (the digest telemetry's commands use, telemetry/shared/cloud_assembly.py), so a
     second worker, or the next session, reads it instead of synthesizing again. A lock per
     environment makes the other workers wait for the first."""
     import fcntl
     import shutil
 
-    from scripts.telemetry.cloud_assembly import DIGEST_FILE, record_synthesis, synthesis_inputs_digest
+    from telemetry.shared.cloud_assembly import DIGEST_FILE, record_synthesis, synthesis_inputs_digest
 
     SHARED_SYNTHESES.mkdir(parents=True, exist_ok=True)
     folder = SHARED_SYNTHESES / name

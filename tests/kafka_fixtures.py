@@ -8,7 +8,7 @@ serves the whole session.
 import pytest
 
 from devtools import local_kafka
-from scripts.manage_topics import everything_of
+from telemetry.commands.topics import everything_of
 
 
 @pytest.fixture(scope="session")

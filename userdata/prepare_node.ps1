@@ -241,7 +241,7 @@ try {
     # create_cluster.yaml disables the account and resets the policy on every seed once it is done.
     # A seed built after that (a rebuilt seed) gets no account at all: cluster creation, its one
     # user, is over once `telemetry cluster bootstrap` has written the cluster-created parameter
-    # (scripts/bootstrap_cluster.py). Any answer but "no such parameter" stops the preparation,
+    # (telemetry/commands/cluster/bootstrap.py). Any answer but "no such parameter" stops the preparation,
     # rather than guess either way.
     $clusterCreated = $false
     if ($DeploymentSecret) {

@@ -117,7 +117,7 @@ def read_certificate(secrets: Any, secret_id: str, *keys: str) -> dict[str, str]
 
 
 def gateway_thumbprint(ssm: Any, parameter: str) -> str:
-    """The thumbprint scripts/bootstrap_cluster.py published: the functions pin the gateway by it
+    """The thumbprint telemetry/commands/cluster/bootstrap.py published: the functions pin the gateway by it
     and never read the cluster certificate secret (its private key and the node password)."""
     try:
         value = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]

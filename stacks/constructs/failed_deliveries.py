@@ -1,5 +1,5 @@
 """Where a device message goes when the IoT rule's Kafka action cannot deliver it, until
-`telemetry devices replay` sends it on (scripts/replay_device_messages.py), and the alarms that
+`telemetry devices replay` sends it on (telemetry/commands/devices/replay.py), and the alarms that
 say messages are waiting.
 
 The rule's error action writes the error action message ("Error handling (error action)": ruleName,

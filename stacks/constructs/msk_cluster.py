@@ -23,7 +23,7 @@ SCRAM_PORT = 9096
 def server_properties(*, log_retention_hours: int, min_insync_replicas: int) -> str:
     """Broker settings for durable, low-latency ingestion."""
     settings: Mapping[str, object] = {
-        # Topics are declared in config and created by scripts/manage_topics.py, never by a typo.
+        # Topics are declared in config and created by telemetry/commands/topics.py, never by a typo.
         "auto.create.topics.enable": "false",
         "default.replication.factor": 3,
         # What survives the loss of one broker (or one zone) depends on the writer's acks:
@@ -267,7 +267,7 @@ class MskCluster(Construct):
         )
 
     def grant_topic_administration(self, grantee: iam.IGrantable, topics: Sequence[str]) -> None:
-        """What scripts/manage_topics.py needs, on exactly the declared topics. Its Kafka calls and
+        """What telemetry/commands/topics.py needs, on exactly the declared topics. Its Kafka calls and
         their actions (MSK Developer Guide, "Semantics of IAM authorization policy actions and
         resources"): Metadata -> DescribeTopic; DescribeConfigs -> DescribeTopicDynamicConfiguration;
         CreateTopics (with retention.ms) -> CreateTopic; CreatePartitions -> AlterTopic;

@@ -67,7 +67,7 @@ class NodeRole(Construct):
         )
 
         # The CloudWatch agent's streams, and the SSM agent's for Run Command output (create-cluster,
-        # cluster-nodes: scripts/run_command_output.py).
+        # cluster-nodes: telemetry/shared/run_command_output.py).
         grant_run_command_output(log_group, self.role)
         acknowledge(
             self.role,

@@ -30,7 +30,7 @@ snapshotted by Data Lifecycle Manager.
 The instances have no CreationPolicy: the stack completes while the seeds still prepare themselves
 (userdata/prepare_node.ps1). `telemetry cluster bootstrap` sends its create only once every seed's
 agent is Online and its preparation succeeded, and otherwise says when to run it again
-(scripts/bootstrap_cluster.py, ready_for_create). A signal from the Windows boot would tie the
+(telemetry/commands/cluster/bootstrap.py, ready_for_create). A signal from the Windows boot would tie the
 stack to a path no test here runs, roll the whole stack back on one failed download, and a seed
 rebuilt later would still need the bootstrap's check.
 """

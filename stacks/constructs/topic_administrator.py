@@ -1,4 +1,4 @@
-"""The topic administrator: the role operators assume to run scripts/manage_topics.py.
+"""The topic administrator: the role operators assume to run telemetry/commands/topics.py.
 
 It holds only what the stack grants it (the MSK cluster's topic administration actions); no
 instance, function or service can assume it. Its trust is this account's principals named in

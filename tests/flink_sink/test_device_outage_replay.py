@@ -11,7 +11,7 @@ The parts, each the one that ships or a stand-in that cites its source:
   queue in moto's SQS (the stack's queue: stacks/constructs/failed_deliveries.py);
 - the broker: a Kafka broker of this test's own, killed (SIGKILL, as a lost machine) while devices
   publish, and started again on its data;
-- the replay: scripts/replay_device_messages.py's Replay and Journal, publishing through the
+- the replay: telemetry/commands/devices/replay.py's Replay and Journal, publishing through the
   `replayer` identity of mosquitto where AWS IoT's data plane Publish stands (the rule then runs on
   the message as on any other, "Rules for AWS IoT");
 - the lake: the sink job (SinkJobRun, the application's own KafkaSource properties from the
@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 from devtools import local_kafka
-from scripts import replay_device_messages as replay
+from telemetry.commands.devices import replay
 from tests.conftest import REPO
 from devtools.iot_rule_bridge import IotRuleBridge, KafkaRule
 from simulator.device_certificates import telemetry_topic

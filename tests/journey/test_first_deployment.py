@@ -4,7 +4,7 @@ again after a failure at every step.
 
 Known gaps of the world, each covered elsewhere: the scaling group's instances go InService
 without the launch hook's join (tests/lambdas/node_lifecycle runs it); the topics document and the
-simulator's work on a fleet host are answered, not run (tests/scripts/test_topics_on_fleet.py and
+simulator's work on a fleet host are answered, not run (tests/telemetry/commands/topics/test_topics_on_fleet.py and
 tests/simulator run them against real brokers); the sink's Parquet rows are written by the world
 as the Flink sink commits them (tests/flink_sink runs the sink's jar).
 """
@@ -20,8 +20,10 @@ from collections.abc import Callable
 import boto3
 import pytest
 
-from scripts import bootstrap_cluster
-from scripts.telemetry import cli, deploy, journey
+from telemetry.commands.cluster import bootstrap as bootstrap_cluster
+from telemetry import cli
+from telemetry.deploy import command as deploy
+from telemetry.deploy import steps as journey
 from stacks.config import load_environment, read_environments
 from tests.journey.world import BOOTSTRAP_VERSION, REGION, Deployer, World
 

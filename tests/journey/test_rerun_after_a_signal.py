@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from scripts.telemetry import deploy
+from telemetry.deploy import command as deploy
 from tests.journey.test_first_deployment import check_one_of_each, dev, fault_at  # noqa: F401 (dev: a fixture)
 
 pytestmark = [pytest.mark.journey, pytest.mark.filterwarnings("ignore:Tried to parse AWS")]

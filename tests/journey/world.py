@@ -27,17 +27,17 @@ What each stand-in claims, and its source:
   tests/lambdas/node_lifecycle); that automation does not run in this world (a gap, said in the
   journey tests).
 - Run Command: moto runs no document. The world answers the three documents the journey sends with
-  what the instance would do: the cluster-nodes document as tests/scripts/seed_commands.py answers
+  what the instance would do: the cluster-nodes document as tests/telemetry/seed_commands.py answers
   it (the Service Fabric emulator's node list); the create-cluster document creates the emulator's
   cluster from the ClusterConfig it carries (CreateServiceFabricCluster.ps1 makes a node of each
   entry in `nodes`); the fleet's run document writes each host's report where the simulator
   writes it, and the sink's committed Parquet rows of every acknowledged record under smoke/,
   which is what the Flink sink does with a smoke run's records (flink/: SmokeRouting, its
   integration test). The manage-topics document succeeds and changes nothing here (what a fleet
-  host does with it: tests/scripts/test_topics_on_fleet.py, against a real broker).
+  host does with it: tests/telemetry/commands/topics/test_topics_on_fleet.py, against a real broker).
 - Managed Flink: an application is created READY; StartApplication returns an operation id, and
   the application is RUNNING from the next read on (AWS passes through STARTING, which the world
-  skips: the journey's wait for a transitional status is tested in tests/scripts/
+  skips: the journey's wait for a transitional status is tested in tests/telemetry/
   test_telemetry_deploy.py); DescribeApplicationOperation says SUCCESSFUL (API Reference,
   "StartApplication", "DescribeApplicationOperation"). A start that falls back to READY is not
   modelled here.
@@ -271,7 +271,7 @@ class World:
 
 
 class Deployer:
-    """The CDK CLI, as `telemetry deploy` runs it (scripts/telemetry/cdk_cli.py): `synth --output
+    """The CDK CLI, as `telemetry deploy` runs it (telemetry/shared/cdk_cli.py): `synth --output
     DIR` writes the real synthesized cloud assembly there; `deploy STACK --app DIR` deploys that
     stack of it into the world; `diff` prints nothing. `fail` names stacks whose deployment fails
     part way (after its first resources were made)."""
@@ -284,7 +284,7 @@ class Deployer:
         self.interrupt: dict[str, type[BaseException]] = {}  # stack -> what stops the CLI while it waits on it
 
     def __call__(self, command: Sequence[str]) -> int:
-        from scripts.telemetry import cdk_cli
+        from telemetry.shared import cdk_cli
 
         assert list(command[:2]) == cdk_cli.command()[:2]
         verb, rest = command[2], list(command[3:])

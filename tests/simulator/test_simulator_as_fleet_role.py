@@ -38,7 +38,7 @@ def fleet(synthesized, secured_kafka):
 
     grants, topic = fleet_role_grants(synthesized)
     # Creating topics is the topic administrator's job, checked as that identity in
-    # tests/scripts/test_manage_topics_as_topic_admin.py; here the super user makes it.
+    # tests/telemetry/commands/topics/test_topics_as_topic_admin.py; here the super user makes it.
     futures = secured_kafka.admin.create_topics([NewTopic(topic, num_partitions=6, replication_factor=1)])
     futures[topic].result(timeout=30)
     return grants, topic

@@ -253,7 +253,7 @@ def test_at_default_monitoring_the_bytes_in_alarm_counts_the_leaders_clients_wri
         assert "(from clients)" in props["AlarmDescription"]
 
 
-# What scripts/manage_topics.py's Kafka requests need (MSK Developer Guide, "Semantics of IAM
+# What telemetry/commands/topics.py's Kafka requests need (MSK Developer Guide, "Semantics of IAM
 # authorization policy actions and resources"): Metadata, DescribeConfigs, CreateTopics,
 # CreatePartitions, IncrementalAlterConfigs; and the required actions those rows name.
 TOPIC_ADMIN_TOPIC_ACTIONS = {

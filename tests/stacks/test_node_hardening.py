@@ -52,7 +52,7 @@ def resources(template: dict, kind: str) -> dict[str, dict]:
 def test_no_node_password_in_any_node_script_or_the_certificate_secret():
     for path in [*USERDATA.glob("*.ps1"), CREATE_CLUSTER_DOCUMENT, ADD_NODE_DOCUMENT]:
         assert "node_admin_password" not in path.read_text(encoding="utf-8"), path.name
-    from scripts import preflight
+    from telemetry.commands import preflight
 
     assert "node_admin_password" not in preflight.CLUSTER_SECRET_KEYS
 

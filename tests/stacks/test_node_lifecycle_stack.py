@@ -505,7 +505,7 @@ def test_the_reaper_may_restart_lost_actions_and_nothing_more(dev):
 def test_functions_pin_the_gateway_by_the_published_thumbprint_not_the_cluster_secret(dev, handler):
     """The cluster certificate secret holds the cluster's private key and the node password; the
     functions need neither: they read the admin client certificate and the thumbprint parameter
-    scripts/bootstrap_cluster.py publishes."""
+    telemetry/commands/cluster/bootstrap.py publishes."""
     statements = statements_of(dev, handler)
     secrets = [s for s in statements if "secretsmanager:GetSecretValue" in actions(s)]
     assert len(secrets) == 1

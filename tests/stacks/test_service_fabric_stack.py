@@ -131,7 +131,7 @@ def test_seed_data_volumes_are_snapshotted_on_a_schedule(synthesized):
 @pytest.mark.parametrize("env", ["dev", "prod"])
 def test_scaling_group_starts_empty_with_its_hooks_and_tags_follow_config(synthesized, env):
     """No scaling instance can run before its hooks exist or before a cluster can take it: the
-    group is created empty (scripts/scale.py applies the configured sizes after bootstrap) and
+    group is created empty (telemetry/commands/cluster/scale.py applies the configured sizes after bootstrap) and
     its hooks are part of the group, not separate resources created after it."""
     settings = config(env)
     scaling = scaling_group(synthesized, env)

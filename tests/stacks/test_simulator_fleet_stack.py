@@ -162,7 +162,7 @@ def test_dashboard_shows_simulator_metrics(synthesized):
 def test_topics_document_runs_the_hosts_reconcile_with_flags_it_accepts(synthesized, tmp_path):
     """The script of the document `telemetry topics` sends, substituted as SSM would with what the
     workstation sends: valid bash, and its python line parses with the host program's own parser."""
-    from scripts.manage_topics import Declaration, declared_environment
+    from telemetry.commands.topics import Declaration, declared_environment
     from simulator.topic_admin import parse_args
 
     content = fleet_document(synthesized, "manage-topics")
@@ -275,7 +275,7 @@ def test_hosts_may_read_the_token_parameter_the_workstation_writes_and_nothing_n
     evaluator matches actions case-sensitively and knows no `?` wildcard; neither appears here."""
     from moto.iam.access_control import IAMPolicy, PermissionResult
 
-    from scripts.manage_topics import declared_environment
+    from telemetry.commands.topics import declared_environment
 
     environment = declared_environment(env)
     policy = IAMPolicy(fleet_role_policy(synthesized, env))
@@ -300,14 +300,14 @@ def test_hosts_may_read_the_token_parameter_the_workstation_writes_and_nothing_n
 @pytest.mark.parametrize("env", ["dev", "prod"])
 def test_hosts_may_write_run_command_output_to_their_commands_log_group_alone(synthesized, env):
     """Where the workstation's SendCommand sends the documents' whole output (CloudWatchOutputConfig,
-    scripts/run_command_output.py): the SSM agent creates one stream per command, instance and step
+    telemetry/shared/run_command_output.py): the SSM agent creates one stream per command, instance and step
     in that existing group and writes it (aws/amazon-ssm-agent, CloudWatchLogsService.StreamData:
     CreateLogStream, PutLogEvents). Evaluated by moto's IAM policy evaluator against the stream ARN
     the agent writes, the group's Arn attribute as CloudFormation documents it for AWS::Logs::LogGroup
     (arn:...:log-group:NAME:*)."""
     from moto.iam.access_control import IAMPolicy, PermissionResult
 
-    from scripts.run_command_output import stream_name
+    from telemetry.shared.run_command_output import stream_name
     from stacks.config import load_environment, read_environments
     from tests.msk_authorization import resolve, role_policy_statements
 

@@ -140,7 +140,7 @@ def test_bad_sizing_keys_are_refused_with_one_line(paths, message):
 
 
 def test_telemetry_capacity_shows_every_constraint_and_names_the_binding_one(capsys):
-    from scripts.telemetry import cli
+    from telemetry import cli
 
     assert cli.main(["capacity", "--env", "prod", "--format", "json", "--limits"]) == 0
     found = json.loads(capsys.readouterr().out)
@@ -164,7 +164,7 @@ def test_telemetry_capacity_shows_every_constraint_and_names_the_binding_one(cap
 
 
 def test_telemetry_capacity_text_fits_120_columns_and_writes_figures_as_people_do(capsys):
-    from scripts.telemetry import cli
+    from telemetry import cli
 
     assert cli.main(["capacity", "--env", "prod"]) == 0
     out = capsys.readouterr().out

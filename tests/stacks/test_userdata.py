@@ -621,13 +621,13 @@ def test_create_cluster_task_script_judges_test_configuration_by_exit_status_and
 
 
 def test_cluster_nodes_document_parses_once_substituted_and_prints_the_lines_the_workstation_reads(synthesized):
-    """The read-only document scripts/cluster_nodes.py sends to the seeds: valid PowerShell once SSM
+    """The read-only document telemetry/shared/cluster_nodes.py sends to the seeds: valid PowerShell once SSM
     substitutes the seeds' endpoints (its allowedPattern admits exactly ADDRESS:PORT,...), connecting
     the way add_node.yaml does, and printing the PREPARED=/NODE=/UNREACHABLE=/NOCLUSTER= lines
     cluster_nodes.parse and cluster_nodes.preparation read."""
     import re
 
-    from scripts.cluster_nodes import parse, preparation
+    from telemetry.shared.cluster_nodes import parse, preparation
 
     # As the stack deploys it: the status file is the one the seeds' user data writes (see
     # test_node_preparation_covers_every_step_the_cluster_needs).

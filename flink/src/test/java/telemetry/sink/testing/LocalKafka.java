@@ -83,7 +83,7 @@ public final class LocalKafka implements AutoCloseable {
 
     /**
      * The repository root: the system property repo.root (set by surefire), else the working
-     * directory when it holds scripts/ (make from the root), else its parent (run from flink/).
+     * directory when it holds flink/ (make from the root), else its parent (run from flink/).
      */
     public static Path repoRoot() {
         String configured = System.getProperty("repo.root");
@@ -91,7 +91,7 @@ public final class LocalKafka implements AutoCloseable {
             return Path.of(configured).toAbsolutePath().normalize();
         }
         Path cwd = Path.of("").toAbsolutePath();
-        return Files.isDirectory(cwd.resolve("scripts")) ? cwd : cwd.getParent();
+        return Files.isDirectory(cwd.resolve("flink")) ? cwd : cwd.getParent();
     }
 
     private static List<String> run(Path script, Path stateDir, String... command) throws IOException, InterruptedException {

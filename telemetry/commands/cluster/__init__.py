@@ -1,0 +1,1 @@
+"""`telemetry cluster ...`: the Service Fabric cluster's commands, one module each."""

@@ -1,0 +1,2 @@
+"""`telemetry devices ...`: the AWS IoT devices' commands (provision.py serves provision, delete and
+export)."""
