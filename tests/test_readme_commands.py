@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.scripts.runtime_cabs import write_cab
+from tests.telemetry.runtime_cabs import write_cab
 
 # `telemetry ...` or `.venv/bin/telemetry ...`: inline code (which may wrap onto the next line), or
 # a code block's line (up to a comment), the block's fence indented too (a list item's block).

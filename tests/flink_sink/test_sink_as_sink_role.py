@@ -96,7 +96,7 @@ def topic_cleanup(secured_kafka, sink_role):
 
 def fill_topic(secured_kafka, topic: str) -> None:
     """A fresh topic with MESSAGES simulator-format messages, as the super user (creating topics
-    is the topic administrator's job, checked in test_manage_topics_as_topic_admin.py)."""
+    is the topic administrator's job, checked in test_topics_as_topic_admin.py)."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import NewTopic
 

@@ -90,7 +90,7 @@ class Account:
             self.world.step = running.group(1)
 
     def _secrets(self, session, tmp_path) -> None:
-        from tests.scripts.stack_outputs import certificate_secret
+        from tests.telemetry.stack_outputs import certificate_secret
         from tests.sf_emulator.certs import make_pki
 
         pki = make_pki(tmp_path / "pki")

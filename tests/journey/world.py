@@ -38,7 +38,7 @@ What each stand-in claims, and its source:
 - Managed Flink: an application is created READY; StartApplication returns an operation id, and
   the application is RUNNING from the next read on (AWS passes through STARTING, which the world
   skips: the journey's wait for a transitional status is tested in tests/telemetry/
-  test_telemetry_deploy.py); DescribeApplicationOperation says SUCCESSFUL (API Reference,
+  test_deploy.py); DescribeApplicationOperation says SUCCESSFUL (API Reference,
   "StartApplication", "DescribeApplicationOperation"). A start that falls back to READY is not
   modelled here.
 - Service Quotas: ListServiceQuotas lists the applied values the test gives (moto lists none).
@@ -74,6 +74,19 @@ def model_answer(model, response: dict):
     return checked(model, response)
 
 
+class Clients:
+    """A boto3 session's clients, each made once: the world and the CDK CLI's stand-in make a few
+    hundred calls a journey, and a client costs tens of milliseconds to make."""
+
+    def __init__(self, session) -> None:
+        self.session, self.made = session, {}
+
+    def client(self, service: str):
+        if service not in self.made:
+            self.made[service] = self.session.client(service)
+        return self.made[service]
+
+
 @dataclass
 class DeployedStack:
     name: str
@@ -98,7 +111,8 @@ class World:
     def __init__(self, session, aws, env: str, account: str, *, quotas: dict[str, dict[str, float]]) -> None:
         # `session`: the journey's, which the world answers and faults; `aws`: the world's own
         # hands in the same moto account (what an instance or the Flink job writes), never faulted.
-        self.session, self.aws, self.env, self.account, self.quotas = session, aws, env, account, quotas
+        self.session, self.env, self.account, self.quotas = session, env, account, quotas
+        self.aws = Clients(aws)
         self.stacks: dict[str, DeployedStack] = {}
         self.exports: dict[str, str] = {}
         self.flink = Flink()
@@ -121,7 +135,7 @@ class World:
     def install(self) -> None:
         """Registers the world's answers on the journey's session (before its clients are made)."""
         from tests.conftest import keep_params
-        from tests.scripts.seed_commands import seeds_answer
+        from tests.telemetry.seed_commands import seeds_answer
 
         events = self.session.events
         for operation in ("ListServiceQuotas", "GetTemplate", "DescribeApplication", "StartApplication",
@@ -233,7 +247,7 @@ class World:
     def _simulate(self, params: dict) -> None:
         """Each fleet host's report in the results bucket, and every acknowledged record in the
         sink's smoke/ prefix as committed Parquet rows."""
-        from tests.scripts.test_run_simulation import host_report
+        from tests.telemetry.commands.test_simulate import host_report
 
         run_id = params["Parameters"]["runId"][0]
         rate = float(params["Parameters"]["ratePerHost"][0])
@@ -278,7 +292,7 @@ class Deployer:
 
     def __init__(self, world: World, assembly: Path, deployer_session) -> None:
         self.world, self.assembly = world, assembly
-        self.aws = deployer_session  # the CLI's own calls: not the journey's, so no fault hits them
+        self.aws = Clients(deployer_session)  # the CLI's own calls: not the journey's, so no fault hits them
         self.calls: list[list[str]] = []
         self.fail: set[str] = set()
         self.interrupt: dict[str, type[BaseException]] = {}  # stack -> what stops the CLI while it waits on it

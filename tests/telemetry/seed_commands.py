@@ -24,6 +24,7 @@ from typing import Any
 
 from stacks.constructs.node_scripts import render_cluster_nodes_document
 from stacks.naming import NODE_PREPARATION_STATUS_FILE
+from tests.conftest import MOTO_IMAGE
 
 PREPARED = "succeeded|"  # what a seed whose preparation succeeded prints after PREPARED=
 
@@ -34,7 +35,7 @@ def launch_seeds(session, synthesized, env: str) -> dict[str, str]:
     seeds = json.loads(synthesized(env).stacks["service_fabric"]["Outputs"]["Seeds"]["Value"])
     first = seeds[0]["address"].split(".")
     vpc = ec2.create_vpc(CidrBlock=f"{first[0]}.{first[1]}.0.0/16")["Vpc"]["VpcId"]
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = MOTO_IMAGE
     subnets: dict[str, str] = {}
     launched = {}
     for seed in seeds:

@@ -1,7 +1,7 @@
 """`telemetry cluster scale`: scale an environment's Service Fabric scaling node group and wait until it is steady.
 
 The stack creates the group empty (no instance can join before the cluster exists); run this
-after bootstrap_cluster.py without --desired to bring the group to its configured baseline
+after commands/cluster/bootstrap.py without --desired to bring the group to its configured baseline
 (`scaling_desired_nodes`, with the configured minimum `scaling_min_nodes`). With --desired N it
 sets that size instead (within the configured minimum and the group's maximum). It waits, printing
 progress, until

@@ -18,7 +18,7 @@ from botocore.stub import ANY, Stubber
 from telemetry.commands import preflight
 from stacks.config import load_environment, read_environments
 from telemetry import cli
-from tests.conftest import REPO
+from tests.conftest import MOTO_IMAGE, REPO
 
 ACCOUNT = "111111111111"  # the dev environment's account in cdk.json
 QUOTAS = {
@@ -176,7 +176,7 @@ def test_vcpus_needed_are_the_environment_at_its_largest_plus_what_runs(account,
     needed = (types[fabric.seed_instance_type] * fabric.seed_node_count
               + types[fabric.node_instance_type] * fabric.scaling_max_nodes
               + types[fleet.instance_type] * fleet.host_count)
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = MOTO_IMAGE
     ec2.run_instances(ImageId=image, MinCount=2, MaxCount=2, InstanceType="m5.large")
     quota = needed + 2 * types["m5.large"] - 1  # one vCPU short
     tight = {**QUOTAS, "ec2": {**QUOTAS["ec2"], preflight.VCPU_QUOTA[1]: float(quota)}}
@@ -194,7 +194,7 @@ def test_spot_instances_are_not_counted_against_the_on_demand_vcpu_quota(account
     """Spot instances count against the Spot quotas ("Amazon EC2 service quotas"): two running as
     Spot leave the On-Demand row as it was (DescribeInstances: InstanceLifecycle "spot")."""
     ec2 = account.client("ec2")
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = MOTO_IMAGE
     ec2.run_instances(ImageId=image, MinCount=2, MaxCount=2, InstanceType="m5.large",
                       InstanceMarketOptions={"MarketType": "spot"})
     _, rows, _ = run(account, capsys)
@@ -533,7 +533,7 @@ def deploy_prod(session, synthesis) -> dict[str, str]:
     Returns part -> stack id."""
     ec2, kafka = session.client("ec2"), session.client("kafka")
     cloudformation = session.client("cloudformation")
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = MOTO_IMAGE
     ids = {}
     for part, template in synthesis.stacks.items():
         resources = template["Resources"]
@@ -578,7 +578,7 @@ def foreign_usage(session, addresses: int, m5_larges: int, brokers: int) -> None
         ec2.allocate_address(Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": system_tags(
             f"arn:aws:cloudformation:eu-west-1:{PROD_ACCOUNT}:stack/Other-Network/1", "Eip")}])
     if m5_larges:
-        ec2.run_instances(ImageId=ec2.describe_images()["Images"][0]["ImageId"], MinCount=m5_larges,
+        ec2.run_instances(ImageId=MOTO_IMAGE, MinCount=m5_larges,
                           MaxCount=m5_larges, InstanceType="m5.large")
     if brokers:
         session.client("kafka").create_cluster_v2(ClusterName="someone-else", Provisioned={

@@ -22,6 +22,7 @@ from simulator.config import SloThresholds
 from simulator.report import REPORT_VERSION
 from stacks.constructs.simulator_fleet import render_run_document
 from stacks.config import load_environment, read_environments
+from tests.conftest import MOTO_IMAGE
 
 REGION = "eu-west-1"
 FLEET = "telemetry-dev-simulator"
@@ -69,7 +70,7 @@ def deployed_fleet(session, hosts: int = 3):
     """dev's simulator fleet as deployed: `hosts` running hosts (and another fleet's two), the run
     document, the results bucket and the runs' log group."""
     ec2 = session.client("ec2")
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = MOTO_IMAGE
     for fleet, count in ((FLEET, hosts), ("someone-else", 2)):
         ec2.run_instances(
             ImageId=image, MinCount=count, MaxCount=count, InstanceType="c7i.large",

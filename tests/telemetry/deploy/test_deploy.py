@@ -24,7 +24,8 @@ from telemetry.deploy import command as deploy
 from telemetry.shared.errors import OperationFailed
 from telemetry.deploy.steps import Bootstrap, Flink, Scale, Stacks, Topics, journey, run_journey
 from stacks.config import load_environment, read_environments
-from tests.scripts.test_preflight import ACCOUNT, QUOTAS, Session
+from tests.telemetry.commands.test_preflight import ACCOUNT, QUOTAS, Session
+from tests.conftest import MOTO_IMAGE
 
 CONFIG = load_environment(read_environments(), "dev")
 # The stand-in stack holds one resource that does nothing (moto warns that it only records it).
@@ -485,7 +486,7 @@ def seed_left(session, *, termination_disabled: bool) -> str:
     """An instance a failed creation's rollback could not delete, as the seeds are launched (API
     termination disabled, seed_nodes.py), or after the operator allowed it."""
     ec2 = session.client("ec2")
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = MOTO_IMAGE
     instance = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
     ec2.modify_instance_attribute(InstanceId=instance, DisableApiTermination={"Value": termination_disabled})
     return instance
@@ -583,7 +584,7 @@ def test_the_topics_step_reconciles_on_a_fleet_host_and_records_it(account):
     tests/telemetry/commands/topics/test_topics_on_fleet.py. Here: the step finds a fleet host, sends the fleet's
     document, deletes the token parameter and records the reconcile, which makes it done."""
     ec2 = account.client("ec2")
-    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    image = MOTO_IMAGE
     ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, TagSpecifications=[{
         "ResourceType": "instance", "Tags": [{"Key": "telemetry:fleet", "Value": "telemetry-dev-simulator"}]}])
     account.client("ssm").put_parameter(Name="/telemetry-dev/msk/bootstrap-brokers-iam", Type="String", Value=BROKERS)
@@ -621,8 +622,8 @@ def test_the_bootstrap_step_asks_run_command_only_for_this_documents_successes_s
     """Not a page through every command the account ran: ListCommands filtered by DocumentName,
     Status and InvokedAfter the stack's CreationTime (CommandFilter, SSM API Reference), which
     Stubber checks against the ssm model; moto's ListCommands would ignore the filters."""
-    from tests.scripts.seed_commands import service_fabric_outputs
-    from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
+    from tests.telemetry.seed_commands import service_fabric_outputs
+    from tests.telemetry.stack_outputs import StubbedStackSession, outputs_list
 
     fabric = StubbedStackSession(moto_session, "Telemetry-dev-ServiceFabric",
                                  outputs_list(service_fabric_outputs(synthesized, "dev")))  # created 2026-11-23T00:00:00Z
@@ -866,8 +867,8 @@ def seeds(moto_session, synthesized, sf_cluster):
     """dev's seeds running in moto, answering the cluster-nodes document with what the Service
     Fabric emulator's cluster lists (tests/telemetry/seed_commands.py); the ServiceFabric stack's
     outputs as DescribeStacks returns them (through the Stubber)."""
-    from tests.scripts.seed_commands import launch_seeds, seeds_answer, service_fabric_outputs
-    from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
+    from tests.telemetry.seed_commands import launch_seeds, seeds_answer, service_fabric_outputs
+    from tests.telemetry.stack_outputs import StubbedStackSession, outputs_list
 
     launched = launch_seeds(moto_session, synthesized, "dev")
     cluster: dict = {"up": True}
@@ -933,7 +934,7 @@ SMOKE_BUCKET = "telemetry-dev-telemetrybucket"
 
 
 def describe_stack_response(stack: str, outputs: list[dict]) -> dict:
-    from tests.scripts.stack_outputs import stack_id
+    from tests.telemetry.stack_outputs import stack_id
 
     return {"Stacks": [{"StackName": stack, "StackId": stack_id(stack), "CreationTime": "2026-11-23T00:00:00Z",
                         "StackStatus": "CREATE_COMPLETE", "Outputs": outputs}]}
@@ -945,9 +946,9 @@ def smoke_account(moto_session, seeds, synthesized):
     key (provisioning the MQTT leg's devices), the TelemetrySink stack's bucket, the ServiceFabric
     stack's outputs (DescribeStacks through the Stubber); the device policy, the bucket and one
     simulator fleet host in moto; dev's seeds answering the cluster-nodes document."""
-    from tests.scripts.seed_commands import service_fabric_outputs
-    from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
-    from tests.scripts.test_run_simulation import deployed_fleet
+    from tests.telemetry.seed_commands import service_fabric_outputs
+    from tests.telemetry.stack_outputs import StubbedStackSession, outputs_list
+    from tests.telemetry.commands.test_simulate import deployed_fleet
 
     key = moto_session.client("kms").create_key(Description="telemetry-dev device credentials")["KeyMetadata"]["Arn"]
     # Provisioning only checks that the device gateway's policy exists (its statements: the stack's tests).
@@ -980,7 +981,7 @@ def fleet_reported(session, monkeypatch, *, lost: dict[str, int] | None = None) 
     results bucket, for run ids smoke-test-kafka and smoke-test-mqtt."""
     from telemetry.commands.simulate import Fleet
     from telemetry.deploy import steps as journey
-    from tests.scripts.test_run_simulation import host_report, upload
+    from tests.telemetry.commands.test_simulate import host_report, upload
 
     monkeypatch.setattr(journey, "_smoke_run_id", lambda: "smoke-test")
     (host,) = Fleet(session).running_hosts("telemetry-dev-simulator")
@@ -1070,10 +1071,10 @@ def test_a_smoke_leg_that_lost_messages_fails_before_the_sink_is_read(smoke_acco
 
 
 def test_the_scale_step_brings_the_empty_group_to_its_configured_size_once(moto_session):
-    from tests.scripts.test_scale import SCALING, group
+    from tests.telemetry.commands.cluster.test_scale import SCALING, group
 
     ec2, autoscaling = moto_session.client("ec2"), moto_session.client("autoscaling")
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = MOTO_IMAGE
     subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
     ec2.create_launch_template(LaunchTemplateName="nodes", LaunchTemplateData={"ImageId": image, "InstanceType": "m6i.xlarge"})
     autoscaling.create_auto_scaling_group(

@@ -19,9 +19,10 @@ from telemetry.commands.cluster import bootstrap as bootstrap_cluster
 from telemetry.shared.cluster_inventory import thumbprint
 from telemetry import cli
 from stacks.constructs.node_scripts import render_cluster_nodes_document, render_create_cluster_document
-from tests.scripts.seed_commands import PREPARED, seeds_answer
-from tests.scripts.stack_outputs import StubbedStackSession, stack_id
+from tests.telemetry.seed_commands import PREPARED, seeds_answer
+from tests.telemetry.stack_outputs import StubbedStackSession, stack_id
 from tests.sf_emulator.certs import make_pki
+from tests.conftest import MOTO_IMAGE
 
 REGION = "eu-west-1"
 CLUSTER = "telemetry-prod-sf"
@@ -70,7 +71,7 @@ def aws(moto_session, synthesized, pki):
     session = moto_session
     ec2 = session.client("ec2")
     vpc = ec2.create_vpc(CidrBlock="10.30.0.0/16")["Vpc"]["VpcId"]
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = MOTO_IMAGE
     subnets = {}
     for seed in seeds:
         if seed["cidr"] not in subnets:
@@ -469,7 +470,7 @@ def test_refuses_a_seed_that_is_not_at_its_fixed_address(aws, capsys):
     ec2.terminate_instances(InstanceIds=[seeds[2]["instance_id"]])
     (subnet,) = ec2.describe_subnets(Filters=[{"Name": "cidr-block", "Values": [seeds[2]["cidr"]]}])["Subnets"]
     stray = ec2.run_instances(
-        ImageId=ec2.describe_images()["Images"][0]["ImageId"], MinCount=1, MaxCount=1, SubnetId=subnet["SubnetId"],
+        ImageId=MOTO_IMAGE, MinCount=1, MaxCount=1, SubnetId=subnet["SubnetId"],
         TagSpecifications=[{"ResourceType": "instance", "Tags": [
             {"Key": "sf:cluster", "Value": CLUSTER}, {"Key": "sf:nodetype", "Value": "PrimaryNodeType"},
             {"Key": "sf:nodename", "Value": "seed-2"}]}],

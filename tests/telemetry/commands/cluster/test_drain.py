@@ -1031,7 +1031,7 @@ def test_with_env_the_endpoint_and_certificates_come_from_the_stack_outputs(
     """No --endpoint and no certificate flags: the gateway from the HttpGatewayEndpoint output
     (DescribeStacks through botocore's Stubber), the admin certificate from its secret, the
     gateway pinned to the cluster certificate's thumbprint."""
-    from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
+    from tests.telemetry.stack_outputs import StubbedStackSession, outputs_list
 
     secrets = moto_session.client("secretsmanager")
     for name, issued in (("cluster", sf_pki.server), ("admin", sf_pki.client)):

@@ -12,6 +12,7 @@ import pytest
 from telemetry.commands.cluster import scale
 from telemetry.commands.cluster.scale import GroupState
 from telemetry import cli
+from tests.conftest import MOTO_IMAGE
 
 REGION = "eu-west-1"
 SCALING = "telemetry-dev-sf-scaling"
@@ -23,7 +24,7 @@ LOCKS = "telemetry-dev-sf-membership-lock"
 def aws(moto_session):
     session = moto_session
     ec2 = session.client("ec2")
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = MOTO_IMAGE
     subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
     ec2.create_launch_template(LaunchTemplateName="nodes", LaunchTemplateData={"ImageId": image, "InstanceType": "m6i.xlarge"})
     autoscaling = session.client("autoscaling")

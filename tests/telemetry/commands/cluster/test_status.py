@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from telemetry import cli
-from tests.scripts.stack_outputs import StubbedStackSession, dev_gateway
+from tests.telemetry.stack_outputs import StubbedStackSession, dev_gateway
+from tests.conftest import MOTO_IMAGE
 
 REGION = "eu-west-1"
 CLUSTER = "telemetry-dev-sf"
@@ -26,7 +27,7 @@ def aws(moto_session, sf_pki, sf_emulator):
     session = moto_session
     ec2 = session.client("ec2")
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = MOTO_IMAGE
     seeds_subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24", AvailabilityZone="eu-west-1a")["Subnet"]["SubnetId"]
     nodes_subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.2.0/24", AvailabilityZone="eu-west-1b")["Subnet"]["SubnetId"]
 

@@ -14,7 +14,7 @@ import boto3
 import pytest
 
 from telemetry import cli
-from tests.scripts.runtime_cabs import write_cab
+from tests.telemetry.runtime_cabs import write_cab
 
 pytestmark = pytest.mark.integration  # starts the HTTPS emulator
 

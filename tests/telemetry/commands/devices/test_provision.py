@@ -19,7 +19,7 @@ from telemetry.commands.devices import provision as provision_devices
 from telemetry import cli
 from tests.conftest import REPO
 from tests.msk_authorization import resolve
-from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
+from tests.telemetry.stack_outputs import StubbedStackSession, outputs_list
 
 ENVIRONMENTS = ("dev", "staging")
 

@@ -20,7 +20,7 @@ from telemetry.commands.devices import replay
 from telemetry import cli
 from tests.conftest import keep_params, model_answer
 from devtools.iot_rule_bridge import KafkaRule
-from tests.scripts.stack_outputs import StubbedStackSession, outputs_list
+from tests.telemetry.stack_outputs import StubbedStackSession, outputs_list
 
 RULE = "telemetry_dev_device_telemetry"
 FILTER = "telemetry/dev/+/data"

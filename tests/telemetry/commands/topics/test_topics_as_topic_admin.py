@@ -3,7 +3,7 @@ enforces that role.
 
 The role's kafka-cluster statements are read from the synthesized template, translated into Kafka
 ACLs by the MSK semantics table (tests/msk_authorization.py) and given to a fresh SASL user of the
-policy-enforcing broker; manage_topics.py then creates and alters the declared topic as that user.
+policy-enforcing broker; commands/topics.py then creates and alters the declared topic as that user.
 What this proves about MSK, and what not: see tests/msk_authorization.py.
 """
 
