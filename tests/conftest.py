@@ -121,22 +121,24 @@ _one_unused_rsa_key_for_every_symmetric_moto_key()
 # The long files first. xdist's loadfile hands out whole files in collection order, and by default
 # reorders them by test count, which put the one-test files last: one worker ran them alone while
 # the other idled. pytest.ini turns that reordering off (--no-loadscope-reorder); the sort below is
-# stable, so every other file keeps its place. Each file's summed --durations=0 on the 2-core CI
-# machine (26 Nov 2026) is beside it; ordering strictly by those sums was not faster (448 s
-# against 413 s for the whole suite, one run each), so this order stays.
+# stable, so every other file keeps its place. Beside each file, its tests' summed time in a full
+# run on the 2-core machine (29 Nov 2026, junit-xml, both workers busy); the longest first, as
+# docs/testing.md lists them.
 LONGEST_FIRST = (
-    "tests/journey/test_first_deployment.py",  # about 120 s: 16 journeys, each a first run and a rerun
-    "tests/journey/test_rerun_after_a_signal.py",  # about 90 s: 14 journeys
-    "tests/simulator/test_simulator_integration.py",  # 61 s
-    "tests/flink_sink/test_device_outage_replay.py",  # 56 s
-    "tests/simulator/test_simulator_populations.py",  # 47 s
-    "tests/flink_sink/test_sink_as_sink_role.py",  # 43 s
-    "tests/test_demo.py",  # 26 s
-    "tests/lambdas/node_lifecycle/test_lifecycle_within_aws_limits.py",  # 112 s, over about 95 tests
-    "tests/telemetry/deploy/test_deploy.py",  # 45 s
-    "tests/telemetry/commands/test_simulate.py",  # 36 s
-    "tests/stacks/test_compliance.py",  # 17 s
-    "tests/simulator/test_simulator_mqtt.py",  # 16 s
+    "tests/journey/test_first_deployment.py",  # 159 s: 33 journeys, each a first run and a rerun
+    "tests/lambdas/node_lifecycle/test_lifecycle_within_aws_limits.py",  # 90 s, 51 tests
+    "tests/simulator/test_simulator_populations.py",  # 87 s, 4 tests (2,000 TLS devices: 50 s)
+    "tests/flink_sink/test_sink_as_sink_role.py",  # 85 s: 6 runs of the sink's job
+    "tests/simulator/test_simulator_integration.py",  # 68 s
+    "tests/flink_sink/test_device_outage_replay.py",  # 68 s, one test
+    "tests/lambdas/node_lifecycle/test_patch_executed.py",  # 54 s
+    "tests/test_demo.py",  # 54 s, one test
+    "tests/test_readme_commands.py",  # 52 s (make synth of prod: 14 s)
+    "tests/journey/test_rerun_after_a_signal.py",  # 52 s: 14 journeys
+    "tests/stacks/test_compliance.py",  # 39 s (cfn-lint over every environment: 28 s)
+    "tests/lambdas/node_lifecycle/test_state_machines_executed.py",  # 37 s
+    "tests/lambdas/node_lifecycle/test_overlap_executed.py",  # 34 s
+    "tests/stacks/test_checkov_gate.py",  # 33 s
 )
 
 
