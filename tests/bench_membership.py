@@ -33,8 +33,8 @@ from node_lifecycle import (  # noqa: E402
 )
 from sf_rest import NodeStatus, ServiceFabricClient  # noqa: E402
 
-from telemetry.commands.cluster import drain as drain_node  # noqa: E402
 from telemetry import cli  # noqa: E402
+from telemetry.commands.cluster import drain as drain_node  # noqa: E402
 from tests.sf_emulator import SfEmulator, make_pki, standard_cluster  # noqa: E402
 
 

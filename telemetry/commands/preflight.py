@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 
-from telemetry.shared.cluster_inventory import CERTIFICATE_KEYS, format_table
 from stacks.config import EnvironmentConfig, load_environment, read_environments
+from telemetry.shared.cluster_inventory import CERTIFICATE_KEYS, format_table
 
 OK, BLOCKER, WARNING = "ok", "BLOCKER", "warning"
 # Every synthesized template asserts it (Rules.CheckBootstrapVersion: "CDK bootstrap stack version 6

@@ -28,15 +28,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-
-from telemetry import REPO
-from telemetry.shared.cluster_inventory import RUN_COMMAND_UNFINISHED, ToolError
-from telemetry.shared.run_command_output import cloudwatch_output, invocation, whole_output
-from telemetry.shared.errors import OperationFailed
 from simulator.errors import SimulatorError
 from simulator.flags import add_slo_flags, given_thresholds
-from simulator.slo import thresholds_of
 from simulator.report import format_summary, merge_reports, write_report
+from simulator.slo import thresholds_of
 from stacks.config import ConfigError, EnvironmentConfig, load_environment, read_environments
 from stacks.naming import (
     FLEET_TAG,
@@ -50,6 +45,10 @@ from stacks.naming import (
     simulator_fleet_name,
     simulator_runs_log_group_name,
 )
+from telemetry import REPO
+from telemetry.shared.cluster_inventory import RUN_COMMAND_UNFINISHED, ToolError
+from telemetry.shared.errors import OperationFailed
+from telemetry.shared.run_command_output import cloudwatch_output, invocation, whole_output
 
 RUN_STEP = "runSimulator"  # the run document's one step (stacks/documents/run_simulator.yaml)
 RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9-]{0,63}"  # the Run Command document's allowedPattern

@@ -49,8 +49,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
-from telemetry.shared.cluster_inventory import RUN_COMMAND_UNFINISHED
-from telemetry.shared.run_command_output import cloudwatch_output, invocation, reason, whole_output
 from simulator.kafka_config import SASL_PASSWORD_ENV, connection_settings
 from simulator.topic_admin import (  # noqa: F401  (the Kafka side, re-exported for callers)
     AclChange,
@@ -72,6 +70,8 @@ from simulator.topic_admin import (  # noqa: F401  (the Kafka side, re-exported 
     reconcile_acls,
     reconcile_declaration,
 )
+from telemetry.shared.cluster_inventory import RUN_COMMAND_UNFINISHED
+from telemetry.shared.run_command_output import cloudwatch_output, invocation, reason, whole_output
 
 MS_PER_HOUR = 3_600_000
 TOPICS_STEP = "manageTopics"  # the document's one step (stacks/documents/manage_topics.yaml)

@@ -20,11 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-from telemetry import REPO
-from telemetry.shared.errors import ToolError  # noqa: F401 (the tools import it from here too)
 from stacks.naming import CLUSTER_TAG, NODE_NAME_TAG, NODE_TYPE_TAG
 from stacks.seed_addresses import SeedPlacement, seeds_from_output
+from telemetry import REPO
+from telemetry.shared.errors import ToolError  # noqa: F401 (the tools import it from here too)
 
 SERVICE_FABRIC_STACK_PART = "ServiceFabric"
 

@@ -25,8 +25,8 @@ from node_lifecycle.interfaces import LockGrant
 from node_lifecycle.membership_lock import DynamoDbMembershipLock
 from node_lifecycle.patch_progress import DynamoDbPatchProgress
 
-from telemetry.shared.errors import OperationFailed
 from stacks.naming import membership_lock_table_name
+from telemetry.shared.errors import OperationFailed
 
 
 class ClusterBusy(OperationFailed):

@@ -39,10 +39,10 @@ from pathlib import Path
 import pytest
 
 from devtools import local_kafka
-from telemetry.commands.devices import replay
-from tests.conftest import REPO
 from devtools.iot_rule_bridge import IotRuleBridge, KafkaRule
 from simulator.device_certificates import telemetry_topic
+from telemetry.commands.devices import replay
+from tests.conftest import REPO
 from tests.mqtt_fixtures import THINGS
 
 pytestmark = pytest.mark.integration

@@ -20,11 +20,11 @@ from collections.abc import Callable
 import boto3
 import pytest
 
-from telemetry.commands.cluster import bootstrap as bootstrap_cluster
+from stacks.config import load_environment, read_environments
 from telemetry import cli
+from telemetry.commands.cluster import bootstrap as bootstrap_cluster
 from telemetry.deploy import command as deploy
 from telemetry.deploy import steps as journey
-from stacks.config import load_environment, read_environments
 from tests.journey.world import BOOTSTRAP_VERSION, REGION, Deployer, World
 
 pytestmark = [pytest.mark.journey, pytest.mark.filterwarnings("ignore:Tried to parse AWS")]

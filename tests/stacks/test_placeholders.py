@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from telemetry import cli
 from stacks import placeholders
+from telemetry import cli
 from tests.conftest import REPO
 
 SHIPPED = {

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from stacks.constructs.simulator_fleet import render_run_document
-from tests.msk_authorization import Elsewhere
 from tests.conftest import REPO
+from tests.msk_authorization import Elsewhere
 
 HOSTS = {"dev": 1, "staging": 2, "prod": 3}
 

@@ -16,6 +16,7 @@ import pytest
 import tree_sitter_powershell
 from tree_sitter import Language, Parser
 
+from stacks.config import load_environment
 from stacks.constructs.node_scripts import (
     USERDATA,
     placeholders,
@@ -25,7 +26,6 @@ from stacks.constructs.node_scripts import (
     render_script,
     render_user_data,
 )
-from stacks.config import load_environment
 from stacks.naming import runtime_package_path
 from tests.conftest import ENVIRONMENTS, cdk_context
 

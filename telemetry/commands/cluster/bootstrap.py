@@ -27,21 +27,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-
-from telemetry.shared.cluster_inventory import (
-    REPO,
-    ClusterOutputs,
-    NodeInstance,
-    ToolError,
-    deployed_outputs,
-    node_instances,
-    read_certificate_secret,
-    service_fabric_stack_name,
-    synthesized_outputs,
-    thumbprint,
-)
-from telemetry.shared.run_command_output import cloudwatch_output, invocation, reason, whole_output
-from telemetry.shared.errors import OperationFailed
 from stacks.config import EnvironmentConfig, ServiceFabricConfig, load_environment, read_environments
 from stacks.naming import (
     CLIENT_CONNECTION_PORT,
@@ -54,6 +39,20 @@ from stacks.naming import (
     service_fabric_cluster_name,
 )
 from stacks.seed_addresses import SeedPlacement
+from telemetry.shared.cluster_inventory import (
+    REPO,
+    ClusterOutputs,
+    NodeInstance,
+    ToolError,
+    deployed_outputs,
+    node_instances,
+    read_certificate_secret,
+    service_fabric_stack_name,
+    synthesized_outputs,
+    thumbprint,
+)
+from telemetry.shared.errors import OperationFailed
+from telemetry.shared.run_command_output import cloudwatch_output, invocation, reason, whole_output
 
 DATA_ROOT = "D:\\SF"  # the data volume userdata/prepare_node.ps1 formats
 FINISHED = {"Success", "Failed", "Cancelled", "TimedOut", "Cancelling"}

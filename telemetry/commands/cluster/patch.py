@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from telemetry.shared import output
-from telemetry.shared.errors import UsageError
 from stacks.config import EnvironmentConfig, load_environment, read_environments
 from stacks.naming import node_lifecycle_state_machine_name, seed_node_name, state_machine_arn
+from telemetry.shared import output
+from telemetry.shared.errors import UsageError
 
 # Seeds are seed-<index> (stacks/naming.py); scaling nodes scale-<instance id> (scale_out.plan_node).
 NODE_NAME = re.compile(r"^(seed-\d{1,2}|scale-i-[0-9a-f]{8}([0-9a-f]{9})?)$")

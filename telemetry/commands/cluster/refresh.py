@@ -53,11 +53,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from telemetry.shared.cluster_inventory import ToolError
-from telemetry.shared.cluster_lock import refuse_while_held
-from telemetry.commands.cluster.scale import ScalingGroups, refuse_while_launch_suspended
-from telemetry.shared import output
-from telemetry.shared.errors import OperationFailed
 from simulator.topic_admin import _positive_seconds  # as telemetry topics reads its --timeout
 from stacks.config import EnvironmentConfig, load_environment, read_environments
 from stacks.naming import (
@@ -69,6 +64,11 @@ from stacks.naming import (
     scaling_group_name,
     service_fabric_cluster_name,
 )
+from telemetry.commands.cluster.scale import ScalingGroups, refuse_while_launch_suspended
+from telemetry.shared import output
+from telemetry.shared.cluster_inventory import ToolError
+from telemetry.shared.cluster_lock import refuse_while_held
+from telemetry.shared.errors import OperationFailed
 
 # stacks/constructs/scaling_node_group.py INSTANCE_WARMUP (a test holds them equal; importing
 # the construct would load the CDK into every command).

@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 
+from stacks.config import load_environment, read_environments
+from stacks.naming import service_fabric_cluster_name
 from telemetry.shared.cluster_inventory import (
     NodeInstance,
     add_gateway_arguments,
@@ -30,8 +32,6 @@ from telemetry.shared.cluster_inventory import (
     node_instances,
     service_fabric_stack_name,
 )
-from stacks.config import load_environment, read_environments
-from stacks.naming import service_fabric_cluster_name
 
 ZOMBIE = "ZOMBIE"
 NOT_JOINED = "NOT JOINED"

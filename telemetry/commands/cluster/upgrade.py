@@ -74,12 +74,6 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from telemetry.shared import runtime_package
-from telemetry.shared.cluster_lock import HeldLock, membership_lock, operator_owner, refuse_while_held
-from telemetry.commands.cluster.drain import add_gateway_arguments, check_gateway_arguments, connect
-from telemetry.commands.cluster.scale import resume_launch_command
-from telemetry.shared import output
-from telemetry.shared.errors import OperationFailed, UsageError
 from simulator.topic_admin import _positive_seconds  # as telemetry topics and cluster refresh read theirs
 from stacks.config import (
     RUNTIME_VERSION_PATTERN,
@@ -89,6 +83,12 @@ from stacks.config import (
     read_environments,
 )
 from stacks.naming import membership_lock_table_name, scaling_group_name
+from telemetry.commands.cluster.drain import add_gateway_arguments, check_gateway_arguments, connect
+from telemetry.commands.cluster.scale import resume_launch_command
+from telemetry.shared import runtime_package
+from telemetry.shared import output
+from telemetry.shared.cluster_lock import HeldLock, membership_lock, operator_owner, refuse_while_held
+from telemetry.shared.errors import OperationFailed, UsageError
 
 ALREADY_PROVISIONED = "FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS"  # ClusterManagerReplica::BeginAcceptProvisionFabric
 UPGRADE_IN_PROGRESS = "FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS"  # ClusterManagerReplica::BeginAcceptUpgradeFabric

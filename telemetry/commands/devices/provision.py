@@ -48,7 +48,6 @@ from pathlib import Path
 
 from botocore.exceptions import ClientError
 
-from telemetry.shared.cluster_inventory import ToolError, deployed_outputs
 from simulator.device_certificates import write_device
 from simulator.device_credentials import Credentials
 from simulator.device_credentials import read as read_credentials
@@ -60,6 +59,7 @@ from stacks.naming import (
     device_thing_name,
     simulator_fleet_name,
 )
+from telemetry.shared.cluster_inventory import ToolError, deployed_outputs
 
 
 DEVICE_GATEWAY_STACK_PART = "DeviceGateway"

@@ -68,8 +68,6 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Protocol
 
-from telemetry.shared.cluster_inventory import ToolError, deployed_outputs
-from telemetry.commands.devices.provision import device_gateway_stack_name
 from stacks.config import EnvironmentConfig, load_environment, read_environments
 from stacks.naming import (
     FAILED_DELIVERIES_EXPIRY_WARNING_DAYS,
@@ -79,6 +77,8 @@ from stacks.naming import (
     device_rule_name,
     device_topic_filter,
 )
+from telemetry.commands.devices.provision import device_gateway_stack_name
+from telemetry.shared.cluster_inventory import ToolError, deployed_outputs
 
 # ReceiveMessage: at most 10 messages per call; WaitTimeSeconds up to 20 makes it a long poll,
 # which "queries all of the servers" where a short poll samples some of them, so an empty answer

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from telemetry.shared.cluster_lock import HeldLock
 from telemetry import cli
+from telemetry.shared.cluster_lock import HeldLock
 
 from tests.sf_emulator import EmulatedCluster, Pki, SfEmulator
 

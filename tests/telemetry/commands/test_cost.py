@@ -12,6 +12,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from stacks.config import load_environment
 from telemetry import cli
 from telemetry.shared import prices
 from telemetry.shared.cloud_assembly import Stack, in_dependency_order, read_cloud_assembly
@@ -24,7 +25,6 @@ from telemetry.shared.estimate import (
     metered_messages,
     paths,
 )
-from stacks.config import load_environment
 from tests.conftest import cdk_context
 
 ENVIRONMENTS = ("dev", "staging", "prod")

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from botocore.stub import ANY, Stubber
 
-from telemetry.commands import preflight
 from stacks.config import load_environment, read_environments
 from telemetry import cli
+from telemetry.commands import preflight
 from tests.conftest import MOTO_IMAGE, REPO
 
 ACCOUNT = "111111111111"  # the dev environment's account in cdk.json

@@ -14,14 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from telemetry.commands import simulate as run_simulation
-from telemetry.commands.simulate import Fleet, RunError, RunPlan, embedded_metrics, run_fleet, split_rate
-from telemetry import cli
 from simulator import histograms, slo
 from simulator.config import SloThresholds
 from simulator.report import REPORT_VERSION
-from stacks.constructs.simulator_fleet import render_run_document
 from stacks.config import load_environment, read_environments
+from stacks.constructs.simulator_fleet import render_run_document
+from telemetry import cli
+from telemetry.commands import simulate as run_simulation
+from telemetry.commands.simulate import Fleet, RunError, RunPlan, embedded_metrics, run_fleet, split_rate
 from tests.conftest import MOTO_IMAGE
 
 REGION = "eu-west-1"

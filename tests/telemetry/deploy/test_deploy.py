@@ -19,13 +19,13 @@ from types import SimpleNamespace
 import pytest
 from botocore.stub import Stubber
 
-from telemetry.shared import cloud_assembly
-from telemetry.deploy import command as deploy
-from telemetry.shared.errors import OperationFailed
-from telemetry.deploy.steps import Bootstrap, Flink, Scale, Stacks, Topics, journey, run_journey
 from stacks.config import load_environment, read_environments
-from tests.telemetry.commands.test_preflight import ACCOUNT, QUOTAS, Session
+from telemetry.deploy import command as deploy
+from telemetry.deploy.steps import Bootstrap, Flink, Scale, Stacks, Topics, journey, run_journey
+from telemetry.shared import cloud_assembly
+from telemetry.shared.errors import OperationFailed
 from tests.conftest import MOTO_IMAGE
+from tests.telemetry.commands.test_preflight import ACCOUNT, QUOTAS, Session
 
 CONFIG = load_environment(read_environments(), "dev")
 # The stand-in stack holds one resource that does nothing (moto warns that it only records it).

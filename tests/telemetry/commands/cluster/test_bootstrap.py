@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from stacks.constructs.node_scripts import render_cluster_nodes_document, render_create_cluster_document
+from telemetry import cli
 from telemetry.commands.cluster import bootstrap as bootstrap_cluster
 from telemetry.shared.cluster_inventory import thumbprint
-from telemetry import cli
-from stacks.constructs.node_scripts import render_cluster_nodes_document, render_create_cluster_document
+from tests.conftest import MOTO_IMAGE
+from tests.sf_emulator.certs import make_pki
 from tests.telemetry.seed_commands import PREPARED, seeds_answer
 from tests.telemetry.stack_outputs import StubbedStackSession, stack_id
-from tests.sf_emulator.certs import make_pki
-from tests.conftest import MOTO_IMAGE
 
 REGION = "eu-west-1"
 CLUSTER = "telemetry-prod-sf"

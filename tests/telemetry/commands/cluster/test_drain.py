@@ -33,8 +33,8 @@ from cryptography.hazmat.primitives import hashes
 from moto import mock_aws
 from sf_rest.cluster_config import node_names, nodes_to_be_removed
 
-from telemetry.commands.cluster import drain as drain_node
 from telemetry import cli
+from telemetry.commands.cluster import drain as drain_node
 from telemetry.shared.errors import EXIT_USAGE
 from tests.sf_emulator import make_pki
 

@@ -12,8 +12,8 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from telemetry.commands.cluster import refresh as refresh_nodes
 from telemetry import cli
+from telemetry.commands.cluster import refresh as refresh_nodes
 
 GROUP = "telemetry-dev-sf-scaling"
 ALARMS = [f"telemetry-dev-sf-lifecycle-{kind}" for kind in ("JoinFailed", "DrainFailed", "SeedNodeDown")]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from telemetry import cli
 from telemetry.commands.cluster import scale
 from telemetry.commands.cluster.scale import GroupState
-from telemetry import cli
 from tests.conftest import MOTO_IMAGE
 
 REGION = "eu-west-1"

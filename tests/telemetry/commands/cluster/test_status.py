@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from telemetry import cli
-from tests.telemetry.stack_outputs import StubbedStackSession, dev_gateway
 from tests.conftest import MOTO_IMAGE
+from tests.telemetry.stack_outputs import StubbedStackSession, dev_gateway
 
 REGION = "eu-west-1"
 CLUSTER = "telemetry-dev-sf"

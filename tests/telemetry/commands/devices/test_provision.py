@@ -15,8 +15,8 @@ from botocore.awsrequest import AWSResponse
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from telemetry.commands.devices import provision as provision_devices
 from telemetry import cli
+from telemetry.commands.devices import provision as provision_devices
 from tests.conftest import REPO
 from tests.msk_authorization import resolve
 from tests.telemetry.stack_outputs import StubbedStackSession, outputs_list

@@ -16,10 +16,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from botocore.stub import Stubber
 
-from telemetry.commands.devices import replay
-from telemetry import cli
-from tests.conftest import keep_params, model_answer
 from devtools.iot_rule_bridge import KafkaRule
+from telemetry import cli
+from telemetry.commands.devices import replay
+from tests.conftest import keep_params, model_answer
 from tests.telemetry.stack_outputs import StubbedStackSession, outputs_list
 
 RULE = "telemetry_dev_device_telemetry"

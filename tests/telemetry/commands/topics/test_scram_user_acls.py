@@ -16,6 +16,9 @@ import io
 
 import pytest
 
+from simulator.payload import RULE_THING_NAME_HEADER as THING_HEADER
+from stacks.config import load_environment
+from stacks.constructs.kafka_topic_rule import ACKS
 from telemetry.commands.topics import (
     AclSpec,
     KafkaAcls,
@@ -24,9 +27,6 @@ from telemetry.commands.topics import (
     everything_of,
     reconcile_acls,
 )
-from simulator.payload import RULE_THING_NAME_HEADER as THING_HEADER
-from stacks.config import load_environment
-from stacks.constructs.kafka_topic_rule import ACKS
 from tests.conftest import cdk_context
 from tests.kafka_fixtures import admin_client
 from tests.msk_authorization import Cluster, refusal_without, role_grants

@@ -15,8 +15,8 @@ import uuid
 import pytest
 
 from devtools import local_kafka
-from telemetry.commands.topics import KafkaTopics, TopicError, declared_environment, reconcile
 from stacks.config import ConfigError, load_environment
+from telemetry.commands.topics import KafkaTopics, TopicError, declared_environment, reconcile
 from tests.conftest import cdk_context
 
 pytestmark = pytest.mark.integration

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from devtools import local_kafka
+from simulator.kafka_config import connection_settings
+from telemetry import cli
 from telemetry.commands.topics import (
     ExistingTopic,
     KafkaTopics,
@@ -23,9 +26,6 @@ from telemetry.commands.topics import (
     plan,
     reconcile,
 )
-from devtools import local_kafka
-from telemetry import cli
-from simulator.kafka_config import connection_settings
 from tests.conftest import REPO
 
 HOUR_MS = 3_600_000

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.commands.topics import ExistingTopic, KafkaTopics, TopicError, TopicSpec, reconcile
+from devtools import local_kafka
 from simulator.kafka_config import SASL_PASSWORD_ENV
 from stacks.config import load_environment
-from devtools import local_kafka
+from telemetry.commands.topics import ExistingTopic, KafkaTopics, TopicError, TopicSpec, reconcile
 from tests.conftest import REPO, cdk_context
 from tests.msk_authorization import (
     Cluster,

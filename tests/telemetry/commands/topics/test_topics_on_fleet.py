@@ -24,6 +24,8 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
+from simulator import topic_admin
+from simulator.kafka_config import SASL_PASSWORD_ENV
 from telemetry.commands.topics import (
     AclSpec,
     Declaration,
@@ -32,8 +34,6 @@ from telemetry.commands.topics import (
     declared_environment,
     reconcile_on_fleet,
 )
-from simulator import topic_admin
-from simulator.kafka_config import SASL_PASSWORD_ENV
 from tests.conftest import REPO
 from tests.kafka_fixtures import SUPER_USER
 
