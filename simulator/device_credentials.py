@@ -3,7 +3,7 @@
 telemetry/commands/devices/provision.py keeps each simulator device's certificate and private key in one SSM
 SecureString parameter, `<path>/<thing name>`, whose value is JSON with `thing_name`,
 `certificate_arn`, `certificate_pem` and `private_key`. A fleet host takes its own block of
-things (commands/simulate.py gives each host a different first device) and writes them where the
+things (telemetry/commands/simulate.py gives each host a different first device) and writes them where the
 simulator reads them: `<thing>.cert.pem` and `<thing>.key.pem`, owner-only, in a folder of their
 own. Run by the Run Command document:
 

@@ -236,7 +236,7 @@ DEVICE_THING_LEVEL = THING_LEVEL
 # Dimension values of AWS IoT's CloudWatch metrics (namespace AWS/IoT). "AWS IoT metrics and
 # dimensions" says only "ActionType: The action type specified by the rule that triggered the
 # request", with no list of values. The alarms do not depend on it: they sum every ActionType of
-# the rule with a Metrics Insights query (device_gateway_monitoring.py). commands/simulate.py's report
+# the rule with a Metrics Insights query (device_gateway_monitoring.py). telemetry/commands/simulate.py's report
 # reads plain metrics, so it sums each documented spelling of the action: its name in the API
 # ("Rule actions" table, "Name in API") and the error action message's failedAction form
 # ("Error handling": "S3Action"). Protocol is the console's name for MQTT; not verified from a
@@ -246,7 +246,7 @@ IOT_ERROR_ACTION_TYPES = ("SqsAction", "sqs")
 IOT_MQTT_PROTOCOL = "MQTT"
 
 
-# The thing attribute naming a device's environment: commands/devices/provision.py sets it, and the device
+# The thing attribute naming a device's environment: telemetry/commands/devices/provision.py sets it, and the device
 # policy lets only things carrying the environment's name connect (device_policy.py).
 DEVICE_ENVIRONMENT_ATTRIBUTE = "environment"
 

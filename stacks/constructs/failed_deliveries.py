@@ -97,7 +97,7 @@ class FailedDeliveries(Construct):
             ),
             # Same page: a message received three times and not deleted leaves this metric (SQS
             # moves it to the back of the queue); only a replay receives these messages, and a
-            # replay that leaves one 10 days old fails, saying so (commands/devices/replay.py).
+            # replay that leaves one 10 days old fails, saying so (telemetry/commands/devices/replay.py).
             metric=self.queue.metric_approximate_age_of_oldest_message(period=PERIOD, statistic="Maximum"),
             threshold=EXPIRY_WARNING.to_seconds(),
             evaluation_periods=1,

@@ -275,7 +275,7 @@ def test_the_topic_administrator_holds_exactly_the_topic_and_acl_actions(synthes
         if resource["Type"] == "AWS::IAM::Role" and logical_id.startswith("TopicAdministratorRole")
     ]
     role = template["Resources"][role_id]["Properties"]
-    assert role["RoleName"] == topic_admin_role_name(config)  # commands/topics.py --assume-role's name
+    assert role["RoleName"] == topic_admin_role_name(config)  # telemetry/commands/topics.py --assume-role's name
     assert "ManagedPolicyArns" not in role and "PermissionsBoundary" not in role
     pseudo = {"AWS::Partition": "aws", "AWS::Region": config.region, "AWS::AccountId": config.account}
     # Only the environment's operators named in config, with MFA; no service, no other account.

@@ -132,7 +132,7 @@ def test_run_document_script_is_valid_bash_once_substituted(synthesized, tmp_pat
     path.write_text(script)
     result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    # The script runs the simulator with the fixed CLI and uploads where commands/simulate.py looks.
+    # The script runs the simulator with the fixed CLI and uploads where telemetry/commands/simulate.py looks.
     assert "python -m simulator run" in script
     assert 's3://results-bucket/runs/run-1/$instance.json' in script
     assert "--share '2/3'" in script  # this host's partitions

@@ -288,7 +288,7 @@ def test_unknown_steps_are_refused_by_name(world):
 def test_the_gateway_connection_skips_a_dead_seed_and_pins_the_published_thumbprint(
     aws, sf_emulator, sf_pki, region
 ):
-    """The thumbprint comes from the SSM parameter commands/cluster/bootstrap.py writes: the functions
+    """The thumbprint comes from the SSM parameter telemetry/commands/cluster/bootstrap.py writes: the functions
     never read the cluster certificate secret."""
     secrets = boto3.client("secretsmanager", region_name=region)
     ssm = boto3.client("ssm", region_name=region)
