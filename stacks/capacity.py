@@ -22,6 +22,8 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from stacks import fleet_plan  # the fleet plan's quota constants, with their sources
+
 MIB = 2**20
 GIB = 2**30
 MB = 1e6 / MIB  # MiB in a megabyte: the EC2 tables state throughput in MB/s (10^6 bytes)
@@ -56,7 +58,7 @@ FLINK_RESOURCES = ("Review Managed Service for Apache Flink application resource
 FLINK_PERFORMANCE = ("Use performance best practices (Managed Service for Apache Flink)",
                      "https://docs.aws.amazon.com/managed-flink/latest/java/performance-improving.html")  # fmt: skip
 SINK_BENCH = ("flink/README.md, Benchmark (make bench-sink, this repository)", "flink/README.md#benchmark")
-IOT_QUOTAS = ("AWS IoT Core endpoints and quotas (telemetry/shared/fleet_plan.py)",
+IOT_QUOTAS = ("AWS IoT Core endpoints and quotas (stacks/fleet_plan.py)",
               "https://docs.aws.amazon.com/general/latest/gr/iot-core.html")  # fmt: skip
 
 
@@ -183,7 +185,6 @@ SINK_RECORDS_PER_SUBTASK = _limit("Flink sink records/s per subtask (168,000 at 
 
 
 def _iot_limits() -> list[Limit]:
-    from telemetry.shared import fleet_plan  # the fleet plan's quota constants, with their sources
 
     return [
         _limit("AWS IoT Core concurrent connections per account (adjustable)", fleet_plan.IOT_CONCURRENT_CONNECTIONS,
@@ -621,10 +622,9 @@ def network_path_constraints(workload: Workload, *, nat_gateways: int,
 
 def iot_constraints(workload: Workload, *, publish_quota_per_s: float, connect_quota_per_s: float,
                     reconnect_window_s: float = 600) -> list[Constraint]:  # fmt: skip
-    """The device side as the fleet plan checks it (telemetry/shared/fleet_plan.py's quotas), for the
+    """The device side as the fleet plan checks it (stacks/fleet_plan.py's quotas), for the
     messages devices send through AWS IoT Core; plus how long the whole population takes to
     reconnect at the account's CONNECT quota, against reconnect_window_s."""
-    from telemetry.shared import fleet_plan
 
     rate = workload.peak_messages_per_second * workload.iot_share
     if rate == 0:

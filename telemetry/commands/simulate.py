@@ -109,7 +109,7 @@ class RunPlan:
 
     def connect_rate(self, hosts: int) -> int:
         """CONNECTs/s per host over MQTT, as the fleet plan counts them."""
-        from telemetry.shared.fleet_plan import host_connect_rate
+        from stacks.fleet_plan import host_connect_rate
 
         return host_connect_rate(self.connect_quota, hosts)
 
@@ -469,7 +469,7 @@ def describe_plan(plan: RunPlan, hosts: int) -> str:
 
 def print_fleet_plan(config: EnvironmentConfig, args: argparse.Namespace) -> int:
     """--plan: the fleet and its quotas, offline; a broken quota is the one error line."""
-    from telemetry.shared.fleet_plan import describe, plan_fleet
+    from stacks.fleet_plan import describe, plan_fleet
 
     devices = args.fleet_devices or args.devices * config.simulator_fleet.host_count
     fleet = plan_fleet(devices=devices, rate=args.rate, message_bytes=args.message_bytes, transport=args.transport,

@@ -67,10 +67,9 @@ def existing_folder(text: str) -> Path:
 
 
 # What a synthesis reads: when none of it changed, the environment's last synthesis is reused.
-# The pinned requirements stand for the CDK library and cdk-nag the synthesis runs on; fleet_plan
-# holds the quotas the capacity model checks while synthesizing (stacks/capacity.py).
+# The pinned requirements stand for the CDK library and cdk-nag the synthesis runs on.
 SYNTHESIS_INPUTS = ("app.py", "cdk.json", "stacks", "lambdas", "userdata", "simulator", "flink/pom.xml", "flink/src",
-                    "telemetry/shared/fleet_plan.py", "requirements.txt", "constraints.txt")
+                    "requirements.txt", "constraints.txt")
 DIGEST_FILE = ".inputs-sha256"  # beside each cdk.out/<env>/ synthesis: the digest of its inputs
 
 

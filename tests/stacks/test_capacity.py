@@ -79,7 +79,7 @@ def test_every_limit_names_its_page_url_and_date():
 
 
 def test_the_iot_quotas_are_the_fleet_plans():
-    from telemetry.shared import fleet_plan
+    from stacks import fleet_plan
 
     values = {row.name: row.value for row in capacity.limits()}
     assert values["AWS IoT Core publishes per second per connection (fixed)"] == fleet_plan.IOT_PUBLISHES_PER_CONNECTION_S

@@ -7,7 +7,7 @@ import pytest
 from stacks.config import load_environment
 from telemetry import cli
 from telemetry.commands.simulate import RunPlan
-from telemetry.shared.fleet_plan import CONNECTS_PER_S_PER_CORE, MAX_DEVICES_PER_HOST, plan_fleet
+from stacks.fleet_plan import CONNECTS_PER_S_PER_CORE, MAX_DEVICES_PER_HOST, plan_fleet
 from tests.conftest import cdk_context
 
 PROD = load_environment(cdk_context()["environments"], "prod")
