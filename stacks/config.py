@@ -945,7 +945,7 @@ def load_environment(environments: Mapping[str, Any] | None, name: str) -> Envir
 
 
 def read_environments(cdk_json: Path | None = None) -> dict[str, Any]:
-    """The `environments` mapping of cdk.json, for operator scripts that run outside the CDK CLI."""
+    """The `environments` mapping of cdk.json, for the operator command, which runs outside the CDK CLI."""
     cdk_json = cdk_json or CDK_JSON
     try:
         document = json.loads(cdk_json.read_text())

@@ -1,5 +1,5 @@
 """Physical names other tools look resources up by. Plain functions of the config, no CDK import,
-so operator scripts can use them without loading the CDK."""
+so the operator command (telemetry/) can use them without loading the CDK."""
 
 from __future__ import annotations
 

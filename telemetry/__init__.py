@@ -1,6 +1,7 @@
 """The operator command `telemetry`, in layers, each above what it imports:
 
-- cli.py, the front door: the command registry, the global options, the one error funnel;
+- cli.py, the front door: the parser, `--version` and completion, the one error funnel;
+- registry.py: the commands and how each one's command line is read (the deploy journey's too);
 - deploy/, `telemetry deploy`: the first deployment, above the commands its steps run;
 - commands/, one module per command (`telemetry cluster drain`: commands/cluster/drain.py);
 - shared/, what the commands share: errors and output formats, the cloud assembly and the deployed

@@ -1,4 +1,4 @@
-"""Service Fabric REST client shared by the node lifecycle Lambdas and operator scripts."""
+"""Service Fabric REST client shared by the node lifecycle Lambdas and the operator command (telemetry/)."""
 
 from .client import ServiceFabricClient
 from .client_certificate import (

@@ -46,7 +46,8 @@ from stacks.naming import (
     simulator_runs_log_group_name,
 )
 from telemetry import REPO
-from telemetry.shared.cluster_inventory import RUN_COMMAND_UNFINISHED, ToolError
+from telemetry.shared.cluster_inventory import RUN_COMMAND_UNFINISHED
+from telemetry.shared.errors import ToolError
 from telemetry.shared.errors import OperationFailed
 from telemetry.shared.run_command_output import cloudwatch_output, invocation, whole_output
 

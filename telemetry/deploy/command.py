@@ -1,4 +1,4 @@
-"""`telemetry deploy`: an environment's first deployment as one ordered journey (journey.py runs
+"""`telemetry deploy`: an environment's first deployment as one ordered journey (steps.py runs
 it; `--dry-run` prints it).
 
 The steps, in order, each named as `--dry-run` prints them:

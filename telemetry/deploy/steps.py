@@ -477,7 +477,7 @@ class Topics:
 
     def run(self) -> None:
         from telemetry.commands.topics import declared_environment, reconcile_on_fleet, record_reconciled
-        from telemetry.cli import command_arguments
+        from telemetry.registry import command_arguments
 
         if not self.mfa_serial:
             raise OperationFailed(
@@ -535,7 +535,7 @@ class Bootstrap:
 
     def run(self) -> None:
         from telemetry.commands.cluster.bootstrap import bootstrap
-        from telemetry.cli import command_arguments
+        from telemetry.registry import command_arguments
 
         args = command_arguments(("cluster", "bootstrap"), ["--env", self.config.name])
         bootstrap(args, lambda region: self.session)  # OperationFailed says why it was not created
@@ -767,7 +767,7 @@ class Smoke:
         checks that messages flow and none is lost, not latency: the latency thresholds are set out
         of reach (telemetry simulate judges latency)."""
         from telemetry.commands.simulate import Fleet, make_plan, run_fleet
-        from telemetry.cli import command_arguments
+        from telemetry.registry import command_arguments
 
         args = command_arguments(("simulate",), [
             "--env", self.config.name, "--rate", str(rate), "--duration", str(SMOKE_SECONDS), "--run-id", run_id,
@@ -855,7 +855,8 @@ def seeds_up(config: Any, session: Any, say: Say = print) -> str:
     """Every seed node Up, as the seeds list the cluster's nodes over Run Command (telemetry/
     shared/cluster_nodes.py: from inside the VPC, so this machine need not reach the gateway); what it
     found, or OperationFailed naming the seeds that are not."""
-    from telemetry.shared.cluster_inventory import ToolError, deployed_outputs, service_fabric_stack_name
+    from telemetry.shared.cluster_inventory import deployed_outputs, service_fabric_stack_name
+    from telemetry.shared.errors import ToolError
     from telemetry.shared.cluster_nodes import ask_the_seeds, seed_statuses
 
     outputs = deployed_outputs(session.client("cloudformation"), service_fabric_stack_name(config))

@@ -23,7 +23,7 @@ from pathlib import Path
 from stacks.naming import CLUSTER_TAG, NODE_NAME_TAG, NODE_TYPE_TAG
 from stacks.seed_addresses import SeedPlacement, seeds_from_output
 from telemetry import REPO
-from telemetry.shared.errors import ToolError  # noqa: F401 (the tools import it from here too)
+from telemetry.shared.errors import ToolError
 
 SERVICE_FABRIC_STACK_PART = "ServiceFabric"
 

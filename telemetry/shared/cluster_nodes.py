@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry.shared.cluster_inventory import RUN_COMMAND_UNFINISHED, ToolError
+from telemetry.shared.cluster_inventory import RUN_COMMAND_UNFINISHED
+from telemetry.shared.errors import ToolError
 
 STEP = "clusterNodes"  # the document's one step
 POLL_S, LIMIT_S = 5.0, 600.0

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
-TEXT_WIDTH = 120  # the widest line a command's text prints (help prose is narrower: cli.HELP_WIDTH)
+TEXT_WIDTH = 120  # the widest line a command's text prints (help prose is narrower: registry.HELP_WIDTH)
 _documents: list[TextIO] = []  # the real stdout while a JSON run's other output goes to stderr
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from telemetry import cli
+from telemetry import cli, registry
 from tests.conftest import REPO
 
 TELEMETRY = Path(sys.executable).parent / "telemetry"
@@ -145,12 +145,12 @@ def test_bad_input_is_one_line_and_the_documented_exit_code(argv, code, fragment
 
 
 def test_every_dry_run_says_in_its_help_that_it_plans_offline_and_json_says_where_it_applies(capsys):
-    for command in cli.COMMANDS:
+    for command in registry.COMMANDS:
         assert cli.main([*command.path, "--help"]) == 0
         text = " ".join(capsys.readouterr().out.split())
-        assert ("--dry-run" in text) == (cli.DRY_RUN_NEEDS in text), command.path
+        assert ("--dry-run" in text) == (registry.DRY_RUN_NEEDS in text), command.path
         assert "--format {text,json}" in text, command.path
-        assert ("json with --dry-run only" in text) == (command.json == cli.DRY_RUN_ONLY), command.path
+        assert ("json with --dry-run only" in text) == (command.json == registry.DRY_RUN_ONLY), command.path
 
 
 # Every subcommand with a --dry-run, and what else its command line needs ({cdk_out}: templates).
@@ -202,7 +202,7 @@ def test_every_dry_run_prints_its_plan_as_json_offline_and_writes_nothing(offlin
     typed (through cli.main, with no session given): one JSON document on stdout, exit 0, with no
     credentials and no network, and the checkout as it was."""
     offered = set()
-    for command in cli.COMMANDS:
+    for command in registry.COMMANDS:
         assert cli.main([*command.path, "--help"]) == 0
         if "--dry-run" in capsys.readouterr().out:
             offered.add(command.path)
@@ -231,7 +231,7 @@ def test_a_misspelt_subcommand_gets_a_suggestion_and_a_json_error_on_stderr(caps
 
 
 def test_every_subcommand_says_what_it_needs_and_where_it_runs(capsys):
-    for command in cli.COMMANDS:
+    for command in registry.COMMANDS:
         assert cli.main([*command.path, "--help"]) == 0
         help_text = " ".join(capsys.readouterr().out.split())
         assert "Needs:" in help_text and "--env ENV" in help_text and "--profile NAME" in help_text, command.path
@@ -243,7 +243,7 @@ def test_telemetry_is_the_one_front_door():
     run as a script, and every module that declares options is a subcommand."""
     import ast
 
-    served = {command.module for command in cli.COMMANDS}
+    served = {command.module for command in registry.COMMANDS}
     for path in sorted((REPO / "scripts").rglob("*.py")):
         tree = ast.parse(path.read_text())
         module = ".".join(path.relative_to(REPO).with_suffix("").parts)
@@ -301,12 +301,12 @@ def test_every_subcommand_help_ends_with_examples_that_parse_as_typed(capsys):
     with values it accepts (parsed by the real parser; nothing is run)."""
     import shlex
 
-    for command in cli.COMMANDS:
+    for command in registry.COMMANDS:
         assert cli.main([*command.path, "--help"]) == 0
         help_text = capsys.readouterr().out
         examples = help_text[help_text.index("\nExamples:\n"):].splitlines()[2:]
         typed_lines = [line.strip() for line in examples if not line.strip().startswith("#")]
-        assert typed_lines == [typed for _, typed in cli.EXAMPLES[command.path]], command.path
+        assert typed_lines == [typed for _, typed in registry.EXAMPLES[command.path]], command.path
         assert all(len(line) <= 120 for line in help_text.splitlines()), command.path
         for typed in typed_lines:
             argv = shlex.split(typed)

@@ -43,7 +43,6 @@ from telemetry.shared.cluster_inventory import (
     REPO,
     ClusterOutputs,
     NodeInstance,
-    ToolError,
     deployed_outputs,
     node_instances,
     read_certificate_secret,
@@ -51,6 +50,7 @@ from telemetry.shared.cluster_inventory import (
     synthesized_outputs,
     thumbprint,
 )
+from telemetry.shared.errors import ToolError
 from telemetry.shared.errors import OperationFailed
 from telemetry.shared.run_command_output import cloudwatch_output, invocation, reason, whole_output
 

@@ -66,8 +66,8 @@ from stacks.naming import (
 )
 from telemetry.commands.cluster.scale import ScalingGroups, refuse_while_launch_suspended
 from telemetry.shared import output
-from telemetry.shared.cluster_inventory import ToolError
 from telemetry.shared.cluster_lock import refuse_while_held
+from telemetry.shared.errors import ToolError
 from telemetry.shared.errors import OperationFailed
 
 # stacks/constructs/scaling_node_group.py INSTANCE_WARMUP (a test holds them equal; importing

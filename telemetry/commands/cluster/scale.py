@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from stacks.config import load_environment, read_environments
 from stacks.naming import NODE_TYPE_TAG, SCALING_NODE_TYPE, membership_lock_table_name, scaling_group_name
-from telemetry.shared.cluster_inventory import ToolError
+from telemetry.shared.errors import ToolError
 from telemetry.shared.errors import OperationFailed
 
 UNFINISHED_ACTIVITIES = {"PendingSpotBidPlacement", "WaitingForSpotInstanceRequestId", "WaitingForSpotInstanceId",

@@ -59,7 +59,8 @@ from stacks.naming import (
     device_thing_name,
     simulator_fleet_name,
 )
-from telemetry.shared.cluster_inventory import ToolError, deployed_outputs
+from telemetry.shared.cluster_inventory import deployed_outputs
+from telemetry.shared.errors import ToolError
 
 
 DEVICE_GATEWAY_STACK_PART = "DeviceGateway"

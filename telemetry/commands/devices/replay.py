@@ -78,7 +78,8 @@ from stacks.naming import (
     device_topic_filter,
 )
 from telemetry.commands.devices.provision import device_gateway_stack_name
-from telemetry.shared.cluster_inventory import ToolError, deployed_outputs
+from telemetry.shared.cluster_inventory import deployed_outputs
+from telemetry.shared.errors import ToolError
 
 # ReceiveMessage: at most 10 messages per call; WaitTimeSeconds up to 20 makes it a long poll,
 # which "queries all of the servers" where a short poll samples some of them, so an empty answer
