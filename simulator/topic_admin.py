@@ -550,7 +550,7 @@ def given_token_callback(token: str):
     return oauth_cb
 
 
-def _positive_seconds(value: str) -> float:
+def positive_seconds(value: str) -> float:
     try:
         seconds = float(value)
     except ValueError:
@@ -574,7 +574,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         f"SASL_PLAINTEXT as --sasl-username with the password in ${SASL_PASSWORD_ENV}",
     )  # fmt: skip
     parser.add_argument("--sasl-username", metavar="NAME")
-    parser.add_argument("--timeout", type=_positive_seconds, default=30.0, help="seconds per admin request")
+    parser.add_argument("--timeout", type=positive_seconds, default=30.0, help="seconds per admin request")
     parser.add_argument("--dry-run", action="store_true", help="show what would change, change nothing")
     return parser.parse_args(argv)
 

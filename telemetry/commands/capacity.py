@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from telemetry.commands.cost import _number
+from telemetry.shared.arguments import bounded_number
 from telemetry.shared.output import TEXT_WIDTH
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rate", type=_number(float, "a number of messages per second", 0), metavar="MSG_PER_S",
+    parser.add_argument("--rate", type=bounded_number(float, "a number of messages per second", 0), metavar="MSG_PER_S",
                         help="the average and peak rate to check (default: the environment's declared workload)")
     parser.add_argument("--limits", action="store_true",
                         help="also list every limit the model uses, with the page and date it was read")

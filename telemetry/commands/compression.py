@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from telemetry.commands.cost import _number
+from telemetry.shared.arguments import bounded_number
 from telemetry.shared.errors import UsageError
 
 MOCK_BROKERS = 3
@@ -64,12 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="JSON lines, one device payload per line as devices send it")
     parser.add_argument("--key-field", default="device_id", metavar="NAME",
                         help="the payload field producers key messages by (default device_id); lines without it go unkeyed")
-    parser.add_argument("--rate", type=_number(float, "a number of messages per second", 0), metavar="MSG_PER_S",
+    parser.add_argument("--rate", type=bounded_number(float, "a number of messages per second", 0), metavar="MSG_PER_S",
                         help="the topic-wide average rate (default: the environment's workload.messages_per_second)")
-    parser.add_argument("--producers", type=_number(int, "a whole number of producers", 1), default=1, metavar="N",
+    parser.add_argument("--producers", type=bounded_number(int, "a whole number of producers", 1), default=1, metavar="N",
                         help="how many producers share the rate (default 1, the largest batches; a producer per "
                              "device batches least)")  # fmt: skip
-    parser.add_argument("--seconds", type=_number(float, "a number of seconds", 0.5), default=3.0, metavar="S",
+    parser.add_argument("--seconds", type=bounded_number(float, "a number of seconds", 0.5), default=3.0, metavar="S",
                         help="how long to produce (default 3 s; the sample is cycled)")
 
 

@@ -1,6 +1,6 @@
 """`telemetry cost`: what an environment costs a month, per million messages and per device, priced
 from its synthesized templates (telemetry/shared/estimate.py) with the region's price table
-(telemetry/shared/prices/), offline. --live refreshes the prices from the AWS Price List Query API
+(telemetry/shared/price_tables/), offline. --live refreshes the prices from the AWS Price List Query API
 first, which needs credentials.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from telemetry import REPO
+from telemetry.shared.arguments import bounded_number
 from telemetry.shared.errors import UsageError
 from telemetry.shared.output import TEXT_WIDTH
 
@@ -23,31 +24,13 @@ MESSAGE_BYTES = 512  # the simulator's --message-bytes default
 MAX_MESSAGE_BYTES = 1_048_576  # Kafka's default message.max.bytes; AWS IoT Core takes up to 128 KB
 
 
-def _plain(value: float) -> str:
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,}"
-
-
-def _number(kind: Callable[[str], float], what: str, low: float, high: float | None = None):
-    def parse(value: str) -> float:
-        try:
-            number = kind(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
-        if number < low or (high is not None and number > high):
-            bound = f"from {_plain(low)} to {_plain(high)}" if high is not None else f"{_plain(low)} or more"
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
-        return number
-
-    return parse
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rate", type=_number(float, "a number of messages per second", 0), default=0.0,
+    parser.add_argument("--rate", type=bounded_number(float, "a number of messages per second", 0), default=0.0,
                         metavar="MSG_PER_S", help="messages per second, the whole fleet (default 0: the idle floor)")
-    parser.add_argument("--devices", type=_number(int, "a whole number of devices", 0), metavar="N",
+    parser.add_argument("--devices", type=bounded_number(int, "a whole number of devices", 0), metavar="N",
                         help="devices connected all month (default: the simulator fleet's, "
                         f"{DEVICES_PER_HOST} per host)")
-    parser.add_argument("--message-bytes", type=_number(int, "a whole number of bytes", 1, MAX_MESSAGE_BYTES),
+    parser.add_argument("--message-bytes", type=bounded_number(int, "a whole number of bytes", 1, MAX_MESSAGE_BYTES),
                         default=MESSAGE_BYTES, metavar="B", help=f"bytes per message (default {MESSAGE_BYTES}, the simulator's)")
     parser.add_argument("--transport", choices=("kafka", "mqtt", "basic-ingest"), default="kafka",
                         help="how messages enter: produced to MSK directly (default), MQTT through AWS IoT Core, "
@@ -56,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="refresh the prices from the AWS Price List Query API first (needs credentials)")
     parser.add_argument("--save-prices", action="store_true",
                         help="with --live: write the refreshed prices into the region's price table "
-                        "(telemetry/shared/prices/REGION.json), marked checked, for the next offline run")
+                        "(telemetry/shared/price_tables/REGION.json), marked checked, for the next offline run")
     parser.add_argument("--plot", type=Path, metavar="PATH.png", help="also draw the fixed and usage split per stack")
     from telemetry.shared.cloud_assembly import add_cdk_out_argument
 

@@ -62,10 +62,10 @@ from simulator.topic_admin import (  # noqa: F401  (the Kafka side, re-exported 
     TopicError,
     TopicSpec,
     _acl_binding,
-    _positive_seconds,
     everything_of,
     plan,
     plan_acls,
+    positive_seconds,
     reconcile,
     reconcile_acls,
     reconcile_declaration,
@@ -462,7 +462,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with --assume-role; the code is read from the terminal",
     )
     parser.add_argument(
-        "--timeout", type=_positive_seconds, default=30.0, help="seconds per admin request (default 30)"
+        "--timeout", type=positive_seconds, default=30.0, help="seconds per admin request (default 30)"
     )
     parser.add_argument(
         "--dry-run", action="store_true",

@@ -559,7 +559,7 @@ class Scale:
     name: str = "scale"
 
     def _group(self) -> tuple[Any, Any, str]:
-        from telemetry.commands.cluster.scale import ScalingGroups
+        from telemetry.shared.scaling_group import ScalingGroups
         from stacks.naming import scaling_group_name
 
         groups = ScalingGroups(self.session)
@@ -578,7 +578,7 @@ class Scale:
         return ""
 
     def run(self) -> None:
-        from telemetry.commands.cluster.scale import check_request, wait_until_steady
+        from telemetry.shared.scaling_group import check_request, wait_until_steady
 
         groups, state, name = self._group()
         fabric = self.config.service_fabric

@@ -115,6 +115,10 @@ def service_fabric_stack_name(config) -> str:
     return f"{config.stack_prefix}-{SERVICE_FABRIC_STACK_PART}"
 
 
+def device_gateway_stack_name(config) -> str:
+    return f"{config.stack_prefix}-DeviceGateway"  # stacks/platform.py names it so
+
+
 def node_instances(ec2, cluster_name: str) -> list[NodeInstance]:
     """Every instance of the cluster EC2 still lists (terminated ones for a while), by id."""
     found = []

@@ -1,6 +1,6 @@
-"""The price tables `telemetry cost` reads: one JSON file per region under prices/, each price with
-the public page it was read from and the date it was read, and the AWS Price List Query API request
-that refreshes it (`--live`).
+"""The price tables `telemetry cost` reads: one JSON file per region under price_tables/, each
+price with the public page it was read from and the date it was read, and the AWS Price List Query
+API request that refreshes it (`--live`).
 
 The Price List Query API (boto3 `pricing`, served from us-east-1) answers GetProducts with a list of
 JSON documents, one per product, whose `terms.OnDemand.<offer>.priceDimensions.<rate>.pricePerUnit.USD`
@@ -17,7 +17,7 @@ from typing import Any
 
 from telemetry.shared.errors import UsageError
 
-TABLES = Path(__file__).resolve().parent / "prices"
+TABLES = Path(__file__).resolve().parent / "price_tables"
 STALE_AFTER_DAYS = 90
 PRICE_LIST_REGION = "us-east-1"  # one of the Query API's endpoints
 
@@ -104,7 +104,7 @@ def load(region: str) -> PriceTable:
     if not path.exists():
         raise UsageError(
             f"no price table for region {region}; tables exist for {', '.join(supported_regions())} "
-            f"(add telemetry/shared/prices/{region}.json, or run with --live)"
+            f"(add telemetry/shared/price_tables/{region}.json, or run with --live)"
         )
     body = json.loads(path.read_text())
     return PriceTable(body["region"], datetime.date.fromisoformat(body["as_of"]), body["prices"],

@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from simulator.topic_admin import _positive_seconds  # as telemetry topics reads its --timeout
+from simulator.topic_admin import positive_seconds  # as telemetry topics reads its --timeout
 from stacks.config import EnvironmentConfig, load_environment, read_environments
 from stacks.naming import (
     NODE_TYPE_TAG,
@@ -64,11 +64,11 @@ from stacks.naming import (
     scaling_group_name,
     service_fabric_cluster_name,
 )
-from telemetry.commands.cluster.scale import ScalingGroups, refuse_while_launch_suspended
 from telemetry.shared import output
 from telemetry.shared.cluster_lock import refuse_while_held
 from telemetry.shared.errors import ToolError
 from telemetry.shared.errors import OperationFailed
+from telemetry.shared.scaling_group import ScalingGroups, refuse_while_launch_suspended
 
 # stacks/constructs/scaling_node_group.py INSTANCE_WARMUP (a test holds them equal; importing
 # the construct would load the CDK into every command).
@@ -322,9 +322,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-healthy-percent", type=_percent, default=DEFAULT_MIN_HEALTHY_PERCENT, metavar="N",
                         help="percent of the group kept in service (default 100: each replacement joins before an "
                              "old node drains; below 100, old nodes are drained first)")
-    parser.add_argument("--timeout", type=_positive_seconds, default=4 * 3600.0,
+    parser.add_argument("--timeout", type=positive_seconds, default=4 * 3600.0,
                         help="seconds to follow the refresh (default 14400); it goes on after")
-    parser.add_argument("--poll-interval", type=_positive_seconds, default=30.0, help="seconds between progress lines (default 30)")
+    parser.add_argument("--poll-interval", type=positive_seconds, default=30.0, help="seconds between progress lines (default 30)")
     parser.add_argument("--dry-run", action="store_true",
                         help="offline: print the refresh's preferences and what a run would read from Auto Scaling "
                              "first; call and change nothing")  # fmt: skip

@@ -74,7 +74,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from simulator.topic_admin import _positive_seconds  # as telemetry topics and cluster refresh read theirs
+from simulator.topic_admin import positive_seconds  # as telemetry topics and cluster refresh read theirs
 from stacks.config import (
     RUNTIME_VERSION_PATTERN,
     SERVICE_FABRIC_RUNTIME_VERSION,
@@ -84,11 +84,11 @@ from stacks.config import (
 )
 from stacks.naming import membership_lock_table_name, scaling_group_name
 from telemetry.commands.cluster.drain import add_gateway_arguments, check_gateway_arguments, connect
-from telemetry.commands.cluster.scale import resume_launch_command
 from telemetry.shared import runtime_package
 from telemetry.shared import output
 from telemetry.shared.cluster_lock import HeldLock, membership_lock, operator_owner, refuse_while_held
 from telemetry.shared.errors import OperationFailed, UsageError
+from telemetry.shared.scaling_group import resume_launch_command
 
 ALREADY_PROVISIONED = "FABRIC_E_FABRIC_VERSION_ALREADY_EXISTS"  # ClusterManagerReplica::BeginAcceptProvisionFabric
 UPGRADE_IN_PROGRESS = "FABRIC_E_FABRIC_UPGRADE_IN_PROGRESS"  # ClusterManagerReplica::BeginAcceptUpgradeFabric
@@ -153,9 +153,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "while either is held; it takes neither.").strip()
     add_gateway_arguments(parser, "the only AWS calls are the reads of the membership lock and the patch progress "
                                   "lease")
-    parser.add_argument("--timeout", type=_positive_seconds, default=12 * 3600.0, metavar="SECONDS",
+    parser.add_argument("--timeout", type=positive_seconds, default=12 * 3600.0, metavar="SECONDS",
                         help="follow the upgrade this long (default 43200); it goes on after")
-    parser.add_argument("--poll-interval", type=_positive_seconds, default=60.0, metavar="SECONDS",
+    parser.add_argument("--poll-interval", type=positive_seconds, default=60.0, metavar="SECONDS",
                         help="seconds between progress lines (default 60)")
     parser.add_argument("--dry-run", action="store_true",
                         help="offline: the upgrade from cdk.json's runtime_version to --version, its policy and what a "

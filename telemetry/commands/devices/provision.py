@@ -59,11 +59,10 @@ from stacks.naming import (
     device_thing_name,
     simulator_fleet_name,
 )
-from telemetry.shared.cluster_inventory import deployed_outputs
+from telemetry.shared.cluster_inventory import deployed_outputs, device_gateway_stack_name
 from telemetry.shared.errors import ToolError
 
 
-DEVICE_GATEWAY_STACK_PART = "DeviceGateway"
 CREDENTIALS_KEY_OUTPUT = "DeviceCredentialsKeyArn"
 FLEET_ATTRIBUTE = "fleet"
 MAX_DEVICES = 10_000
@@ -79,10 +78,6 @@ CONSECUTIVE_FAILURES_TO_STOP = 5
 # mode retries ThrottlingException with exponential backoff and jitter; 10 attempts ride out about
 # a minute of throttling per call. The tool calls one API at a time.
 RETRIES = {"retries": {"mode": "standard", "max_attempts": 10}}
-
-
-def device_gateway_stack_name(config: EnvironmentConfig) -> str:
-    return f"{config.stack_prefix}-{DEVICE_GATEWAY_STACK_PART}"
 
 
 def certificate_id(certificate_arn: str) -> str:

@@ -77,8 +77,7 @@ from stacks.naming import (
     device_rule_name,
     device_topic_filter,
 )
-from telemetry.commands.devices.provision import device_gateway_stack_name
-from telemetry.shared.cluster_inventory import deployed_outputs
+from telemetry.shared.cluster_inventory import deployed_outputs, device_gateway_stack_name
 from telemetry.shared.errors import ToolError
 
 # ReceiveMessage: at most 10 messages per call; WaitTimeSeconds up to 20 makes it a long poll,

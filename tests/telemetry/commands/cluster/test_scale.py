@@ -11,7 +11,7 @@ import pytest
 
 from telemetry import cli
 from telemetry.commands.cluster import scale
-from telemetry.commands.cluster.scale import GroupState
+from telemetry.shared.scaling_group import GroupState
 from tests.conftest import MOTO_IMAGE
 
 REGION = "eu-west-1"
