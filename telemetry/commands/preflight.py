@@ -459,7 +459,7 @@ def check_topic_admin(session, config: EnvironmentConfig, mfa_serial: str | None
     has created the role."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from telemetry.commands.topics import assume_topic_admin, declared_environment
+    from telemetry.shared.declared_topics import assume_topic_admin, declared_environment
     from simulator.errors import SimulatorError
     from stacks.naming import topic_admin_role_name
 

@@ -476,7 +476,8 @@ class Topics:
         return f"telemetry topics reconciled them at {stamp}"
 
     def run(self) -> None:
-        from telemetry.commands.topics import declared_environment, reconcile_on_fleet, record_reconciled
+        from telemetry.commands.topics import reconcile_on_fleet, record_reconciled
+        from telemetry.shared.declared_topics import declared_environment
         from telemetry.registry import command_arguments
 
         if not self.mfa_serial:
