@@ -88,6 +88,9 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_la
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
+from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 
 from .lifecycle_actions import LifecycleAction, LifecycleActions
 
@@ -98,6 +101,7 @@ EVENTBRIDGE_ERROR_CODES = {"ThrottlingException": "THROTTLING", "StateMachineDoe
                            "AccessDeniedException": "NO_PERMISSIONS"}  # fmt: skip
 LAMBDA_MODEL = botocore.session.get_session().get_service_model("lambda")
 _VALIDATED: set[str] = set()
+_PARSE_TREES: dict[str, Any] = {}  # definition -> its ANTLR parse tree
 
 
 class VirtualClock:
@@ -291,6 +295,8 @@ class LifecycleStateMachines:
         self.throttle_each_step_once = False  # the first invoke of every step is throttled
         self._throttled_steps: set[str] = set()
         self._invoke_lock = threading.Lock()
+        self._ended: dict[str, threading.Event] = {}  # execution ARN -> set once its status is final
+        self._ended_lock = threading.Lock()
         self._containers: dict[str, Any] = {}
         self._sfn = boto3.client("stepfunctions", region_name=region)
         # EventBridge's own tries, one call each: no SDK retries between them.
@@ -440,8 +446,7 @@ class LifecycleStateMachines:
         monkeypatch.setattr(Runtime, "from_settings", classmethod(from_settings))
         monkeypatch.setattr(handlers, "_runtime", None)
         # CreateStateMachine parses the definition to validate it (about a second each); the
-        # same synthesized definition is validated once per test session. Executions still
-        # parse their own copy, as moto does.
+        # same synthesized definition is validated once per test session.
         validate = StepFunctionsParserBackend._validate_definition
 
         def validate_once(definition: str) -> None:
@@ -450,6 +455,37 @@ class LifecycleStateMachines:
                 _VALIDATED.add(definition)
 
         monkeypatch.setattr(StepFunctionsParserBackend, "_validate_definition", staticmethod(validate_once))
+        # Each execution parses its definition with ANTLR and turns the parse tree into fresh
+        # evaluation components (moto/stepfunctions/parser/asl/parse/asl_parser.py,
+        # AmazonStateLanguageParser.parse; about a tenth of a lifecycle test's time). The parse
+        # tree is only read by the Preprocessor that builds the components, so one per definition
+        # serves every execution; each still gets components of its own, built from it.
+        parse = AmazonStateLanguageParser.parse
+
+        def parse_once(definition: str) -> tuple[Any, Any]:
+            tree = _PARSE_TREES.get(definition)
+            if tree is None:
+                program, tree = parse(definition)
+                _PARSE_TREES[definition] = tree
+                return program, tree
+            return Preprocessor().visit(tree), tree
+
+        monkeypatch.setattr(AmazonStateLanguageParser, "parse", staticmethod(parse_once))
+        # An execution's worker thread calls terminated() once its program ends, which sets the
+        # status DescribeExecution answers (moto/stepfunctions/parser/backend/execution.py,
+        # BaseExecutionWorkerCommunication._reflect_execution_status): the harness waits for that
+        # call instead of asking moto again and again, each call taking the GIL from the execution.
+        reflect = BaseExecutionWorkerCommunication.terminated
+
+        def terminated(communication: BaseExecutionWorkerCommunication) -> None:
+            reflect(communication)
+            self._ended_event(communication.execution.exec_arn).set()
+
+        monkeypatch.setattr(BaseExecutionWorkerCommunication, "terminated", terminated)
+
+    def _ended_event(self, execution_arn: str) -> threading.Event:
+        with self._ended_lock:
+            return self._ended.setdefault(execution_arn, threading.Event())
 
     def fail_invoke(self, code: str, *, step: str | None = None, times: int = 1, then_run: int = 0,
                     after_runs: int = 0) -> InvokeFault:  # fmt: skip
@@ -620,11 +656,11 @@ class LifecycleStateMachines:
         deadline = time.monotonic() + real_seconds
         executions = []
         for machine, arn in runs:
-            while (described := self._sfn.describe_execution(executionArn=arn))["status"] == "RUNNING":
-                if time.monotonic() > deadline:
-                    self._sfn.stop_execution(executionArn=arn)
-                    raise AssertionError(f"the execution still ran after {real_seconds} s of real time")
-                time.sleep(0.05)  # each look is a moto call that competes with the execution for the GIL
+            if not self._ended_event(arn).wait(timeout=max(deadline - time.monotonic(), 0.0)):
+                self._sfn.stop_execution(executionArn=arn)
+                raise AssertionError(f"the execution still ran after {real_seconds} s of real time")
+            described = self._sfn.describe_execution(executionArn=arn)
+            assert described["status"] != "RUNNING", described
             executions.append(self._finished(machine, described, first_invocation, started))
         self.lifecycle.settle()
         return executions
