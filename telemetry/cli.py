@@ -68,6 +68,7 @@ from telemetry import REPO
 from telemetry.registry import (
     ALWAYS,
     COMMANDS,
+    Command,
     DRY_RUN_ONLY,
     GROUPS,
     PROG,
@@ -81,7 +82,13 @@ from telemetry.shared.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError, o
 
 DISTRIBUTION = "telemetry-platform-blueprint"  # pyproject.toml's project name
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line. A command's options come from its module, which imports what the
+    command runs on (boto3, the stacks' configuration, numpy for the simulator's reports): with
+    `argv`, only the command it names is given its options, so `telemetry cost` does not import
+    what `cluster drain` needs. Without `argv`, or for --print-completion, every command is."""
+    everything = argv is None or "--print-completion" in argv
+    typed = None if everything else typed_command(argv)
     root = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].replace("\n", " "),
                          epilog="Exit codes: 0 done; 1 the check or operation failed; 2 bad usage or configuration.",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -104,8 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
             parent = made[group]
         parser = parent.add_parser(command.path[-1], help=command.summary, description=command.summary[0].upper() + command.summary[1:] + ".",
                                    epilog=command.needs, parents=[commons[command.json]])
-        add_command_arguments(parser, command)
+        if everything or command is typed:
+            add_command_arguments(parser, command)
     return root
+
+
+def typed_command(argv: Sequence[str]) -> Command | None:
+    """The command `argv` names (`cost`, `cluster drain`), or None when it names none."""
+    for command in COMMANDS:
+        if tuple(argv[:len(command.path)]) == command.path:
+            return command
+    return None
 
 
 def version() -> str:
@@ -141,7 +157,7 @@ def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], Any
     profile_before = os.environ.get("AWS_PROFILE")
     args: argparse.Namespace | None = None
     try:
-        args, unknown = build_parser().parse_known_args(argv)
+        args, unknown = build_parser(argv).parse_known_args(argv)
         if unknown:  # named with the subcommand whose options they are not
             raise UsageError(f"unrecognized arguments: {' '.join(unknown)} "
                              f"(see {PROG} {' '.join(args.command.path)} --help)")

@@ -9,6 +9,7 @@ line on stderr, the documented exit code, no traceback. A few runs go through th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -388,6 +389,21 @@ def test_bash_completes_commands_options_and_choices_from_the_installed_command(
     assert completions("cost", "--transport", "") == ["kafka", "mqtt", "basic-ingest"]
     zsh = typed("--print-completion", "zsh")
     assert zsh.returncode == 0 and "#compdef telemetry" in zsh.stdout and "cluster" in zsh.stdout
+
+
+def test_a_command_imports_its_own_module_and_no_other_commands():
+    """Each command's options come from its module, imported for the command typed alone, so a
+    command does not start by importing what every other one runs on."""
+    show = ("import sys; from telemetry import cli; code = cli.main(sys.argv[1:]); "
+            "print(sorted(m for m in sys.modules if m.startswith(('telemetry.commands.', 'telemetry.deploy.'))),"
+            " file=sys.stderr); sys.exit(code)")  # fmt: skip
+    for argv, module in ((["cost", "--env", "dev"], "telemetry.commands.cost"),
+                         (["cluster", "patch", "--env", "prod", "--dry-run"], "telemetry.commands.cluster.patch")):
+        result = subprocess.run([sys.executable, "-c", show, *argv], capture_output=True, text=True, timeout=120,
+                                check=False, env={**os.environ, **NO_CREDENTIALS})  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        imported = result.stderr.strip().splitlines()[-1]
+        assert module in imported and not any(c.module in imported for c in registry.COMMANDS if c.module != module), imported
 
 
 @pytest.mark.integration
