@@ -159,20 +159,23 @@ class _IotKeyPairs:
         return self.made[self.taken - 1]
 
 
-def _iot_key_pairs_from_one_list() -> _IotKeyPairs:
+def _iot_key_pairs_from_one_list() -> None:
     import moto.iot.models
 
-    key_pairs = _IotKeyPairs()
-    moto.iot.models.rsa = key_pairs
-    return key_pairs
+    # Once: this file is imported twice, as pytest's `conftest` and as `tests.conftest` (tests
+    # import its helpers), and the fixture below must reset the list moto uses.
+    if not hasattr(moto.iot.models.rsa, "taken"):
+        moto.iot.models.rsa = _IotKeyPairs()
 
 
-IOT_KEY_PAIRS = _iot_key_pairs_from_one_list()
+_iot_key_pairs_from_one_list()
 
 
 @pytest.fixture(autouse=True)
 def _iot_key_pairs_from_the_start():
-    IOT_KEY_PAIRS.taken = 0
+    import moto.iot.models
+
+    moto.iot.models.rsa.taken = 0
 
 
 # The long files first. xdist's loadfile hands out whole files in collection order, and by default
