@@ -62,4 +62,7 @@ def job_classpath() -> str:
     fresh = JAR.exists() and DEPENDENCIES.exists() and (TARGET / "test-classes").is_dir()
     if not fresh or min(JAR.stat().st_mtime, DEPENDENCIES.stat().st_mtime) < _newest_source():
         _maven("package", "-DskipTests", *_build_classpath_goals(DEPENDENCIES))
+        # build-classpath leaves the file as it was when the list did not change, and an old
+        # file would have every later run package the jar again.
+        DEPENDENCIES.touch()
     return os.pathsep.join([str(JAR), str(TARGET / "test-classes"), DEPENDENCIES.read_text().strip()])
