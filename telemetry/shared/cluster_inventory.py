@@ -25,7 +25,9 @@ from stacks.seed_addresses import SeedPlacement, seeds_from_output
 from telemetry import REPO
 from telemetry.shared.errors import ToolError
 
+# The stacks' names after the environment's prefix, as stacks/platform.py names them.
 SERVICE_FABRIC_STACK_PART = "ServiceFabric"
+DEVICE_GATEWAY_STACK_PART = "DeviceGateway"
 
 CERTIFICATE_KEYS = ("certificate", "private_key", "pfx", "pfx_password")
 
@@ -116,7 +118,7 @@ def service_fabric_stack_name(config) -> str:
 
 
 def device_gateway_stack_name(config) -> str:
-    return f"{config.stack_prefix}-DeviceGateway"  # stacks/platform.py names it so
+    return f"{config.stack_prefix}-{DEVICE_GATEWAY_STACK_PART}"
 
 
 def node_instances(ec2, cluster_name: str) -> list[NodeInstance]:
