@@ -293,11 +293,15 @@ def _instance_information(ping_status: dict[str, str]):
     moto_session.ping_status. Filters on tag:KEY and InstanceIds, as the API does; the answer is
     checked against the ssm model's output shape, as botocore's Stubber checks its answers."""
 
+    clients: list = []  # one EC2 client for the test's calls (a client takes longer to make than the call)
+
     def answer(model, context, **_):
         filters = {f["Key"]: set(f["Values"]) for f in context["api_params"].get("Filters", [])}
-        import boto3
+        if not clients:
+            import boto3
 
-        reservations = boto3.client("ec2", region_name="eu-west-1").describe_instances(
+            clients.append(boto3.client("ec2", region_name="eu-west-1"))
+        reservations = clients[0].describe_instances(
             Filters=[{"Name": "instance-state-name", "Values": ["running"]}])["Reservations"]
         nodes = []
         for instance in (i for r in reservations for i in r["Instances"]):
