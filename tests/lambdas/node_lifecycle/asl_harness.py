@@ -459,7 +459,10 @@ class LifecycleStateMachines:
         # evaluation components (moto/stepfunctions/parser/asl/parse/asl_parser.py,
         # AmazonStateLanguageParser.parse; about a tenth of a lifecycle test's time). The parse
         # tree is only read by the Preprocessor that builds the components, so one per definition
-        # serves every execution; each still gets components of its own, built from it.
+        # serves every execution; each still gets components of its own, built from it. (moto's
+        # Preprocessor keeps its query-language scopes in a list on the class, shared by threads
+        # that build components at once: harmless while every definition is JSONPath, a risk for
+        # a JSONata one, with or without this cache.)
         parse = AmazonStateLanguageParser.parse
 
         def parse_once(definition: str) -> tuple[Any, Any]:
