@@ -47,11 +47,14 @@ def _build_classpath_goals(out: Path) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-def test_classpath(out: Path) -> str:
-    """The job's compiled classes, its test classes (SinkJobRun, ...) and every dependency, after
-    compiling both (mvn test-compile)."""
-    _maven("test-compile", *_build_classpath_goals(out))
-    return os.pathsep.join([str(TARGET / "classes"), str(TARGET / "test-classes"), out.read_text().strip()])
+def test_classpath() -> str:
+    """The job's compiled classes, its test classes (SinkJobRun, ...) and every dependency,
+    compiling both (mvn test-compile) when a source under flink/ is newer than the last build."""
+    built = (TARGET / "classes").is_dir() and (TARGET / "test-classes").is_dir() and DEPENDENCIES.exists()
+    if not built or DEPENDENCIES.stat().st_mtime < _newest_source():
+        _maven("test-compile", *_build_classpath_goals(DEPENDENCIES))
+        DEPENDENCIES.touch()  # the build's date, which the list keeps when it did not change
+    return os.pathsep.join([str(TARGET / "classes"), str(TARGET / "test-classes"), DEPENDENCIES.read_text().strip()])
 
 
 def job_classpath() -> str:
