@@ -40,20 +40,23 @@ def _maven(*goals: str) -> None:
         raise LocalFlinkError(f"mvn {' '.join(goals)} failed:\n{built.stdout[-3000:]}{built.stderr[-3000:]}")
 
 
-def _build_classpath_goals(out: Path) -> tuple[str, ...]:
-    return (
-        "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath",
-        "-Dmdep.includeScope=test", f"-Dmdep.outputFile={out}",
-    )  # fmt: skip
+def _build_unless_fresh(goals: tuple[str, ...], *made: Path) -> None:
+    """`mvn goals`, which also writes the dependency list, unless the list and every path in `made`
+    exist and the list and the files among them are newer than every source under flink/."""
+    paths = (DEPENDENCIES, *made)
+    if all(p.exists() for p in paths) and min(p.stat().st_mtime for p in paths if p.is_file()) >= _newest_source():
+        return
+    _maven(*goals, "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath",
+           "-Dmdep.includeScope=test", f"-Dmdep.outputFile={DEPENDENCIES}")  # fmt: skip
+    # build-classpath leaves the list as it was when it did not change, and an old list would
+    # have every later run build again: its date is the build's.
+    DEPENDENCIES.touch()
 
 
 def test_classpath() -> str:
     """The job's compiled classes, its test classes (SinkJobRun, ...) and every dependency,
     compiling both (mvn test-compile) when a source under flink/ is newer than the last build."""
-    built = (TARGET / "classes").is_dir() and (TARGET / "test-classes").is_dir() and DEPENDENCIES.exists()
-    if not built or DEPENDENCIES.stat().st_mtime < _newest_source():
-        _maven("test-compile", *_build_classpath_goals(DEPENDENCIES))
-        DEPENDENCIES.touch()  # the build's date, which the list keeps when it did not change
+    _build_unless_fresh(("test-compile",), TARGET / "classes", TARGET / "test-classes")
     return os.pathsep.join([str(TARGET / "classes"), str(TARGET / "test-classes"), DEPENDENCIES.read_text().strip()])
 
 
@@ -62,10 +65,5 @@ def job_classpath() -> str:
     Managed Flink stand-in, ManagedFlinkStandIn) and the dependencies, Flink among them. Packages
     the jar (mvn package -DskipTests, which compiles the tests too) when a source under flink/ is
     newer than it or than the dependency list."""
-    fresh = JAR.exists() and DEPENDENCIES.exists() and (TARGET / "test-classes").is_dir()
-    if not fresh or min(JAR.stat().st_mtime, DEPENDENCIES.stat().st_mtime) < _newest_source():
-        _maven("package", "-DskipTests", *_build_classpath_goals(DEPENDENCIES))
-        # build-classpath leaves the file as it was when the list did not change, and an old
-        # file would have every later run package the jar again.
-        DEPENDENCIES.touch()
+    _build_unless_fresh(("package", "-DskipTests"), JAR, TARGET / "test-classes")
     return os.pathsep.join([str(JAR), str(TARGET / "test-classes"), DEPENDENCIES.read_text().strip()])
