@@ -68,7 +68,6 @@ from telemetry import REPO
 from telemetry.registry import (
     ALWAYS,
     COMMANDS,
-    Command,
     DRY_RUN_ONLY,
     GROUPS,
     PROG,
@@ -76,6 +75,7 @@ from telemetry.registry import (
     add_command_arguments,
     check_globals,
     global_options,
+    typed_command,
 )
 from telemetry.shared import output
 from telemetry.shared.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError, one_line, worded
@@ -114,14 +114,6 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         if everything or command is typed:
             add_command_arguments(parser, command)
     return root
-
-
-def typed_command(argv: Sequence[str]) -> Command | None:
-    """The command `argv` names (`cost`, `cluster drain`), or None when it names none."""
-    for command in COMMANDS:
-        if tuple(argv[:len(command.path)]) == command.path:
-            return command
-    return None
 
 
 def version() -> str:

@@ -198,6 +198,14 @@ def global_options(*, json_mode: str) -> argparse.ArgumentParser:
     return common
 
 
+def typed_command(argv: Sequence[str]) -> Command | None:
+    """The command `argv` names (`cost`, `cluster drain`), or None when it names none."""
+    for command in COMMANDS:
+        if tuple(argv[:len(command.path)]) == command.path:
+            return command
+    return None
+
+
 def add_command_arguments(parser: argparse.ArgumentParser, command: Command) -> None:
     """The command's own options on `parser`, and the defaults that name its module."""
     import importlib
