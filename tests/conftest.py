@@ -134,7 +134,8 @@ _one_unused_rsa_key_for_every_symmetric_moto_key()
 
 
 class _IotKeyPairs:
-    """AWS IoT makes a new RSA-2048 key pair for each CreateKeysAndCertificate, and so does moto
+    """AWS IoT makes a new RSA-2048 key pair for each CreateKeysAndCertificate ("Creates a 2048-bit
+    RSA key pair and issues an X.509 certificate", AWS IoT API Reference), and so does moto
     (moto/iot/models.py create_keys_and_certificate, rsa.generate_private_key): 0.1 s a call, 8% of a
     journey's time (py-spy). Here they come from one list per process: within a test every call
     gets a key pair no earlier call of the test got (the list grows when a test needs more), and
