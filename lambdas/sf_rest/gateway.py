@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import NewConnectionError
+from urllib3.util import create_urllib3_context
 
 from .client_certificate import ClientCertificate
 from .errors import (
@@ -67,6 +68,11 @@ class _ThumbprintAdapter(HTTPAdapter):
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         kwargs["assert_fingerprint"] = self._thumbprint
+        # The chain is not checked (verify=False), so the context need not hold the machine's
+        # trust store. Given none, urllib3 makes a context per connection and loads that store
+        # into it (_ssl_wrap_socket_and_match_hostname in urllib3/connection.py): work for
+        # nothing on every connection a step opens.
+        kwargs["ssl_context"] = create_urllib3_context(cert_reqs=ssl.CERT_NONE)
         super().init_poolmanager(*args, **kwargs)
 
 

@@ -93,6 +93,21 @@ def test_server_thumbprint_pins_the_gateway_certificate(
         wrong.get_node_info("seed-0")
 
 
+def test_a_pinned_gateway_does_not_load_the_machines_trust_store_per_connection(
+    make_client, sf_pki, monkeypatch
+):
+    # What the pinned chain does not need: urllib3 loads it into every context it makes itself.
+    import ssl
+
+    loaded = []
+    monkeypatch.setattr(ssl.SSLContext, "load_default_certs", lambda self, *a: loaded.append(self))
+    pinned = make_client(ca_bundle=None, server_thumbprint=sf_pki.server.sha1_thumbprint)
+    pinned.get_node_info("seed-0")
+    pinned.close()  # the next call opens a new connection
+    assert pinned.get_node_info("seed-0").name == "seed-0"
+    assert loaded == []
+
+
 def test_insecure_must_be_asked_for(sf_emulator, sf_pki, make_client, stranger_pki, monkeypatch):
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", stranger_pki.ca_path)
     cert = (sf_pki.client.cert_path, sf_pki.client.key_path)
