@@ -133,6 +133,27 @@ def _one_unused_rsa_key_for_every_symmetric_moto_key() -> None:
 _one_unused_rsa_key_for_every_symmetric_moto_key()
 
 
+def _one_sns_signing_key() -> None:
+    """Amazon SNS signs the messages it delivers with its Region's signing certificate, one for
+    every topic (SigningCertURL, "Verifying the signatures of Amazon SNS messages", SNS Developer
+    Guide); moto makes a new RSA-2048 key for each subscription (moto/sns/models.py
+    Subscription.private_key, cached per subscription): 2% of the lifecycle tests' time. Here one
+    key signs for every subscription of the process."""
+    import functools
+
+    import moto.sns.models
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    @functools.cache
+    def signing_key():
+        return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    moto.sns.models.Subscription.private_key = lambda self: signing_key()
+
+
+_one_sns_signing_key()
+
+
 class _IotKeyPairs:
     """AWS IoT makes a new RSA-2048 key pair for each CreateKeysAndCertificate ("Creates a 2048-bit
     RSA key pair and issues an X.509 certificate", AWS IoT API Reference), and so does moto
@@ -294,25 +315,29 @@ def _instance_information(ping_status: dict[str, str]):
     moto_session.ping_status. Filters on tag:KEY and InstanceIds, as the API does; the answer is
     checked against the ssm model's output shape, as botocore's Stubber checks its answers."""
 
-    clients: list = []  # one EC2 client for the test's calls (a client takes longer to make than the call)
-
     def answer(model, context, **_):
-        filters = {f["Key"]: set(f["Values"]) for f in context["api_params"].get("Filters", [])}
-        if not clients:
-            import boto3
+        import os
 
-            clients.append(boto3.client("ec2", region_name="eu-west-1"))
-        reservations = clients[0].describe_instances(
-            Filters=[{"Name": "instance-state-name", "Values": ["running"]}])["Reservations"]
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.ec2.models import ec2_backends
+
+        filters = {f["Key"]: set(f["Values"]) for f in context["api_params"].get("Filters", [])}
+        # moto's own state, read as its DescribeInstances answers it, without a request through
+        # botocore (a tenth of a journey's time went to that request): the account as
+        # BaseResponse.get_current_account finds it for the tests' credentials (MOTO_ACCOUNT_ID, else
+        # the default; moto/core/responses.py), the running instances as
+        # EC2Backend.all_running_instances lists them (state code 16; moto/ec2/models/instances.py),
+        # each one's tags from TagBackend.tags (resource id -> {key: value}; moto/ec2/models/tags.py).
+        ec2 = ec2_backends[os.environ.get("MOTO_ACCOUNT_ID", DEFAULT_ACCOUNT_ID)]["eu-west-1"]
         nodes = []
-        for instance in (i for r in reservations for i in r["Instances"]):
-            tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
-            if "InstanceIds" in filters and instance["InstanceId"] not in filters["InstanceIds"]:
+        for instance in ec2.all_running_instances():
+            tags = ec2.tags.get(instance.id, {})
+            if "InstanceIds" in filters and instance.id not in filters["InstanceIds"]:
                 continue
             if any(key.startswith("tag:") and tags.get(key[4:]) not in values for key, values in filters.items()):
                 continue
-            nodes.append({"InstanceId": instance["InstanceId"], "PingStatus": ping_status.get(
-                instance["InstanceId"], "Online"), "ResourceType": "EC2Instance", "PlatformType": "Linux"})
+            nodes.append({"InstanceId": instance.id, "PingStatus": ping_status.get(instance.id, "Online"),
+                          "ResourceType": "EC2Instance", "PlatformType": "Linux"})
         return model_answer(model, {"InstanceInformationList": nodes})
 
     return answer
