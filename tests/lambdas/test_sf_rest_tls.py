@@ -4,7 +4,10 @@ REQUESTS_CA_BUNDLE trap."""
 from __future__ import annotations
 
 import os
+import select
+import socket
 import stat
+import threading
 
 import pytest
 import requests
@@ -106,6 +109,58 @@ def test_a_pinned_gateway_does_not_load_the_machines_trust_store_per_connection(
     pinned.close()  # the next call opens a new connection
     assert pinned.get_node_info("seed-0").name == "seed-0"
     assert loaded == []
+
+
+@pytest.fixture
+def connect_proxy():
+    """A forward proxy that tunnels CONNECT host:port (RFC 9110, 9.3.6): after its 200 it relays
+    bytes both ways and reads none of them, as a corporate or VPC egress proxy does for TLS."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    tunnels = []
+
+    def tunnel(client: socket.socket) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += client.recv(4096)
+        host, port = head.split()[1].decode().rsplit(":", 1)
+        upstream = socket.create_connection((host, int(port)))
+        tunnels.append(f"{host}:{port}")
+        client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        with client, upstream:
+            while True:
+                ready, _, _ = select.select([client, upstream], [], [], 5)
+                try:
+                    data = ready and ready[0].recv(65536)
+                    if not data:
+                        return
+                    (upstream if ready[0] is client else client).sendall(data)
+                except OSError:  # one side reset the connection: a refused pin does
+                    return
+
+    def accept() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=tunnel, args=(client,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}", tunnels
+    listener.close()
+
+
+def test_the_pin_holds_through_an_https_proxy(make_client, sf_pki, connect_proxy, monkeypatch):
+    proxy, tunnels = connect_proxy
+    monkeypatch.setenv("HTTPS_PROXY", proxy)
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    wrong = make_client(ca_bundle=None, server_thumbprint="00" * 20)
+    with pytest.raises(TlsError):
+        wrong.get_node_info("seed-0")
+    pinned = make_client(ca_bundle=None, server_thumbprint=sf_pki.server.sha1_thumbprint)
+    assert pinned.get_node_info("seed-0").name == "seed-0"
+    assert len(tunnels) >= 2  # both went through the proxy
 
 
 def test_insecure_must_be_asked_for(sf_emulator, sf_pki, make_client, stranger_pki, monkeypatch):
