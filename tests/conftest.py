@@ -225,21 +225,21 @@ def _iot_key_pairs_from_the_start():
 # stable, so every other file keeps its place. Beside each file, its tests' summed time in a full
 # run on the 2-core machine (30 Nov 2026, junit-xml, both workers busy); the longest first, as
 # docs/testing.md lists them.
-LONGEST_FIRST = (
-    "tests/journey/test_first_deployment.py",  # 107 s: 33 journeys, each a first run and a rerun
-    "tests/simulator/test_simulator_integration.py",  # 68 s: 5,000 msg/s for 10 s (33 s)
-    "tests/flink_sink/test_sink_as_sink_role.py",  # 63 s: 6 runs of the sink's job
+LONGEST_FIRST = (  # the median of three full runs on 2 Dec 2026 (docs/testing.md, The slowest tests)
+    "tests/journey/test_first_deployment.py",  # 239 s: 33 journeys, each a first run and a rerun
+    "tests/lambdas/node_lifecycle/test_lifecycle_within_aws_limits.py",  # 89 s, 51 tests
+    "tests/flink_sink/test_sink_as_sink_role.py",  # 85 s: 6 runs of the sink's job
+    "tests/simulator/test_simulator_integration.py",  # 85 s: 5,000 msg/s for 10 s
+    "tests/test_readme_commands.py",  # 80 s (make synth of prod)
+    "tests/flink_sink/test_device_outage_replay.py",  # 80 s, one test
+    "tests/stacks/test_compliance.py",  # 74 s (cfn-lint over every environment)
+    "tests/journey/test_rerun_after_a_signal.py",  # 71 s: 14 journeys
+    "tests/lambdas/node_lifecycle/test_patch_executed.py",  # 65 s
     "tests/simulator/test_simulator_populations.py",  # 61 s, 4 tests (2,000 TLS devices)
-    "tests/flink_sink/test_device_outage_replay.py",  # 60 s, one test
-    "tests/test_readme_commands.py",  # 44 s (make synth of prod: 11 s)
-    "tests/lambdas/node_lifecycle/test_lifecycle_within_aws_limits.py",  # 40 s, 51 tests
-    "tests/journey/test_rerun_after_a_signal.py",  # 36 s: 14 journeys
-    "tests/lambdas/node_lifecycle/test_patch_executed.py",  # 35 s
-    "tests/stacks/test_compliance.py",  # 30 s (cfn-lint over every environment)
-    "tests/test_demo.py",  # 29 s, one test
-    "tests/stacks/test_checkov_gate.py",  # 22 s
-    "tests/telemetry/commands/devices/test_replay.py",  # 22 s
-    "tests/lambdas/node_lifecycle/test_state_machines_executed.py",  # 21 s
+    "tests/stacks/test_checkov_gate.py",  # 53 s
+    "tests/test_demo.py",  # 42 s, one test
+    "tests/lambdas/node_lifecycle/test_overlap_executed.py",  # 37 s
+    "tests/lambdas/node_lifecycle/test_state_machines_executed.py",  # 35 s
 )
 
 
