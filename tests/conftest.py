@@ -335,8 +335,6 @@ def _instance_information(ping_status: dict[str, str]):
     checked against the ssm model's output shape, as botocore's Stubber checks its answers."""
 
     def answer(model, context, **_):
-        import os
-
         from moto.core import DEFAULT_ACCOUNT_ID
         from moto.ec2.models import ec2_backends
 

@@ -64,24 +64,25 @@ class _ThumbprintAdapter(HTTPAdapter):
 
     def __init__(self, thumbprint: str) -> None:
         self._thumbprint = thumbprint
-        super().__init__()
-
-    def _pinned(self, options: dict[str, Any]) -> dict[str, Any]:
-        options["assert_fingerprint"] = self._thumbprint
         # The chain is not checked (verify=False), so the context need not hold the machine's
         # trust store. Given none, urllib3 makes a context per connection and loads that store
         # into it (_ssl_wrap_socket_and_match_hostname in urllib3/connection.py): work for
         # nothing on every connection a step opens. One Gateway is used by one thread at a time:
         # urllib3 sets the client certificate on this shared context for each connection.
-        options["ssl_context"] = create_urllib3_context(cert_reqs=ssl.CERT_NONE)
+        self._context = create_urllib3_context(cert_reqs=ssl.CERT_NONE)
+        super().__init__()  # calls init_poolmanager
+
+    def _pinned(self, options: dict[str, Any]) -> dict[str, Any]:
+        options["assert_fingerprint"] = self._thumbprint
+        options["ssl_context"] = self._context
         return options
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         super().init_poolmanager(*args, **self._pinned(kwargs))
 
     def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
-        # Through a proxy (HTTPS_PROXY), requests makes a manager from these arguments alone, not
-        # init_poolmanager's (requests/adapters.py HTTPAdapter.proxy_manager_for): without the pin
+        # Called for every request through a proxy (HTTPS_PROXY); the first call for a proxy makes
+        # its manager from these arguments alone, not init_poolmanager's (requests/adapters.py HTTPAdapter.proxy_manager_for): without the pin
         # here a tunnelled connection would check nothing at all, verify being False.
         return super().proxy_manager_for(proxy, **self._pinned(proxy_kwargs))
 

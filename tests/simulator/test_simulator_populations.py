@@ -47,9 +47,18 @@ def run_flags(broker, report: Path, *, devices: int, rate: float, duration: floa
     return [sys.executable, "-m", "simulator", "run", *[str(x) for pair in flags.items() for x in pair], "--no-consume"]
 
 
+def simulator_process() -> dict:
+    """How the tests start `python -m simulator`: from the checkout, text output."""
+    return {"cwd": REPO, "env": {**os.environ, "PYTHONPATH": str(REPO)}, "text": True}
+
+
 def simulate(command: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
-                          text=True, timeout=timeout, check=False)  # fmt: skip
+    return subprocess.run(command, **simulator_process(), capture_output=True, timeout=timeout, check=False)
+
+
+def launch(command: list[str]) -> subprocess.Popen:
+    """The simulator started, its output read while it runs."""
+    return subprocess.Popen(command, **simulator_process(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def connections(report: Path) -> tuple[dict, dict]:
@@ -102,8 +111,7 @@ def test_a_refused_connect_is_retried_with_backoff_until_the_broker_answers(popu
     # which can take longer than any fixed delay on a loaded machine (the CONNECTs then found
     # the broker up and none was refused). A second on, all 20 first CONNECTs (due within 0.2 s
     # at the default pace) have been refused.
-    simulator = subprocess.Popen(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    simulator = launch(command)
     restarted = threading.Timer(1.0, broker.restart, kwargs={"down_s": 0})
     try:
         before = []
@@ -115,7 +123,7 @@ def test_a_refused_connect_is_retried_with_backoff_until_the_broker_answers(popu
         out, err = simulator.communicate(timeout=240)
     finally:
         simulator.kill()
-        if restarted.is_alive() or restarted.finished.is_set():
+        if restarted.ident is not None:  # started
             restarted.join()
         broker.stop()
     result = subprocess.CompletedProcess(command, simulator.returncode, out, "".join(before) + err)
@@ -132,8 +140,7 @@ def test_every_device_survives_a_broker_restart_and_every_message_is_accounted_f
     report = tmp_path / "r.json"
     command = run_flags(broker, report, devices=500, rate=100, duration=10,
                         **{"--processes": 1, "--connect-rate": 400, "--progress-interval": 1})  # fmt: skip
-    run = subprocess.Popen(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    run = launch(command)
     try:
         for line in run.stderr:
             if re.match(r"\[\s+3\.\d+s\] sent", line):
