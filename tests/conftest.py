@@ -153,9 +153,10 @@ _one_unused_rsa_key_for_every_symmetric_moto_key()
 
 
 def _one_sns_signing_key() -> None:
-    """Amazon SNS signs the messages it delivers with its Region's signing certificate, one for
-    every topic (SigningCertURL, "Verifying the signatures of Amazon SNS messages", SNS Developer
-    Guide); moto makes a new RSA-2048 key for each subscription (moto/sns/models.py
+    """Amazon SNS signs the messages it delivers with a certificate it issues and names in each
+    message's SigningCertURL ("Verifying the signatures of Amazon SNS messages", SNS Developer
+    Guide); that page does not say how many topics one certificate serves, and no test here
+    verifies a signature. moto makes a new RSA-2048 key for each subscription (moto/sns/models.py
     Subscription.private_key, cached per subscription): 2% of the lifecycle tests' time. Here one
     key signs for every subscription of the process."""
     import functools
