@@ -79,6 +79,7 @@ from telemetry.registry import (
 )
 from telemetry.shared import output
 from telemetry.shared.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError, one_line, worded
+from telemetry.shared.sessions import command_sessions
 
 DISTRIBUTION = "telemetry-platform-blueprint"  # pyproject.toml's project name
 
@@ -142,7 +143,8 @@ def profile_sessions(args: argparse.Namespace) -> Callable[[str], Any]:
 
 def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], Any] | None = None) -> int:
     """The command as typed; `session_factory` (region -> boto3 session) replaces the profile's
-    sessions, for tests that answer through moto or botocore's Stubber."""
+    sessions, for tests that answer through moto or botocore's Stubber. Either way the command
+    gets one session per Region, which makes each client once (telemetry/shared/sessions.py)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     json_output = output.wants_json(argv)
@@ -158,7 +160,7 @@ def main(argv: Sequence[str] | None = None, session_factory: Callable[[str], Any
         if args.profile:
             os.environ["AWS_PROFILE"] = args.profile  # for the tools that build their own clients
         with output.json_run(json_output):
-            return int(args.module.run(args, session_factory or profile_sessions(args)))
+            return int(args.module.run(args, command_sessions(session_factory or profile_sessions(args))))
     except SystemExit as exit_:  # --help, or a tool that exits by itself
         return int(exit_.code or 0)
     except KeyboardInterrupt:

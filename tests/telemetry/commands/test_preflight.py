@@ -3,6 +3,7 @@ answered through botocore's Stubber, which checks requests and responses against
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 import os
@@ -676,3 +677,14 @@ def test_prod_with_its_placeholders_edited_and_its_package_unpinned_is_a_blocker
     assert rows["cdk.json settings"] == ("BLOCKER", unpinned)
     assert unpinned.startswith("service_fabric.standalone_package_sha256 is not pinned for environment 'prod'")
     assert f"blocker: cdk.json settings: {unpinned}" in err
+
+
+def test_each_client_is_made_once_however_often_the_checks_ask_for_it(account, capsys):
+    """The checks ask for STS twice (the caller whose permissions are simulated, then the
+    account); the command's session (telemetry/shared/sessions.py) makes each client once."""
+    stubbed = Session(account, QUOTAS)
+    made: collections.Counter[str] = collections.Counter()
+    client = stubbed.client
+    stubbed.client = lambda name: made.update([name]) or client(name)
+    assert cli.main(["preflight", "--env", "dev"], session_factory=lambda region: stubbed) == 0, capsys.readouterr()
+    assert {"iam", "sts", "ec2", "ssm"} <= made.keys() and set(made.values()) == {1}, made
