@@ -129,6 +129,32 @@ def _one_method_table_per_service() -> None:
 _one_method_table_per_service()
 
 
+def _one_service_model_per_service() -> None:
+    """Each botocore client wraps its service's parsed model in a new ServiceModel
+    (ClientCreator._load_service_model), whose operation and shape objects are built again as the
+    client first asks for them, and the endpoint discovery check builds every operation of the
+    service once a client (ServiceModel.endpoint_discovery_operation: about 600 for EC2). A
+    ServiceModel is read, never changed, by what uses it, and depends on the parsed model alone:
+    the clients of one service share one, made from the one parsed model the Loaders share
+    (above). A model from another Loader (AWS_DATA_PATH) gets its own."""
+    import botocore.client
+
+    made: dict = {}
+    original = botocore.client.ClientCreator._load_service_model
+
+    def _load_service_model(self, service_name, api_version=None):
+        parsed = self._loader.load_service_model(service_name, "service-2", api_version=api_version)
+        key = (service_name, api_version)
+        if key not in made or made[key][0] is not parsed:
+            made[key] = (parsed, original(self, service_name, api_version))
+        return made[key][1]
+
+    botocore.client.ClientCreator._load_service_model = _load_service_model
+
+
+_one_service_model_per_service()
+
+
 def _one_unused_rsa_key_for_every_symmetric_moto_key() -> None:
     """moto makes a 2048-bit RSA key for every KMS key, a symmetric one too, where it is never used
     (moto/kms/utils.py generate_private_key: any other key spec falls to RSA 2048; Encrypt and
