@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from simulator import device_certificates, payload
-from simulator.config import MqttSettings, RunConfig, SloThresholds
+from simulator.config import MQTT_KEEP_ALIVE_S, MqttSettings, RunConfig, SloThresholds
 from simulator.errors import SimulatorError
 from simulator.flags import (
     EXIT_ERROR,
@@ -199,6 +199,10 @@ def run_config(args) -> RunConfig:
         (args.progress_interval > 0, "--progress-interval must be > 0"),
         (args.drain_timeout > 0, "--drain-timeout must be > 0"),
         (args.connect_timeout > 0, "--connect-timeout must be > 0"),
+        (
+            args.transport != "mqtt" or args.connect_timeout < MQTT_KEEP_ALIVE_S,
+            f"--connect-timeout must be under {MQTT_KEEP_ALIVE_S} s with --transport mqtt (the devices' keep-alive)",
+        ),
         (not (args.idempotence and args.acks != "all"), "--idempotence needs --acks all"),
     ]
     for ok, message in checks:

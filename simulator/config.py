@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+# The MQTT keep-alive each device asks for (AWS IoT accepts 30 to 1200 s). The CRT waits as long
+# for a CONNACK as for a PINGRESP (aws-c-mqtt source/client.c: the CONNACK timeout task is
+# scheduled ping_timeout_ns after the channel is up), and refuses a ping timeout not shorter than
+# the keep-alive (awscrt.mqtt.Connection), so --connect-timeout must be under this.
+MQTT_KEEP_ALIVE_S = 60
+
 
 @dataclasses.dataclass(frozen=True)
 class SloThresholds:

@@ -11,13 +11,21 @@ id; a device over either is throttled. So:
   Architecture Blog's "Exponential Backoff And Jitter"), never sooner than 1 s after the same
   client id's last CONNECT;
 - retries share the same pace as first attempts, ahead of them;
-- after `attempts` failures of one device the run gives up, naming the device and the last reason.
+- after `attempts` failures of one device the run gives up, naming the device and the last reason;
+- at most `window` CONNECTs wait for their answer at once. The window starts at one second of the
+  pace, halves on every failed connect and grows by one with every CONNACK (additive increase,
+  multiplicative decrease, as TCP's congestion control, RFC 5681). A broker or a host that falls
+  behind gets fewer CONNECTs, not a queue of them: against a broker that answers slower than the
+  pace, a fixed pace keeps adding CONNECTs whose CONNACKs come after the client stopped waiting,
+  each retried while the broker still works on the last ("already connected, closing old
+  connection"), until it answers none in time.
 """
 
 from __future__ import annotations
 
 import collections
 import heapq
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -55,17 +63,20 @@ class ConnectPacer:
         self.last_attempt = [float("-inf")] * devices
         self._origin, self._slots = now, 0  # slot k starts at origin + k / rate (no float drift)
         self.rng = rng or random.Random()
+        self.window_max = max(1, math.ceil(rate))  # one second of the pace
+        self.window = float(self.window_max)
+        self.in_flight = 0  # CONNECTs started and not yet answered (connected or failed)
 
     @property
     def next_slot(self) -> float:
         return self._origin + self._slots * self.interval
 
     def due(self, now: float) -> list[int]:
-        """Devices whose CONNECT starts now, within the pace; retries first."""
+        """Devices whose CONNECT starts now, within the pace and the window; retries first."""
         if self.next_slot < now - self.interval:
             self._origin, self._slots = now - self.interval, 0  # no credit for idle time beyond one connect
         starting = []
-        while self.next_slot <= now:
+        while self.next_slot <= now and self.in_flight < int(self.window):
             if self.retries and self.retries[0][0] <= now:
                 device = heapq.heappop(self.retries)[1]
             elif self.first:
@@ -75,12 +86,20 @@ class ConnectPacer:
             self.attempts[device] += 1
             self.last_attempt[device] = now
             self._slots += 1
+            self.in_flight += 1
             starting.append(device)
         return starting
 
+    def connected(self, device: int) -> None:
+        """The device's CONNECT was answered with a CONNACK: one more may wait at once."""
+        self.in_flight -= 1
+        self.window = min(self.window_max, self.window + 1)
+
     def failed(self, device: int, now: float, reason: str) -> float:
         """Schedules the device's next CONNECT; returns the delay. Raises ConnectsExhausted when
-        it has had all its attempts."""
+        it has had all its attempts. Half as many CONNECTs may wait at once."""
+        self.in_flight -= 1
+        self.window = max(1.0, self.window / 2)
         tried = self.attempts[device]
         if tried >= self.max_attempts:
             raise ConnectsExhausted(device, tried, reason)

@@ -253,7 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="how long to wait for the broker's first answer",
+        help="how long to wait for the broker's first answer (MQTT: the TCP connect, then the CONNACK; "
+        "under 60 s, the keep-alive)",
     )
     mqtt = run.add_argument_group(
         "MQTT (--transport mqtt)",

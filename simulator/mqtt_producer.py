@@ -38,7 +38,7 @@ from awsiot import mqtt_connection_builder
 
 from simulator import histograms
 from simulator.accounting import DeliveryOutcome, devices_of_process
-from simulator.config import RunConfig
+from simulator.config import MQTT_KEEP_ALIVE_S, RunConfig
 from simulator.connecting import ConnectPacer, ConnectsExhausted, ConnectStats
 from simulator.connecting import summary as connect_summary
 from simulator.device_certificates import certificate_files, telemetry_topic
@@ -48,7 +48,6 @@ from simulator.sending import SEND_TICK_NS, ProducerResult, Progress
 from simulator.schedule import NS_PER_S, SendSchedule
 
 QOS = crt_mqtt.QoS.AT_LEAST_ONCE
-KEEP_ALIVE_S = 60  # AWS IoT accepts 30-1200 s
 DISCONNECT_TIMEOUT_S = 5.0
 CONNECT_TICK_S = 0.002
 RECONNECT_MAX_S = 60  # the CRT's default longest wait between reconnect attempts
@@ -118,20 +117,26 @@ class MqttProducerProcess:
         reconnect_min_timeout_secs and doubles the wait after each failed attempt up to the max
         (awscrt.mqtt.Connection's documentation). Each device draws its first wait at random over
         as many seconds as this process's devices take at its share of --connect-rate, so a
-        broker's restart is followed by reconnects spread at about that pace, not a storm."""
+        broker's restart is followed by reconnects spread at about that pace, not a storm.
+        --connect-timeout bounds both the TCP connect and the wait for the CONNACK (the CRT's
+        defaults: 5 s and 3 s, which a busy broker's first answer can outlast)."""
         mqtt, thing = self.mqtt, self.things[device]
+        timeout_ms = round(self.config.connect_timeout_s * 1000)
         first_wait = self.rng.randint(1, self.reconnect_spread_s)
         reconnect = {
             "reconnect_min_timeout_secs": first_wait,
             "reconnect_max_timeout_secs": max(RECONNECT_MAX_S, 2 * self.reconnect_spread_s),
             "on_connection_interrupted": self._on_interrupted,
             "on_connection_resumed": self._on_resumed,
+            "ping_timeout_ms": timeout_ms,  # also the CONNACK wait (simulator/config.py, MQTT_KEEP_ALIVE_S)
         }
         if mqtt.plaintext:
             client = crt_mqtt.Client(crt_io.ClientBootstrap.get_or_create_static_default(), None)
+            socket_options = crt_io.SocketOptions()
+            socket_options.connect_timeout_ms = timeout_ms
             return crt_mqtt.Connection(
                 client, mqtt.host, mqtt.port, thing, clean_session=True,
-                keep_alive_secs=KEEP_ALIVE_S, **reconnect,
+                keep_alive_secs=MQTT_KEEP_ALIVE_S, socket_options=socket_options, **reconnect,
             )  # fmt: skip
         cert, key = certificate_files(Path(mqtt.certificates), thing)
         return mqtt_connection_builder.mtls_from_path(
@@ -142,7 +147,8 @@ class MqttProducerProcess:
             ca_filepath=mqtt.ca,  # None: the system trust store
             client_id=thing,
             clean_session=True,
-            keep_alive_secs=KEEP_ALIVE_S,
+            keep_alive_secs=MQTT_KEEP_ALIVE_S,
+            tcp_connect_timeout_ms=timeout_ms,
             **reconnect,
         )
 
@@ -179,6 +185,7 @@ class MqttProducerProcess:
                     if error is None:
                         connected += 1
                         stats.connacks.append(time.time())
+                        pacer.connected(device)
                         continue
                     reason = _reason(error)
                     if _permanent(error):

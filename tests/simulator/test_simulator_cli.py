@@ -164,6 +164,8 @@ def _certificates(folder: Path, things, keys=True) -> Path:
         (["--mqtt-endpoint", "host:port"], ["a", "b"], "expected HOST[:PORT]"),
         (["--mqtt-ca", "missing.pem"], ["a", "b"], "--mqtt-ca missing.pem: no such file"),
         ([], ["a", "b b"], "'b b' is not an AWS IoT thing name"),
+        (["--connect-timeout", "60"], ["a", "b"],
+         "--connect-timeout must be under 60 s with --transport mqtt (the devices' keep-alive)"),
     ],
 )
 def test_bad_mqtt_input_is_one_line_and_exit_2(args, certificates, fragment, tmp_path):

@@ -17,13 +17,16 @@ from simulator.connecting import (
 )
 
 
-def starts(pacer: ConnectPacer, until: float, since: float = 0.0) -> list[tuple[float, int]]:
+def starts(pacer: ConnectPacer, until: float, since: float = 0.0, *, answered: bool = True) -> list[tuple[float, int]]:
     """(time, device) of every CONNECT the pacer starts while the clock moves from `since` to
-    `until` in whole milliseconds."""
+    `until` in whole milliseconds; each answered with a CONNACK at once unless not `answered`."""
     started = []
     for ms in range(round(since * 1000), round(until * 1000) + 1):
         now = ms / 1000
-        started += [(now, device) for device in pacer.due(now)]
+        due = pacer.due(now)
+        started += [(now, device) for device in due]
+        for device in due if answered else ():
+            pacer.connected(device)
     return started
 
 
@@ -44,6 +47,31 @@ def test_an_idle_moment_buys_no_burst():
     assert pacer.due(0.0) == [0]
     assert pacer.due(5.0) == [1, 2]  # one slot of credit, not fifty
     assert pacer.due(5.05) == []
+
+
+def test_no_more_connects_wait_at_once_than_one_second_of_the_pace():
+    pacer = ConnectPacer(1000, rate=50, attempts=3, now=0.0)
+    waiting = starts(pacer, 3.0, answered=False)
+    assert len(waiting) == 50 and pacer.in_flight == 50  # the broker answers none: the pace stops
+    for _, device in waiting[:10]:
+        pacer.connected(device)
+    assert len(pacer.due(3.02)) == 2  # the pace goes on (one slot of credit), within the window
+    assert len(starts(pacer, 5.0, since=3.03, answered=False)) == 8
+
+
+def test_failed_connects_halve_the_window_and_connacks_widen_it_again():
+    pacer = ConnectPacer(1000, rate=64, attempts=6, now=0.0, rng=random.Random(3))
+    first = starts(pacer, 1.0, answered=False)
+    assert pacer.window == 64 and len(first) == 64
+    for _, device in first[:5]:  # five CONNACKs past the client's wait: a broker behind
+        pacer.failed(device, 1.0, "AWS_ERROR_MQTT_TIMEOUT")
+    assert pacer.window == 2 and pacer.in_flight == 59  # 64 / 2^5
+    assert starts(pacer, 2.0, since=1.001, answered=False) == []  # 59 still wait: nothing more starts
+    for _, device in first[5:]:
+        pacer.connected(device)
+    assert pacer.window == 61 and pacer.in_flight == 0  # one more for each CONNACK
+    later = starts(pacer, 4.0, since=2.001)
+    assert pacer.window == 64 and 120 <= len(later) <= 130  # the whole pace again, never beyond a second of it
 
 
 def test_a_failed_device_waits_with_full_jitter_and_at_least_a_second():
@@ -67,9 +95,11 @@ def test_a_failed_device_waits_with_full_jitter_and_at_least_a_second():
 
 def test_retries_share_the_pace_with_first_attempts():
     pacer = ConnectPacer(100, rate=10, attempts=5, now=0.0, rng=random.Random(1))
-    started = starts(pacer, 0.35)
+    started = starts(pacer, 0.35, answered=False)
     assert [d for _, d in started] == [0, 1, 2, 3]
     pacer.failed(0, 0.35, "refused")
+    for device in (1, 2, 3):
+        pacer.connected(device)
     later = starts(pacer, 10.0, since=0.351)
     assert most_in_a_second([t for t, _ in later]) <= 11  # still 10 a second with the retry
     assert 0 in [d for _, d in later]

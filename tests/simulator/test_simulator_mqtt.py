@@ -17,6 +17,8 @@ import ssl
 import struct
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -294,3 +296,63 @@ def test_through_the_iot_rule_into_kafka_every_message_is_counted_once(
     assert report["lost"] == 0 and report["duplicates"] == 0 and report["delivery_errors"] == 0
     assert report["e2e_latency_ms"]["count"] == 1000  # the warmup's 500 are not measured
     assert report["consumer"]["drained"] is True
+
+
+class SlowFirstAnswer:
+    """A TCP relay in front of a broker that holds back each connection's first bytes from the
+    broker (a plaintext listener's CONNACK: MQTT 3.1.1, 3.2, the server's first packet) for
+    `delay` seconds, as a busy broker answers late; everything else passes at once."""
+
+    def __init__(self, upstream_port: int, delay: float) -> None:
+        self.upstream_port, self.delay = upstream_port, delay
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:  # closed
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            threading.Thread(target=self._pipe, args=(client, upstream, 0.0), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, self.delay), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket, first_delay: float) -> None:
+        try:
+            while data := source.recv(65536):
+                time.sleep(first_delay)
+                first_delay = 0.0
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                end.close()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_a_connack_later_than_the_crts_default_wait_is_awaited_for_connect_timeout(mqtt_pki, tmp_path):
+    """The CRT waits for a CONNACK as long as its ping timeout (aws-c-mqtt source/client.c: the
+    CONNACK timeout task runs ping_timeout_ns after the channel is up), 3 s unless told. The
+    devices wait --connect-timeout (5 s here) instead: a CONNACK 3.5 s late connects at the
+    first attempt."""
+    broker = local_mosquitto.start_mosquitto(tmp_path / "broker", mqtt_pki, environment=ENVIRONMENT, plaintext=True,
+                                             debug=False)  # fmt: skip
+    relay = SlowFirstAnswer(broker.plaintext_port, delay=3.5)
+    try:
+        result = simulate(
+            *mqtt_flags(broker, devices=1, rate=10, **{"--mqtt-endpoint": f"127.0.0.1:{relay.port}"}),
+            "--mqtt-plaintext", "--connect-attempts", 1, "--report", tmp_path / "r.json",
+        )  # fmt: skip
+    finally:
+        relay.close()
+        broker.stop()
+    assert result.returncode in (0, 1), result.stderr  # 1: the SLO's end-to-end figures (--no-consume)
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["acked"] == report["sent"] == 10
+    assert report["connections"]["connect_failures"] == 0
