@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from simulator import device_certificates, payload
-from simulator.config import MQTT_KEEP_ALIVE_S, MqttSettings, RunConfig, SloThresholds
+from simulator.config import MQTT_KEEP_ALIVE_S, MqttSettings, RunConfig, SloThresholds, mqtt_timeout_ms
 from simulator.errors import SimulatorError
 from simulator.flags import (
     EXIT_ERROR,
@@ -200,7 +200,7 @@ def run_config(args) -> RunConfig:
         (args.drain_timeout > 0, "--drain-timeout must be > 0"),
         (args.connect_timeout > 0, "--connect-timeout must be > 0"),
         (
-            args.transport != "mqtt" or args.connect_timeout < MQTT_KEEP_ALIVE_S,
+            args.transport != "mqtt" or mqtt_timeout_ms(args.connect_timeout) < MQTT_KEEP_ALIVE_S * 1000,
             f"--connect-timeout must be under {MQTT_KEEP_ALIVE_S} s with --transport mqtt (the devices' keep-alive)",
         ),
         (not (args.idempotence and args.acks != "all"), "--idempotence needs --acks all"),

@@ -9,6 +9,16 @@ import dataclasses
 # scheduled ping_timeout_ns after the channel is up), and refuses a ping timeout not shorter than
 # the keep-alive (awscrt.mqtt.Connection), so --connect-timeout must be under this.
 MQTT_KEEP_ALIVE_S = 60
+# The TLS handshake's own limit, which the CRT does not let a caller set (aws-c-io
+# tls_channel_handler.c, AWS_DEFAULT_TLS_TIMEOUT_MS, applied by
+# aws_tls_connection_options_init_from_ctx).
+CRT_TLS_HANDSHAKE_S = 10
+
+
+def mqtt_timeout_ms(seconds: float) -> int:
+    """--connect-timeout as the CRT takes it: whole milliseconds, never 0 (which aws-c-mqtt reads
+    as its own 3 s default and aws-c-io's TCP connect as no time at all)."""
+    return max(1, round(seconds * 1000))
 
 
 @dataclasses.dataclass(frozen=True)

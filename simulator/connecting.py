@@ -13,12 +13,12 @@ id; a device over either is throttled. So:
 - retries share the same pace as first attempts, ahead of them;
 - after `attempts` failures of one device the run gives up, naming the device and the last reason;
 - at most `window` CONNECTs wait for their answer at once. The window starts at one second of the
-  pace, halves on every failed connect and grows by one with every CONNACK (additive increase,
-  multiplicative decrease, as TCP's congestion control, RFC 5681). A broker or a host that falls
-  behind gets fewer CONNECTs, not a queue of them: against a broker that answers slower than the
-  pace, a fixed pace keeps adding CONNECTs whose CONNACKs come after the client stopped waiting,
-  each retried while the broker still works on the last ("already connected, closing old
-  connection"), until it answers none in time.
+  pace and grows by one with every CONNACK, back to that; a failed CONNECT halves it, once for all
+  the CONNECTs that were waiting then (as TCP's congestion window is cut once per window of data
+  lost, not once per lost segment). A broker or a host that falls behind gets fewer CONNECTs, not
+  a queue of them: at a fixed pace, CONNECTs kept starting while earlier ones waited, their
+  CONNACKs came after the client stopped waiting, and each retry found the broker still busy with
+  the last ("already connected, closing old connection") until it answered none in time.
 """
 
 from __future__ import annotations
@@ -66,6 +66,9 @@ class ConnectPacer:
         self.window_max = max(1, math.ceil(rate))  # one second of the pace
         self.window = float(self.window_max)
         self.in_flight = 0  # CONNECTs started and not yet answered (connected or failed)
+        self._started = 0  # CONNECTs started so far: each one's number
+        self._number = [0] * devices  # the number of each device's latest CONNECT
+        self._waiting_at_cut = 0  # CONNECTs up to this number were waiting when the window last halved
 
     @property
     def next_slot(self) -> float:
@@ -87,6 +90,8 @@ class ConnectPacer:
             self.last_attempt[device] = now
             self._slots += 1
             self.in_flight += 1
+            self._started += 1
+            self._number[device] = self._started
             starting.append(device)
         return starting
 
@@ -97,9 +102,12 @@ class ConnectPacer:
 
     def failed(self, device: int, now: float, reason: str) -> float:
         """Schedules the device's next CONNECT; returns the delay. Raises ConnectsExhausted when
-        it has had all its attempts. Half as many CONNECTs may wait at once."""
+        it has had all its attempts. Half as many CONNECTs may wait at once, unless the window
+        already halved while this one waited."""
         self.in_flight -= 1
-        self.window = max(1.0, self.window / 2)
+        if self._number[device] > self._waiting_at_cut:
+            self.window = max(1.0, self.window / 2)
+            self._waiting_at_cut = self._started
         tried = self.attempts[device]
         if tried >= self.max_attempts:
             raise ConnectsExhausted(device, tried, reason)
@@ -107,21 +115,6 @@ class ConnectPacer:
         not_before = max(now + delay, self.last_attempt[device] + PER_CLIENT_ID_INTERVAL_S)
         heapq.heappush(self.retries, (not_before, device))
         return not_before - now
-
-    def lost(self, device: int, now: float) -> None:
-        """A connection lost mid-run is reopened at the same pace, its attempts counted afresh."""
-        self.attempts[device] = 0
-        heapq.heappush(self.retries, (max(now, self.last_attempt[device] + PER_CLIENT_ID_INTERVAL_S), device))
-
-    def waiting(self) -> int:
-        return len(self.first) + len(self.retries)
-
-    def next_due(self) -> float | None:
-        """The earliest time a device could start, or None when none waits."""
-        candidates = [self.next_slot] if self.first else []
-        if self.retries:
-            candidates.append(max(self.next_slot, self.retries[0][0]))
-        return min(candidates) if candidates else None
 
 
 def summary(stats: ConnectStats, devices: int, rss_growth_bytes: float, connect_cpu_s: float = 0.0) -> dict:

@@ -38,7 +38,7 @@ from awsiot import mqtt_connection_builder
 
 from simulator import histograms
 from simulator.accounting import DeliveryOutcome, devices_of_process
-from simulator.config import MQTT_KEEP_ALIVE_S, RunConfig
+from simulator.config import CRT_TLS_HANDSHAKE_S, MQTT_KEEP_ALIVE_S, RunConfig, mqtt_timeout_ms
 from simulator.connecting import ConnectPacer, ConnectsExhausted, ConnectStats
 from simulator.connecting import summary as connect_summary
 from simulator.device_certificates import certificate_files, telemetry_topic
@@ -121,7 +121,7 @@ class MqttProducerProcess:
         --connect-timeout bounds both the TCP connect and the wait for the CONNACK (the CRT's
         defaults: 5 s and 3 s, which a busy broker's first answer can outlast)."""
         mqtt, thing = self.mqtt, self.things[device]
-        timeout_ms = round(self.config.connect_timeout_s * 1000)
+        timeout_ms = mqtt_timeout_ms(self.config.connect_timeout_s)
         first_wait = self.rng.randint(1, self.reconnect_spread_s)
         reconnect = {
             "reconnect_min_timeout_secs": first_wait,
@@ -167,7 +167,8 @@ class MqttProducerProcess:
         mqtt, stats = self.mqtt, self.connect_stats
         rate = mqtt.connect_rate / self.config.processes
         pacer = ConnectPacer(len(self.things), rate=rate, attempts=mqtt.connect_attempts, now=time.monotonic())
-        watchdog = self.config.connect_timeout_s * 3  # the CRT's own socket and TLS timeouts come first
+        # After the CRT's own limits: the TCP connect, the TLS handshake, then the CONNACK wait.
+        watchdog = 2 * self.config.connect_timeout_s + CRT_TLS_HANDSHAKE_S + 5
         in_flight: dict[int, tuple[concurrent.futures.Future, float]] = {}
         connected, self.rss_before = 0, _rss_bytes()
         next_report = 0.0

@@ -166,6 +166,7 @@ def _certificates(folder: Path, things, keys=True) -> Path:
         ([], ["a", "b b"], "'b b' is not an AWS IoT thing name"),
         (["--connect-timeout", "60"], ["a", "b"],
          "--connect-timeout must be under 60 s with --transport mqtt (the devices' keep-alive)"),
+        (["--connect-timeout", "59.9995"], ["a", "b"], "--connect-timeout must be under 60 s"),  # 60,000 ms
     ],
 )
 def test_bad_mqtt_input_is_one_line_and_exit_2(args, certificates, fragment, tmp_path):

@@ -59,19 +59,27 @@ def test_no_more_connects_wait_at_once_than_one_second_of_the_pace():
     assert len(starts(pacer, 5.0, since=3.03, answered=False)) == 8
 
 
-def test_failed_connects_halve_the_window_and_connacks_widen_it_again():
+def test_a_failed_connect_halves_the_window_once_for_those_waiting_with_it_and_connacks_widen_it():
     pacer = ConnectPacer(1000, rate=64, attempts=6, now=0.0, rng=random.Random(3))
     first = starts(pacer, 1.0, answered=False)
     assert pacer.window == 64 and len(first) == 64
     for _, device in first[:5]:  # five CONNACKs past the client's wait: a broker behind
         pacer.failed(device, 1.0, "AWS_ERROR_MQTT_TIMEOUT")
-    assert pacer.window == 2 and pacer.in_flight == 59  # 64 / 2^5
+    assert pacer.window == 32 and pacer.in_flight == 59  # one cut for the CONNECTs that waited together
     assert starts(pacer, 2.0, since=1.001, answered=False) == []  # 59 still wait: nothing more starts
-    for _, device in first[5:]:
+    for _, device in first[5:35]:
         pacer.connected(device)
-    assert pacer.window == 61 and pacer.in_flight == 0  # one more for each CONNACK
-    later = starts(pacer, 4.0, since=2.001)
-    assert pacer.window == 64 and 120 <= len(later) <= 130  # the whole pace again, never beyond a second of it
+    assert pacer.window == 62 and pacer.in_flight == 29  # one wider for each CONNACK
+    later = starts(pacer, 2.5, since=2.001, answered=False)  # retries first, then new devices
+    assert len(later) == 33 and pacer.in_flight == 62
+    pacer.failed(later[0][1], 2.5, "AWS_ERROR_MQTT_TIMEOUT")  # one that started after the cut
+    assert pacer.window == 31
+    pacer.failed(first[35][1], 2.5, "AWS_ERROR_MQTT_TIMEOUT")  # waiting at that cut: no second one
+    assert pacer.window == 31
+    for _, device in first[36:] + later[1:]:
+        pacer.connected(device)
+    assert pacer.window == 64 and pacer.in_flight == 0  # never beyond one second of the pace
+    assert most_in_a_second([t for t, _ in starts(pacer, 5.0, since=2.501)]) <= 65
 
 
 def test_a_failed_device_waits_with_full_jitter_and_at_least_a_second():
@@ -103,14 +111,6 @@ def test_retries_share_the_pace_with_first_attempts():
     later = starts(pacer, 10.0, since=0.351)
     assert most_in_a_second([t for t, _ in later]) <= 11  # still 10 a second with the retry
     assert 0 in [d for _, d in later]
-
-
-def test_a_lost_connection_is_reopened_at_the_pace():
-    pacer = ConnectPacer(2, rate=10, attempts=2, now=0.0)
-    assert starts(pacer, 0.2)[:2] == [(0.0, 0), (0.1, 1)]
-    pacer.lost(1, 0.5)  # within a second of its CONNECT: not before 1.1
-    assert pacer.due(1.0) == []
-    assert pacer.due(1.1) == [1]
 
 
 def test_connections_merge_into_the_reports_object():

@@ -356,3 +356,25 @@ def test_a_connack_later_than_the_crts_default_wait_is_awaited_for_connect_timeo
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["acked"] == report["sent"] == 10
     assert report["connections"]["connect_failures"] == 0
+
+
+@pytest.mark.parametrize("plaintext", [False, True])
+def test_connect_timeout_reaches_the_crts_tcp_connect_and_connack_waits(plaintext, mqtt_pki):
+    """The keywords the CRT reads (awsiot.mqtt_connection_builder._builder falls back to its
+    defaults, 5 s and 3 s, for a name it does not know): what each device's connection holds."""
+    from simulator.config import MqttSettings, RunConfig, SloThresholds
+    from simulator.mqtt_producer import MqttProducerProcess
+
+    things = tuple(sorted(THINGS))[:2]
+    mqtt = MqttSettings(host="127.0.0.1", port=1, certificates=str(mqtt_pki.devices), things=things,
+                        environment=ENVIRONMENT, ca=str(mqtt_pki.ca), plaintext=plaintext)  # fmt: skip
+    config = RunConfig(
+        bootstrap_servers=None, topic=None, rate=10, duration_s=1, warmup_s=0, processes=1, devices=2,
+        message_bytes=1024, acks="all", idempotence=True, linger_ms=0, batch_bytes=1, compression="none",
+        security_protocol="PLAINTEXT", region=None, run_id="r", producer_id="p", consume=False,
+        progress_interval_s=1, drain_timeout_s=1, connect_timeout_s=7.25, slo=SloThresholds(), transport="mqtt",
+        mqtt=mqtt,
+    )  # fmt: skip
+    connection = MqttProducerProcess(config, 0, None)._connection(0)
+    assert connection.ping_timeout_ms == 7250  # also the CONNACK wait
+    assert connection.socket_options.connect_timeout_ms == 7250
