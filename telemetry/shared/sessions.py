@@ -5,7 +5,11 @@ resolves the endpoint rules and, in a new session, loads and parses the service'
 (botocore/client.py, ClientCreator.create_client). `telemetry deploy` asked for some forty
 clients a run, a dozen services; `telemetry cluster drain` made three sessions in one Region.
 Clients are thread-safe and meant to be reused ("Multithreading or multiprocessing with clients"
-in boto3's guide); a session is not, so clients are made under a lock."""
+in boto3's guide); a session is not, so clients are made under a lock (the session's other
+methods are not locked: every command calls them from its main thread). A client kept for the
+command keeps its credentials fresh as a new one would (each request signs with
+get_frozen_credentials, which refreshes an assumed role's), and, in the standard and adaptive
+retry modes, its retry quota: the retries spent by one step count against the next."""
 
 from __future__ import annotations
 
@@ -13,8 +17,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-# Arguments a client is remembered by: values that compare by what they are. A client asked for
-# with anything else (a botocore Config, which compares by identity) is made anew each time.
+# Arguments a client is remembered by: keywords whose values compare by what they are. A client
+# asked for with anything else (a botocore Config, which compares by identity, or arguments by
+# position) is made anew each time.
 _PLAIN = (str, int, float, bool, type(None))
 
 
@@ -23,22 +28,22 @@ class CommandSession:
     arguments; everything else is the session's own."""
 
     def __init__(self, session: Any) -> None:
-        self._session = session
+        self._wrapped = session  # not `_session`, which names botocore's session on boto3's
         self._clients: dict[tuple, Any] = {}
         self._lock = threading.Lock()
 
-    def client(self, service_name: str, **kwargs: Any) -> Any:
-        if not all(isinstance(value, _PLAIN) for value in kwargs.values()):
+    def client(self, service_name: str, *args: Any, **kwargs: Any) -> Any:
+        if args or not all(isinstance(value, _PLAIN) for value in kwargs.values()):
             with self._lock:
-                return self._session.client(service_name, **kwargs)
+                return self._wrapped.client(service_name, *args, **kwargs)
         key = (service_name, tuple(sorted(kwargs.items())))
         with self._lock:
             if key not in self._clients:
-                self._clients[key] = self._session.client(service_name, **kwargs)
+                self._clients[key] = self._wrapped.client(service_name, **kwargs)
             return self._clients[key]
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._session, name)
+        return getattr(self._wrapped, name)
 
 
 def command_sessions(factory: Callable[[str], Any]) -> Callable[[str], Any]:

@@ -679,12 +679,18 @@ def test_prod_with_its_placeholders_edited_and_its_package_unpinned_is_a_blocker
     assert f"blocker: cdk.json settings: {unpinned}" in err
 
 
-def test_each_client_is_made_once_however_often_the_checks_ask_for_it(account, capsys):
+def test_each_client_is_made_once_however_often_the_checks_ask_for_it(account, capsys, monkeypatch):
     """The checks ask for STS twice (the caller whose permissions are simulated, then the
     account); the command's session (telemetry/shared/sessions.py) makes each client once."""
+    from telemetry.shared.sessions import CommandSession
+
     stubbed = Session(account, QUOTAS)
+    asked: collections.Counter[str] = collections.Counter()
     made: collections.Counter[str] = collections.Counter()
     client = stubbed.client
     stubbed.client = lambda name: made.update([name]) or client(name)
+    given = CommandSession.client
+    monkeypatch.setattr(CommandSession, "client", lambda self, name, **kw: asked.update([name]) or given(self, name, **kw))
     assert cli.main(["preflight", "--env", "dev"], session_factory=lambda region: stubbed) == 0, capsys.readouterr()
+    assert asked["sts"] >= 2, asked
     assert {"iam", "sts", "ec2", "ssm"} <= made.keys() and set(made.values()) == {1}, made

@@ -32,11 +32,18 @@ def test_a_client_asked_for_with_a_config_is_made_each_time(moto_session):
     assert first.meta.config.retries["mode"] == "standard"
 
 
+def test_a_client_asked_for_by_position_is_made_each_time(moto_session):
+    session = CommandSession(moto_session)
+    first = session.client("ssm", "us-east-1")
+    assert first.meta.region_name == "us-east-1" and session.client("ssm", "us-east-1") is not first
+
+
 def test_everything_but_clients_is_the_sessions_own(moto_session):
     session = CommandSession(moto_session)
     assert session.region_name == "eu-west-1"
     assert session.get_credentials().access_key == moto_session.get_credentials().access_key
     assert session.events is moto_session.events
+    assert session._session is moto_session._session  # botocore's session, as boto3's names it
 
 
 def test_each_region_is_asked_of_the_factory_once(moto_session):
