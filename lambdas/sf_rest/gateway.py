@@ -82,8 +82,9 @@ class _ThumbprintAdapter(HTTPAdapter):
 
     def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
         # Called for every request through a proxy (HTTPS_PROXY); the first call for a proxy makes
-        # its manager from these arguments alone, not init_poolmanager's (requests/adapters.py HTTPAdapter.proxy_manager_for): without the pin
-        # here a tunnelled connection would check nothing at all, verify being False.
+        # its manager from these arguments alone, not init_poolmanager's (requests/adapters.py,
+        # HTTPAdapter.proxy_manager_for): without the pin here a tunnelled connection would check
+        # nothing at all, verify being False.
         return super().proxy_manager_for(proxy, **self._pinned(proxy_kwargs))
 
 

@@ -4,7 +4,6 @@ REQUESTS_CA_BUNDLE trap."""
 from __future__ import annotations
 
 import os
-import select
 import socket
 import stat
 import threading
@@ -19,6 +18,7 @@ from sf_rest import (
 )
 
 from tests.sf_emulator import make_pki
+from tests.tcp_relay import relay
 
 pytestmark = pytest.mark.integration  # starts the HTTP(S) emulator
 
@@ -126,16 +126,7 @@ def connect_proxy():
         upstream = socket.create_connection((host, int(port)))
         tunnels.append(f"{host}:{port}")
         client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        with client, upstream:
-            while True:
-                ready, _, _ = select.select([client, upstream], [], [], 5)
-                try:
-                    data = ready and ready[0].recv(65536)
-                    if not data:
-                        return
-                    (upstream if ready[0] is client else client).sendall(data)
-                except OSError:  # one side reset the connection: a refused pin does
-                    return
+        relay(client, upstream)
 
     def accept() -> None:
         while True:

@@ -18,7 +18,6 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from simulator.accounting import devices_of_process
 from simulator.payload import READINGS_VARIANTS, TelemetryTemplate
 from devtools.iot_rule_bridge import IotRuleBridge, KafkaRule
 from tests.mqtt_fixtures import ENVIRONMENT, THINGS
+from tests.tcp_relay import relay
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -299,9 +299,9 @@ def test_through_the_iot_rule_into_kafka_every_message_is_counted_once(
 
 
 class SlowFirstAnswer:
-    """A TCP relay in front of a broker that holds back each connection's first bytes from the
-    broker (a plaintext listener's CONNACK: MQTT 3.1.1, 3.2, the server's first packet) for
-    `delay` seconds, as a busy broker answers late; everything else passes at once."""
+    """A relay in front of a broker that holds back each connection's first bytes from the broker
+    (a plaintext listener's CONNACK: MQTT 3.1.1, 3.2, the server's first packet) for `delay`
+    seconds, as a busy broker answers late; everything else passes at once."""
 
     def __init__(self, upstream_port: int, delay: float) -> None:
         self.upstream_port, self.delay = upstream_port, delay
@@ -315,22 +315,7 @@ class SlowFirstAnswer:
                 client, _ = self.server.accept()
             except OSError:  # closed
                 return
-            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
-            threading.Thread(target=self._pipe, args=(client, upstream, 0.0), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, self.delay), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket, first_delay: float) -> None:
-        try:
-            while data := source.recv(65536):
-                time.sleep(first_delay)
-                first_delay = 0.0
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for end in (source, sink):
-                end.close()
+            relay(client, socket.create_connection(("127.0.0.1", self.upstream_port)), first_reply_delay=self.delay)
 
     def close(self) -> None:
         self.server.close()
@@ -362,19 +347,14 @@ def test_a_connack_later_than_the_crts_default_wait_is_awaited_for_connect_timeo
 def test_connect_timeout_reaches_the_crts_tcp_connect_and_connack_waits(plaintext, mqtt_pki):
     """The keywords the CRT reads (awsiot.mqtt_connection_builder._builder falls back to its
     defaults, 5 s and 3 s, for a name it does not know): what each device's connection holds."""
-    from simulator.config import MqttSettings, RunConfig, SloThresholds
+    from simulator.config import MqttSettings
     from simulator.mqtt_producer import MqttProducerProcess
+    from tests.simulator.test_simulator_report import config as run_config
 
     things = tuple(sorted(THINGS))[:2]
     mqtt = MqttSettings(host="127.0.0.1", port=1, certificates=str(mqtt_pki.devices), things=things,
                         environment=ENVIRONMENT, ca=str(mqtt_pki.ca), plaintext=plaintext)  # fmt: skip
-    config = RunConfig(
-        bootstrap_servers=None, topic=None, rate=10, duration_s=1, warmup_s=0, processes=1, devices=2,
-        message_bytes=1024, acks="all", idempotence=True, linger_ms=0, batch_bytes=1, compression="none",
-        security_protocol="PLAINTEXT", region=None, run_id="r", producer_id="p", consume=False,
-        progress_interval_s=1, drain_timeout_s=1, connect_timeout_s=7.25, slo=SloThresholds(), transport="mqtt",
-        mqtt=mqtt,
-    )  # fmt: skip
+    config = run_config(devices=2, connect_timeout_s=7.25, transport="mqtt", mqtt=mqtt)
     connection = MqttProducerProcess(config, 0, None)._connection(0)
     assert connection.ping_timeout_ms == 7250  # also the CONNACK wait
     assert connection.socket_options.connect_timeout_ms == 7250

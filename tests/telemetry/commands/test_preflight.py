@@ -690,7 +690,8 @@ def test_each_client_is_made_once_however_often_the_checks_ask_for_it(account, c
     client = stubbed.client
     stubbed.client = lambda name: made.update([name]) or client(name)
     given = CommandSession.client
-    monkeypatch.setattr(CommandSession, "client", lambda self, name, **kw: asked.update([name]) or given(self, name, **kw))
+    monkeypatch.setattr(CommandSession, "client",
+                        lambda self, name, **kw: asked.update([name]) or given(self, name, **kw))  # fmt: skip
     assert cli.main(["preflight", "--env", "dev"], session_factory=lambda region: stubbed) == 0, capsys.readouterr()
     assert asked["sts"] >= 2, asked
     assert {"iam", "sts", "ec2", "ssm"} <= made.keys() and set(made.values()) == {1}, made
