@@ -13,7 +13,8 @@ REQUIREMENTS := requirements.txt requirements-dev.txt constraints.txt lambdas/re
 # The venv's node (Node 24) must come first: jsii and the CDK CLI pick node from PATH.
 export PATH := $(BIN):$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
-export PYTHONDONTWRITEBYTECODE := 1
+# Python keeps the checkout's bytecode in __pycache__ (ignored by git, by every asset and by the
+# synthesis digest): each command the tests run as typed would otherwise compile its modules anew.
 
 CDK := $(BIN)/cdk
 # One synthesis per environment, where every telemetry command looks for it (cdk.out/ENV).
